@@ -1,0 +1,394 @@
+//! Per-document lz4 compression against a dictionary shared by the whole store.
+//!
+//! Each document is one independent lz4 block, so one document decodes without its neighbours.
+//! Short documents barely compress alone; a dictionary sampled from the corpus gives every block
+//! a 64 KiB history to match against, and lz4's HC mode finds the longer matches. Decoding is the
+//! same plain `LZ4_decompress_safe_usingDict` whatever level wrote the block.
+//!
+//! A stored blob is `varint(raw_len << 1 | compressed)` followed by the lz4 block, or by the raw
+//! record when compression would not shrink it.
+
+use crate::error::{Error, Result};
+use crate::varint;
+use std::borrow::Cow;
+use std::cell::RefCell;
+use std::os::raw::{c_char, c_int};
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+// liblz4 is compiled and linked by lz4-sys; we declare the (stable, v1.10) streaming functions
+// we need ourselves because lz4-sys does not bind them.
+use lz4_sys as _;
+
+#[allow(non_snake_case)]
+mod ffi {
+    use std::os::raw::{c_char, c_int};
+
+    #[repr(C)]
+    pub struct StreamHC {
+        _opaque: [u8; 0],
+    }
+    #[repr(C)]
+    pub struct Stream {
+        _opaque: [u8; 0],
+    }
+
+    extern "C" {
+        pub fn LZ4_createStreamHC() -> *mut StreamHC;
+        pub fn LZ4_freeStreamHC(stream: *mut StreamHC) -> c_int;
+        pub fn LZ4_resetStreamHC_fast(stream: *mut StreamHC, level: c_int);
+        pub fn LZ4_loadDictHC(stream: *mut StreamHC, dict: *const c_char, size: c_int) -> c_int;
+        pub fn LZ4_attach_HC_dictionary(work: *mut StreamHC, dict: *const StreamHC);
+        pub fn LZ4_compress_HC_continue(
+            stream: *mut StreamHC,
+            src: *const c_char,
+            dst: *mut c_char,
+            src_size: c_int,
+            dst_capacity: c_int,
+        ) -> c_int;
+
+        pub fn LZ4_createStream() -> *mut Stream;
+        pub fn LZ4_freeStream(stream: *mut Stream) -> c_int;
+        pub fn LZ4_resetStream_fast(stream: *mut Stream);
+        pub fn LZ4_loadDict(stream: *mut Stream, dict: *const c_char, size: c_int) -> c_int;
+        pub fn LZ4_attach_dictionary(work: *mut Stream, dict: *const Stream);
+        pub fn LZ4_compress_fast_continue(
+            stream: *mut Stream,
+            src: *const c_char,
+            dst: *mut c_char,
+            src_size: c_int,
+            dst_capacity: c_int,
+            acceleration: c_int,
+        ) -> c_int;
+
+        pub fn LZ4_compressBound(input_size: c_int) -> c_int;
+        pub fn LZ4_decompress_safe_usingDict(
+            src: *const c_char,
+            dst: *mut c_char,
+            src_size: c_int,
+            dst_capacity: c_int,
+            dict: *const c_char,
+            dict_size: c_int,
+        ) -> c_int;
+    }
+}
+
+/// lz4's largest block input (LZ4_MAX_INPUT_SIZE); larger records are stored uncompressed.
+const MAX_INPUT: usize = 0x7E00_0000;
+/// lz4 only ever looks 64 KiB back, so a longer dictionary is wasted space.
+pub const MAX_DICT_SIZE: usize = 64 * 1024;
+/// Highest lz4 HC level.
+pub const MAX_LEVEL: i32 = 12;
+
+/// How documents are compressed: `level` 0 is lz4's fast mode, 1..=12 its HC levels.
+pub struct Compressor {
+    level: i32,
+    dict: Arc<DictStreams>,
+}
+
+/// The dictionary, loaded once into an lz4 state of each mode, then shared read-only by all threads.
+struct DictStreams {
+    bytes: Box<[u8]>,
+    hc: NonNull<ffi::StreamHC>,
+    fast: NonNull<ffi::Stream>,
+}
+
+// SAFETY: after `new` the dictionary states are only read (attached to per-thread working states),
+// which lz4 documents as safe; they are freed once, on drop.
+unsafe impl Send for DictStreams {}
+unsafe impl Sync for DictStreams {}
+
+impl DictStreams {
+    fn new(bytes: &[u8], level: i32) -> DictStreams {
+        let bytes: Box<[u8]> = bytes.into();
+        // SAFETY: fresh states from lz4; `bytes` is heap memory that outlives both states.
+        unsafe {
+            let hc = NonNull::new(ffi::LZ4_createStreamHC()).expect("lz4: out of memory");
+            let fast = NonNull::new(ffi::LZ4_createStream()).expect("lz4: out of memory");
+            // The HC level must be set before the dictionary is loaded.
+            ffi::LZ4_resetStreamHC_fast(hc.as_ptr(), level.max(1));
+            ffi::LZ4_loadDictHC(hc.as_ptr(), bytes.as_ptr().cast(), bytes.len() as c_int);
+            ffi::LZ4_loadDict(fast.as_ptr(), bytes.as_ptr().cast(), bytes.len() as c_int);
+            DictStreams { bytes, hc, fast }
+        }
+    }
+}
+
+impl Drop for DictStreams {
+    fn drop(&mut self) {
+        // SAFETY: created in `new`, freed only here.
+        unsafe {
+            ffi::LZ4_freeStreamHC(self.hc.as_ptr());
+            ffi::LZ4_freeStream(self.fast.as_ptr());
+        }
+    }
+}
+
+/// Per-thread working states, created once per thread rather than once per document.
+struct WorkStreams {
+    hc: NonNull<ffi::StreamHC>,
+    fast: NonNull<ffi::Stream>,
+}
+
+impl WorkStreams {
+    fn new() -> WorkStreams {
+        // SAFETY: plain allocation of fresh lz4 states.
+        unsafe {
+            WorkStreams {
+                hc: NonNull::new(ffi::LZ4_createStreamHC()).expect("lz4: out of memory"),
+                fast: NonNull::new(ffi::LZ4_createStream()).expect("lz4: out of memory"),
+            }
+        }
+    }
+}
+
+impl Drop for WorkStreams {
+    fn drop(&mut self) {
+        // SAFETY: created in `new`, freed only here.
+        unsafe {
+            ffi::LZ4_freeStreamHC(self.hc.as_ptr());
+            ffi::LZ4_freeStream(self.fast.as_ptr());
+        }
+    }
+}
+
+thread_local! {
+    static WORK: RefCell<Option<WorkStreams>> = const { RefCell::new(None) };
+}
+
+impl Compressor {
+    /// `dict` is cut to its last 64 KiB (all lz4 can reach).
+    pub fn new(level: i32, dict: &[u8]) -> Result<Compressor> {
+        if !(0..=MAX_LEVEL).contains(&level) {
+            return Err(Error::Schema(format!(
+                "compression level must be 0 (fast) to {MAX_LEVEL} (smallest), got {level}"
+            )));
+        }
+        let dict = &dict[dict.len().saturating_sub(MAX_DICT_SIZE)..];
+        Ok(Compressor {
+            level,
+            dict: Arc::new(DictStreams::new(dict, level)),
+        })
+    }
+
+    pub fn level(&self) -> i32 {
+        self.level
+    }
+
+    pub fn dictionary(&self) -> &[u8] {
+        &self.dict.bytes
+    }
+
+    /// Appends the stored blob of `raw` to `out`.
+    pub fn compress(&self, raw: &[u8], out: &mut Vec<u8>) {
+        let start = out.len();
+        varint::put(out, (raw.len() as u64) << 1 | 1);
+        let header_len = out.len() - start;
+        if raw.len() <= MAX_INPUT {
+            // SAFETY: bounded by LZ4_MAX_INPUT_SIZE, so this never fails or overflows.
+            let bound = unsafe { ffi::LZ4_compressBound(raw.len() as c_int) } as usize;
+            out.reserve(bound);
+            let written = WORK.with(|cell| {
+                let mut work = cell.borrow_mut();
+                let work = work.get_or_insert_with(WorkStreams::new);
+                // SAFETY: `dst` has `bound` bytes of spare capacity; the dictionary states live in
+                // `self.dict` for the whole call; working states are this thread's own.
+                unsafe {
+                    let src = raw.as_ptr().cast::<c_char>();
+                    let dst = out.as_mut_ptr().add(out.len()).cast::<c_char>();
+                    let dict_attached = !self.dict.bytes.is_empty();
+                    if self.level == 0 {
+                        ffi::LZ4_resetStream_fast(work.fast.as_ptr());
+                        if dict_attached {
+                            ffi::LZ4_attach_dictionary(work.fast.as_ptr(), self.dict.fast.as_ptr());
+                        }
+                        ffi::LZ4_compress_fast_continue(
+                            work.fast.as_ptr(),
+                            src,
+                            dst,
+                            raw.len() as c_int,
+                            bound as c_int,
+                            1,
+                        )
+                    } else {
+                        ffi::LZ4_resetStreamHC_fast(work.hc.as_ptr(), self.level);
+                        if dict_attached {
+                            ffi::LZ4_attach_HC_dictionary(work.hc.as_ptr(), self.dict.hc.as_ptr());
+                        }
+                        ffi::LZ4_compress_HC_continue(
+                            work.hc.as_ptr(),
+                            src,
+                            dst,
+                            raw.len() as c_int,
+                            bound as c_int,
+                        )
+                    }
+                }
+            });
+            if written > 0 && (written as usize) < raw.len() {
+                // SAFETY: lz4 initialised `written` bytes of the reserved capacity.
+                unsafe { out.set_len(out.len() + written as usize) };
+                return;
+            }
+        }
+        // Incompressible (or too large for one lz4 block): store it as it is.
+        out.truncate(start);
+        varint::put(out, (raw.len() as u64) << 1);
+        debug_assert!(out.len() - start <= header_len);
+        out.extend_from_slice(raw);
+    }
+}
+
+/// Decodes one stored blob back to its raw record.
+pub fn decompress<'a>(blob: &'a [u8], dict: &[u8]) -> Result<Cow<'a, [u8]>> {
+    let mut pos = 0;
+    let header = varint::get(blob, &mut pos)?;
+    let payload = &blob[pos..];
+    let raw_len = header >> 1;
+    if header & 1 == 0 {
+        if raw_len != payload.len() as u64 {
+            return Err(Error::corrupt(
+                "stored record length does not match its header",
+            ));
+        }
+        return Ok(Cow::Borrowed(payload));
+    }
+    // lz4 expands at most ~255x; anything claiming more is corrupt (and must not allocate).
+    if raw_len > MAX_INPUT as u64 || raw_len > (payload.len() as u64 + 16) * 255 {
+        return Err(Error::corrupt(
+            "compressed record claims an impossible length",
+        ));
+    }
+    let raw_len = raw_len as usize;
+    let mut out = Vec::<u8>::with_capacity(raw_len);
+    // SAFETY: lz4's safe decoder never writes more than `raw_len` bytes into `out` nor reads
+    // outside `payload` and `dict`; the result is checked before the length is set.
+    let n = unsafe {
+        ffi::LZ4_decompress_safe_usingDict(
+            payload.as_ptr().cast(),
+            out.as_mut_ptr().cast(),
+            payload.len() as c_int,
+            raw_len as c_int,
+            dict.as_ptr().cast(),
+            dict.len() as c_int,
+        )
+    };
+    if n < 0 || n as usize != raw_len {
+        return Err(Error::corrupt("lz4 block does not decode"));
+    }
+    // SAFETY: lz4 wrote exactly `raw_len` bytes.
+    unsafe { out.set_len(raw_len) };
+    Ok(Cow::Owned(out))
+}
+
+/// Builds a dictionary of at most `size` bytes from pieces of sample records.
+///
+/// Pieces come from records spread evenly over the sample, so the dictionary sees the whole
+/// variety of the first batch rather than its first few documents. Deterministic.
+pub fn sample_dictionary<'a>(
+    records: impl ExactSizeIterator<Item = &'a [u8]> + Clone,
+    size: usize,
+) -> Vec<u8> {
+    let size = size.min(MAX_DICT_SIZE);
+    let total: usize = records.clone().map(<[u8]>::len).sum();
+    // A dictionary larger than a quarter of the data costs more than it saves.
+    let size = size.min(total / 4);
+    if size == 0 {
+        return Vec::new();
+    }
+    const PIECE: usize = 1024;
+    let wanted_pieces = size.div_ceil(PIECE).max(1);
+    let step = (records.len() / wanted_pieces).max(1);
+    let mut dict = Vec::with_capacity(size);
+    for record in records.step_by(step) {
+        // Skip the record's first bytes (field lengths) when it is long enough to spare them.
+        let skip = if record.len() > PIECE { 4 } else { 0 };
+        let piece = &record[skip..record.len().min(skip + PIECE)];
+        let room = size - dict.len();
+        dict.extend_from_slice(&piece[..piece.len().min(room)]);
+        if dict.len() == size {
+            break;
+        }
+    }
+    dict
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(i: usize) -> Vec<u8> {
+        format!(
+            "document {i}: the quick brown fox jumps over the lazy dog near river bank {}",
+            i * 7
+        )
+        .into_bytes()
+    }
+
+    #[test]
+    fn round_trips_at_every_level_with_and_without_dictionary() {
+        let docs: Vec<Vec<u8>> = (0..500).map(text).collect();
+        let dict = sample_dictionary(docs.iter().map(Vec::as_slice), 4096);
+        assert!(!dict.is_empty());
+        for level in [0, 1, 4, 9, 12] {
+            for d in [&dict[..], &[][..]] {
+                let c = Compressor::new(level, d).unwrap();
+                for doc in &docs {
+                    let mut blob = Vec::new();
+                    c.compress(doc, &mut blob);
+                    assert_eq!(&*decompress(&blob, c.dictionary()).unwrap(), &doc[..]);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn dictionary_shrinks_short_documents() {
+        let docs: Vec<Vec<u8>> = (0..2000).map(text).collect();
+        let raw: usize = docs.iter().map(Vec::len).sum();
+        let size = |dict: &[u8]| {
+            let c = Compressor::new(9, dict).unwrap();
+            docs.iter()
+                .map(|d| {
+                    let mut blob = Vec::new();
+                    c.compress(d, &mut blob);
+                    blob.len()
+                })
+                .sum::<usize>()
+        };
+        let dict = sample_dictionary(docs.iter().map(Vec::as_slice), MAX_DICT_SIZE);
+        let (plain, with_dict) = (size(&[]), size(&dict));
+        assert!(
+            with_dict * 2 < plain,
+            "dict {with_dict} vs plain {plain} of raw {raw}"
+        );
+    }
+
+    #[test]
+    fn incompressible_and_empty_records_are_stored_raw() {
+        let c = Compressor::new(9, b"").unwrap();
+        for raw in [vec![], (0..=255u8).collect::<Vec<_>>()] {
+            let mut blob = Vec::new();
+            c.compress(&raw, &mut blob);
+            assert_eq!(blob[0] & 1, 0);
+            assert_eq!(&*decompress(&blob, b"").unwrap(), &raw[..]);
+        }
+    }
+
+    #[test]
+    fn corrupt_blobs_are_errors_not_crashes() {
+        let c = Compressor::new(9, b"").unwrap();
+        let mut blob = Vec::new();
+        c.compress(&text(1).repeat(20), &mut blob);
+        for cut in 0..blob.len() {
+            let _ = decompress(&blob[..cut], b"");
+        }
+        for i in 0..blob.len() {
+            let mut bad = blob.clone();
+            bad[i] ^= 0x5a;
+            let _ = decompress(&bad, b"");
+        }
+        assert!(decompress(&[0xff, 0xff, 0xff, 0xff, 0x0f, 0], b"").is_err());
+        assert!(Compressor::new(13, b"").is_err());
+    }
+}

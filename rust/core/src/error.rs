@@ -1,0 +1,86 @@
+//! The one error type of the core. The Python bindings map each variant to one exception class.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+/// Everything that can go wrong while writing or reading a store.
+#[derive(Debug)]
+pub enum Error {
+    /// The file is not a valid store (bad magic, checksum mismatch, out-of-range offsets ...).
+    Corrupt(String),
+    /// The store was written by a newer (or unknown) format version.
+    UnsupportedVersion {
+        found: u32,
+        supported: u32,
+    },
+    /// Two documents share one key.
+    DuplicateKey(String),
+    /// A key is not usable (empty).
+    InvalidKey(String),
+    /// The schema, or a document against the schema, is wrong (missing/extra field, unknown type).
+    Schema(String),
+    /// A field value has the wrong type.
+    FieldType(String),
+    /// The target path already holds a store and overwrite was not asked for.
+    AlreadyExists(PathBuf),
+    /// A position outside `0..len`.
+    OutOfRange {
+        index: u64,
+        len: u64,
+    },
+    /// The writer was used after it finished or failed.
+    Closed(String),
+    Io(io::Error),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub(crate) fn corrupt(msg: impl Into<String>) -> Self {
+        Error::Corrupt(msg.into())
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Corrupt(msg) => write!(f, "corrupt store: {msg}"),
+            Error::UnsupportedVersion { found, supported } => write!(
+                f,
+                "store format version {found} is not supported by this docstore \
+                 (it reads version {supported}); upgrade docstore"
+            ),
+            Error::DuplicateKey(key) => write!(f, "duplicate doc id {key:?}"),
+            Error::InvalidKey(msg) => write!(f, "invalid doc id: {msg}"),
+            Error::Schema(msg) | Error::FieldType(msg) | Error::Closed(msg) => f.write_str(msg),
+            Error::AlreadyExists(path) => write!(
+                f,
+                "{} already exists (pass overwrite=True to replace it)",
+                path.display()
+            ),
+            Error::OutOfRange { index, len } => {
+                write!(
+                    f,
+                    "position {index} out of range for a store of {len} documents"
+                )
+            }
+            Error::Io(err) => write!(f, "{err}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io(err) => Some(err),
+            _ => None,
+        }
+    }
+}
+
+impl From<io::Error> for Error {
+    fn from(err: io::Error) -> Self {
+        Error::Io(err)
+    }
+}

@@ -1,0 +1,233 @@
+//! The fixed 256-byte header and the section table of format v1 (see docs/format.md).
+
+use crate::error::{Error, Result};
+use xxhash_rust::xxh3::xxh3_64;
+
+pub const MAGIC: [u8; 8] = *b"DOCSTORE";
+pub const VERSION: u32 = 1;
+pub const HEADER_SIZE: usize = 256;
+/// Every section starts at a multiple of this, so fixed-width arrays are naturally aligned.
+pub const ALIGN: u64 = 8;
+
+/// The sections of a store, in file order. The discriminant is the index in the section table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Section {
+    /// Field names and types, codec parameters.
+    Schema = 0,
+    /// The lz4 dictionary shared by all documents (may be empty).
+    Dictionary = 1,
+    /// Concatenated document blobs in insertion order.
+    Data = 2,
+    /// `count + 1` u64: offset of each blob in Data, then Data's length.
+    DocOffsets = 3,
+    /// Concatenated keys (UTF-8) in sorted byte order.
+    Keys = 4,
+    /// `count + 1` u64: offset of each sorted key in Keys, then Keys' length.
+    KeyOffsets = 5,
+    /// `count` u32: the position (insertion index) of each sorted key.
+    KeyPositions = 6,
+    /// `count` u32: the sorted rank of the key of each position (inverse of KeyPositions).
+    KeyRanks = 7,
+}
+
+impl Section {
+    pub const COUNT: usize = 8;
+    pub const ALL: [Section; Section::COUNT] = [
+        Section::Schema,
+        Section::Dictionary,
+        Section::Data,
+        Section::DocOffsets,
+        Section::Keys,
+        Section::KeyOffsets,
+        Section::KeyPositions,
+        Section::KeyRanks,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Section::Schema => "schema",
+            Section::Dictionary => "dictionary",
+            Section::Data => "data",
+            Section::DocOffsets => "doc offsets",
+            Section::Keys => "keys",
+            Section::KeyOffsets => "key offsets",
+            Section::KeyPositions => "key positions",
+            Section::KeyRanks => "key ranks",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SectionEntry {
+    pub offset: u64,
+    pub len: u64,
+    /// xxh3-64 of the section's bytes.
+    pub checksum: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Header {
+    pub count: u64,
+    /// Sum of the raw (uncompressed) record sizes.
+    pub raw_bytes: u64,
+    /// Compression level the writer used (informational; decoding does not depend on it).
+    pub level: u8,
+    pub sections: [SectionEntry; Section::COUNT],
+}
+
+// Byte offsets inside the header.
+const COUNT_AT: usize = 16;
+const RAW_AT: usize = 24;
+const SECTIONS_COUNT_AT: usize = 32;
+const LEVEL_AT: usize = 36;
+const TABLE_AT: usize = 40;
+const CHECKSUM_AT: usize = HEADER_SIZE - 8;
+
+impl Header {
+    pub fn section(&self, section: Section) -> SectionEntry {
+        self.sections[section as usize]
+    }
+
+    pub fn encode(&self) -> [u8; HEADER_SIZE] {
+        let mut buf = [0u8; HEADER_SIZE];
+        buf[..8].copy_from_slice(&MAGIC);
+        buf[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        buf[12..16].copy_from_slice(&(HEADER_SIZE as u32).to_le_bytes());
+        buf[COUNT_AT..COUNT_AT + 8].copy_from_slice(&self.count.to_le_bytes());
+        buf[RAW_AT..RAW_AT + 8].copy_from_slice(&self.raw_bytes.to_le_bytes());
+        buf[SECTIONS_COUNT_AT..SECTIONS_COUNT_AT + 4]
+            .copy_from_slice(&(Section::COUNT as u32).to_le_bytes());
+        buf[LEVEL_AT] = self.level;
+        for (i, entry) in self.sections.iter().enumerate() {
+            let at = TABLE_AT + i * 24;
+            buf[at..at + 8].copy_from_slice(&entry.offset.to_le_bytes());
+            buf[at + 8..at + 16].copy_from_slice(&entry.len.to_le_bytes());
+            buf[at + 16..at + 24].copy_from_slice(&entry.checksum.to_le_bytes());
+        }
+        let checksum = xxh3_64(&buf[..CHECKSUM_AT]);
+        buf[CHECKSUM_AT..].copy_from_slice(&checksum.to_le_bytes());
+        buf
+    }
+
+    /// Parses and checks the header of a file of `file_len` bytes whose start is `buf`.
+    pub fn decode(buf: &[u8], file_len: u64) -> Result<Header> {
+        if buf.len() < 12 || buf[..8] != MAGIC {
+            return Err(Error::corrupt("not a docstore file (bad magic bytes)"));
+        }
+        let version = u32_at(buf, 8);
+        if version != VERSION {
+            return Err(Error::UnsupportedVersion {
+                found: version,
+                supported: VERSION,
+            });
+        }
+        if buf.len() < HEADER_SIZE {
+            return Err(Error::corrupt(
+                "file is shorter than its header (truncated)",
+            ));
+        }
+        let stored = u64_at(buf, CHECKSUM_AT);
+        if xxh3_64(&buf[..CHECKSUM_AT]) != stored {
+            return Err(Error::corrupt("header checksum mismatch"));
+        }
+        if u32_at(buf, 12) as usize != HEADER_SIZE
+            || u32_at(buf, SECTIONS_COUNT_AT) as usize != Section::COUNT
+        {
+            return Err(Error::corrupt("unexpected header layout"));
+        }
+        let mut header = Header {
+            count: u64_at(buf, COUNT_AT),
+            raw_bytes: u64_at(buf, RAW_AT),
+            level: buf[LEVEL_AT],
+            sections: Default::default(),
+        };
+        let mut end_of_previous = HEADER_SIZE as u64;
+        for section in Section::ALL {
+            let at = TABLE_AT + section as usize * 24;
+            let entry = SectionEntry {
+                offset: u64_at(buf, at),
+                len: u64_at(buf, at + 8),
+                checksum: u64_at(buf, at + 16),
+            };
+            let end = entry.offset.checked_add(entry.len);
+            if entry.offset < end_of_previous
+                || entry.offset % ALIGN != 0
+                || end.is_none_or(|end| end > file_len)
+            {
+                return Err(Error::corrupt(format!(
+                    "{} section lies outside the file (truncated?)",
+                    section.name()
+                )));
+            }
+            end_of_previous = end.unwrap();
+            header.sections[section as usize] = entry;
+        }
+        Ok(header)
+    }
+}
+
+pub fn u32_at(buf: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(buf[at..at + 4].try_into().unwrap())
+}
+
+pub fn u64_at(buf: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(buf[at..at + 8].try_into().unwrap())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header() -> Header {
+        let mut h = Header {
+            count: 3,
+            raw_bytes: 99,
+            level: 9,
+            ..Default::default()
+        };
+        let mut offset = HEADER_SIZE as u64;
+        for (i, entry) in h.sections.iter_mut().enumerate() {
+            *entry = SectionEntry {
+                offset,
+                len: i as u64 * 8,
+                checksum: i as u64,
+            };
+            offset += i as u64 * 8;
+        }
+        h
+    }
+
+    #[test]
+    fn round_trips() {
+        let h = header();
+        assert_eq!(Header::decode(&h.encode(), 10_000).unwrap(), h);
+    }
+
+    #[test]
+    fn detects_every_flipped_byte_and_truncation() {
+        let bytes = header().encode();
+        for i in 0..HEADER_SIZE {
+            let mut bad = bytes;
+            bad[i] ^= 1;
+            assert!(
+                Header::decode(&bad, 10_000).is_err(),
+                "flip at {i} undetected"
+            );
+        }
+        assert!(Header::decode(&bytes[..100], 10_000).is_err());
+        assert!(
+            Header::decode(&bytes, 300).is_err(),
+            "sections past the end"
+        );
+    }
+
+    #[test]
+    fn newer_version_is_reported_as_such() {
+        let mut bytes = header().encode();
+        bytes[8] = 2;
+        assert!(matches!(
+            Header::decode(&bytes, 10_000),
+            Err(Error::UnsupportedVersion { found: 2, .. })
+        ));
+    }
+}

@@ -1,0 +1,189 @@
+//! External sort of (key, position) pairs with bounded memory: keys gather in an arena until it
+//! holds `limit` bytes, then are sorted and spilled to a run file; the runs are merged at the end.
+//! Duplicates are found while sorting a run and while merging.
+
+use crate::error::{Error, Result};
+use crate::parallel;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::PathBuf;
+
+pub struct KeySorter {
+    arena: Vec<u8>,
+    /// (start in arena, length, position)
+    entries: Vec<(u64, u32, u32)>,
+    limit: usize,
+    dir: PathBuf,
+    runs: Vec<PathBuf>,
+}
+
+/// Per-key bookkeeping counted against the limit besides the key bytes.
+const ENTRY_COST: usize = 16;
+
+impl KeySorter {
+    pub fn new(dir: PathBuf, limit: usize) -> KeySorter {
+        KeySorter {
+            arena: Vec::new(),
+            entries: Vec::new(),
+            limit: limit.max(1),
+            dir,
+            runs: Vec::new(),
+        }
+    }
+
+    pub fn push(&mut self, key: &[u8], position: u32) -> Result<()> {
+        let len =
+            u32::try_from(key.len()).map_err(|_| Error::InvalidKey("longer than 4 GiB".into()))?;
+        self.entries.push((self.arena.len() as u64, len, position));
+        self.arena.extend_from_slice(key);
+        Ok(())
+    }
+
+    pub fn is_full(&self) -> bool {
+        self.arena.len() + self.entries.len() * ENTRY_COST >= self.limit
+    }
+
+    fn key(&self, entry: &(u64, u32, u32)) -> &[u8] {
+        &self.arena[entry.0 as usize..entry.0 as usize + entry.1 as usize]
+    }
+
+    /// Sorts the buffered keys, failing on the first duplicate among them.
+    fn sort(&mut self) -> Result<()> {
+        let mut entries = std::mem::take(&mut self.entries);
+        let arena = &self.arena;
+        let key = |e: &(u64, u32, u32)| &arena[e.0 as usize..e.0 as usize + e.1 as usize];
+        parallel::pool().install(|| {
+            use rayon::slice::ParallelSliceMut;
+            entries.par_sort_unstable_by(|a, b| key(a).cmp(key(b)));
+        });
+        if let Some(pair) = entries.windows(2).find(|w| key(&w[0]) == key(&w[1])) {
+            return Err(Error::DuplicateKey(
+                String::from_utf8_lossy(key(&pair[0])).into_owned(),
+            ));
+        }
+        self.entries = entries;
+        Ok(())
+    }
+
+    /// Sorts the buffer and writes it to a run file.
+    pub fn spill(&mut self) -> Result<()> {
+        if self.entries.is_empty() {
+            return Ok(());
+        }
+        self.sort()?;
+        let path = self.dir.join(format!("keys-{}.run", self.runs.len()));
+        let mut out = BufWriter::with_capacity(1 << 20, File::create(&path)?);
+        for entry in &self.entries {
+            out.write_all(&entry.1.to_le_bytes())?;
+            out.write_all(self.key(entry))?;
+            out.write_all(&entry.2.to_le_bytes())?;
+        }
+        out.into_inner()
+            .map_err(|e| e.into_error())?
+            .sync_data()
+            .ok();
+        self.runs.push(path);
+        self.entries.clear();
+        self.arena.clear();
+        Ok(())
+    }
+
+    /// Calls `f(key, position)` for every key in sorted order; fails on a duplicate.
+    pub fn finish(mut self, mut f: impl FnMut(&[u8], u32) -> Result<()>) -> Result<()> {
+        if self.runs.is_empty() {
+            self.sort()?;
+            for entry in &self.entries {
+                f(self.key(entry), entry.2)?;
+            }
+            return Ok(());
+        }
+        self.spill()?;
+        let mut readers = self
+            .runs
+            .iter()
+            .map(|p| File::open(p).map(|f| BufReader::with_capacity(1 << 20, f)))
+            .collect::<std::io::Result<Vec<_>>>()?;
+        let mut heap = BinaryHeap::new();
+        for (i, reader) in readers.iter_mut().enumerate() {
+            if let Some((key, pos)) = read_entry(reader)? {
+                heap.push(Reverse((key, pos, i)));
+            }
+        }
+        let mut previous: Option<Vec<u8>> = None;
+        while let Some(Reverse((key, pos, i))) = heap.pop() {
+            if previous.as_deref() == Some(&key[..]) {
+                return Err(Error::DuplicateKey(
+                    String::from_utf8_lossy(&key).into_owned(),
+                ));
+            }
+            f(&key, pos)?;
+            if let Some((next, next_pos)) = read_entry(&mut readers[i])? {
+                heap.push(Reverse((next, next_pos, i)));
+            }
+            previous = Some(key);
+        }
+        Ok(())
+    }
+}
+
+fn read_entry(reader: &mut impl Read) -> Result<Option<(Vec<u8>, u32)>> {
+    let mut len = [0u8; 4];
+    match reader.read_exact(&mut len) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e.into()),
+    }
+    let mut key = vec![0u8; u32::from_le_bytes(len) as usize];
+    reader.read_exact(&mut key)?;
+    let mut pos = [0u8; 4];
+    reader.read_exact(&mut pos)?;
+    Ok(Some((key, u32::from_le_bytes(pos))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sorted(keys: &[&str], limit: usize) -> Result<Vec<(String, u32)>> {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sorter = KeySorter::new(dir.path().to_owned(), limit);
+        for (i, k) in keys.iter().enumerate() {
+            sorter.push(k.as_bytes(), i as u32)?;
+            if sorter.is_full() {
+                sorter.spill()?;
+            }
+        }
+        let mut out = Vec::new();
+        sorter.finish(|k, p| {
+            out.push((String::from_utf8(k.to_vec()).unwrap(), p));
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    #[test]
+    fn sorts_in_memory_and_with_spills_alike() {
+        let keys: Vec<String> = (0..1000)
+            .map(|i| format!("k{}", (i * 7919) % 1000))
+            .collect();
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let a = sorted(&keys, 1 << 30).unwrap();
+        let b = sorted(&keys, 100).unwrap();
+        assert_eq!(a, b);
+        assert!(a.windows(2).all(|w| w[0].0 < w[1].0));
+        assert_eq!(a.len(), 1000);
+    }
+
+    #[test]
+    fn finds_duplicates_within_and_across_runs() {
+        for limit in [1 << 30, 40] {
+            let err = sorted(&["a", "b", "c", "d", "e", "b", "f"], limit).unwrap_err();
+            assert!(
+                matches!(err, Error::DuplicateKey(ref k) if k == "b"),
+                "{err}"
+            );
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! docstore-core: an immutable, memory-mapped store of lz4-compressed documents with typed
+//! fields, a sorted key index and O(1) access by position. No Python here: the bindings in
+//! `rust/python` are a thin layer over this crate. The on-disk format is in docs/format.md.
+
+pub mod codec;
+pub mod error;
+pub mod format;
+mod keysort;
+pub mod parallel;
+pub mod reader;
+pub mod record;
+pub mod schema;
+mod varint;
+pub mod writer;
+
+pub use error::{Error, Result};
+pub use reader::Store;
+pub use record::Value;
+pub use schema::{ElemType, Field, FieldType, Schema};
+pub use writer::{Summary, Writer, WriterOptions};

@@ -1,0 +1,263 @@
+//! Read access to a store: constant-time open, binary search over the mapped key index,
+//! O(1) access by position. Every offset read from the file is bounds-checked, so a corrupt
+//! file yields `Error::Corrupt`, never a crash.
+
+use crate::codec;
+use crate::error::{Error, Result};
+use crate::format::{u32_at, u64_at, Header, Section, HEADER_SIZE};
+use crate::parallel;
+use crate::record;
+use crate::schema::Schema;
+use memmap2::{Advice, Mmap};
+use rayon::prelude::*;
+use std::borrow::Cow;
+use std::cmp::Ordering;
+use std::fs::File;
+use std::ops::Range;
+use std::path::Path;
+use xxhash_rust::xxh3::xxh3_64;
+
+/// An open store over any bytes: a memory map in production, a `Vec<u8>` in tests and fuzzing.
+pub struct Store<B> {
+    buf: B,
+    header: Header,
+    schema: Schema,
+    ranges: [Range<usize>; Section::COUNT],
+}
+
+impl Store<Mmap> {
+    /// Maps the file read-only. Costs the same for any store size: nothing is read but the header,
+    /// the schema and the dictionary.
+    pub fn open(path: impl AsRef<Path>) -> Result<Store<Mmap>> {
+        let file = File::open(path.as_ref())?;
+        if file.metadata()?.is_dir() {
+            return Err(Error::Io(std::io::Error::other(format!(
+                "{} is a directory",
+                path.as_ref().display()
+            ))));
+        }
+        if file.metadata()?.len() < HEADER_SIZE as u64 {
+            // mmap of an empty file fails; report what it is instead.
+            let mut start = [0u8; 12];
+            let n = std::io::Read::read(&mut &file, &mut start)?;
+            Header::decode(&start[..n], n as u64)?;
+            return Err(Error::corrupt(
+                "file is shorter than its header (truncated)",
+            ));
+        }
+        // SAFETY: stores are immutable once renamed into place; a store changed underneath a
+        // reader is outside the contract (as with any mmapped file).
+        let mmap = unsafe { Mmap::map(&file)? };
+        // Lookups touch one or two pages each: read-ahead would only evict useful pages.
+        let _ = mmap.advise(Advice::Random);
+        Store::from_bytes(mmap)
+    }
+}
+
+impl<B: AsRef<[u8]>> Store<B> {
+    pub fn from_bytes(buf: B) -> Result<Store<B>> {
+        let bytes = buf.as_ref();
+        let header = Header::decode(bytes, bytes.len() as u64)?;
+        let ranges = Section::ALL.map(|s| {
+            let entry = header.section(s);
+            entry.offset as usize..(entry.offset + entry.len) as usize
+        });
+        let section = |s: Section| &bytes[ranges[s as usize].clone()];
+        for s in [Section::Schema, Section::Dictionary] {
+            if xxh3_64(section(s)) != header.section(s).checksum {
+                return Err(Error::corrupt(format!("{} checksum mismatch", s.name())));
+            }
+        }
+        let schema = Schema::decode(section(Section::Schema))?;
+        let count = header.count;
+        if count >= u64::from(u32::MAX) {
+            return Err(Error::corrupt("document count out of range"));
+        }
+        let expected = [
+            (Section::DocOffsets, (count + 1) * 8),
+            (Section::KeyOffsets, (count + 1) * 8),
+            (Section::KeyPositions, count * 4),
+            (Section::KeyRanks, count * 4),
+        ];
+        for (s, len) in expected {
+            if header.section(s).len != len {
+                return Err(Error::corrupt(format!(
+                    "{} section has the wrong size",
+                    s.name()
+                )));
+            }
+        }
+        let store = Store {
+            buf,
+            header,
+            schema,
+            ranges,
+        };
+        // The last offsets close their sections: a cheap check that catches most truncations.
+        if store.offset(Section::DocOffsets, count) != store.section(Section::Data).len() as u64
+            || store.offset(Section::KeyOffsets, count) != store.section(Section::Keys).len() as u64
+        {
+            return Err(Error::corrupt("index does not match its data (truncated?)"));
+        }
+        Ok(store)
+    }
+
+    fn section(&self, s: Section) -> &[u8] {
+        &self.buf.as_ref()[self.ranges[s as usize].clone()]
+    }
+
+    fn offset(&self, s: Section, i: u64) -> u64 {
+        u64_at(self.section(s), i as usize * 8)
+    }
+
+    fn index_u32(&self, s: Section, i: u64) -> u64 {
+        u64::from(u32_at(self.section(s), i as usize * 4))
+    }
+
+    pub fn len(&self) -> u64 {
+        self.header.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.header.count == 0
+    }
+
+    pub fn schema(&self) -> &Schema {
+        &self.schema
+    }
+
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    pub fn file_len(&self) -> u64 {
+        self.buf.as_ref().len() as u64
+    }
+
+    pub fn dictionary(&self) -> &[u8] {
+        self.section(Section::Dictionary)
+    }
+
+    fn check_position(&self, pos: u64) -> Result<()> {
+        if pos < self.len() {
+            Ok(())
+        } else {
+            Err(Error::OutOfRange {
+                index: pos,
+                len: self.len(),
+            })
+        }
+    }
+
+    /// `start..end` of entry `i` in a section indexed by an offsets section.
+    fn slice_at<'a>(&'a self, offsets: Section, target: Section, i: u64) -> Result<&'a [u8]> {
+        let (start, end) = (self.offset(offsets, i), self.offset(offsets, i + 1));
+        let data = self.section(target);
+        if start > end || end > data.len() as u64 {
+            return Err(Error::corrupt(format!("{} out of bounds", offsets.name())));
+        }
+        Ok(&data[start as usize..end as usize])
+    }
+
+    fn key_of_rank(&self, rank: u64) -> Result<&[u8]> {
+        self.slice_at(Section::KeyOffsets, Section::Keys, rank)
+    }
+
+    /// The position of `key`, by binary search over the sorted keys.
+    pub fn position(&self, key: &[u8]) -> Result<Option<u64>> {
+        let (mut lo, mut hi) = (0u64, self.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match self.key_of_rank(mid)?.cmp(key) {
+                Ordering::Less => lo = mid + 1,
+                Ordering::Greater => hi = mid,
+                Ordering::Equal => {
+                    let pos = self.index_u32(Section::KeyPositions, mid);
+                    self.check_position(pos)
+                        .map_err(|_| Error::corrupt("key position out of range"))?;
+                    return Ok(Some(pos));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// The key of the document at `pos`.
+    pub fn key_at(&self, pos: u64) -> Result<&str> {
+        self.check_position(pos)?;
+        let rank = self.index_u32(Section::KeyRanks, pos);
+        if rank >= self.len() {
+            return Err(Error::corrupt("key rank out of range"));
+        }
+        std::str::from_utf8(self.key_of_rank(rank)?).map_err(|_| Error::corrupt("key is not UTF-8"))
+    }
+
+    /// The stored (compressed) blob of the document at `pos`.
+    pub fn blob(&self, pos: u64) -> Result<&[u8]> {
+        self.check_position(pos)?;
+        self.slice_at(Section::DocOffsets, Section::Data, pos)
+    }
+
+    /// The raw record of the document at `pos` (decode it with `record::decode`).
+    pub fn record(&self, pos: u64) -> Result<Cow<'_, [u8]>> {
+        codec::decompress(self.blob(pos)?, self.dictionary())
+    }
+
+    /// Position and raw record of `key`, if present.
+    pub fn get(&self, key: &[u8]) -> Result<Option<(u64, Cow<'_, [u8]>)>> {
+        match self.position(key)? {
+            Some(pos) => Ok(Some((pos, self.record(pos)?))),
+            None => Ok(None),
+        }
+    }
+
+    /// Reads every byte: section checksums, index consistency, and every record decoded against
+    /// the schema. Runs in parallel on the docstore pool.
+    pub fn verify(&self) -> Result<()>
+    where
+        B: Sync,
+    {
+        // Bytes outside every section (alignment padding) must be zeros and the file must end
+        // where the last section does, so that no flipped byte goes unnoticed.
+        let mut covered = HEADER_SIZE;
+        for range in &self.ranges {
+            if self.buf.as_ref()[covered..range.start]
+                .iter()
+                .any(|&b| b != 0)
+            {
+                return Err(Error::corrupt("non-zero padding between sections"));
+            }
+            covered = range.end;
+        }
+        if covered != self.buf.as_ref().len() {
+            return Err(Error::corrupt("trailing bytes after the last section"));
+        }
+        parallel::pool().install(|| {
+            Section::ALL.par_iter().try_for_each(|&s| {
+                if xxh3_64(self.section(s)) != self.header.section(s).checksum {
+                    return Err(Error::corrupt(format!("{} checksum mismatch", s.name())));
+                }
+                Ok(())
+            })?;
+            let n = self.len();
+            (0..n).into_par_iter().try_for_each(|rank| {
+                let key = self.key_of_rank(rank)?;
+                if key.is_empty() || std::str::from_utf8(key).is_err() {
+                    return Err(Error::corrupt("empty or non-UTF-8 key"));
+                }
+                if rank + 1 < n && key >= self.key_of_rank(rank + 1)? {
+                    return Err(Error::corrupt("keys are not sorted and unique"));
+                }
+                let pos = self.index_u32(Section::KeyPositions, rank);
+                if pos >= n || self.index_u32(Section::KeyRanks, pos) != rank {
+                    return Err(Error::corrupt("key positions and ranks disagree"));
+                }
+                Ok(())
+            })?;
+            (0..n).into_par_iter().try_for_each(|pos| {
+                let raw = self.record(pos)?;
+                record::decode(&self.schema, &raw).map(drop)
+            })
+        })
+    }
+}

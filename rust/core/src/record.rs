@@ -1,0 +1,226 @@
+//! Encoding of one document's fields into the raw (uncompressed) record bytes, and back.
+//!
+//! Fields are stored in schema order: `str`/`bytes` as varint length + bytes, `int64` as a
+//! zig-zag varint, `float64` as 8 bytes, arrays as varint element count + little-endian elements.
+
+use crate::error::{Error, Result};
+use crate::schema::{ElemType, FieldType, Schema};
+use crate::varint;
+
+#[cfg(target_endian = "big")]
+compile_error!("docstore stores arrays little-endian and supports little-endian hosts only");
+
+/// One field value, borrowed from the caller (writing) or from a decoded record (reading).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Value<'a> {
+    Str(&'a str),
+    Bytes(&'a [u8]),
+    Int64(i64),
+    Float64(f64),
+    /// Little-endian elements; the length is a multiple of the element size.
+    Array(ElemType, &'a [u8]),
+}
+
+impl Value<'_> {
+    pub fn type_name(&self) -> String {
+        match self {
+            Value::Str(_) => "str".into(),
+            Value::Bytes(_) => "bytes".into(),
+            Value::Int64(_) => "int64".into(),
+            Value::Float64(_) => "float64".into(),
+            Value::Array(elem, _) => format!("{}[]", elem.name()),
+        }
+    }
+}
+
+/// Appends the raw record of `values` (one per schema field, in order) to `out`.
+pub fn encode(schema: &Schema, values: &[Value<'_>], out: &mut Vec<u8>) -> Result<()> {
+    if values.len() != schema.len() {
+        return Err(Error::Schema(format!(
+            "expected {} field values, got {}",
+            schema.len(),
+            values.len()
+        )));
+    }
+    for (field, value) in schema.fields.iter().zip(values) {
+        match (field.ty, value) {
+            (FieldType::Str, Value::Str(s)) => put_bytes(out, s.as_bytes()),
+            (FieldType::Bytes, Value::Bytes(b)) => put_bytes(out, b),
+            (FieldType::Int64, Value::Int64(v)) => varint::put(out, varint::zigzag(*v)),
+            (FieldType::Float64, Value::Float64(v)) => out.extend_from_slice(&v.to_le_bytes()),
+            (FieldType::Array(want), Value::Array(elem, bytes)) if want == *elem => {
+                if bytes.len() % elem.size() != 0 {
+                    return Err(Error::FieldType(format!(
+                        "field {:?}: array byte length {} is not a multiple of {}",
+                        field.name,
+                        bytes.len(),
+                        elem.size()
+                    )));
+                }
+                varint::put(out, (bytes.len() / elem.size()) as u64);
+                out.extend_from_slice(bytes);
+            }
+            (ty, value) => {
+                return Err(Error::FieldType(format!(
+                    "field {:?} is {ty}, got a {} value",
+                    field.name,
+                    value.type_name()
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
+fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    varint::put(out, bytes.len() as u64);
+    out.extend_from_slice(bytes);
+}
+
+/// Decodes every field of a raw record.
+pub fn decode<'a>(schema: &Schema, raw: &'a [u8]) -> Result<Vec<Value<'a>>> {
+    let mut pos = 0;
+    let values = schema
+        .fields
+        .iter()
+        .map(|field| read_value(field.ty, raw, &mut pos))
+        .collect::<Result<Vec<_>>>()?;
+    if pos != raw.len() {
+        return Err(Error::corrupt(
+            "trailing bytes after the last field of a record",
+        ));
+    }
+    Ok(values)
+}
+
+/// Decodes the field at `index`, skipping the ones before it.
+pub fn decode_field<'a>(schema: &Schema, raw: &'a [u8], index: usize) -> Result<Value<'a>> {
+    let mut pos = 0;
+    for field in &schema.fields[..index] {
+        skip_value(field.ty, raw, &mut pos)?;
+    }
+    read_value(schema.fields[index].ty, raw, &mut pos)
+}
+
+fn take<'a>(raw: &'a [u8], pos: &mut usize, len: u64) -> Result<&'a [u8]> {
+    let end = usize::try_from(len)
+        .ok()
+        .and_then(|len| pos.checked_add(len))
+        .filter(|end| *end <= raw.len())
+        .ok_or_else(|| Error::corrupt("field runs past the end of its record"))?;
+    let bytes = &raw[*pos..end];
+    *pos = end;
+    Ok(bytes)
+}
+
+fn array_len(elem: ElemType, raw: &[u8], pos: &mut usize) -> Result<u64> {
+    let count = varint::get(raw, pos)?;
+    count
+        .checked_mul(elem.size() as u64)
+        .ok_or_else(|| Error::corrupt("array length overflows"))
+}
+
+fn read_value<'a>(ty: FieldType, raw: &'a [u8], pos: &mut usize) -> Result<Value<'a>> {
+    Ok(match ty {
+        FieldType::Str => {
+            let len = varint::get(raw, pos)?;
+            let bytes = take(raw, pos, len)?;
+            Value::Str(
+                std::str::from_utf8(bytes).map_err(|_| Error::corrupt("str field is not UTF-8"))?,
+            )
+        }
+        FieldType::Bytes => {
+            let len = varint::get(raw, pos)?;
+            Value::Bytes(take(raw, pos, len)?)
+        }
+        FieldType::Int64 => Value::Int64(varint::unzigzag(varint::get(raw, pos)?)),
+        FieldType::Float64 => {
+            Value::Float64(f64::from_le_bytes(take(raw, pos, 8)?.try_into().unwrap()))
+        }
+        FieldType::Array(elem) => {
+            let len = array_len(elem, raw, pos)?;
+            Value::Array(elem, take(raw, pos, len)?)
+        }
+    })
+}
+
+fn skip_value(ty: FieldType, raw: &[u8], pos: &mut usize) -> Result<()> {
+    let len = match ty {
+        FieldType::Str | FieldType::Bytes => varint::get(raw, pos)?,
+        FieldType::Int64 => {
+            varint::get(raw, pos)?;
+            0
+        }
+        FieldType::Float64 => 8,
+        FieldType::Array(elem) => array_len(elem, raw, pos)?,
+    };
+    take(raw, pos, len).map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::Field;
+
+    fn schema() -> Schema {
+        let fields = [
+            ("text", FieldType::Str),
+            ("blob", FieldType::Bytes),
+            ("n", FieldType::Int64),
+            ("x", FieldType::Float64),
+            ("tok", FieldType::Array(ElemType::U16)),
+        ];
+        Schema::new(
+            fields
+                .iter()
+                .map(|(n, t)| Field {
+                    name: n.to_string(),
+                    ty: *t,
+                })
+                .collect(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn round_trips_every_type() {
+        let schema = schema();
+        let tok: Vec<u8> = [1u16, 2, 65535]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let values = vec![
+            Value::Str("héllo"),
+            Value::Bytes(b"\x00\xff"),
+            Value::Int64(i64::MIN),
+            Value::Float64(-0.5),
+            Value::Array(ElemType::U16, &tok),
+        ];
+        let mut raw = Vec::new();
+        encode(&schema, &values, &mut raw).unwrap();
+        assert_eq!(decode(&schema, &raw).unwrap(), values);
+        for (i, v) in values.iter().enumerate() {
+            assert_eq!(decode_field(&schema, &raw, i).unwrap(), *v);
+        }
+        for cut in 0..raw.len() {
+            assert!(decode(&schema, &raw[..cut]).is_err());
+        }
+    }
+
+    #[test]
+    fn rejects_wrong_types_and_counts() {
+        let schema = schema();
+        let mut raw = Vec::new();
+        let err = encode(&schema, &[Value::Int64(1)], &mut raw).unwrap_err();
+        assert!(err.to_string().contains("expected 5"));
+        let values = [
+            Value::Int64(1),
+            Value::Bytes(b""),
+            Value::Int64(1),
+            Value::Float64(1.0),
+            Value::Array(ElemType::U16, &[]),
+        ];
+        let err = encode(&schema, &values, &mut raw).unwrap_err();
+        assert!(err.to_string().contains("\"text\" is str"), "{err}");
+    }
+}

@@ -1,0 +1,295 @@
+//! Field types and the schema (ordered list of named, typed fields) of a store.
+
+use crate::error::{Error, Result};
+use std::fmt;
+use std::str::FromStr;
+
+/// Element type of a 1-D numeric array field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ElemType {
+    I8,
+    U8,
+    I16,
+    U16,
+    I32,
+    U32,
+    I64,
+    U64,
+    F32,
+    F64,
+}
+
+impl ElemType {
+    pub const ALL: [ElemType; 10] = [
+        ElemType::I8,
+        ElemType::U8,
+        ElemType::I16,
+        ElemType::U16,
+        ElemType::I32,
+        ElemType::U32,
+        ElemType::I64,
+        ElemType::U64,
+        ElemType::F32,
+        ElemType::F64,
+    ];
+
+    pub fn size(self) -> usize {
+        match self {
+            ElemType::I8 | ElemType::U8 => 1,
+            ElemType::I16 | ElemType::U16 => 2,
+            ElemType::I32 | ElemType::U32 | ElemType::F32 => 4,
+            ElemType::I64 | ElemType::U64 | ElemType::F64 => 8,
+        }
+    }
+
+    /// numpy's name for the element type (also the spelling in field type names).
+    pub fn name(self) -> &'static str {
+        match self {
+            ElemType::I8 => "int8",
+            ElemType::U8 => "uint8",
+            ElemType::I16 => "int16",
+            ElemType::U16 => "uint16",
+            ElemType::I32 => "int32",
+            ElemType::U32 => "uint32",
+            ElemType::I64 => "int64",
+            ElemType::U64 => "uint64",
+            ElemType::F32 => "float32",
+            ElemType::F64 => "float64",
+        }
+    }
+}
+
+/// The type of one field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FieldType {
+    Str,
+    Bytes,
+    Int64,
+    Float64,
+    Array(ElemType),
+}
+
+impl FieldType {
+    /// One byte on disk (see docs/format.md).
+    pub fn code(self) -> u8 {
+        match self {
+            FieldType::Str => 1,
+            FieldType::Bytes => 2,
+            FieldType::Int64 => 3,
+            FieldType::Float64 => 4,
+            FieldType::Array(elem) => {
+                16 + ElemType::ALL.iter().position(|e| *e == elem).unwrap() as u8
+            }
+        }
+    }
+
+    pub fn from_code(code: u8) -> Option<FieldType> {
+        Some(match code {
+            1 => FieldType::Str,
+            2 => FieldType::Bytes,
+            3 => FieldType::Int64,
+            4 => FieldType::Float64,
+            16..=25 => FieldType::Array(ElemType::ALL[usize::from(code - 16)]),
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for FieldType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FieldType::Str => f.write_str("str"),
+            FieldType::Bytes => f.write_str("bytes"),
+            FieldType::Int64 => f.write_str("int64"),
+            FieldType::Float64 => f.write_str("float64"),
+            FieldType::Array(elem) => write!(f, "{}[]", elem.name()),
+        }
+    }
+}
+
+impl FromStr for FieldType {
+    type Err = Error;
+
+    /// Parses `str`, `bytes`, `int64` (alias `int`), `float64` (alias `float`) and `<elem>[]`.
+    fn from_str(s: &str) -> Result<Self> {
+        let ty = match s {
+            "str" => FieldType::Str,
+            "bytes" => FieldType::Bytes,
+            "int64" | "int" => FieldType::Int64,
+            "float64" | "float" => FieldType::Float64,
+            _ => {
+                let elem = s
+                    .strip_suffix("[]")
+                    .and_then(|name| ElemType::ALL.into_iter().find(|e| e.name() == name));
+                match elem {
+                    Some(elem) => FieldType::Array(elem),
+                    None => {
+                        return Err(Error::Schema(format!(
+                            "unknown field type {s:?}; expected one of str, bytes, int64, float64 \
+                             or an array type such as int32[], int64[], uint16[], float32[], float64[]"
+                        )))
+                    }
+                }
+            }
+        };
+        Ok(ty)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Field {
+    pub name: String,
+    pub ty: FieldType,
+}
+
+/// Ordered fields of every document in a store.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Schema {
+    pub fields: Vec<Field>,
+}
+
+/// Names a document can't use as a field because `Doc` already has them.
+const RESERVED: [&str; 1] = ["doc_id"];
+
+impl Schema {
+    pub fn new(fields: Vec<Field>) -> Result<Schema> {
+        if fields.len() > usize::from(u16::MAX) {
+            return Err(Error::Schema("too many fields (at most 65535)".into()));
+        }
+        for (i, field) in fields.iter().enumerate() {
+            let name = &field.name;
+            let valid_identifier = name
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_alphabetic() || c == '_')
+                && name.chars().all(|c| c.is_alphanumeric() || c == '_');
+            if !valid_identifier || name.starts_with('_') {
+                return Err(Error::Schema(format!(
+                    "field name {name:?} must be an identifier not starting with '_'"
+                )));
+            }
+            if RESERVED.contains(&name.as_str()) {
+                return Err(Error::Schema(format!(
+                    "field name {name:?} is reserved for the document key"
+                )));
+            }
+            if fields[..i].iter().any(|f| f.name == *name) {
+                return Err(Error::Schema(format!("field {name:?} is given twice")));
+            }
+        }
+        Ok(Schema { fields })
+    }
+
+    pub fn len(&self) -> usize {
+        self.fields.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.fields.is_empty()
+    }
+
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.fields.iter().position(|f| f.name == name)
+    }
+
+    /// `u16 count`, then per field `u8 type code, u16 name length, name (UTF-8)`; little endian.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(self.fields.len() as u16).to_le_bytes());
+        for field in &self.fields {
+            out.push(field.ty.code());
+            out.extend_from_slice(&(field.name.len() as u16).to_le_bytes());
+            out.extend_from_slice(field.name.as_bytes());
+        }
+    }
+
+    pub fn decode(buf: &[u8]) -> Result<Schema> {
+        let mut pos = 0usize;
+        let mut take = |n: usize| -> Result<&[u8]> {
+            let bytes = buf
+                .get(pos..pos + n)
+                .ok_or_else(|| Error::corrupt("truncated schema"))?;
+            pos += n;
+            Ok(bytes)
+        };
+        let count = u16::from_le_bytes(take(2)?.try_into().unwrap());
+        let mut fields = Vec::with_capacity(usize::from(count));
+        for _ in 0..count {
+            let code = take(1)?[0];
+            let ty = FieldType::from_code(code)
+                .ok_or_else(|| Error::corrupt(format!("unknown field type code {code}")))?;
+            let len = u16::from_le_bytes(take(2)?.try_into().unwrap());
+            let name = std::str::from_utf8(take(usize::from(len))?)
+                .map_err(|_| Error::corrupt("field name is not UTF-8"))?;
+            fields.push(Field {
+                name: name.to_owned(),
+                ty,
+            });
+        }
+        if pos != buf.len() {
+            return Err(Error::corrupt("trailing bytes after schema"));
+        }
+        Schema::new(fields).map_err(|e| Error::corrupt(format!("bad schema: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn type_names_round_trip() {
+        let mut names = vec!["str", "bytes", "int64", "float64"];
+        let arrays: Vec<String> = ElemType::ALL
+            .iter()
+            .map(|e| format!("{}[]", e.name()))
+            .collect();
+        names.extend(arrays.iter().map(String::as_str));
+        for name in names {
+            let ty: FieldType = name.parse().unwrap();
+            assert_eq!(ty.to_string(), name);
+            assert_eq!(FieldType::from_code(ty.code()), Some(ty));
+        }
+        assert!("float16".parse::<FieldType>().is_err());
+        assert!("int32[][]".parse::<FieldType>().is_err());
+    }
+
+    #[test]
+    fn schema_round_trips_and_validates() {
+        let schema = Schema::new(vec![
+            Field {
+                name: "text".into(),
+                ty: FieldType::Str,
+            },
+            Field {
+                name: "tokens".into(),
+                ty: FieldType::Array(ElemType::U16),
+            },
+        ])
+        .unwrap();
+        let mut buf = Vec::new();
+        schema.encode(&mut buf);
+        assert_eq!(Schema::decode(&buf).unwrap(), schema);
+        assert!(Schema::decode(&buf[..buf.len() - 1]).is_err());
+        let dup = vec![
+            Field {
+                name: "a".into(),
+                ty: FieldType::Str,
+            },
+            Field {
+                name: "a".into(),
+                ty: FieldType::Str,
+            },
+        ];
+        assert!(Schema::new(dup).is_err());
+        assert!(Schema::new(vec![Field {
+            name: "doc_id".into(),
+            ty: FieldType::Str
+        }])
+        .is_err());
+        assert!(Schema::new(vec![Field {
+            name: "a b".into(),
+            ty: FieldType::Str
+        }])
+        .is_err());
+    }
+}

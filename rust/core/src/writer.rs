@@ -1,0 +1,503 @@
+//! Streaming, crash-safe construction of a store.
+//!
+//! Documents are encoded on the caller's thread and handed over in batches to a background thread
+//! that compresses each batch in parallel and appends it to a partial file in a scratch directory
+//! beside the target. Keys are sorted externally (`keysort`). Only a complete, checksummed and
+//! synced file is ever renamed to the target path, so a failure or a kill leaves nothing there.
+
+use crate::codec::{self, Compressor};
+use crate::error::{Error, Result};
+use crate::format::{Header, Section, SectionEntry, ALIGN, HEADER_SIZE};
+use crate::keysort::KeySorter;
+use crate::parallel;
+use crate::record::{self, Value};
+use crate::schema::Schema;
+use memmap2::MmapMut;
+use rayon::prelude::*;
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{sync_channel, SyncSender};
+use std::thread::JoinHandle;
+use tempfile::TempDir;
+use xxhash_rust::xxh3::{xxh3_64, Xxh3};
+
+#[derive(Clone, Debug)]
+pub struct WriterOptions {
+    /// 0 = lz4 fast, 1..=12 = lz4 HC levels.
+    pub level: i32,
+    /// Bytes of dictionary sampled from the first batch (0 disables it; at most 64 KiB).
+    pub dict_size: usize,
+    /// Raw bytes per compression batch (the dictionary is sampled from the first one).
+    pub batch_bytes: usize,
+    /// Memory for keys before a sorted run is spilled to disk.
+    pub key_buffer_bytes: usize,
+    pub overwrite: bool,
+}
+
+impl Default for WriterOptions {
+    fn default() -> Self {
+        WriterOptions {
+            level: 9,
+            dict_size: codec::MAX_DICT_SIZE,
+            batch_bytes: 4 << 20,
+            key_buffer_bytes: 64 << 20,
+            overwrite: false,
+        }
+    }
+}
+
+/// What a finished build produced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Summary {
+    pub count: u64,
+    pub raw_bytes: u64,
+    pub file_bytes: u64,
+}
+
+/// Raw records waiting for compression, concatenated.
+#[derive(Default)]
+struct Batch {
+    data: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl Batch {
+    fn records(&self) -> impl ExactSizeIterator<Item = &[u8]> + Clone {
+        (0..self.ends.len()).map(|i| {
+            let start = if i == 0 { 0 } else { self.ends[i - 1] };
+            &self.data[start..self.ends[i]]
+        })
+    }
+}
+
+/// A file written section by section: tracks the position and the checksum of the open section.
+struct SectionWriter {
+    out: BufWriter<File>,
+    pos: u64,
+    start: u64,
+    hasher: Xxh3,
+}
+
+impl SectionWriter {
+    fn new(file: File) -> SectionWriter {
+        SectionWriter {
+            out: BufWriter::with_capacity(1 << 20, file),
+            pos: 0,
+            start: 0,
+            hasher: Xxh3::new(),
+        }
+    }
+
+    /// Pads with zeros to the alignment and opens a section there.
+    fn begin(&mut self) -> Result<()> {
+        let padding = (ALIGN - self.pos % ALIGN) % ALIGN;
+        self.out
+            .write_all(&[0u8; ALIGN as usize][..padding as usize])?;
+        self.pos += padding;
+        self.start = self.pos;
+        self.hasher.reset();
+        Ok(())
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        self.out.write_all(bytes)?;
+        self.hasher.update(bytes);
+        self.pos += bytes.len() as u64;
+        Ok(())
+    }
+
+    fn end(&mut self) -> SectionEntry {
+        SectionEntry {
+            offset: self.start,
+            len: self.pos - self.start,
+            checksum: self.hasher.digest(),
+        }
+    }
+
+    fn copy_from(&mut self, path: &Path) -> Result<()> {
+        let mut input = BufReader::with_capacity(1 << 20, File::open(path)?);
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = input.read(&mut buf)?;
+            if n == 0 {
+                return Ok(());
+            }
+            self.write(&buf[..n])?;
+        }
+    }
+}
+
+/// What the background thread hands back: the partial file up to the end of the data section.
+struct DataWritten {
+    file: SectionWriter,
+    schema: SectionEntry,
+    dictionary: SectionEntry,
+    data: SectionEntry,
+}
+
+pub struct Writer {
+    schema: Schema,
+    options: WriterOptions,
+    target: PathBuf,
+    scratch: TempDir,
+    count: u64,
+    raw_bytes: u64,
+    batch: Batch,
+    keys: KeySorter,
+    sender: Option<SyncSender<Batch>>,
+    worker: Option<JoinHandle<Result<DataWritten>>>,
+}
+
+impl Writer {
+    pub fn create(
+        path: impl AsRef<Path>,
+        schema: Schema,
+        options: WriterOptions,
+    ) -> Result<Writer> {
+        let target = path.as_ref().to_path_buf();
+        if !options.overwrite && target.exists() {
+            return Err(Error::AlreadyExists(target));
+        }
+        if target.is_dir() {
+            return Err(Error::Io(std::io::Error::other(format!(
+                "{} is a directory",
+                target.display()
+            ))));
+        }
+        // Validates the level before any file exists.
+        Compressor::new(options.level, &[])?;
+        let parent = match target.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let name = target
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let scratch = tempfile::Builder::new()
+            .prefix(&format!(".{name}."))
+            .suffix(".docstore-tmp")
+            .tempdir_in(&parent)?;
+        // Read and write: the ranks section is filled through a mapping of this file.
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(scratch.path().join("store"))?;
+        let offsets = File::create(scratch.path().join("doc-offsets"))?;
+        let (sender, receiver) = sync_channel::<Batch>(2);
+        let worker = {
+            let (schema, options) = (schema.clone(), options.clone());
+            std::thread::Builder::new()
+                .name("docstore-writer".into())
+                .spawn(move || write_data(file, offsets, &schema, &options, receiver.into_iter()))?
+        };
+        let keys = KeySorter::new(scratch.path().to_path_buf(), options.key_buffer_bytes);
+        Ok(Writer {
+            schema,
+            options,
+            target,
+            scratch,
+            count: 0,
+            raw_bytes: 0,
+            batch: Batch::default(),
+            keys,
+            sender: Some(sender),
+            worker: Some(worker),
+        })
+    }
+
+    pub fn schema(&self) -> &Schema {
+        &self.schema
+    }
+
+    pub fn len(&self) -> u64 {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Buffers one document. Never blocks; call `flush` when `needs_flush` says so (or use `push`).
+    /// A rejected document leaves the writer as it was.
+    pub fn add(&mut self, key: &str, values: &[Value<'_>]) -> Result<()> {
+        if key.is_empty() {
+            return Err(Error::InvalidKey(
+                "doc ids must be non-empty strings".into(),
+            ));
+        }
+        if self.count >= u64::from(u32::MAX) - 1 {
+            return Err(Error::Schema(
+                "a store holds at most 4294967294 documents".into(),
+            ));
+        }
+        let start = self.batch.data.len();
+        if let Err(err) = record::encode(&self.schema, values, &mut self.batch.data) {
+            self.batch.data.truncate(start);
+            return Err(err);
+        }
+        self.keys.push(key.as_bytes(), self.count as u32)?;
+        self.batch.ends.push(self.batch.data.len());
+        self.raw_bytes += (self.batch.data.len() - start) as u64;
+        self.count += 1;
+        Ok(())
+    }
+
+    pub fn needs_flush(&self) -> bool {
+        self.batch.data.len() >= self.options.batch_bytes || self.keys.is_full()
+    }
+
+    /// Hands the batch to the compression thread (blocks while two batches are already queued)
+    /// and spills the keys when their buffer is full.
+    pub fn flush(&mut self) -> Result<()> {
+        if !self.batch.ends.is_empty() {
+            let batch = std::mem::take(&mut self.batch);
+            let sent = self
+                .sender
+                .as_ref()
+                .map(|s| s.send(batch).is_ok())
+                .unwrap_or(false);
+            if !sent {
+                return Err(self.worker_error());
+            }
+        }
+        if self.keys.is_full() {
+            self.keys.spill()?;
+        }
+        Ok(())
+    }
+
+    /// `add`, then `flush` if needed.
+    pub fn push(&mut self, key: &str, values: &[Value<'_>]) -> Result<()> {
+        self.add(key, values)?;
+        if self.needs_flush() {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// The background thread stopped early: its error says why.
+    fn worker_error(&mut self) -> Error {
+        self.sender = None;
+        match self.worker.take().map(JoinHandle::join) {
+            Some(Ok(Err(err))) => err,
+            Some(Err(_)) => Error::Closed("the compression thread panicked".into()),
+            _ => Error::Closed("the writer has already failed or finished".into()),
+        }
+    }
+
+    /// Completes the store and moves it to the target path.
+    pub fn finish(mut self) -> Result<Summary> {
+        self.flush()?;
+        self.sender = None; // ends the worker's loop
+        let written = match self.worker.take().map(JoinHandle::join) {
+            Some(Ok(result)) => result?,
+            Some(Err(_)) => return Err(Error::Closed("the compression thread panicked".into())),
+            None => return Err(Error::Closed("the writer has already failed".into())),
+        };
+        let DataWritten {
+            mut file,
+            schema,
+            dictionary,
+            data,
+        } = written;
+        let scratch = self.scratch.path().to_path_buf();
+        let count = self.count;
+        let mut sections = [SectionEntry::default(); Section::COUNT];
+        sections[Section::Schema as usize] = schema;
+        sections[Section::Dictionary as usize] = dictionary;
+        sections[Section::Data as usize] = data;
+
+        file.begin()?;
+        file.copy_from(&scratch.join("doc-offsets"))?;
+        file.write(&data.len.to_le_bytes())?;
+        sections[Section::DocOffsets as usize] = file.end();
+
+        // Sorted keys go straight into the file; their offsets and positions to scratch files.
+        file.begin()?;
+        let mut key_offsets =
+            BufWriter::with_capacity(1 << 20, File::create(scratch.join("key-offsets"))?);
+        let mut key_positions =
+            BufWriter::with_capacity(1 << 20, File::create(scratch.join("key-positions"))?);
+        let keys_start = file.pos;
+        let keys = std::mem::replace(&mut self.keys, KeySorter::new(scratch.clone(), 1));
+        keys.finish(|key, pos| {
+            key_offsets.write_all(&(file.pos - keys_start).to_le_bytes())?;
+            key_positions.write_all(&pos.to_le_bytes())?;
+            file.write(key)
+        })?;
+        key_offsets.write_all(&(file.pos - keys_start).to_le_bytes())?;
+        key_offsets.into_inner().map_err(|e| e.into_error())?;
+        key_positions.into_inner().map_err(|e| e.into_error())?;
+        sections[Section::Keys as usize] = file.end();
+        file.begin()?;
+        file.copy_from(&scratch.join("key-offsets"))?;
+        sections[Section::KeyOffsets as usize] = file.end();
+        file.begin()?;
+        file.copy_from(&scratch.join("key-positions"))?;
+        sections[Section::KeyPositions as usize] = file.end();
+
+        // Ranks are the inverse permutation: random writes, so they go through a mapping of the
+        // file (page cache) rather than a buffer in memory that grows with the corpus.
+        file.begin()?;
+        let ranks_at = file.pos;
+        let ranks_len = count * 4;
+        let mut out = file.out.into_inner().map_err(|e| e.into_error())?;
+        out.set_len(ranks_at + ranks_len)?;
+        let ranks_checksum = if count > 0 {
+            // SAFETY: the file is private to this writer's scratch directory.
+            let mut ranks = unsafe {
+                memmap2::MmapOptions::new()
+                    .offset(ranks_at)
+                    .len(ranks_len as usize)
+                    .map_mut(&out)?
+            };
+            fill_ranks(&mut ranks, &scratch.join("key-positions"))?;
+            ranks.flush()?;
+            xxh3_64(&ranks)
+        } else {
+            xxh3_64(&[])
+        };
+        sections[Section::KeyRanks as usize] = SectionEntry {
+            offset: ranks_at,
+            len: ranks_len,
+            checksum: ranks_checksum,
+        };
+
+        let header = Header {
+            count,
+            raw_bytes: self.raw_bytes,
+            level: self.options.level as u8,
+            sections,
+        };
+        out.seek(SeekFrom::Start(0))?;
+        out.write_all(&header.encode())?;
+        out.sync_all()?;
+        let file_bytes = ranks_at + ranks_len;
+        drop(out);
+        self.publish(&scratch.join("store"))?;
+        Ok(Summary {
+            count,
+            raw_bytes: self.raw_bytes,
+            file_bytes,
+        })
+    }
+
+    /// Moves the finished file to the target: atomically, and without replacing an existing
+    /// store unless asked to.
+    fn publish(&self, finished: &Path) -> Result<()> {
+        if self.options.overwrite {
+            std::fs::rename(finished, &self.target)?;
+        } else {
+            // link() fails if the target exists, so a store created meanwhile is never clobbered.
+            std::fs::hard_link(finished, &self.target).map_err(|e| match e.kind() {
+                std::io::ErrorKind::AlreadyExists => Error::AlreadyExists(self.target.clone()),
+                _ => Error::Io(e),
+            })?;
+        }
+        if let Some(parent) = self.target.parent().filter(|p| !p.as_os_str().is_empty()) {
+            if let Ok(dir) = File::open(parent) {
+                let _ = dir.sync_all();
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Writer {
+    /// An unfinished writer leaves nothing behind: the worker stops and the scratch dir goes.
+    fn drop(&mut self) {
+        self.sender = None;
+        if let Some(worker) = self.worker.take() {
+            let _ = worker.join();
+        }
+    }
+}
+
+fn fill_ranks(ranks: &mut MmapMut, positions: &Path) -> Result<()> {
+    let mut input = BufReader::with_capacity(1 << 20, File::open(positions)?);
+    let mut pos = [0u8; 4];
+    let mut rank = 0u32;
+    while input.read_exact(&mut pos).is_ok() {
+        let at = u32::from_le_bytes(pos) as usize * 4;
+        ranks[at..at + 4].copy_from_slice(&rank.to_le_bytes());
+        rank += 1;
+    }
+    Ok(())
+}
+
+/// The compression thread: header space, schema, dictionary (from the first batch), then the
+/// data section; blob offsets go to `offsets`.
+fn write_data(
+    file: File,
+    offsets: File,
+    schema: &Schema,
+    options: &WriterOptions,
+    batches: impl Iterator<Item = Batch>,
+) -> Result<DataWritten> {
+    let mut file = SectionWriter::new(file);
+    let mut offsets = BufWriter::with_capacity(1 << 20, offsets);
+    file.write(&[0u8; HEADER_SIZE])?;
+    file.begin()?;
+    let mut encoded = Vec::new();
+    schema.encode(&mut encoded);
+    file.write(&encoded)?;
+    let schema_entry = file.end();
+
+    let mut compressor: Option<Compressor> = None;
+    let mut dictionary = SectionEntry::default();
+    let mut start_data = |file: &mut SectionWriter, dict: &[u8]| -> Result<Compressor> {
+        file.begin()?;
+        file.write(dict)?;
+        dictionary = file.end();
+        file.begin()?;
+        Compressor::new(options.level, dict)
+    };
+    for batch in batches {
+        let compressor = match &compressor {
+            Some(c) => c,
+            None => {
+                let dict = codec::sample_dictionary(batch.records(), options.dict_size);
+                compressor.insert(start_data(&mut file, &dict)?)
+            }
+        };
+        let records: Vec<&[u8]> = batch.records().collect();
+        // Chunks of records compress into one buffer each: few allocations, ordered output.
+        let chunks: Vec<(Vec<u8>, Vec<usize>)> = parallel::pool().install(|| {
+            records
+                .par_chunks(64)
+                .map(|chunk| {
+                    let mut out = Vec::new();
+                    let mut ends = Vec::with_capacity(chunk.len());
+                    for raw in chunk {
+                        compressor.compress(raw, &mut out);
+                        ends.push(out.len());
+                    }
+                    (out, ends)
+                })
+                .collect()
+        });
+        for (out, ends) in chunks {
+            let base = file.pos - file.start;
+            let mut start = 0;
+            for end in ends {
+                offsets.write_all(&(base + start as u64).to_le_bytes())?;
+                start = end;
+            }
+            file.write(&out)?;
+        }
+    }
+    if compressor.is_none() {
+        start_data(&mut file, &[])?;
+    }
+    offsets.into_inner().map_err(|e| e.into_error())?;
+    let data = file.end();
+    Ok(DataWritten {
+        file,
+        schema: schema_entry,
+        dictionary,
+        data,
+    })
+}

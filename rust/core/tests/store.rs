@@ -1,0 +1,332 @@
+//! Write a store, read it back, and break it in every way a disk or a user can.
+
+use docstore_core::{
+    ElemType, Error, Field, FieldType, Schema, Store, Value, Writer, WriterOptions,
+};
+use std::collections::HashMap;
+use std::path::Path;
+
+fn schema() -> Schema {
+    Schema::new(vec![
+        Field {
+            name: "text".into(),
+            ty: FieldType::Str,
+        },
+        Field {
+            name: "label".into(),
+            ty: FieldType::Int64,
+        },
+        Field {
+            name: "tokens".into(),
+            ty: FieldType::Array(ElemType::I32),
+        },
+    ])
+    .unwrap()
+}
+
+fn doc(i: usize) -> (String, String, i64, Vec<u8>) {
+    let key = format!("doc-{:05}-{}", (i * 7919) % 100_000, "é".repeat(i % 3));
+    let text = format!(
+        "passage {i} about rivers, {} and the sea",
+        "words ".repeat(i % 50)
+    );
+    let tokens: Vec<u8> = (0..(i % 9) as i32)
+        .flat_map(|t| (t * i as i32).to_le_bytes())
+        .collect();
+    (key, text, i as i64 - 500, tokens)
+}
+
+fn build(path: &Path, n: usize, options: WriterOptions) -> docstore_core::Summary {
+    let mut writer = Writer::create(path, schema(), options).unwrap();
+    for i in 0..n {
+        let (key, text, label, tokens) = doc(i);
+        let values = [
+            Value::Str(&text),
+            Value::Int64(label),
+            Value::Array(ElemType::I32, &tokens),
+        ];
+        writer.push(&key, &values).unwrap();
+    }
+    writer.finish().unwrap()
+}
+
+fn check_all(store: &Store<impl AsRef<[u8]>>, n: usize) {
+    assert_eq!(store.len(), n as u64);
+    let schema = schema();
+    for i in 0..n {
+        let (key, text, label, tokens) = doc(i);
+        let (pos, raw) = store.get(key.as_bytes()).unwrap().expect("key present");
+        assert_eq!(pos, i as u64);
+        assert_eq!(store.key_at(pos).unwrap(), key);
+        let values = docstore_core::record::decode(&schema, &raw).unwrap();
+        assert_eq!(
+            values,
+            [
+                Value::Str(&text),
+                Value::Int64(label),
+                Value::Array(ElemType::I32, &tokens)
+            ]
+        );
+    }
+    assert!(store.get(b"missing").unwrap().is_none());
+    assert!(store.get(b"").unwrap().is_none());
+}
+
+#[test]
+fn round_trips_with_and_without_spilled_key_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, options) in [
+        ("default", WriterOptions::default()),
+        (
+            "spilled",
+            WriterOptions {
+                key_buffer_bytes: 2000,
+                batch_bytes: 3000,
+                ..Default::default()
+            },
+        ),
+        (
+            "fast",
+            WriterOptions {
+                level: 0,
+                dict_size: 0,
+                ..Default::default()
+            },
+        ),
+    ] {
+        let path = dir.path().join(name);
+        let summary = build(&path, 3000, options);
+        assert_eq!(summary.count, 3000);
+        assert_eq!(summary.file_bytes, std::fs::metadata(&path).unwrap().len());
+        let store = Store::open(&path).unwrap();
+        check_all(&store, 3000);
+        store.verify().unwrap();
+    }
+    // Nothing but the stores is left beside them.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 3);
+}
+
+#[test]
+fn empty_store_and_single_document() {
+    let dir = tempfile::tempdir().unwrap();
+    for n in [0, 1] {
+        let path = dir.path().join(format!("s{n}"));
+        build(&path, n, WriterOptions::default());
+        let store = Store::open(&path).unwrap();
+        check_all(&store, n);
+        store.verify().unwrap();
+        assert!(matches!(
+            store.record(n as u64),
+            Err(Error::OutOfRange { .. })
+        ));
+    }
+}
+
+#[test]
+fn duplicate_keys_leave_no_store() {
+    let dir = tempfile::tempdir().unwrap();
+    for key_buffer_bytes in [1 << 20, 64] {
+        let path = dir.path().join("dup");
+        let options = WriterOptions {
+            key_buffer_bytes,
+            ..Default::default()
+        };
+        let mut writer = Writer::create(&path, schema(), options).unwrap();
+        let mut result = Ok(());
+        for key in ["a", "b", "c", "d", "e", "f", "g", "h", "c", "z"] {
+            result = result.and_then(|_| {
+                writer.push(
+                    key,
+                    &[
+                        Value::Str("t"),
+                        Value::Int64(1),
+                        Value::Array(ElemType::I32, &[]),
+                    ],
+                )
+            });
+        }
+        let err = result.and_then(|_| writer.finish().map(drop)).unwrap_err();
+        assert!(
+            matches!(err, Error::DuplicateKey(ref k) if k == "c"),
+            "{err}"
+        );
+        assert!(!path.exists());
+    }
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "scratch files were left behind"
+    );
+}
+
+#[test]
+fn bad_documents_are_rejected_and_leave_the_writer_usable() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let mut writer = Writer::create(&path, schema(), WriterOptions::default()).unwrap();
+    let good = [
+        Value::Str("t"),
+        Value::Int64(1),
+        Value::Array(ElemType::I32, &[]),
+    ];
+    assert!(matches!(writer.push("", &good), Err(Error::InvalidKey(_))));
+    assert!(matches!(
+        writer.push("k", &good[..2]),
+        Err(Error::Schema(_))
+    ));
+    let wrong = [
+        Value::Int64(1),
+        Value::Int64(1),
+        Value::Array(ElemType::I32, &[]),
+    ];
+    assert!(matches!(writer.push("k", &wrong), Err(Error::FieldType(_))));
+    writer.push("k", &good).unwrap();
+    writer.finish().unwrap();
+    assert_eq!(Store::open(&path).unwrap().len(), 1);
+}
+
+#[test]
+fn abandoned_writer_and_existing_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let mut writer = Writer::create(&path, schema(), WriterOptions::default()).unwrap();
+    writer
+        .push(
+            "k",
+            &[
+                Value::Str("t"),
+                Value::Int64(1),
+                Value::Array(ElemType::I32, &[]),
+            ],
+        )
+        .unwrap();
+    drop(writer);
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+
+    build(&path, 5, WriterOptions::default());
+    assert!(matches!(
+        Writer::create(&path, schema(), WriterOptions::default()),
+        Err(Error::AlreadyExists(_))
+    ));
+    build(
+        &path,
+        7,
+        WriterOptions {
+            overwrite: true,
+            ..Default::default()
+        },
+    );
+    assert_eq!(Store::open(&path).unwrap().len(), 7);
+}
+
+#[test]
+fn every_flipped_byte_and_every_truncation_is_an_error_not_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    build(
+        &path,
+        40,
+        WriterOptions {
+            dict_size: 512,
+            ..Default::default()
+        },
+    );
+    let good = std::fs::read(&path).unwrap();
+    let oracle: HashMap<String, Vec<u8>> = {
+        let store = Store::from_bytes(good.clone()).unwrap();
+        (0..40)
+            .map(|p| {
+                (
+                    store.key_at(p).unwrap().to_owned(),
+                    store.record(p).unwrap().into_owned(),
+                )
+            })
+            .collect()
+    };
+    // Reads every document of a store that opened: each is right, or an error.
+    let read_all = |store: &Store<Vec<u8>>| {
+        for (key, raw) in &oracle {
+            match store.get(key.as_bytes()) {
+                Ok(Some((_, got))) => {
+                    assert!(got.as_ref() == raw.as_slice() || store.verify().is_err())
+                }
+                Ok(None) | Err(_) => {}
+            }
+        }
+        for p in 0..store.len() {
+            let _ = store.key_at(p);
+            let _ = store
+                .record(p)
+                .map(|r| docstore_core::record::decode(store.schema(), &r).map(drop));
+        }
+    };
+    for i in 0..good.len() {
+        let mut bad = good.clone();
+        bad[i] ^= 0x41;
+        match Store::from_bytes(bad) {
+            Err(_) => {}
+            Ok(store) => {
+                assert!(
+                    store.verify().is_err(),
+                    "flip at byte {i} of {} not detected",
+                    good.len()
+                );
+                read_all(&store);
+            }
+        }
+    }
+    for len in (0..good.len()).step_by(7) {
+        assert!(
+            Store::from_bytes(good[..len].to_vec()).is_err(),
+            "truncation at {len} opened"
+        );
+    }
+}
+
+#[test]
+fn garbage_and_newer_versions_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("garbage");
+    std::fs::write(&path, b"hello, this is not a store at all").unwrap();
+    assert!(matches!(Store::open(&path), Err(Error::Corrupt(_))));
+    std::fs::write(&path, b"").unwrap();
+    assert!(matches!(Store::open(&path), Err(Error::Corrupt(_))));
+    let store = dir.path().join("s");
+    build(&store, 3, WriterOptions::default());
+    let mut bytes = std::fs::read(&store).unwrap();
+    bytes[8] = 2;
+    std::fs::write(&path, &bytes).unwrap();
+    let err = Store::open(&path).err().unwrap();
+    assert!(matches!(
+        err,
+        Error::UnsupportedVersion {
+            found: 2,
+            supported: 1
+        }
+    ));
+    assert!(err.to_string().contains("upgrade"));
+}
+
+#[test]
+fn large_document_over_16_mib() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big");
+    let schema = Schema::new(vec![Field {
+        name: "text".into(),
+        ty: FieldType::Str,
+    }])
+    .unwrap();
+    let big: String = (0..5_000_000).map(|i| format!("{} ", i % 977)).collect();
+    assert!(big.len() > 16 << 20);
+    let mut writer = Writer::create(&path, schema.clone(), WriterOptions::default()).unwrap();
+    writer.push("small", &[Value::Str("x")]).unwrap();
+    writer.push("big", &[Value::Str(&big)]).unwrap();
+    writer.finish().unwrap();
+    let store = Store::open(&path).unwrap();
+    let (_, raw) = store.get(b"big").unwrap().unwrap();
+    assert_eq!(
+        docstore_core::record::decode(&schema, &raw).unwrap(),
+        [Value::Str(&big)]
+    );
+    store.verify().unwrap();
+}
