@@ -1,1 +1,31 @@
-// placeholder
+//! `docstore._docstore`: the Python extension module, a thin pyo3 layer over docstore-core.
+//! Everything users see is re-exported and documented by the `docstore` Python package.
+
+mod convert;
+mod errors;
+mod reader;
+mod writer;
+
+use pyo3::prelude::*;
+
+/// Sets the number of threads used for parallel compression and batch decoding (0 = all cores).
+#[pyfunction]
+fn set_num_threads(n: usize) {
+    docstore_core::parallel::set_num_threads(n);
+}
+
+/// The number of threads used for parallel work.
+#[pyfunction]
+fn get_num_threads() -> usize {
+    docstore_core::parallel::num_threads()
+}
+
+#[pymodule]
+fn _docstore(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<reader::Reader>()?;
+    m.add_class::<writer::Writer>()?;
+    m.add_function(wrap_pyfunction!(set_num_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(get_num_threads, m)?)?;
+    m.add("FORMAT_VERSION", docstore_core::format::VERSION)?;
+    Ok(())
+}

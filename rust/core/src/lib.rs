@@ -14,6 +14,7 @@ mod varint;
 pub mod writer;
 
 pub use error::{Error, Result};
+pub use memmap2::Mmap;
 pub use reader::Store;
 pub use record::Value;
 pub use schema::{ElemType, Field, FieldType, Schema};

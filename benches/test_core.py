@@ -1,0 +1,196 @@
+"""Core store benchmarks: docstore side by side with the systems a user would pick instead.
+
+Groups (``--benchmark-group-by=group,param:corpus`` is the default here):
+
+* ``get``      ``GET_LOOKUPS`` random single lookups by id per round
+* ``get_many`` one ``get_many`` of ``BATCH`` random distinct ids per round
+* ``build``    build from the same Python list of records (docstore also from a pyarrow
+  Table via ``Writer.add_many`` and from columns); one fresh directory per round
+* ``size``     bytes on disk (in ``extra_info``; the timing is a meaningless stat call)
+* ``threads``  ``THREAD_BATCHES`` get_many batches per round by one thread vs two threads
+
+Run: ``DOCSTORE_BENCH_QUICK=1 pytest benches`` (100k passages) or see ``benches/report.py``.
+Every benchmark stores ``extra_info`` (system, corpus, n_docs, ops per round, ...) that
+``report.py`` turns into throughputs and ratios.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from conftest import BATCH, GET_LOOKUPS, N_DOCS, THREAD_BATCHES, expected_text, require_peer
+
+GET_SYSTEMS = ["docstore", "docstore:field", "ir_datasets", "indexed-tsv", "dict"]
+GET_MANY_SYSTEMS = ["docstore", "docstore:docs", "ir_datasets", "indexed-tsv", "dict"]
+BUILD_SYSTEMS = ["docstore", "docstore:arrow", "docstore:columns", "ir_datasets", "indexed-tsv", "dict"]
+SIZE_SYSTEMS = ["docstore", "ir_datasets", "indexed-tsv", "dict"]
+THREAD_SYSTEMS = ["docstore", "ir_datasets", "indexed-tsv", "dict"]
+
+
+def _info(benchmark, system, corpus, **extra):
+    benchmark.extra_info.update(system=system, corpus=corpus.name, n_docs=corpus.n, **extra)
+
+
+def _check(system, corpus, got: dict, ids):
+    """Results must be right before they are timed."""
+    for i in ids:
+        want = corpus.by_id[i]
+        assert got[i] == expected_text(system, want), f"{system}: wrong text for {i!r}"
+
+
+@pytest.mark.benchmark(group="get")
+@pytest.mark.parametrize("system", GET_SYSTEMS)
+def test_get(benchmark, built, corpus, system):
+    peer = require_peer(system)
+    store = built.open(peer, corpus)
+    ids = corpus.sample_ids(GET_LOOKUPS, seed=1, unique=False)
+    get = peer.get_field if system == "docstore:field" else peer.get
+    _check(system, corpus, {i: get(store, i) for i in ids[:20]}, ids[:20])
+
+    def run():
+        for i in ids:
+            get(store, i)
+
+    _info(benchmark, system, corpus, ops=len(ids), unit="lookups")
+    benchmark(run)
+
+
+@pytest.mark.benchmark(group="get_many")
+@pytest.mark.parametrize("system", GET_MANY_SYSTEMS)
+def test_get_many(benchmark, built, corpus, system):
+    peer = require_peer(system)
+    store = built.open(peer, corpus)
+    ids = corpus.sample_ids(BATCH, seed=2)
+    if system == "docstore:docs":
+        got = peer.get_many_docs(store, ids)
+        assert len(got) == len(ids)
+        _check(system, corpus, {i: d.text for i, d in got.items()}, ids)
+        fn = peer.get_many_docs
+    else:
+        got = peer.get_many(store, ids)
+        assert len(got) == len(ids), f"{system}: get_many returned {len(got)} of {len(ids)}"
+        _check(system, corpus, got, ids)
+        fn = peer.get_many
+
+    _info(benchmark, system, corpus, ops=len(ids), unit="docs")
+    benchmark(fn, store, ids)
+
+
+_round = itertools.count()
+
+
+@pytest.mark.benchmark(group="build")
+@pytest.mark.parametrize("system", BUILD_SYSTEMS)
+def test_build(benchmark, tmp_path, corpus, system):
+    peer = require_peer(system)
+    records = corpus.records
+    if system == "docstore:arrow":
+        table = corpus.arrow_table()
+
+        def target(path):
+            peer.close(peer.build_arrow(path, table))
+    elif system == "docstore:columns":
+        ids = corpus.ids
+        texts = [r["text"] for r in records]
+
+        def target(path):
+            peer.close(peer.build_columns(path, ids, texts))
+    else:
+
+        def target(path):
+            peer.close(peer.build(path, records))
+
+    dirs = []
+
+    def setup():
+        for d in dirs:
+            shutil.rmtree(d, ignore_errors=True)
+        d = tmp_path / f"build{next(_round)}"
+        dirs.append(d)
+        return (d,), {}
+
+    rounds = 1 if corpus.n >= 200_000 else 3
+    _info(benchmark, system, corpus, ops=corpus.n, unit="docs", raw_text_bytes=corpus.raw_text_bytes)
+    try:
+        benchmark.pedantic(target, setup=setup, rounds=rounds, iterations=1)
+        if peer.size_on_disk(dirs[-1]) is not None:
+            # the build must be readable and complete
+            store = peer.open(dirs[-1])
+            some = corpus.sample_ids(5, seed=3)
+            _check(system, corpus, {i: peer.get(store, i) for i in some}, some)
+            peer.close(store)
+    finally:
+        for d in dirs:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.benchmark(group="size")
+@pytest.mark.parametrize("system", SIZE_SYSTEMS)
+def test_size(benchmark, built, corpus, system):
+    peer = require_peer(system)
+    if peer.size_on_disk(built.root) is None:
+        pytest.skip(f"{system} keeps everything in memory: nothing on disk")
+    path = built.path(peer, corpus)
+    size = peer.size_on_disk(path)
+    extra = {}
+    if system == "docstore":
+        store = built.open(peer, corpus)
+        info = getattr(store, "info", None)
+        if info is not None:
+            extra["store_info"] = {k: v for k, v in info().items() if isinstance(v, (int, float, str, bool))}
+    _info(
+        benchmark,
+        system,
+        corpus,
+        size_bytes=size,
+        raw_text_bytes=corpus.raw_text_bytes,
+        raw_id_bytes=corpus.raw_id_bytes,
+        x_raw=size / corpus.raw_text_bytes,
+        **extra,
+    )
+    benchmark.pedantic(peer.size_on_disk, args=(path,), rounds=1, iterations=1)
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with ThreadPoolExecutor(max_workers=2) as ex:
+        yield ex
+
+
+@pytest.mark.benchmark(group="threads")
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("system", THREAD_SYSTEMS)
+def test_threads(benchmark, built, corpus, pool, system, threads):
+    peer = require_peer(system)
+    if not peer.thread_safe:
+        pytest.skip(f"{system} is not thread-safe: {peer.thread_unsafe_reason}")
+    store = built.open(peer, corpus)
+    batches = [corpus.sample_ids(BATCH, seed=100 + b) for b in range(THREAD_BATCHES)]
+    get_many = peer.get_many
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def work(my_batches):
+        try:
+            for b in my_batches:
+                if len(get_many(store, b)) != len(b):
+                    raise AssertionError(f"{system}: short get_many result")
+        except BaseException as e:  # surfaced below, not swallowed by the pool
+            with lock:
+                errors.append(e)
+
+    # the same total work either way; the caller only waits, in both cases
+    parts = [batches[t::threads] for t in range(threads)]
+
+    def run():
+        for f in [pool.submit(work, p) for p in parts]:
+            f.result()
+
+    run()  # warm up both worker threads
+    _info(benchmark, system, corpus, ops=BATCH * THREAD_BATCHES, unit="docs", threads=threads, n_target=N_DOCS)
+    benchmark(run)
+    assert not errors, errors[0]

@@ -1,0 +1,56 @@
+"""docstore: an immutable, memory-mapped, lz4-compressed document store for ML training.
+
+>>> import docstore
+>>> store = docstore.build("corpus.docstore", [{"doc_id": "d1", "text": "hello"}])
+>>> store["d1"].text
+'hello'
+
+See ``docstore.open``, ``docstore.Writer``, ``docstore.build`` and ``docstore.DocStore``.
+"""
+
+from __future__ import annotations
+
+from ._doc import Doc
+from ._docstore import FORMAT_VERSION, get_num_threads, set_num_threads
+from ._store import DocStore, open
+from ._writer import Writer, build
+from .errors import (
+    ClosedError,
+    CorruptStoreError,
+    DocstoreError,
+    DuplicateKeyError,
+    FieldTypeError,
+    InternalError,
+    InvalidKeyError,
+    SchemaError,
+    StoreExistsError,
+    StoreIOError,
+    StoreNotFoundError,
+    UnsupportedVersionError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "FORMAT_VERSION",
+    "ClosedError",
+    "CorruptStoreError",
+    "Doc",
+    "DocStore",
+    "DocstoreError",
+    "DuplicateKeyError",
+    "FieldTypeError",
+    "InternalError",
+    "InvalidKeyError",
+    "SchemaError",
+    "StoreExistsError",
+    "StoreIOError",
+    "StoreNotFoundError",
+    "UnsupportedVersionError",
+    "Writer",
+    "__version__",
+    "build",
+    "get_num_threads",
+    "open",
+    "set_num_threads",
+]

@@ -1,0 +1,39 @@
+"""Conversion of array-like field values to the exact numpy dtype of their field.
+
+Rust takes numpy arrays of the exact dtype without copying; anything else comes here. Values are
+converted only when nothing is lost: floats never go into integer fields, and integers must fit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .errors import FieldTypeError
+
+
+def as_array(value: Any, dtype: str, doc_id: str, field: str) -> np.ndarray:
+    target = np.dtype(dtype)
+    where = f"doc {doc_id!r}: field {field!r} is {dtype}[]"
+    if isinstance(value, (str, bytes, bytearray, dict)) or np.ndim(value) == 0:
+        raise FieldTypeError(f"{where}, got {type(value).__name__}")
+    try:
+        array = np.asarray(value)
+    except (ValueError, TypeError) as exc:
+        raise FieldTypeError(f"{where}, got a value numpy cannot read: {exc}") from None
+    if array.ndim != 1:
+        raise FieldTypeError(f"{where}, got an array of shape {array.shape} (one dimension expected)")
+    if array.size == 0:
+        return np.empty(0, dtype=target)
+    if array.dtype.kind == "b":
+        array = array.astype(np.uint8)
+    if array.dtype.kind not in "iuf":
+        raise FieldTypeError(f"{where}, got elements of type {array.dtype}")
+    if target.kind in "iu":
+        if array.dtype.kind == "f":
+            raise FieldTypeError(f"{where}, got floating-point elements")
+        info = np.iinfo(target)
+        if array.min() < info.min or array.max() > info.max:
+            raise FieldTypeError(f"{where}, got elements outside [{info.min}, {info.max}]")
+    return np.ascontiguousarray(array, dtype=target)

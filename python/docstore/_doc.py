@@ -1,0 +1,41 @@
+"""``Doc``: the record type lookups return.
+
+A Doc is a namedtuple ``(doc_id, *fields)``, as ir_datasets' documents are, so code written for
+ir_datasets keeps working (``doc.text``, ``doc.doc_id``, ``doc._asdict()``, tuple unpacking).
+It also allows ``doc["text"]``. One class exists per field list; it pickles by field names, so
+documents cross DataLoader worker queues and process boundaries.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+from typing import Any
+
+
+class Doc:
+    """Base of every store's document class; use it for ``isinstance`` checks."""
+
+    __slots__ = ()
+    _fields: tuple[str, ...]
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            if key not in self._fields:
+                raise KeyError(key)
+            return tuple.__getitem__(self, self._fields.index(key))  # type: ignore[arg-type]
+        return tuple.__getitem__(self, key)  # type: ignore[arg-type]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (self._fields, tuple(self)))  # type: ignore[arg-type]
+
+
+@functools.lru_cache(maxsize=None)
+def doc_class(fields: tuple[str, ...]) -> type:
+    """The Doc class with fields ``("doc_id", *fields)``."""
+    base = collections.namedtuple("Doc", ("doc_id", *fields))  # type: ignore[misc]
+    return type("Doc", (Doc, base), {"__slots__": (), "__module__": __name__})
+
+
+def _rebuild(fields: tuple[str, ...], values: tuple[Any, ...]) -> Doc:
+    return tuple.__new__(doc_class(fields[1:]), values)  # type: ignore[type-var]

@@ -1,0 +1,92 @@
+"""``DocStore``: a read-only, mapping-style view of a store file."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, KeysView, Mapping
+from typing import Any
+
+from ._docstore import Reader
+
+_CHUNK = 4096
+
+
+class DocStore(Reader):
+    """An open store: ``store[doc_id]``, ``store.get_many(ids)``, ``store.take(positions)`` ...
+
+    Lookups release the GIL and batch lookups decode in parallel. A DocStore is safe to share
+    between threads, survives ``fork()``, and pickles as its path (it reopens where unpickled),
+    so it can go to DataLoader workers under any start method.
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (open, (os.fspath(self.path),))
+
+    def __enter__(self) -> DocStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return f"<DocStore {os.fspath(self.path)!r} (closed)>"
+        return f"<DocStore {os.fspath(self.path)!r}: {len(self)} docs, fields {self.fields}>"
+
+    def __iter__(self) -> Iterator[str]:
+        """Doc ids in insertion order."""
+        for start in range(0, len(self), _CHUNK):
+            yield from self.keys_range(start, start + _CHUNK)
+
+    def keys(self) -> KeysView[str]:
+        """Doc ids in insertion order (a live view: ``len``, ``in`` and iteration)."""
+        return KeysView(self)  # type: ignore[arg-type]
+
+    def values(self, *, field: str | None = None) -> Iterator[Any]:
+        """Documents (or one field's values) in insertion order, decoded in parallel chunks."""
+        for start in range(0, len(self), _CHUNK):
+            yield from self.take(range(start, min(start + _CHUNK, len(self))), field=field)
+
+    def items(self) -> Iterator[tuple[str, Any]]:
+        """``(doc_id, doc)`` pairs in insertion order."""
+        for doc in self.values():
+            yield doc.doc_id, doc
+
+    def get_many_iter(self, doc_ids: Iterable[str], *, field: str | None = None) -> Iterator[Any]:
+        """Documents of ``doc_ids`` in request order, missing ids skipped (ir_datasets-style)."""
+        batch: list[str] = []
+        for doc_id in doc_ids:
+            batch.append(doc_id)
+            if len(batch) == _CHUNK:
+                yield from self.get_many(batch, field=field).values()
+                batch = []
+        if batch:
+            yield from self.get_many(batch, field=field).values()
+
+    def info(self) -> dict[str, Any]:
+        """Count, fields, raw and stored bytes, compression ratio, codec and format version."""
+        info = self._info()
+        level = info.pop("level")
+        dict_bytes = info.pop("dictionary_bytes")
+        codec = "lz4" if level == 0 else f"lz4-hc level {level}"
+        if dict_bytes:
+            codec += f" + {dict_bytes // 1024} KiB dictionary"
+        raw = info["raw_bytes"]
+        return {
+            "path": os.fspath(self.path),
+            "count": info["count"],
+            "fields": self.fields,
+            "raw_bytes": raw,
+            "stored_bytes": info["stored_bytes"],
+            "ratio": info["stored_bytes"] / raw if raw else None,
+            "codec": codec,
+            "format_version": info["format_version"],
+        }
+
+
+Mapping.register(DocStore)
+
+
+def open(path: str | os.PathLike[str]) -> DocStore:  # noqa: A001 - mirrors the builtin on purpose
+    """Opens the store at ``path``. Constant time: nothing proportional to its size is read."""
+    return DocStore(path)

@@ -1,0 +1,168 @@
+"""``Writer`` and ``build``: creating stores."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ._docstore import Writer as _Writer
+from ._store import DocStore
+from ._store import open as open_store
+from .errors import SchemaError
+
+ARRAY_DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float32", "float64")
+
+
+class Writer(_Writer):
+    """Builds a store at ``path``; nothing appears there until the writer finishes.
+
+    >>> with docstore.Writer("corpus.docstore", fields={"text": "str"}) as w:
+    ...     w.add("d1", text="hello")
+
+    ``fields`` maps names to types: ``str``, ``bytes``, ``int64``, ``float64`` or a 1-D array
+    ``int8[]`` ... ``uint64[]``, ``float32[]``, ``float64[]``. Options: ``overwrite`` (replace an
+    existing store), ``level`` (0 = lz4 fast, 1-12 = lz4 HC; default 9), ``dict_size`` (bytes of
+    shared dictionary, default 64 KiB, 0 = none), ``batch_bytes`` (raw bytes per compression
+    batch), ``key_buffer_bytes`` (memory for ids before sorted runs spill to disk).
+    Leaving the ``with`` block by an exception, or calling ``abort()``, leaves no store behind.
+    """
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is not None:
+            self.abort()
+        elif not self.closed:
+            self.finish()
+
+    def __repr__(self) -> str:
+        state = "finished or aborted" if self.closed else f"{self.count} docs so far"
+        return f"<docstore.Writer {os.fspath(self.path)!r}: {state}>"
+
+    def close(self) -> dict[str, int]:
+        """Same as ``finish()``."""
+        return self.finish()
+
+    def add_many(self, doc_ids: Any, columns: Any = None, *, id_field: str = "doc_id") -> None:
+        """Adds documents column by column.
+
+        ``add_many(ids, {"text": [...], "label": [...]})``; columns may be lists, numpy arrays
+        (a 2-D array for an array field gives one row per document) or pyarrow arrays. A pyarrow
+        ``RecordBatch`` or ``Table`` works as ``columns``, or alone with its ids in ``id_field``.
+        """
+        if columns is None:
+            if not _is_arrow_table(doc_ids):
+                raise SchemaError("add_many needs columns, or a pyarrow Table/RecordBatch with an id column")
+            table = doc_ids
+            if id_field not in table.schema.names:
+                raise SchemaError(f"the table has no id column {id_field!r} (columns: {table.schema.names})")
+            doc_ids, columns = table.column(id_field), table
+        ids = _as_list(doc_ids)
+        names = list(self.fields)
+        if _is_arrow_table(columns):
+            missing = [n for n in names if n not in columns.schema.names]
+            if missing:
+                raise SchemaError(f"the table has no column for field(s) {missing}")
+            data = [_as_list(columns.column(n)) for n in names]
+        elif isinstance(columns, Mapping):
+            extra = [k for k in columns if k not in self.fields]
+            missing = [n for n in names if n not in columns]
+            if extra or missing:
+                raise SchemaError(
+                    f"add_many columns must match the fields {names}: missing {missing}, unknown {extra}"
+                )
+            data = [_as_list(columns[n]) for n in names]
+        else:
+            raise SchemaError("columns must be a dict of field name -> sequence, or a pyarrow Table")
+        self._add_columns(ids, data)
+
+
+def _is_arrow_table(obj: Any) -> bool:
+    return type(obj).__module__.startswith("pyarrow") and hasattr(obj, "schema") and hasattr(obj, "column")
+
+
+def _as_list(column: Any) -> list[Any]:
+    if isinstance(column, list):
+        return column
+    if isinstance(column, np.ndarray):
+        return list(column) if column.ndim > 1 or column.dtype == object else column.tolist()
+    if type(column).__module__.startswith("pyarrow"):
+        import pyarrow as pa
+
+        if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
+            # One numpy array per row instead of lists of Python ints.
+            return list(column.to_numpy(zero_copy_only=False))
+        return column.to_pylist()
+    return list(column)
+
+
+def infer_type(name: str, value: Any) -> str:
+    """The field type for a Python value (used by ``build`` when ``fields`` is not given)."""
+    if isinstance(value, str):
+        return "str"
+    if isinstance(value, (bytes, bytearray)):
+        return "bytes"
+    if isinstance(value, (bool, int, np.integer)):
+        return "int64"
+    if isinstance(value, (float, np.floating)):
+        return "float64"
+    if isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype.name in ARRAY_DTYPES:
+        return f"{value.dtype.name}[]"
+    if isinstance(value, (list, tuple)) and value:
+        if all(isinstance(v, (bool, int, np.integer)) for v in value):
+            return "int64[]"
+        if all(isinstance(v, (bool, int, float, np.integer, np.floating)) for v in value):
+            return "float64[]"
+    raise SchemaError(
+        f"cannot infer the type of field {name!r} from {type(value).__name__} value {value!r:.60}; "
+        "pass fields={...} explicitly"
+    )
+
+
+def _as_dict(record: Any) -> dict[str, Any]:
+    if isinstance(record, dict):
+        return record
+    if isinstance(record, Mapping):
+        return dict(record)
+    if hasattr(record, "_asdict"):
+        return record._asdict()
+    if dataclasses.is_dataclass(record) and not isinstance(record, type):
+        return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+    if hasattr(record, "__dict__"):
+        return vars(record)
+    raise SchemaError(f"records must be dicts, namedtuples or dataclasses, got {type(record).__name__}")
+
+
+def build(
+    path: str | os.PathLike[str],
+    records: Iterable[Any],
+    id_field: str = "doc_id",
+    fields: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
+    **options: Any,
+) -> DocStore:
+    """Builds a store from an iterable of dicts, namedtuples or dataclasses; returns it opened.
+
+    Field types are inferred from the first record when ``fields`` is not given. ``options`` go to
+    :class:`Writer` (``overwrite``, ``level``, ``dict_size`` ...).
+    """
+    iterator = iter(records)
+    first = next(iterator, None)
+    if fields is None:
+        if first is None:
+            raise SchemaError("cannot infer fields from no records; pass fields={...}")
+        sample = _as_dict(first)
+        if id_field not in sample:
+            raise SchemaError(f"record has no id field {id_field!r}: {sample!r:.200}")
+        fields = {k: infer_type(k, v) for k, v in sample.items() if k != id_field}
+    with Writer(path, dict(fields), **options) as writer:
+        if first is not None:
+            add = writer.add_record
+            for record in itertools.chain([first], iterator):
+                add(record if type(record) is dict else _as_dict(record), id_field)
+    return open_store(path)

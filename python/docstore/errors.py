@@ -1,0 +1,76 @@
+"""The exceptions docstore raises: one hierarchy rooted at :class:`DocstoreError`.
+
+Each class also derives from the built-in exception a Python user would expect in its place
+(``ValueError``, ``TypeError``, ``FileExistsError`` ...), so both kinds of ``except`` work.
+Missing doc ids raise ``KeyError`` and out-of-range positions ``IndexError``, as in any mapping.
+"""
+
+from __future__ import annotations
+
+
+class DocstoreError(Exception):
+    """Base class of every docstore error."""
+
+
+class CorruptStoreError(DocstoreError):
+    """The file is not a docstore store, is truncated, or fails a checksum."""
+
+
+class UnsupportedVersionError(DocstoreError):
+    """The store was written in a newer format version than this docstore reads."""
+
+
+class SchemaError(DocstoreError, ValueError):
+    """A document does not match the store's fields (missing, extra or unknown field)."""
+
+
+class FieldTypeError(SchemaError, TypeError):
+    """A field value has the wrong type for its field."""
+
+
+class InvalidKeyError(DocstoreError, ValueError):
+    """A doc id is empty or not a string."""
+
+
+class DuplicateKeyError(DocstoreError, ValueError):
+    """Two documents share a doc id. ``doc_id`` holds the culprit."""
+
+    def __init__(self, message: str, doc_id: str | None = None) -> None:
+        super().__init__(message)
+        self.doc_id = doc_id
+
+
+class StoreExistsError(DocstoreError, FileExistsError):
+    """The target path already holds a file and ``overwrite=True`` was not given."""
+
+
+class StoreNotFoundError(DocstoreError, FileNotFoundError):
+    """No store at the given path."""
+
+
+class StoreIOError(DocstoreError, OSError):
+    """An operating-system error while reading or writing a store."""
+
+
+class ClosedError(DocstoreError, ValueError):
+    """The store or writer was closed (or the writer already finished or failed)."""
+
+
+class InternalError(DocstoreError):
+    """A bug inside docstore (a Rust panic caught at the boundary). Please report it."""
+
+
+__all__ = [
+    "ClosedError",
+    "CorruptStoreError",
+    "DocstoreError",
+    "DuplicateKeyError",
+    "FieldTypeError",
+    "InternalError",
+    "InvalidKeyError",
+    "SchemaError",
+    "StoreExistsError",
+    "StoreIOError",
+    "StoreNotFoundError",
+    "UnsupportedVersionError",
+]

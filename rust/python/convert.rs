@@ -1,0 +1,208 @@
+//! Field values between Python objects and `docstore_core::Value`.
+
+use crate::errors::new_error;
+use docstore_core::{ElemType, FieldType, Value};
+use numpy::{
+    Element, PyArray1, PyArrayDescrMethods, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods,
+};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyByteArray, PyBytes, PyFloat, PyString};
+
+/// A decoded value as a Python object: `str`, `bytes`, `int`, `float` or a 1-D numpy array.
+pub fn to_python<'py>(py: Python<'py>, value: Value<'_>) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match value {
+        Value::Str(s) => PyString::new(py, s).into_any(),
+        Value::Bytes(b) => PyBytes::new(py, b).into_any(),
+        Value::Int64(v) => v.into_pyobject(py)?.into_any(),
+        Value::Float64(v) => PyFloat::new(py, v).into_any(),
+        Value::Array(elem, bytes) => match elem {
+            ElemType::I8 => array_from_le::<i8>(py, bytes),
+            ElemType::U8 => array_from_le::<u8>(py, bytes),
+            ElemType::I16 => array_from_le::<i16>(py, bytes),
+            ElemType::U16 => array_from_le::<u16>(py, bytes),
+            ElemType::I32 => array_from_le::<i32>(py, bytes),
+            ElemType::U32 => array_from_le::<u32>(py, bytes),
+            ElemType::I64 => array_from_le::<i64>(py, bytes),
+            ElemType::U64 => array_from_le::<u64>(py, bytes),
+            ElemType::F32 => array_from_le::<f32>(py, bytes),
+            ElemType::F64 => array_from_le::<f64>(py, bytes),
+        },
+    })
+}
+
+/// A new numpy array holding a copy of little-endian `bytes` (the host is little-endian).
+fn array_from_le<'py, T: Element>(py: Python<'py>, bytes: &[u8]) -> Bound<'py, PyAny> {
+    let len = bytes.len() / std::mem::size_of::<T>();
+    // SAFETY: a fresh, C-contiguous array of `len` elements, fully written before it is shared;
+    // the byte copy needs no alignment of `bytes`.
+    unsafe {
+        let array = PyArray1::<T>::new(py, [len], false);
+        std::ptr::copy_nonoverlapping(
+            bytes.as_ptr(),
+            array.data().cast::<u8>(),
+            len * std::mem::size_of::<T>(),
+        );
+        array.into_any()
+    }
+}
+
+/// Copies and conversions made for one document, by field index, before its values borrow them:
+/// arrays not already of the field's exact dtype (converted by `docstore._convert.as_array`) and
+/// bytearrays (copied, as they are mutable).
+#[derive(Default)]
+pub struct Holder<'py> {
+    converted: Vec<Option<Bound<'py, PyAny>>>,
+    copies: Vec<Option<Vec<u8>>>,
+}
+
+impl<'py> Holder<'py> {
+    pub fn clear(&mut self) {
+        self.converted.clear();
+        self.copies.clear();
+    }
+
+    /// Makes whatever field `index` needs besides `obj` itself.
+    pub fn prepare(
+        &mut self,
+        index: usize,
+        obj: &Bound<'py, PyAny>,
+        ty: FieldType,
+        doc_id: &str,
+        field: &str,
+    ) -> PyResult<()> {
+        if self.converted.len() <= index {
+            self.converted.resize_with(index + 1, || None);
+            self.copies.resize_with(index + 1, || None);
+        }
+        match ty {
+            FieldType::Array(elem) if exact_array(obj, elem).is_none() => {
+                let converted = as_array(obj.py())?.call1((obj, elem.name(), doc_id, field))?;
+                if exact_array(&converted, elem).is_none() {
+                    return Err(new_error(
+                        obj.py(),
+                        "InternalError",
+                        "as_array returned a wrong array".into(),
+                    ));
+                }
+                self.converted[index] = Some(converted);
+            }
+            FieldType::Bytes => {
+                if let Ok(b) = obj.cast::<PyByteArray>() {
+                    self.copies[index] = Some(b.to_vec());
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+fn type_error(
+    py: Python<'_>,
+    doc_id: &str,
+    field: &str,
+    ty: FieldType,
+    got: &Bound<'_, PyAny>,
+) -> PyErr {
+    let got = got
+        .get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".into());
+    new_error(
+        py,
+        "FieldTypeError",
+        format!("doc {doc_id:?}: field {field:?} is {ty}, got {got}"),
+    )
+}
+
+/// Borrows `obj` (or what `holder` prepared for field `index`) as a value of type `ty`.
+///
+/// The bytes of `bytes`, `str` and numpy arrays are borrowed without copying; the caller holds
+/// the GIL for as long as the value is used, so no Python code can change or free them.
+pub fn from_python<'a, 'py>(
+    obj: &'a Bound<'py, PyAny>,
+    ty: FieldType,
+    holder: &'a Holder<'py>,
+    index: usize,
+    doc_id: &str,
+    field: &str,
+) -> PyResult<Value<'a>> {
+    let py = obj.py();
+    let wrong = || type_error(py, doc_id, field, ty, obj);
+    Ok(match ty {
+        FieldType::Str => {
+            let s = obj.cast::<PyString>().map_err(|_| wrong())?;
+            Value::Str(s.to_str().map_err(|_| {
+                new_error(
+                    py,
+                    "FieldTypeError",
+                    format!(
+                        "doc {doc_id:?}: field {field:?} is not valid Unicode (lone surrogate)"
+                    ),
+                )
+            })?)
+        }
+        FieldType::Bytes => match (obj.cast::<PyBytes>(), holder.copies.get(index)) {
+            (Ok(b), _) => Value::Bytes(b.as_bytes()),
+            (_, Some(Some(copy))) => Value::Bytes(copy),
+            _ => return Err(wrong()),
+        },
+        FieldType::Int64 => {
+            if obj.is_instance_of::<PyFloat>() || obj.is_instance_of::<PyString>() {
+                return Err(wrong());
+            }
+            Value::Int64(obj.extract::<i64>().map_err(|_| wrong())?)
+        }
+        FieldType::Float64 => {
+            if obj.is_instance_of::<PyString>() || obj.is_instance_of::<PyBytes>() {
+                return Err(wrong());
+            }
+            Value::Float64(obj.extract::<f64>().map_err(|_| wrong())?)
+        }
+        FieldType::Array(elem) => {
+            let source = match holder.converted.get(index) {
+                Some(Some(converted)) => converted,
+                _ => obj,
+            };
+            Value::Array(elem, exact_array(source, elem).ok_or_else(wrong)?)
+        }
+    })
+}
+
+/// The bytes of `obj` if it is a 1-D, C-contiguous, little-endian numpy array of exactly `elem`.
+fn exact_array<'a>(obj: &'a Bound<'_, PyAny>, elem: ElemType) -> Option<&'a [u8]> {
+    let array = obj.cast::<PyUntypedArray>().ok()?;
+    let dtype = array.dtype();
+    let kind = match elem {
+        ElemType::I8 | ElemType::I16 | ElemType::I32 | ElemType::I64 => b'i',
+        ElemType::U8 | ElemType::U16 | ElemType::U32 | ElemType::U64 => b'u',
+        ElemType::F32 | ElemType::F64 => b'f',
+    };
+    let native = dtype.is_native_byteorder().unwrap_or(true);
+    if array.ndim() != 1
+        || !array.is_c_contiguous()
+        || dtype.kind() != kind
+        || dtype.itemsize() != elem.size()
+        || !native
+    {
+        return None;
+    }
+    let len = array.len() * elem.size();
+    if len == 0 {
+        return Some(&[]);
+    }
+    // SAFETY: a C-contiguous array of `len` bytes; the GIL is held while the slice is used.
+    unsafe {
+        Some(std::slice::from_raw_parts(
+            (*array.as_array_ptr()).fields.data as *const u8,
+            len,
+        ))
+    }
+}
+
+fn as_array(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    static AS_ARRAY: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    AS_ARRAY.import(py, "docstore._convert", "as_array")
+}

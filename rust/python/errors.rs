@@ -1,0 +1,85 @@
+//! Core errors to Python exceptions (classes defined in `docstore/errors.py`), and the guard
+//! that turns a Rust panic into `docstore.InternalError` instead of a crash.
+
+use docstore_core::Error;
+use pyo3::exceptions::{PyIndexError, PyKeyError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyType;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// One of the exception classes of `docstore.errors`, looked up once.
+pub fn exception_class<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyType>> {
+    static MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+    let module = MODULE.get_or_try_init(py, || py.import("docstore.errors").map(Bound::unbind))?;
+    module
+        .bind(py)
+        .getattr(name)?
+        .cast_into::<PyType>()
+        .map_err(PyErr::from)
+}
+
+pub fn new_error(py: Python<'_>, class: &str, message: String) -> PyErr {
+    match exception_class(py, class) {
+        Ok(cls) => PyErr::from_type(cls, message),
+        Err(err) => err,
+    }
+}
+
+/// Converts a core error with Python held.
+pub fn to_pyerr(py: Python<'_>, err: Error) -> PyErr {
+    let message = err.to_string();
+    let class = match err {
+        Error::Corrupt(_) => "CorruptStoreError",
+        Error::UnsupportedVersion { .. } => "UnsupportedVersionError",
+        Error::DuplicateKey(key) => {
+            return match exception_class(py, "DuplicateKeyError") {
+                Ok(cls) => PyErr::from_type(cls, (message, key)),
+                Err(err) => err,
+            }
+        }
+        Error::InvalidKey(_) => "InvalidKeyError",
+        Error::Schema(_) => "SchemaError",
+        Error::FieldType(_) => "FieldTypeError",
+        Error::AlreadyExists(_) => "StoreExistsError",
+        Error::OutOfRange { .. } => return PyIndexError::new_err(message),
+        Error::Closed(_) => "ClosedError",
+        Error::Io(ref io) if io.kind() == std::io::ErrorKind::NotFound => "StoreNotFoundError",
+        Error::Io(_) => "StoreIOError",
+    };
+    new_error(py, class, message)
+}
+
+pub fn key_error(key: &Bound<'_, PyAny>) -> PyErr {
+    PyKeyError::new_err(key.clone().unbind())
+}
+
+/// Runs `f`, turning a panic into `InternalError` so that no Rust bug brings the interpreter down.
+pub fn guard<T>(py: Python<'_>, f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(result) => result,
+        Err(payload) => {
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            Err(new_error(
+                py,
+                "InternalError",
+                format!("internal error in docstore: {what}"),
+            ))
+        }
+    }
+}
+
+/// Extension to convert `docstore_core::Result` into `PyResult` at the boundary.
+pub trait IntoPy<T> {
+    fn py_err(self, py: Python<'_>) -> PyResult<T>;
+}
+
+impl<T> IntoPy<T> for Result<T, Error> {
+    fn py_err(self, py: Python<'_>) -> PyResult<T> {
+        self.map_err(|e| to_pyerr(py, e))
+    }
+}

@@ -1,0 +1,425 @@
+//! `docstore._docstore.Reader`: lookups over an open store. The Python class `docstore.DocStore`
+//! subclasses it and adds the pure-Python conveniences (iteration, pickling, context manager).
+
+use crate::convert::to_python;
+use crate::errors::{guard, key_error, new_error, IntoPy};
+use arc_swap::ArcSwapOption;
+use docstore_core::Mmap;
+use docstore_core::{parallel, record, Store};
+use pyo3::exceptions::PyIndexError;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyList, PyString, PyTuple, PyType};
+use rayon::prelude::*;
+use std::borrow::Cow;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Batches smaller than this decode on the calling thread: handing work to the pool costs more.
+const PARALLEL_MIN: usize = 32;
+
+#[pyclass(subclass, frozen, module = "docstore._docstore")]
+pub struct Reader {
+    store: ArcSwapOption<Store<Mmap>>,
+    path: PathBuf,
+    doc_class: Py<PyType>,
+    field_names: Vec<String>,
+}
+
+type Found<'s> = Option<(u64, Cow<'s, [u8]>)>;
+
+impl Reader {
+    fn store(&self, py: Python<'_>) -> PyResult<Arc<Store<Mmap>>> {
+        self.store.load_full().ok_or_else(|| {
+            new_error(
+                py,
+                "ClosedError",
+                format!("store {} is closed", self.path.display()),
+            )
+        })
+    }
+
+    fn field_index(&self, py: Python<'_>, field: Option<&str>) -> PyResult<Option<usize>> {
+        field
+            .map(|name| {
+                self.field_names
+                    .iter()
+                    .position(|f| f == name)
+                    .ok_or_else(|| {
+                        new_error(
+                            py,
+                            "SchemaError",
+                            format!(
+                                "no field {name:?}; the store's fields are {:?}",
+                                self.field_names
+                            ),
+                        )
+                    })
+            })
+            .transpose()
+    }
+
+    /// A Doc (or the value of field `field`) from a raw record; `key` becomes `doc.doc_id`.
+    fn build<'py>(
+        &self,
+        py: Python<'py>,
+        store: &Store<Mmap>,
+        field: Option<usize>,
+        key: impl FnOnce() -> PyResult<Bound<'py, PyAny>>,
+        raw: &[u8],
+    ) -> PyResult<Bound<'py, PyAny>> {
+        if let Some(index) = field {
+            let value = record::decode_field(store.schema(), raw, index).py_err(py)?;
+            return to_python(py, value);
+        }
+        let values = record::decode(store.schema(), raw).py_err(py)?;
+        let mut items = Vec::with_capacity(values.len() + 1);
+        items.push(key()?);
+        for value in values {
+            items.push(to_python(py, value)?);
+        }
+        new_doc(self.doc_class.bind(py), items)
+    }
+
+    fn key_object<'py>(
+        py: Python<'py>,
+        store: &Store<Mmap>,
+        pos: u64,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        Ok(PyString::new(py, store.key_at(pos).py_err(py)?).into_any())
+    }
+
+    fn resolve_position(&self, py: Python<'_>, store: &Store<Mmap>, index: i64) -> PyResult<u64> {
+        let len = store.len() as i64;
+        let pos = if index < 0 { index + len } else { index };
+        if pos < 0 || pos >= len {
+            return Err(PyIndexError::new_err(format!(
+                "position {index} out of range for a store of {len} documents"
+            )));
+        }
+        let _ = py;
+        Ok(pos as u64)
+    }
+
+    /// Looks up many keys with Python released, in parallel for large batches.
+    fn lookup_many<'s>(
+        py: Python<'_>,
+        store: &'s Store<Mmap>,
+        keys: &[&str],
+    ) -> PyResult<Vec<Found<'s>>> {
+        let lookup = |key: &&str| store.get(key.as_bytes());
+        let found = py.detach(|| {
+            if keys.len() < PARALLEL_MIN {
+                keys.iter().map(lookup).collect::<Result<Vec<_>, _>>()
+            } else {
+                parallel::pool().install(|| keys.par_iter().with_min_len(8).map(lookup).collect())
+            }
+        });
+        found.py_err(py)
+    }
+
+    fn records_at<'s>(
+        py: Python<'_>,
+        store: &'s Store<Mmap>,
+        positions: &[u64],
+    ) -> PyResult<Vec<Cow<'s, [u8]>>> {
+        let read = |pos: &u64| store.record(*pos);
+        let records = py.detach(|| {
+            if positions.len() < PARALLEL_MIN {
+                positions.iter().map(read).collect::<Result<Vec<_>, _>>()
+            } else {
+                parallel::pool()
+                    .install(|| positions.par_iter().with_min_len(8).map(read).collect())
+            }
+        });
+        records.py_err(py)
+    }
+}
+
+/// Allocates an instance of the Doc class (a tuple subclass) holding `items`.
+fn new_doc<'py>(
+    cls: &Bound<'py, PyType>,
+    items: Vec<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = cls.py();
+    // SAFETY: the Doc class is a namedtuple subclass with empty __slots__, so an instance is a
+    // plain tuple of `items.len()` slots; tp_alloc zero-fills them and every slot is set below
+    // before the object is handed out (what tuple.__new__ does for subclasses).
+    unsafe {
+        let obj =
+            pyo3::ffi::PyType_GenericAlloc(cls.as_type_ptr(), items.len() as pyo3::ffi::Py_ssize_t);
+        if obj.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        for (i, item) in items.into_iter().enumerate() {
+            pyo3::ffi::PyTuple_SET_ITEM(obj, i as pyo3::ffi::Py_ssize_t, item.into_ptr());
+        }
+        Ok(Bound::from_owned_ptr(py, obj))
+    }
+}
+
+fn doc_class<'py>(py: Python<'py>, fields: &[String]) -> PyResult<Bound<'py, PyType>> {
+    static DOC_CLASS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let factory = DOC_CLASS.import(py, "docstore._doc", "doc_class")?;
+    let names = PyTuple::new(py, fields)?;
+    Ok(factory.call1((names,))?.cast_into::<PyType>()?)
+}
+
+#[pymethods]
+impl Reader {
+    #[new]
+    fn new(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+        guard(py, || {
+            let store = py.detach(|| Store::open(&path)).map_err(|e| match e {
+                docstore_core::Error::Io(io) => crate::errors::to_pyerr(
+                    py,
+                    docstore_core::Error::Io(std::io::Error::new(
+                        io.kind(),
+                        format!("{}: {io}", path.display()),
+                    )),
+                ),
+                e => crate::errors::to_pyerr(py, e),
+            })?;
+            let field_names: Vec<String> = store
+                .schema()
+                .fields
+                .iter()
+                .map(|f| f.name.clone())
+                .collect();
+            let doc_class = doc_class(py, &field_names)?.unbind();
+            Ok(Reader {
+                store: ArcSwapOption::from_pointee(store),
+                path,
+                doc_class,
+                field_names,
+            })
+        })
+    }
+
+    /// The path the store was opened from.
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.path.clone()
+    }
+
+    /// Field names mapped to their types, in schema order.
+    #[getter]
+    fn fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let store = self.store(py)?;
+        let dict = PyDict::new(py);
+        for field in &store.schema().fields {
+            dict.set_item(&field.name, field.ty.to_string())?;
+        }
+        Ok(dict)
+    }
+
+    /// The Doc class of this store's documents.
+    #[getter]
+    fn doc_class(&self, py: Python<'_>) -> Py<PyType> {
+        self.doc_class.clone_ref(py)
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.store.load().is_none()
+    }
+
+    /// Releases the mapping. Lookups already running finish first; later ones raise ClosedError.
+    fn close(&self) {
+        self.store.store(None);
+    }
+
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.store(py)?.len() as usize)
+    }
+
+    fn __contains__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let store = self.store(py)?;
+        let Some(key) = key.cast::<PyString>().ok().and_then(|k| k.to_str().ok()) else {
+            return Ok(false);
+        };
+        guard(py, || {
+            py.detach(|| store.position(key.as_bytes()))
+                .py_err(py)
+                .map(|p| p.is_some())
+        })
+    }
+
+    fn __getitem__<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        match self.get_impl(py, key, None)? {
+            Some(doc) => Ok(doc),
+            None => Err(key_error(key)),
+        }
+    }
+
+    /// The document with id `doc_id` (or its field `field`), or `default` when absent.
+    #[pyo3(signature = (doc_id, default=None, *, field=None))]
+    fn get<'py>(
+        &self,
+        py: Python<'py>,
+        doc_id: &Bound<'py, PyAny>,
+        default: Option<Bound<'py, PyAny>>,
+        field: Option<&str>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        Ok(self.get_impl(py, doc_id, field)?.or(default))
+    }
+
+    /// The position (insertion index) of `doc_id`; KeyError when absent.
+    fn position(&self, py: Python<'_>, doc_id: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let store = self.store(py)?;
+        let key = doc_id.cast::<PyString>().ok().and_then(|k| k.to_str().ok());
+        let pos = match key {
+            Some(key) => guard(py, || {
+                py.detach(|| store.position(key.as_bytes())).py_err(py)
+            })?,
+            None => None,
+        };
+        pos.ok_or_else(|| key_error(doc_id))
+    }
+
+    /// Documents of many ids, decoded in parallel: a dict in request order, missing ids omitted.
+    #[pyo3(signature = (doc_ids, *, field=None))]
+    fn get_many<'py>(
+        &self,
+        py: Python<'py>,
+        doc_ids: &Bound<'py, PyAny>,
+        field: Option<&str>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let store = self.store(py)?;
+        let field = self.field_index(py, field)?;
+        // Keep the id objects: they become the dict keys and doc.doc_id without new strings.
+        let objects: Vec<Bound<'py, PyString>> = doc_ids
+            .try_iter()?
+            .filter_map(|id| id.map(|id| id.cast_into::<PyString>().ok()).transpose())
+            .collect::<PyResult<_>>()?;
+        let keys: Vec<&str> = objects.iter().map(|k| k.to_str().unwrap_or("")).collect();
+        guard(py, || {
+            let found = Self::lookup_many(py, &store, &keys)?;
+            let out = PyDict::new(py);
+            for (object, found) in objects.iter().zip(found) {
+                if let Some((_, raw)) = found {
+                    let value =
+                        self.build(py, &store, field, || Ok(object.clone().into_any()), &raw)?;
+                    out.set_item(object, value)?;
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    /// The document at position `index` (negative counts from the end).
+    #[pyo3(signature = (index, *, field=None))]
+    fn at<'py>(
+        &self,
+        py: Python<'py>,
+        index: i64,
+        field: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let store = self.store(py)?;
+        let field = self.field_index(py, field)?;
+        let pos = self.resolve_position(py, &store, index)?;
+        guard(py, || {
+            let raw = py.detach(|| store.record(pos)).py_err(py)?;
+            self.build(
+                py,
+                &store,
+                field,
+                || Self::key_object(py, &store, pos),
+                &raw,
+            )
+        })
+    }
+
+    /// The documents at `positions`, decoded in parallel, as a list in the same order.
+    #[pyo3(signature = (positions, *, field=None))]
+    fn take<'py>(
+        &self,
+        py: Python<'py>,
+        positions: Vec<i64>,
+        field: Option<&str>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let store = self.store(py)?;
+        let field = self.field_index(py, field)?;
+        let positions = positions
+            .into_iter()
+            .map(|i| self.resolve_position(py, &store, i))
+            .collect::<PyResult<Vec<u64>>>()?;
+        guard(py, || {
+            let records = Self::records_at(py, &store, &positions)?;
+            let items = positions
+                .iter()
+                .zip(&records)
+                .map(|(&pos, raw)| {
+                    self.build(py, &store, field, || Self::key_object(py, &store, pos), raw)
+                })
+                .collect::<PyResult<Vec<_>>>()?;
+            PyList::new(py, items)
+        })
+    }
+
+    /// Doc ids of positions `start..stop` (clamped), in insertion order.
+    fn keys_range<'py>(
+        &self,
+        py: Python<'py>,
+        start: u64,
+        stop: u64,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let store = self.store(py)?;
+        let stop = stop.min(store.len());
+        guard(py, || {
+            let keys = (start.min(stop)..stop)
+                .map(|pos| store.key_at(pos).map(|k| PyString::new(py, k)))
+                .collect::<Result<Vec<_>, _>>()
+                .py_err(py)?;
+            PyList::new(py, keys)
+        })
+    }
+
+    /// Counts and sizes: `count`, `raw_bytes`, `stored_bytes`, `ratio`, `level`, `dictionary_bytes`.
+    fn _info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let store = self.store(py)?;
+        let header = store.header();
+        let info = PyDict::new(py);
+        info.set_item("count", header.count)?;
+        info.set_item("raw_bytes", header.raw_bytes)?;
+        info.set_item("stored_bytes", store.file_len())?;
+        info.set_item("level", header.level)?;
+        info.set_item("dictionary_bytes", store.dictionary().len())?;
+        info.set_item("format_version", docstore_core::format::VERSION)?;
+        Ok(info)
+    }
+
+    /// Reads and checks every byte (checksums, index, every document); raises CorruptStoreError.
+    fn verify(&self, py: Python<'_>) -> PyResult<()> {
+        let store = self.store(py)?;
+        guard(py, || py.detach(|| store.verify()).py_err(py))
+    }
+}
+
+impl Reader {
+    fn get_impl<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        field: Option<&str>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let store = self.store(py)?;
+        let field = self.field_index(py, field)?;
+        let Some(text) = key.cast::<PyString>().ok().and_then(|k| k.to_str().ok()) else {
+            return Ok(None);
+        };
+        guard(py, || {
+            let found = py.detach(|| store.get(text.as_bytes())).py_err(py)?;
+            match found {
+                Some((_, raw)) => self
+                    .build(py, &store, field, || Ok(key.clone()), &raw)
+                    .map(Some),
+                None => Ok(None),
+            }
+        })
+    }
+}

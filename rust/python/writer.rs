@@ -1,0 +1,345 @@
+//! `docstore._docstore.Writer`: builds a store from Python values. The Python class
+//! `docstore.Writer` subclasses it (context manager, pyarrow input).
+
+use crate::convert::{from_python, Holder};
+use crate::errors::{guard, new_error, IntoPy};
+use docstore_core::{Field, Schema, Value, Writer as CoreWriter, WriterOptions};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyString};
+use std::path::PathBuf;
+
+#[pyclass(subclass, module = "docstore._docstore")]
+pub struct Writer {
+    inner: Option<CoreWriter>,
+    schema: Schema,
+    path: PathBuf,
+}
+
+impl Writer {
+    fn inner(&mut self, py: Python<'_>) -> PyResult<&mut CoreWriter> {
+        let path = self.path.display().to_string();
+        self.inner.as_mut().ok_or_else(|| {
+            new_error(
+                py,
+                "ClosedError",
+                format!("the writer of {path} has already finished or failed"),
+            )
+        })
+    }
+
+    /// Encodes one document from `lookup(field name)` and buffers it; flushes with Python released.
+    fn add_one<'py>(
+        &mut self,
+        py: Python<'py>,
+        doc_id: &Bound<'py, PyAny>,
+        holder: &mut Holder<'py>,
+        mut lookup: impl FnMut(usize, &str) -> PyResult<Option<Bound<'py, PyAny>>>,
+    ) -> PyResult<()> {
+        let key = doc_id.cast::<PyString>().map_err(|_| {
+            let got = doc_id
+                .get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default();
+            new_error(
+                py,
+                "InvalidKeyError",
+                format!("doc ids must be str, got {got} {doc_id}"),
+            )
+        })?;
+        let key = key.to_str().map_err(|_| {
+            new_error(
+                py,
+                "InvalidKeyError",
+                format!("doc id {doc_id} is not valid Unicode"),
+            )
+        })?;
+        let objects = self
+            .schema
+            .fields
+            .iter()
+            .enumerate()
+            .map(|(i, field)| {
+                lookup(i, &field.name)?.ok_or_else(|| {
+                    new_error(
+                        py,
+                        "SchemaError",
+                        format!("doc {key:?} is missing field {:?}", field.name),
+                    )
+                })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        holder.clear();
+        // Values borrow from `objects` and `holder`; they are dropped before either is touched again.
+        let values = convert_all(&self.schema, &objects, holder, key)?;
+        let writer = self.inner(py)?;
+        writer.add(key, &values).py_err(py)?;
+        drop(values);
+        if writer.needs_flush() {
+            self.flush(py)?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self, py: Python<'_>) -> PyResult<()> {
+        let writer = self.inner(py)?;
+        let result = py.detach(|| writer.flush());
+        if result.is_err() {
+            self.inner = None; // a failed flush leaves an unusable writer; drop removes its files
+        }
+        result.py_err(py)
+    }
+
+    fn check_extra(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        doc_id: &Bound<'_, PyAny>,
+        id_field: Option<&str>,
+    ) -> PyResult<()> {
+        let name = key
+            .cast::<PyString>()
+            .ok()
+            .and_then(|k| k.to_str().ok().map(str::to_owned));
+        match name {
+            Some(name)
+                if Some(name.as_str()) == id_field || self.schema.index_of(&name).is_some() =>
+            {
+                Ok(())
+            }
+            _ => Err(new_error(
+                py,
+                "SchemaError",
+                format!(
+                    "doc {doc_id}: unknown field {key}; the store's fields are {:?}",
+                    self.schema
+                        .fields
+                        .iter()
+                        .map(|f| f.name.as_str())
+                        .collect::<Vec<_>>()
+                ),
+            )),
+        }
+    }
+}
+
+fn convert_all<'a, 'py>(
+    schema: &Schema,
+    objects: &'a [Bound<'py, PyAny>],
+    holder: &'a mut Holder<'py>,
+    key: &str,
+) -> PyResult<Vec<Value<'a>>> {
+    // Arrays needing conversion are converted first, so that `holder` is no longer mutated
+    // once values start borrowing from it.
+    for (i, (field, obj)) in schema.fields.iter().zip(objects).enumerate() {
+        holder.prepare(i, obj, field.ty, key, &field.name)?;
+    }
+    let holder: &'a Holder<'py> = holder;
+    let mut values = Vec::with_capacity(objects.len());
+    for (i, (field, obj)) in schema.fields.iter().zip(objects).enumerate() {
+        values.push(from_python(obj, field.ty, holder, i, key, &field.name)?);
+    }
+    Ok(values)
+}
+
+#[pymethods]
+impl Writer {
+    #[new]
+    #[pyo3(signature = (path, fields, *, overwrite=false, level=9, dict_size=65536, batch_bytes=4<<20, key_buffer_bytes=64<<20))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        fields: &Bound<'_, PyAny>,
+        overwrite: bool,
+        level: i32,
+        dict_size: usize,
+        batch_bytes: usize,
+        key_buffer_bytes: usize,
+    ) -> PyResult<Self> {
+        let pairs: Vec<(String, String)> = if let Ok(dict) = fields.cast::<PyDict>() {
+            dict.iter()
+                .map(|(k, v)| Ok((k.extract()?, v.extract()?)))
+                .collect::<PyResult<_>>()
+        } else {
+            fields.extract()
+        }
+        .map_err(|_| {
+            new_error(
+                py,
+                "SchemaError",
+                "fields must map field names to type names, e.g. {\"text\": \"str\"}".into(),
+            )
+        })?;
+        let fields = pairs
+            .into_iter()
+            .map(|(name, ty)| {
+                Ok(Field {
+                    name,
+                    ty: ty.parse()?,
+                })
+            })
+            .collect::<Result<Vec<_>, docstore_core::Error>>()
+            .py_err(py)?;
+        let schema = Schema::new(fields).py_err(py)?;
+        let options = WriterOptions {
+            level,
+            dict_size,
+            batch_bytes,
+            key_buffer_bytes,
+            overwrite,
+        };
+        let inner = guard(py, || {
+            CoreWriter::create(&path, schema.clone(), options).py_err(py)
+        })?;
+        Ok(Writer {
+            inner: Some(inner),
+            schema,
+            path,
+        })
+    }
+
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.path.clone()
+    }
+
+    /// Field names mapped to their types, in schema order.
+    #[getter]
+    fn fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let dict = PyDict::new(py);
+        for field in &self.schema.fields {
+            dict.set_item(&field.name, field.ty.to_string())?;
+        }
+        Ok(dict)
+    }
+
+    /// Documents added so far.
+    #[getter]
+    fn count(&self) -> u64 {
+        self.inner.as_ref().map_or(0, CoreWriter::len)
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.is_none()
+    }
+
+    /// Adds one document: `add("id", text="...")` or `add("id", {"text": "..."})`.
+    #[pyo3(signature = (doc_id, fields=None, /, **kwargs))]
+    fn add<'py>(
+        &mut self,
+        py: Python<'py>,
+        doc_id: &Bound<'py, PyAny>,
+        fields: Option<&Bound<'py, PyDict>>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<()> {
+        let source = match (fields, kwargs) {
+            (Some(_), Some(_)) => {
+                return Err(new_error(
+                    py,
+                    "SchemaError",
+                    "give fields either as a dict or as keywords, not both".into(),
+                ))
+            }
+            (Some(d), None) | (None, Some(d)) => Some(d),
+            (None, None) => None,
+        };
+        if let Some(source) = source {
+            if source.len() != self.schema.len() {
+                for key in source.keys() {
+                    self.check_extra(py, &key, doc_id, None)?;
+                }
+            }
+        }
+        let mut holder = Holder::default();
+        guard(py, || {
+            self.add_one(py, doc_id, &mut holder, |_, name| {
+                source.map_or(Ok(None), |d| d.get_item(name))
+            })
+        })
+    }
+
+    /// Adds a record dict that holds its own id under `id_field` (used by `docstore.build`).
+    fn add_record<'py>(
+        &mut self,
+        py: Python<'py>,
+        record: &Bound<'py, PyDict>,
+        id_field: &str,
+    ) -> PyResult<()> {
+        let doc_id = record.get_item(id_field)?.ok_or_else(|| {
+            new_error(
+                py,
+                "SchemaError",
+                format!("record has no id field {id_field:?}: {record}"),
+            )
+        })?;
+        if record.len() != self.schema.len() + 1 {
+            for key in record.keys() {
+                self.check_extra(py, &key, &doc_id, Some(id_field))?;
+            }
+        }
+        let mut holder = Holder::default();
+        guard(py, || {
+            self.add_one(py, &doc_id, &mut holder, |_, name| record.get_item(name))
+        })
+    }
+
+    /// Adds documents column by column: `columns` holds one list per field, in schema order.
+    fn _add_columns<'py>(
+        &mut self,
+        py: Python<'py>,
+        doc_ids: &Bound<'py, PyList>,
+        columns: Vec<Bound<'py, PyList>>,
+    ) -> PyResult<()> {
+        if columns.len() != self.schema.len() {
+            return Err(new_error(
+                py,
+                "SchemaError",
+                "one column per field is needed".into(),
+            ));
+        }
+        for column in &columns {
+            if column.len() != doc_ids.len() {
+                return Err(new_error(
+                    py,
+                    "SchemaError",
+                    format!(
+                        "columns have {} values for {} doc ids",
+                        column.len(),
+                        doc_ids.len()
+                    ),
+                ));
+            }
+        }
+        let mut holder = Holder::default();
+        guard(py, || {
+            for (row, doc_id) in doc_ids.iter().enumerate() {
+                self.add_one(py, &doc_id, &mut holder, |index, _| {
+                    columns[index].get_item(row).map(Some)
+                })?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Completes the store and moves it into place. Returns a summary dict.
+    fn finish<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let writer = self.inner(py)?;
+        let _ = writer;
+        let writer = self.inner.take().expect("checked above");
+        let summary = guard(py, || py.detach(|| writer.finish()).py_err(py))?;
+        let out = PyDict::new(py);
+        out.set_item("count", summary.count)?;
+        out.set_item("raw_bytes", summary.raw_bytes)?;
+        out.set_item("stored_bytes", summary.file_bytes)?;
+        Ok(out)
+    }
+
+    /// Abandons the store: nothing is written at the target path. Safe to call twice.
+    fn abort(&mut self, py: Python<'_>) {
+        if let Some(writer) = self.inner.take() {
+            py.detach(|| drop(writer));
+        }
+    }
+}
