@@ -25,8 +25,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import corpora  # noqa: E402
-from peers import PEERS, Peer  # noqa: E402
+import corpora
+from peers import PEERS, Peer
 
 
 def _env_flag(name: str) -> bool:
@@ -36,7 +36,9 @@ def _env_flag(name: str) -> bool:
 QUICK = _env_flag("DOCSTORE_BENCH_QUICK")
 N_DOCS = int(os.environ.get("DOCSTORE_BENCH_DOCS", "100000" if QUICK else "1000000").replace("_", ""))
 SELECTED_CORPORA = [
-    c.strip() for c in os.environ.get("DOCSTORE_BENCH_CORPORA", ",".join(corpora.CORPORA)).split(",") if c.strip()
+    c.strip()
+    for c in os.environ.get("DOCSTORE_BENCH_CORPORA", ",".join(corpora.CORPORA)).split(",")
+    if c.strip()
 ]
 for _c in SELECTED_CORPORA:
     if _c not in corpora.CORPORA:
@@ -50,11 +52,28 @@ BATCH = 1000
 THREAD_BATCHES = 16
 
 
+_LOAD_AT_START: tuple[float, float, float] | None = None
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    global _LOAD_AT_START
+    _LOAD_AT_START = os.getloadavg() if hasattr(os, "getloadavg") else None
     # show each corpus in its own table unless the user chose a grouping
     opt = getattr(config.option, "benchmark_group_by", None)
     if opt in (None, "group"):
         config.option.benchmark_group_by = "group,param:corpus"
+
+
+def pytest_benchmark_update_machine_info(config, machine_info):
+    # other load on the machine skews timings (the threads group most): keep a record
+    machine_info["docstore_bench"] = {
+        "n_docs": N_DOCS,
+        "quick": QUICK,
+        "corpora": SELECTED_CORPORA,
+        "loadavg_at_start": _LOAD_AT_START,
+        "loadavg_at_end": os.getloadavg() if hasattr(os, "getloadavg") else None,
+        "cpu_count": os.cpu_count(),
+    }
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -137,7 +156,7 @@ def corpus(request) -> Corpus:
     return _CORPUS_CACHE[name]
 
 
-def require_peer(system: str) -> Peer:
+def _require_peer(system: str) -> Peer:
     """The peer behind a system id (``name`` or ``name:variant``); skips if its package is
     missing (with the import error as the reason)."""
     base = system.split(":", 1)[0]
@@ -200,6 +219,28 @@ def built(tmp_path_factory) -> Built:
     b.close_all()
 
 
-def expected_text(system: str, text: str) -> str:
+def _expected_text(system: str, text: str) -> str:
     """What a system returns for a stored text (the TSV loader flattens whitespace)."""
     return corpora.tsv_clean(text) if system.startswith("indexed-tsv") else text
+
+
+class Bench:
+    """Settings and helpers for the test modules (a fixture, so they never import conftest)."""
+
+    n_docs = N_DOCS
+    get_lookups = GET_LOOKUPS
+    batch = BATCH
+    thread_batches = THREAD_BATCHES
+
+    @staticmethod
+    def require_peer(system: str) -> Peer:
+        return _require_peer(system)
+
+    @staticmethod
+    def expected_text(system: str, text: str) -> str:
+        return _expected_text(system, text)
+
+
+@pytest.fixture(scope="session")
+def bench() -> Bench:
+    return Bench()

@@ -33,23 +33,30 @@ _MSMARCO_VERSION = 1
 _CHUNK_DOCS = 50_000
 _MSMARCO_ID_SPACE = 8_841_823  # MS MARCO passage ids run "0".."8841822"
 
+
+def _words(s: str) -> list[str]:
+    return s.split()
+
+
 # The most frequent English words, in rank order: the head of the Zipf curve is real English,
 # the long tail is pseudo-words built from English-like syllables.
-_FUNCTION_WORDS = """the of and to a in is that for it as was with be by on not he i this are or
-his from at which but have an they you were her she there one been all their has would we can
-more will if no so what when who its also into some them other than then only any these may
-two new first about up out time most over people after years could year such many very our
-how where like between just both used each well made him because did through before under""".split()
+_FUNCTION_WORDS = _words(
+    "the of and to a in is that for it as was with be by on not he i this are or his from at "
+    "which but have an they you were her she there one been all their has would we can more "
+    "will if no so what when who its also into some them other than then only any these may two "
+    "new first about up out time most over people after years could year such many very our how "
+    "where like between just both used each well made him because did through before under "
+)
 
-_ONSETS = (
-    "b c d f g h j k l m n p r s t v w y z bl br ch cl cr dr fl fr gl gr pl pr "
-    "sc sh sk sl sm sn sp st str sw th tr tw wh"
-).split()
+_ONSETS = _words(
+    "b c d f g h j k l m n p r s t v w y z bl br ch cl cr dr fl fr gl gr pl pr sc sh sk sl sm "
+    "sn sp st str sw th tr tw wh "
+)
 _ONSET_P = [8, 8, 7, 5, 4, 5, 1, 2, 6, 7, 7, 6, 7, 9, 9, 3, 4, 1, 1]
 _ONSET_P += [1] * (len(_ONSETS) - len(_ONSET_P))
-_VOWELS = "a e i o u ai ea ee ie oo ou io y".split()
+_VOWELS = _words("a e i o u ai ea ee ie oo ou io y ")
 _VOWEL_P = [10, 12, 9, 8, 4, 1, 2, 1, 1, 1, 1, 2, 1]
-_CODAS = "_ n r s t l m d nd ng nt rd rs st ck ll ss th x ct ble tion ment".split()
+_CODAS = _words("_ n r s t l m d nd ng nt rd rs st ck ll ss th x ct ble tion ment ")
 _CODA_P = [30, 10, 8, 7, 6, 5, 3, 3, 3, 3, 3, 1, 1, 2, 1, 1, 1, 1, 1, 1, 1, 2, 1]
 
 
@@ -183,7 +190,11 @@ def _write_arrow(path: Path, chunks: Iterable[tuple[list[str], list[str]]]) -> N
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
         for ids, texts in chunks:
-            writer.write_batch(pa.record_batch([pa.array(ids, pa.string()), pa.array(texts, pa.large_string())], schema=schema))
+            writer.write_batch(
+                pa.record_batch(
+                    [pa.array(ids, pa.string()), pa.array(texts, pa.large_string())], schema=schema
+                )
+            )
     os.replace(tmp, path)
 
 

@@ -41,9 +41,10 @@ def dir_size(path: str | os.PathLike) -> int:
 class Peer:
     name: str = "?"
     requires: str | None = None
-    #: can one object serve lookups from several threads at once?
+    #: can one object serve lookups from several threads at once? If not, each thread gets
+    #: its own handle from ``for_thread`` (what a user of that system would have to do).
     thread_safe: bool = True
-    thread_unsafe_reason: str = ""
+    thread_note: str = ""
 
     def build(self, path: Path, records: Iterable[Record]) -> Any:
         raise NotImplementedError
@@ -62,6 +63,15 @@ class Peer:
 
     def close(self, obj: Any) -> None:
         pass
+
+    def for_thread(self, obj: Any, path: Path) -> Any:
+        """A handle for another thread: ``obj`` itself if thread-safe, else a new one
+        (closed by the caller with ``close_thread_handle``)."""
+        return obj
+
+    def close_thread_handle(self, handle: Any, obj: Any) -> None:
+        if handle is not obj:
+            self.close(handle)
 
 
 class DictStore(Peer):
@@ -91,7 +101,7 @@ class IndexedStore(Peer):
 
     name = "indexed-tsv"
     thread_safe = False
-    thread_unsafe_reason = "one file object: concurrent seek+readline race on its position"
+    thread_note = "one file object per thread (shared offsets dict): seek+readline share a position"
     TSV = "docs.tsv"
 
     def build(self, path, records):
@@ -135,6 +145,9 @@ class IndexedStore(Peer):
     def close(self, obj):
         obj[0].close()
 
+    def for_thread(self, obj, path):
+        return open(Path(path) / self.TSV, "rb"), obj[1]
+
 
 class IrDatasetsStore(Peer):
     """ir_datasets' ``PickleLz4FullStore``, set up the way its dataset definitions do
@@ -145,7 +158,7 @@ class IrDatasetsStore(Peer):
     name = "ir_datasets"
     requires = "ir_datasets"
     thread_safe = False
-    thread_unsafe_reason = "one shared file object per store: concurrent seek+read race"
+    thread_note = "one docs_store per thread: a store reads through one shared file object"
 
     @staticmethod
     def _store(path, init_iter_fn, count_hint=None):
@@ -193,6 +206,9 @@ class IrDatasetsStore(Peer):
 
     def close(self, obj):
         obj.lookup.close()
+
+    def for_thread(self, obj, path):
+        return self.open(path)
 
 
 class DocstoreStore(Peer):
@@ -267,4 +283,6 @@ class DocstoreStore(Peer):
             close()
 
 
-PEERS: dict[str, Peer] = {p.name: p for p in (DocstoreStore(), IrDatasetsStore(), IndexedStore(), DictStore())}
+PEERS: dict[str, Peer] = {
+    p.name: p for p in (DocstoreStore(), IrDatasetsStore(), IndexedStore(), DictStore())
+}

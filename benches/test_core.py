@@ -2,14 +2,16 @@
 
 Groups (``--benchmark-group-by=group,param:corpus`` is the default here):
 
-* ``get``      ``GET_LOOKUPS`` random single lookups by id per round
-* ``get_many`` one ``get_many`` of ``BATCH`` random distinct ids per round
+* ``get``      1000 random single lookups by id per round (``conftest.GET_LOOKUPS``)
+* ``get_many`` one ``get_many`` of 1000 random distinct ids per round (``BATCH``)
 * ``build``    build from the same Python list of records (docstore also from a pyarrow
   Table via ``Writer.add_many`` and from columns); one fresh directory per round
 * ``size``     bytes on disk (in ``extra_info``; the timing is a meaningless stat call)
-* ``threads``  ``THREAD_BATCHES`` get_many batches per round by one thread vs two threads
+* ``threads``  16 get_many batches of 1000 ids per round (``THREAD_BATCHES``), done by one
+  pool thread vs split over two; systems that are not thread-safe get a handle per thread
 
-Run: ``DOCSTORE_BENCH_QUICK=1 pytest benches`` (100k passages) or see ``benches/report.py``.
+Run: ``DOCSTORE_BENCH_QUICK=1 pytest benches`` (100k passages) or see ``benches/report.py``;
+``pytest benches --benchmark-disable`` runs every case once, as a smoke test.
 Every benchmark stores ``extra_info`` (system, corpus, n_docs, ops per round, ...) that
 ``report.py`` turns into throughputs and ratios.
 """
@@ -22,7 +24,6 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import BATCH, GET_LOOKUPS, N_DOCS, THREAD_BATCHES, expected_text, require_peer
 
 GET_SYSTEMS = ["docstore", "docstore:field", "ir_datasets", "indexed-tsv", "dict"]
 GET_MANY_SYSTEMS = ["docstore", "docstore:docs", "ir_datasets", "indexed-tsv", "dict"]
@@ -35,21 +36,21 @@ def _info(benchmark, system, corpus, **extra):
     benchmark.extra_info.update(system=system, corpus=corpus.name, n_docs=corpus.n, **extra)
 
 
-def _check(system, corpus, got: dict, ids):
+def _check(bench, system, corpus, got: dict, ids):
     """Results must be right before they are timed."""
     for i in ids:
-        want = corpus.by_id[i]
-        assert got[i] == expected_text(system, want), f"{system}: wrong text for {i!r}"
+        want = bench.expected_text(system, corpus.by_id[i])
+        assert got[i] == want, f"{system}: wrong text for {i!r}"
 
 
 @pytest.mark.benchmark(group="get")
 @pytest.mark.parametrize("system", GET_SYSTEMS)
-def test_get(benchmark, built, corpus, system):
-    peer = require_peer(system)
+def test_get(benchmark, bench, built, corpus, system):
+    peer = bench.require_peer(system)
     store = built.open(peer, corpus)
-    ids = corpus.sample_ids(GET_LOOKUPS, seed=1, unique=False)
+    ids = corpus.sample_ids(bench.get_lookups, seed=1, unique=False)
     get = peer.get_field if system == "docstore:field" else peer.get
-    _check(system, corpus, {i: get(store, i) for i in ids[:20]}, ids[:20])
+    _check(bench, system, corpus, {i: get(store, i) for i in ids[:20]}, ids[:20])
 
     def run():
         for i in ids:
@@ -61,19 +62,19 @@ def test_get(benchmark, built, corpus, system):
 
 @pytest.mark.benchmark(group="get_many")
 @pytest.mark.parametrize("system", GET_MANY_SYSTEMS)
-def test_get_many(benchmark, built, corpus, system):
-    peer = require_peer(system)
+def test_get_many(benchmark, bench, built, corpus, system):
+    peer = bench.require_peer(system)
     store = built.open(peer, corpus)
-    ids = corpus.sample_ids(BATCH, seed=2)
+    ids = corpus.sample_ids(bench.batch, seed=2)
     if system == "docstore:docs":
         got = peer.get_many_docs(store, ids)
         assert len(got) == len(ids)
-        _check(system, corpus, {i: d.text for i, d in got.items()}, ids)
+        _check(bench, system, corpus, {i: d.text for i, d in got.items()}, ids)
         fn = peer.get_many_docs
     else:
         got = peer.get_many(store, ids)
         assert len(got) == len(ids), f"{system}: get_many returned {len(got)} of {len(ids)}"
-        _check(system, corpus, got, ids)
+        _check(bench, system, corpus, got, ids)
         fn = peer.get_many
 
     _info(benchmark, system, corpus, ops=len(ids), unit="docs")
@@ -85,8 +86,8 @@ _round = itertools.count()
 
 @pytest.mark.benchmark(group="build")
 @pytest.mark.parametrize("system", BUILD_SYSTEMS)
-def test_build(benchmark, tmp_path, corpus, system):
-    peer = require_peer(system)
+def test_build(benchmark, bench, tmp_path, corpus, system):
+    peer = bench.require_peer(system)
     records = corpus.records
     if system == "docstore:arrow":
         table = corpus.arrow_table()
@@ -121,7 +122,7 @@ def test_build(benchmark, tmp_path, corpus, system):
             # the build must be readable and complete
             store = peer.open(dirs[-1])
             some = corpus.sample_ids(5, seed=3)
-            _check(system, corpus, {i: peer.get(store, i) for i in some}, some)
+            _check(bench, system, corpus, {i: peer.get(store, i) for i in some}, some)
             peer.close(store)
     finally:
         for d in dirs:
@@ -130,8 +131,8 @@ def test_build(benchmark, tmp_path, corpus, system):
 
 @pytest.mark.benchmark(group="size")
 @pytest.mark.parametrize("system", SIZE_SYSTEMS)
-def test_size(benchmark, built, corpus, system):
-    peer = require_peer(system)
+def test_size(benchmark, bench, built, corpus, system):
+    peer = bench.require_peer(system)
     if peer.size_on_disk(built.root) is None:
         pytest.skip(f"{system} keeps everything in memory: nothing on disk")
     path = built.path(peer, corpus)
@@ -164,33 +165,47 @@ def pool():
 @pytest.mark.benchmark(group="threads")
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("system", THREAD_SYSTEMS)
-def test_threads(benchmark, built, corpus, pool, system, threads):
-    peer = require_peer(system)
-    if not peer.thread_safe:
-        pytest.skip(f"{system} is not thread-safe: {peer.thread_unsafe_reason}")
+def test_threads(benchmark, bench, built, corpus, pool, system, threads):
+    peer = bench.require_peer(system)
     store = built.open(peer, corpus)
-    batches = [corpus.sample_ids(BATCH, seed=100 + b) for b in range(THREAD_BATCHES)]
+    path = built.path(peer, corpus)
+    # systems that are not thread-safe get one handle per thread, as their users must do
+    handles = [store] + [peer.for_thread(store, path) for _ in range(threads - 1)]
+    batches = [corpus.sample_ids(bench.batch, seed=100 + b) for b in range(bench.thread_batches)]
     get_many = peer.get_many
     errors: list[BaseException] = []
     lock = threading.Lock()
 
-    def work(my_batches):
+    def work(handle, my_batches):
         try:
             for b in my_batches:
-                if len(get_many(store, b)) != len(b):
+                if len(get_many(handle, b)) != len(b):
                     raise AssertionError(f"{system}: short get_many result")
         except BaseException as e:  # surfaced below, not swallowed by the pool
             with lock:
                 errors.append(e)
 
-    # the same total work either way; the caller only waits, in both cases
-    parts = [batches[t::threads] for t in range(threads)]
+    # the same total work either way, always on pool threads; the caller only waits
+    parts = [(handles[t], batches[t::threads]) for t in range(threads)]
 
     def run():
-        for f in [pool.submit(work, p) for p in parts]:
+        for f in [pool.submit(work, *p) for p in parts]:
             f.result()
 
-    run()  # warm up both worker threads
-    _info(benchmark, system, corpus, ops=BATCH * THREAD_BATCHES, unit="docs", threads=threads, n_target=N_DOCS)
-    benchmark(run)
-    assert not errors, errors[0]
+    try:
+        run()  # warm-up
+        assert not errors, errors[0]
+        _info(
+            benchmark,
+            system,
+            corpus,
+            ops=bench.batch * bench.thread_batches,
+            unit="docs",
+            threads=threads,
+            note=peer.thread_note,
+        )
+        benchmark(run)
+        assert not errors, errors[0]
+    finally:
+        for h in handles[1:]:
+            peer.close_thread_handle(h, store)

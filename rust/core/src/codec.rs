@@ -281,6 +281,64 @@ pub fn decompress<'a>(blob: &'a [u8], dict: &[u8]) -> Result<Cow<'a, [u8]>> {
     Ok(Cow::Owned(out))
 }
 
+thread_local! {
+    /// `[dictionary | output]`: decoding right behind a copy of the dictionary lets lz4 treat it
+    /// as a prefix of the output, its fast path (no external-dictionary check on every match).
+    static DECODE: RefCell<(u64, Vec<u8>)> = const { RefCell::new((0, Vec::new())) };
+}
+
+/// Like `decompress`, but runs `f` on the raw record in a per-thread buffer (no allocation).
+/// `dict_id` must identify the dictionary's content (the store uses its checksum).
+pub fn decompress_with<R>(
+    blob: &[u8],
+    dict: &[u8],
+    dict_id: u64,
+    f: impl FnOnce(&[u8]) -> R,
+) -> Result<R> {
+    let mut pos = 0;
+    let header = varint::get(blob, &mut pos)?;
+    let payload = &blob[pos..];
+    let raw_len = header >> 1;
+    if header & 1 == 0 || dict.is_empty() {
+        return Ok(f(&decompress(blob, dict)?));
+    }
+    if raw_len > MAX_INPUT as u64 || raw_len > (payload.len() as u64 + 16) * 255 {
+        return Err(Error::corrupt(
+            "compressed record claims an impossible length",
+        ));
+    }
+    let raw_len = raw_len as usize;
+    DECODE.with(|cell| {
+        let mut guard = cell.borrow_mut();
+        let (loaded, buf) = &mut *guard;
+        let id = dict_id ^ (dict.len() as u64).rotate_left(32);
+        if *loaded != id || buf.len() < dict.len() {
+            buf.clear();
+            buf.extend_from_slice(dict);
+            *loaded = id;
+        }
+        buf.truncate(dict.len());
+        buf.reserve(raw_len);
+        // SAFETY: as in `decompress`; the output starts right after the dictionary copy.
+        let n = unsafe {
+            ffi::LZ4_decompress_safe_usingDict(
+                payload.as_ptr().cast(),
+                buf.as_mut_ptr().add(dict.len()).cast(),
+                payload.len() as c_int,
+                raw_len as c_int,
+                buf.as_ptr().cast(),
+                dict.len() as c_int,
+            )
+        };
+        if n < 0 || n as usize != raw_len {
+            return Err(Error::corrupt("lz4 block does not decode"));
+        }
+        Ok(f(unsafe {
+            std::slice::from_raw_parts(buf.as_ptr().add(dict.len()), raw_len)
+        }))
+    })
+}
+
 /// Builds a dictionary of at most `size` bytes from pieces of sample records.
 ///
 /// Pieces come from records spread evenly over the sample, so the dictionary sees the whole

@@ -1,11 +1,11 @@
-//! The fixed 256-byte header and the section table of format v1 (see docs/format.md).
+//! The fixed 512-byte header and the section table of format v1 (see docs/format.md).
 
 use crate::error::{Error, Result};
 use xxhash_rust::xxh3::xxh3_64;
 
 pub const MAGIC: [u8; 8] = *b"DOCSTORE";
 pub const VERSION: u32 = 1;
-pub const HEADER_SIZE: usize = 256;
+pub const HEADER_SIZE: usize = 512;
 /// Every section starts at a multiple of this, so fixed-width arrays are naturally aligned.
 pub const ALIGN: u64 = 8;
 
@@ -24,14 +24,17 @@ pub enum Section {
     Keys = 4,
     /// `count + 1` u64: offset of each sorted key in Keys, then Keys' length.
     KeyOffsets = 5,
+    /// `count` u64: the 8 bytes of each sorted key that follow the prefix all keys share, as a
+    /// big-endian number (zero-padded), so the search runs over one compact array.
+    KeyPrefixes = 6,
     /// `count` u32: the position (insertion index) of each sorted key.
-    KeyPositions = 6,
+    KeyPositions = 7,
     /// `count` u32: the sorted rank of the key of each position (inverse of KeyPositions).
-    KeyRanks = 7,
+    KeyRanks = 8,
 }
 
 impl Section {
-    pub const COUNT: usize = 8;
+    pub const COUNT: usize = 9;
     pub const ALL: [Section; Section::COUNT] = [
         Section::Schema,
         Section::Dictionary,
@@ -39,6 +42,7 @@ impl Section {
         Section::DocOffsets,
         Section::Keys,
         Section::KeyOffsets,
+        Section::KeyPrefixes,
         Section::KeyPositions,
         Section::KeyRanks,
     ];
@@ -51,6 +55,7 @@ impl Section {
             Section::DocOffsets => "doc offsets",
             Section::Keys => "keys",
             Section::KeyOffsets => "key offsets",
+            Section::KeyPrefixes => "key prefixes",
             Section::KeyPositions => "key positions",
             Section::KeyRanks => "key ranks",
         }
@@ -72,6 +77,8 @@ pub struct Header {
     pub raw_bytes: u64,
     /// Compression level the writer used (informational; decoding does not depend on it).
     pub level: u8,
+    /// Length of the byte prefix shared by every key (skipped by KeyPrefixes).
+    pub common_prefix: u32,
     pub sections: [SectionEntry; Section::COUNT],
 }
 
@@ -80,7 +87,8 @@ const COUNT_AT: usize = 16;
 const RAW_AT: usize = 24;
 const SECTIONS_COUNT_AT: usize = 32;
 const LEVEL_AT: usize = 36;
-const TABLE_AT: usize = 40;
+const COMMON_PREFIX_AT: usize = 40;
+const TABLE_AT: usize = 64;
 const CHECKSUM_AT: usize = HEADER_SIZE - 8;
 
 impl Header {
@@ -98,6 +106,8 @@ impl Header {
         buf[SECTIONS_COUNT_AT..SECTIONS_COUNT_AT + 4]
             .copy_from_slice(&(Section::COUNT as u32).to_le_bytes());
         buf[LEVEL_AT] = self.level;
+        buf[COMMON_PREFIX_AT..COMMON_PREFIX_AT + 4]
+            .copy_from_slice(&self.common_prefix.to_le_bytes());
         for (i, entry) in self.sections.iter().enumerate() {
             let at = TABLE_AT + i * 24;
             buf[at..at + 8].copy_from_slice(&entry.offset.to_le_bytes());
@@ -139,6 +149,7 @@ impl Header {
             count: u64_at(buf, COUNT_AT),
             raw_bytes: u64_at(buf, RAW_AT),
             level: buf[LEVEL_AT],
+            common_prefix: u32_at(buf, COMMON_PREFIX_AT),
             sections: Default::default(),
         };
         let mut end_of_previous = HEADER_SIZE as u64;
@@ -164,6 +175,15 @@ impl Header {
         }
         Ok(header)
     }
+}
+
+/// The first 8 bytes of `rest` as a big-endian number, zero-padded: ordering these numbers orders
+/// the keys (ties are resolved by comparing whole keys).
+pub fn key_prefix(rest: &[u8]) -> u64 {
+    let mut bytes = [0u8; 8];
+    let n = rest.len().min(8);
+    bytes[..n].copy_from_slice(&rest[..n]);
+    u64::from_be_bytes(bytes)
 }
 
 pub fn u32_at(buf: &[u8], at: usize) -> u32 {
@@ -216,7 +236,7 @@ mod tests {
         }
         assert!(Header::decode(&bytes[..100], 10_000).is_err());
         assert!(
-            Header::decode(&bytes, 300).is_err(),
+            Header::decode(&bytes, 600).is_err(),
             "sections past the end"
         );
     }

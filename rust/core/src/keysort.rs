@@ -17,6 +17,9 @@ pub struct KeySorter {
     limit: usize,
     dir: PathBuf,
     runs: Vec<PathBuf>,
+    /// Smallest and largest key seen: their common prefix is every key's.
+    min: Option<Vec<u8>>,
+    max: Option<Vec<u8>>,
 }
 
 /// Per-key bookkeeping counted against the limit besides the key bytes.
@@ -30,6 +33,8 @@ impl KeySorter {
             limit: limit.max(1),
             dir,
             runs: Vec::new(),
+            min: None,
+            max: None,
         }
     }
 
@@ -38,7 +43,21 @@ impl KeySorter {
             u32::try_from(key.len()).map_err(|_| Error::InvalidKey("longer than 4 GiB".into()))?;
         self.entries.push((self.arena.len() as u64, len, position));
         self.arena.extend_from_slice(key);
+        if self.min.as_deref().is_none_or(|min| key < min) {
+            self.min = Some(key.to_vec());
+        }
+        if self.max.as_deref().is_none_or(|max| key > max) {
+            self.max = Some(key.to_vec());
+        }
         Ok(())
+    }
+
+    /// Length of the prefix shared by all keys pushed so far.
+    pub fn common_prefix(&self) -> usize {
+        match (&self.min, &self.max) {
+            (Some(min), Some(max)) => min.iter().zip(max).take_while(|(a, b)| a == b).count(),
+            _ => 0,
+        }
     }
 
     pub fn is_full(&self) -> bool {

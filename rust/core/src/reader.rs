@@ -4,7 +4,7 @@
 
 use crate::codec;
 use crate::error::{Error, Result};
-use crate::format::{u32_at, u64_at, Header, Section, HEADER_SIZE};
+use crate::format::{key_prefix, u32_at, u64_at, Header, Section, HEADER_SIZE};
 use crate::parallel;
 use crate::record;
 use crate::schema::Schema;
@@ -76,6 +76,7 @@ impl<B: AsRef<[u8]>> Store<B> {
         let expected = [
             (Section::DocOffsets, (count + 1) * 8),
             (Section::KeyOffsets, (count + 1) * 8),
+            (Section::KeyPrefixes, count * 8),
             (Section::KeyPositions, count * 4),
             (Section::KeyRanks, count * 4),
         ];
@@ -163,9 +164,50 @@ impl<B: AsRef<[u8]>> Store<B> {
         self.slice_at(Section::KeyOffsets, Section::Keys, rank)
     }
 
-    /// The position of `key`, by binary search over the sorted keys.
+    /// The position of `key`: a binary search over the compact prefix array finds the first
+    /// candidate, whole keys settle ties.
     pub fn position(&self, key: &[u8]) -> Result<Option<u64>> {
-        let (mut lo, mut hi) = (0u64, self.len());
+        let n = self.len();
+        if n == 0 {
+            return Ok(None);
+        }
+        let common = self.header.common_prefix as usize;
+        let first = self.key_of_rank(0)?;
+        if first.len() < common {
+            return Err(Error::corrupt(
+                "common key prefix longer than the first key",
+            ));
+        }
+        if key.len() < common || key[..common] != first[..common] {
+            return Ok(None);
+        }
+        let target = key_prefix(&key[common..]);
+        let prefixes = self.section(Section::KeyPrefixes);
+        let prefix = |rank: u64| u64_at(prefixes, rank as usize * 8);
+        let (mut lo, mut hi) = (0u64, n);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if prefix(mid) < target {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        // Keys sharing the target's prefix start at `lo`; gallop to the end of that run.
+        let mut step = 1;
+        hi = lo;
+        while hi < n && prefix(hi) == target {
+            hi = (lo + step).min(n);
+            step *= 2;
+            if hi < n && prefix(hi) != target {
+                break;
+            }
+        }
+        self.search_keys(key, lo, hi.min(n))
+    }
+
+    /// Binary search for `key` among ranks `lo..hi` by whole-key comparison.
+    fn search_keys(&self, key: &[u8], mut lo: u64, mut hi: u64) -> Result<Option<u64>> {
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
             match self.key_of_rank(mid)?.cmp(key) {
@@ -200,7 +242,13 @@ impl<B: AsRef<[u8]>> Store<B> {
 
     /// The raw record of the document at `pos` (decode it with `record::decode`).
     pub fn record(&self, pos: u64) -> Result<Cow<'_, [u8]>> {
-        codec::decompress(self.blob(pos)?, self.dictionary())
+        self.with_record(pos, |raw| Cow::Owned(raw.to_vec()))
+    }
+
+    /// Runs `f` on the raw record at `pos`, decoded in a per-thread buffer.
+    pub fn with_record<R>(&self, pos: u64, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        let dict_id = self.header.section(Section::Dictionary).checksum;
+        codec::decompress_with(self.blob(pos)?, self.dictionary(), dict_id, f)
     }
 
     /// Position and raw record of `key`, if present.
@@ -247,6 +295,11 @@ impl<B: AsRef<[u8]>> Store<B> {
                 }
                 if rank + 1 < n && key >= self.key_of_rank(rank + 1)? {
                     return Err(Error::corrupt("keys are not sorted and unique"));
+                }
+                let common = self.header.common_prefix as usize;
+                let prefix = u64_at(self.section(Section::KeyPrefixes), rank as usize * 8);
+                if key.len() < common || prefix != key_prefix(&key[common..]) {
+                    return Err(Error::corrupt("key prefixes do not match the keys"));
                 }
                 let pos = self.index_u32(Section::KeyPositions, rank);
                 if pos >= n || self.index_u32(Section::KeyRanks, pos) != rank {

@@ -7,7 +7,7 @@
 
 use crate::codec::{self, Compressor};
 use crate::error::{Error, Result};
-use crate::format::{Header, Section, SectionEntry, ALIGN, HEADER_SIZE};
+use crate::format::{key_prefix, Header, Section, SectionEntry, ALIGN, HEADER_SIZE};
 use crate::keysort::KeySorter;
 use crate::parallel;
 use crate::record::{self, Value};
@@ -315,26 +315,35 @@ impl Writer {
         file.write(&data.len.to_le_bytes())?;
         sections[Section::DocOffsets as usize] = file.end();
 
-        // Sorted keys go straight into the file; their offsets and positions to scratch files.
+        // Sorted keys go straight into the file; their offsets, prefixes and positions go to
+        // scratch files and are appended after them.
         file.begin()?;
-        let mut key_offsets =
-            BufWriter::with_capacity(1 << 20, File::create(scratch.join("key-offsets"))?);
-        let mut key_positions =
-            BufWriter::with_capacity(1 << 20, File::create(scratch.join("key-positions"))?);
+        let scratch_file = |name: &str| {
+            File::create(scratch.join(name)).map(|f| BufWriter::with_capacity(1 << 20, f))
+        };
+        let mut key_offsets = scratch_file("key-offsets")?;
+        let mut key_prefixes = scratch_file("key-prefixes")?;
+        let mut key_positions = scratch_file("key-positions")?;
         let keys_start = file.pos;
         let keys = std::mem::replace(&mut self.keys, KeySorter::new(scratch.clone(), 1));
+        let common_prefix = keys.common_prefix();
         keys.finish(|key, pos| {
             key_offsets.write_all(&(file.pos - keys_start).to_le_bytes())?;
+            key_prefixes.write_all(&key_prefix(&key[common_prefix..]).to_le_bytes())?;
             key_positions.write_all(&pos.to_le_bytes())?;
             file.write(key)
         })?;
         key_offsets.write_all(&(file.pos - keys_start).to_le_bytes())?;
-        key_offsets.into_inner().map_err(|e| e.into_error())?;
-        key_positions.into_inner().map_err(|e| e.into_error())?;
+        for scratch_writer in [key_offsets, key_prefixes, key_positions] {
+            scratch_writer.into_inner().map_err(|e| e.into_error())?;
+        }
         sections[Section::Keys as usize] = file.end();
         file.begin()?;
         file.copy_from(&scratch.join("key-offsets"))?;
         sections[Section::KeyOffsets as usize] = file.end();
+        file.begin()?;
+        file.copy_from(&scratch.join("key-prefixes"))?;
+        sections[Section::KeyPrefixes as usize] = file.end();
         file.begin()?;
         file.copy_from(&scratch.join("key-positions"))?;
         sections[Section::KeyPositions as usize] = file.end();
@@ -370,6 +379,7 @@ impl Writer {
             count,
             raw_bytes: self.raw_bytes,
             level: self.options.level as u8,
+            common_prefix: common_prefix as u32,
             sections,
         };
         out.seek(SeekFrom::Start(0))?;

@@ -330,3 +330,56 @@ fn large_document_over_16_mib() {
     );
     store.verify().unwrap();
 }
+
+#[test]
+fn keys_sharing_long_prefixes_and_keys_that_prefix_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let schema = Schema::new(vec![Field {
+        name: "text".into(),
+        ty: FieldType::Str,
+    }])
+    .unwrap();
+    let mut keys: Vec<String> = (0..2000)
+        .map(|i| format!("clueweb22-en0000-{:02}-{:05}", i % 7, i))
+        .collect();
+    keys.extend(
+        [
+            "c",
+            "cl",
+            "clueweb22-en0000-00",
+            "clueweb22-en0000-00\0",
+            "clueweb22-en0000-00\0\0x",
+        ]
+        .map(String::from),
+    );
+    keys.extend((1..50).map(|i| format!("clueweb22-en0000-00-00000{}", "9".repeat(i))));
+    let mut writer = Writer::create(&path, schema, WriterOptions::default()).unwrap();
+    for key in &keys {
+        writer.push(key, &[Value::Str(key)]).unwrap();
+    }
+    writer.finish().unwrap();
+    let store = Store::open(&path).unwrap();
+    store.verify().unwrap();
+    for (pos, key) in keys.iter().enumerate() {
+        assert_eq!(
+            store.position(key.as_bytes()).unwrap(),
+            Some(pos as u64),
+            "{key:?}"
+        );
+    }
+    for absent in [
+        "",
+        "b",
+        "d",
+        "clueweb22",
+        "clueweb22-en0000-00-000009999999999999999999999999999999999999999999999999999",
+        "clueweb22-en0000-00\0\0",
+    ] {
+        assert_eq!(
+            store.position(absent.as_bytes()).unwrap(),
+            None,
+            "{absent:?}"
+        );
+    }
+}

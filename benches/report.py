@@ -1,0 +1,351 @@
+"""Run the core benchmarks (or read their JSON) and print a Markdown report with targets.
+
+Usage (from the repository root)::
+
+    python benches/report.py                      # full run: 1M passages (slow; minutes)
+    python benches/report.py --quick              # 100k passages
+    python benches/report.py --docs 50000         # any size
+    python benches/report.py --json results.json  # only report on an earlier
+                                                  #   pytest benches --benchmark-json=results.json
+    python benches/report.py --quick --save-json out.json --out report.md -- -k "not build"
+
+Arguments after ``--`` go to pytest. pytest's own output goes to stderr; the Markdown
+report goes to stdout (and to ``--out`` if given). ``--strict`` exits 1 if a target FAILs.
+
+Throughput = operations per round / median round time (lookups/s for ``get``, docs/s
+for ``get_many``, ``build`` and ``threads``). "docstore x" = docstore's throughput divided
+by the system's (>1: docstore is faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CORPORA = ("msmarco_like", "english_news")
+SYSTEM_ORDER = [
+    "docstore",
+    "docstore:field",
+    "docstore:docs",
+    "docstore:arrow",
+    "docstore:columns",
+    "ir_datasets",
+    "indexed-tsv",
+    "dict",
+]
+SYSTEM_NOTES = {
+    "docstore": "docstore (`store[id].text`, `get_many(ids, field='text')`, `build(records)`)",
+    "docstore:field": "docstore `store.get(id, field='text')`",
+    "docstore:docs": "docstore `store.get_many(ids)` (Doc objects)",
+    "docstore:arrow": "docstore `Writer.add_many(pyarrow batch)`",
+    "docstore:columns": "docstore `Writer.add_many(ids, {'text': [...]})`",
+    "ir_datasets": "ir_datasets `PickleLz4FullStore` (`docs_store.get`, `get_many`)",
+    "indexed-tsv": "TSV + dict of byte offsets (seek + readline)",
+    "dict": "Python dict in memory",
+}
+
+
+def run_benchmarks(json_path: Path, docs: int | None, quick: bool, pytest_args: list[str]) -> int:
+    env = dict(os.environ)
+    if docs is not None:
+        env["DOCSTORE_BENCH_DOCS"] = str(docs)
+    if quick:
+        env["DOCSTORE_BENCH_QUICK"] = "1"
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(HERE / "test_core.py"),
+        "-p",
+        "no:cacheprovider",
+        f"--benchmark-json={json_path}",
+        "--benchmark-sort=name",
+        *pytest_args,
+    ]
+    print("$ " + " ".join(cmd), file=sys.stderr, flush=True)
+    # pytest's report to stderr: stdout is the Markdown
+    return subprocess.call(cmd, env=env, stdout=sys.stderr, cwd=HERE.parent)
+
+
+def load(json_path: Path) -> tuple[dict, dict]:
+    """-> (results[group][corpus][system(/threads)] = bench, meta)."""
+    data = json.loads(json_path.read_text())
+    res: dict = defaultdict(lambda: defaultdict(dict))
+    for b in data.get("benchmarks", []):
+        info = b.get("extra_info", {})
+        if "system" not in info:
+            continue
+        key = info["system"]
+        if b["group"] == "threads":
+            key = (info["system"], info["threads"])
+        res[b["group"]][info["corpus"]][key] = b
+    return res, data
+
+
+def thr(b: dict | None) -> float | None:
+    """Operations per second, from the median round."""
+    if not b:
+        return None
+    med = b["stats"]["median"]
+    return b["extra_info"]["ops"] / med if med > 0 else None
+
+
+def fmt_rate(x: float | None, unit: str = "/s") -> str:
+    if x is None:
+        return "-"
+    for div, suf in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if x >= div:
+            return f"{x / div:.2f}{suf}{unit}"
+    return f"{x:.1f}{unit}"
+
+
+def fmt_ratio(x: float | None) -> str:
+    return "-" if x is None else (f"{x:.1f}x" if x >= 10 else f"{x:.2f}x")
+
+
+def fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    return f"{n:,} ({n / 2**20:.1f} MiB)"
+
+
+def ordered(systems) -> list:
+    return sorted(systems, key=lambda s: (SYSTEM_ORDER.index(s) if s in SYSTEM_ORDER else 99, s))
+
+
+def corpora_in(res) -> list[str]:
+    seen = {c for g in res.values() for c in g}
+    return [c for c in CORPORA if c in seen] + sorted(seen - set(CORPORA))
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def throughput_table(res, group: str, unit: str, corpora: list[str]) -> str:
+    systems = ordered({s for c in corpora for s in res[group].get(c, {})})
+    headers = ["system"]
+    for c in corpora:
+        headers += [f"{c} {unit}", "docstore x"]
+    rows = []
+    for s in systems:
+        row = [SYSTEM_NOTES.get(s, s)]
+        for c in corpora:
+            g = res[group].get(c, {})
+            t, d = thr(g.get(s)), thr(g.get("docstore"))
+            row += [fmt_rate(t), fmt_ratio(d / t if (t and d) else None)]
+        rows.append(row)
+    return table(headers, rows)
+
+
+def size_table(res, corpora: list[str]) -> str:
+    g = res["size"]
+    systems = ordered({s for c in corpora for s in g.get(c, {})})
+    headers = ["system"]
+    for c in corpora:
+        headers += [f"{c} bytes on disk", "x raw text"]
+    raw_row = ["raw text (UTF-8)"]
+    for c in corpora:
+        any_b = next(iter(g.get(c, {}).values()), None)
+        raw_row += [
+            fmt_bytes(any_b["extra_info"]["raw_text_bytes"]) if any_b else "-",
+            "1.00x" if any_b else "-",
+        ]
+    rows = [raw_row]
+    for s in systems:
+        row = [SYSTEM_NOTES.get(s, s)]
+        for c in corpora:
+            b = g.get(c, {}).get(s)
+            row += (
+                [fmt_bytes(b["extra_info"]["size_bytes"]), f"{b['extra_info']['x_raw']:.3f}x"]
+                if b
+                else ["-", "-"]
+            )
+        rows.append(row)
+    return table(headers, rows)
+
+
+def threads_table(res, corpora: list[str]) -> str:
+    g = res["threads"]
+    systems = ordered({k[0] for c in corpora for k in g.get(c, {})})
+    headers = ["system"]
+    for c in corpora:
+        headers += [f"{c} 1 thread", "2 threads", "2t / 1t"]
+    rows = []
+    for s in systems:
+        row = [SYSTEM_NOTES.get(s, s)]
+        for c in corpora:
+            t1, t2 = thr(g.get(c, {}).get((s, 1))), thr(g.get(c, {}).get((s, 2)))
+            row += [
+                fmt_rate(t1, " docs/s"),
+                fmt_rate(t2, " docs/s"),
+                fmt_ratio(t2 / t1 if (t1 and t2) else None),
+            ]
+        rows.append(row)
+    return table(headers, rows)
+
+
+def targets(res, corpora: list[str]) -> list[tuple[str, str, str]]:
+    """-> [(target, corpus, 'PASS'|'FAIL'|'N/A' + detail)]."""
+    out = []
+
+    def ratio(group, a, b, c):
+        ta, tb = thr(res[group].get(c, {}).get(a)), thr(res[group].get(c, {}).get(b))
+        return ta / tb if (ta and tb) else None
+
+    def add(name, c, value, ok, detail=None):
+        word = "N/A" if value is None else ("PASS" if ok(value) else "FAIL")
+        out.append((name, c, f"{word} ({detail if detail is not None else fmt_ratio(value)})"))
+
+    for c in corpora:
+        add(
+            "get: `store[doc_id]` >= 30x ir_datasets `docs_store.get`",
+            c,
+            ratio("get", "docstore", "ir_datasets", c),
+            lambda r: r >= 30,
+        )
+        add(
+            "get: faster than the indexed TSV loader",
+            c,
+            ratio("get", "docstore", "indexed-tsv", c),
+            lambda r: r > 1,
+        )
+        add(
+            "get_many(1000 random ids) >= 10x ir_datasets",
+            c,
+            ratio("get_many", "docstore", "ir_datasets", c),
+            lambda r: r >= 10,
+        )
+        add(
+            "build from the same iterable >= 3x ir_datasets",
+            c,
+            ratio("build", "docstore", "ir_datasets", c),
+            lambda r: r >= 3,
+        )
+        add(
+            "build from pyarrow faster than from the iterable",
+            c,
+            ratio("build", "docstore:arrow", "docstore", c),
+            lambda r: r > 1,
+        )
+        sd = res["size"].get(c, {}).get("docstore")
+        si = res["size"].get(c, {}).get("ir_datasets")
+        rel = sd["extra_info"]["size_bytes"] / si["extra_info"]["size_bytes"] if (sd and si) else None
+        add(
+            "size on disk smaller than ir_datasets",
+            c,
+            rel,
+            lambda r: r < 1,
+            "missing" if rel is None else f"{rel:.3f}x of ir_datasets",
+        )
+        if c == "english_news":
+            x = sd["extra_info"]["x_raw"] if sd else None
+            add(
+                "size on disk <= 0.5x raw text (real English)",
+                c,
+                x,
+                lambda r: r <= 0.5,
+                "missing" if x is None else f"{x:.3f}x raw",
+            )
+        g = res["threads"].get(c, {})
+        t1, t2 = thr(g.get(("docstore", 1))), thr(g.get(("docstore", 2)))
+        add(
+            "two threads of batch lookups >= 1.6x one thread",
+            c,
+            t2 / t1 if (t1 and t2) else None,
+            lambda r: r >= 1.6,
+        )
+    return out
+
+
+def render(res, data) -> tuple[str, bool]:
+    corpora = corpora_in(res)
+    mi = data.get("machine_info", {})
+    ci = data.get("commit_info", {})
+    cpu = mi.get("cpu", {})
+    n_docs = {c: next(iter(g[c].values()))["extra_info"]["n_docs"] for g in res.values() for c in g}
+    lines = ["# docstore core benchmarks", ""]
+    lines.append(
+        "- corpora: "
+        + ", ".join(f"{c} ({n_docs.get(c, 0):,} docs)" for c in corpora)
+        + f"\n- machine: {cpu.get('brand_raw', '?')}, {cpu.get('count', '?')} cores, "
+        f"Python {mi.get('python_version', '?')}; commit {str(ci.get('id', '?'))[:10]}"
+        f"{' (dirty)' if ci.get('dirty') else ''}; {data.get('datetime', '')}"
+    )
+    lines.append("- throughput from the median round; page cache warm (stores were just built)")
+    db = mi.get("docstore_bench", {})
+    load = db.get("loadavg_at_start")
+    if load:
+        ncpu = db.get("cpu_count") or 1
+        end = db.get("loadavg_at_end") or [0]
+        lines.append(f"- 1-min load average: {load[0]:.2f} at start, {end[0]:.2f} at end ({ncpu} CPUs)")
+        if load[0] > 0.5 * ncpu or end[0] > ncpu + 0.75:  # the run itself adds ~1-2
+            lines.append(
+                "- **warning: the machine was busy with other work; timings, and the threads "
+                "ratio most of all, are not reliable**"
+            )
+    sections = [
+        ("Single lookup by id (`get`, 1000 random ids per round)", "get", "lookups/s"),
+        ("Batch lookup (`get_many` of 1000 random distinct ids)", "get_many", "docs/s"),
+        ("Build from the same records (`build`)", "build", "docs/s"),
+    ]
+    for title, group, unit in sections:
+        if res.get(group):
+            lines += ["", f"## {title}", "", throughput_table(res, group, unit, corpora)]
+    if res.get("size"):
+        lines += ["", "## Size on disk", "", size_table(res, corpora)]
+    if res.get("threads"):
+        lines += ["", "## Threads: batch lookups, one thread vs two", "", threads_table(res, corpora)]
+    tg = targets(res, corpora)
+    lines += ["", "## Targets", "", table(["target", "corpus", "result"], [list(t) for t in tg])]
+    ok = all(not v.startswith("FAIL") for _, _, v in tg)
+    n_pass = sum(v.startswith("PASS") for _, _, v in tg)
+    n_fail = sum(v.startswith("FAIL") for _, _, v in tg)
+    lines += ["", f"**{n_pass} PASS, {n_fail} FAIL, {len(tg) - n_pass - n_fail} N/A**", ""]
+    return "\n".join(lines), ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, extra = argv[:i], argv[i + 1 :]
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json", type=Path, help="report on this pytest-benchmark JSON instead of running")
+    ap.add_argument("--docs", type=int, help="msmarco_like size (DOCSTORE_BENCH_DOCS)")
+    ap.add_argument("--quick", action="store_true", help="100k passages (DOCSTORE_BENCH_QUICK=1)")
+    ap.add_argument("--save-json", type=Path, help="keep the benchmark JSON here")
+    ap.add_argument("--out", type=Path, help="also write the Markdown here")
+    ap.add_argument("--strict", action="store_true", help="exit 1 if any target FAILs")
+    args = ap.parse_args(argv)
+
+    if args.json:
+        json_path = args.json
+    else:
+        json_path = args.save_json or Path(tempfile.mkstemp(prefix="docstore-bench-", suffix=".json")[1])
+        rc = run_benchmarks(json_path, args.docs, args.quick, extra)
+        if rc not in (0,) and (not json_path.exists() or json_path.stat().st_size == 0):
+            print(f"pytest failed (exit {rc}) and wrote no results", file=sys.stderr)
+            return rc or 1
+        if rc != 0:
+            print(f"warning: pytest exited {rc}; reporting what was measured", file=sys.stderr)
+    res, data = load(json_path)
+    md, ok = render(res, data)
+    print(md)
+    if args.out:
+        args.out.write_text(md)
+    return 1 if (args.strict and not ok) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
