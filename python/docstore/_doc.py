@@ -30,7 +30,7 @@ class Doc:
         return (_rebuild, (self._fields, tuple(self)))  # type: ignore[arg-type]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def doc_class(fields: tuple[str, ...]) -> type:
     """The Doc class with fields ``("doc_id", *fields)``."""
     base = collections.namedtuple("Doc", ("doc_id", *fields))  # type: ignore[misc]

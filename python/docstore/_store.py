@@ -87,6 +87,6 @@ class DocStore(Reader):
 Mapping.register(DocStore)
 
 
-def open(path: str | os.PathLike[str]) -> DocStore:  # noqa: A001 - mirrors the builtin on purpose
+def open(path: str | os.PathLike[str]) -> DocStore:
     """Opens the store at ``path``. Constant time: nothing proportional to its size is read."""
     return DocStore(path)

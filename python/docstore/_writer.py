@@ -15,7 +15,18 @@ from ._store import DocStore
 from ._store import open as open_store
 from .errors import SchemaError
 
-ARRAY_DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float32", "float64")
+ARRAY_DTYPES = (
+    "int8",
+    "uint8",
+    "int16",
+    "uint16",
+    "int32",
+    "uint32",
+    "int64",
+    "uint64",
+    "float32",
+    "float64",
+)
 
 
 class Writer(_Writer):

@@ -171,6 +171,12 @@ impl Writer {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
+        if !parent.is_dir() {
+            return Err(Error::Io(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("directory {} does not exist", parent.display()),
+            )));
+        }
         let name = target
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())

@@ -1,0 +1,89 @@
+"""Shared fixtures: small stores built from an in-memory oracle."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import subprocess
+import sys
+import textwrap
+
+import docstore
+import numpy as np
+import pytest
+
+FIELDS = {"text": "str", "label": "int64", "score": "float64", "tokens": "int32[]", "raw": "bytes"}
+
+
+def make_docs(n: int, seed: int = 0) -> dict[str, dict]:
+    """``n`` documents with every common field type, keyed by unique, varied ids."""
+    rng = np.random.default_rng(seed)
+    docs = {}
+    for i in range(n):
+        doc_id = f"{['doc', 'D', 'msmarco_passage_', 'é'][i % 4]}{i * 7919 % (n * 10)}"
+        docs[doc_id] = {
+            "text": f"passage {i} "
+            + " ".join(f"w{int(x)}" for x in rng.zipf(1.3, size=int(rng.integers(0, 60)))),
+            "label": int(rng.integers(-(2**40), 2**40)),
+            "score": float(rng.standard_normal()),
+            "tokens": rng.integers(-(2**31), 2**31, size=int(rng.integers(0, 20)), dtype=np.int32),
+            "raw": rng.bytes(int(rng.integers(0, 30))),
+        }
+    return docs
+
+
+def write_store(path, docs: dict[str, dict], fields=FIELDS, **options) -> docstore.DocStore:
+    with docstore.Writer(path, fields=fields, **options) as writer:
+        for doc_id, doc in docs.items():
+            writer.add(doc_id, doc)
+    return docstore.open(path)
+
+
+def assert_doc_equal(doc, doc_id: str, expected: dict) -> None:
+    assert doc.doc_id == doc_id
+    for name, value in expected.items():
+        got = getattr(doc, name)
+        if isinstance(value, np.ndarray):
+            assert isinstance(got, np.ndarray) and got.dtype == value.dtype
+            np.testing.assert_array_equal(got, value)
+        elif isinstance(value, float):
+            assert got == value or (np.isnan(got) and np.isnan(value))
+        else:
+            assert got == value and type(got) is type(value), (name, got, value)
+
+
+@pytest.fixture(scope="session")
+def oracle() -> dict[str, dict]:
+    return make_docs(3000)
+
+
+@pytest.fixture(scope="session")
+def store_path(tmp_path_factory, oracle) -> str:
+    path = str(tmp_path_factory.mktemp("stores") / "oracle.docstore")
+    write_store(path, oracle, batch_bytes=20_000)  # several batches, so order across them is tested
+    return path
+
+
+@pytest.fixture
+def store(store_path) -> docstore.DocStore:
+    with docstore.open(store_path) as s:
+        yield s
+
+
+def run_python(code: str, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
+    """Runs ``code`` in a fresh interpreter: a crash there is a failed assertion here, not ours."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONFAULTHANDLER": "1"},
+        **kwargs,
+    )
+
+
+@pytest.fixture(params=["fork", "spawn", "forkserver"])
+def start_method(request) -> str:
+    if request.param not in multiprocessing.get_all_start_methods():
+        pytest.skip(f"{request.param} is not available on this platform")
+    return request.param

@@ -1,0 +1,182 @@
+"""The read API against an oracle dict."""
+
+from __future__ import annotations
+
+import pickle
+import random
+from collections.abc import Mapping
+from pathlib import Path
+
+import docstore
+import numpy as np
+import pytest
+
+from .conftest import FIELDS, assert_doc_equal
+
+
+def test_len_contains_and_getitem_match_the_oracle(store, oracle):
+    assert len(store) == len(oracle)
+    for doc_id, doc in oracle.items():
+        assert doc_id in store
+        assert_doc_equal(store[doc_id], doc_id, doc)
+    assert "nope" not in store
+    assert 42 not in store
+    assert None not in store
+
+
+def test_missing_ids_raise_keyerror_or_return_the_default(store):
+    with pytest.raises(KeyError) as info:
+        store["missing-id"]
+    assert info.value.args == ("missing-id",)
+    with pytest.raises(KeyError):
+        store[123]
+    assert store.get("missing-id") is None
+    assert store.get("missing-id", "fallback") == "fallback"
+    assert store.get("missing-id", field="text") is None
+
+
+def test_doc_has_attribute_item_and_dict_access(store, oracle):
+    doc_id = next(iter(oracle))
+    doc = store[doc_id]
+    assert isinstance(doc, docstore.Doc) and isinstance(doc, tuple)
+    assert doc._fields == ("doc_id", *FIELDS)
+    assert doc["text"] == doc.text == doc[1]
+    assert doc["doc_id"] == doc_id
+    assert list(doc._asdict()) == ["doc_id", *FIELDS]
+    with pytest.raises(KeyError):
+        doc["nope"]
+    same = pickle.loads(pickle.dumps(doc))
+    assert same.doc_id == doc.doc_id and same.text == doc.text and type(same) is type(doc)
+    doc_id2, text, *_ = doc
+    assert doc_id2 == doc_id and text == doc.text
+
+
+def test_field_selection_returns_plain_values(store, oracle):
+    doc_id, doc = next(iter(oracle.items()))
+    assert store.get(doc_id, field="text") == doc["text"]
+    assert store.get(doc_id, field="label") == doc["label"]
+    np.testing.assert_array_equal(store.get(doc_id, field="tokens"), doc["tokens"])
+    assert store.at(0, field="raw") == doc["raw"]
+    ids = list(oracle)[:50]
+    assert store.get_many(ids, field="text") == {i: oracle[i]["text"] for i in ids}
+    assert store.take([3, 1], field="score") == [oracle[ids[3]]["score"], oracle[ids[1]]["score"]]
+    with pytest.raises(docstore.SchemaError, match="no field .nope."):
+        store.get(doc_id, field="nope")
+
+
+def test_get_many_keeps_request_order_and_omits_missing(store, oracle):
+    ids = list(oracle)
+    rng = random.Random(0)
+    for size in (0, 1, 5, 31, 32, 1000):
+        request = rng.sample(ids, size)
+        request.insert(size // 2, "missing")
+        got = store.get_many(request)
+        assert list(got) == [i for i in request if i != "missing"]
+        for doc_id, doc in got.items():
+            assert_doc_equal(doc, doc_id, oracle[doc_id])
+    assert list(store.get_many(iter(ids[:3]))) == ids[:3]
+    assert list(store.get_many([ids[0], ids[0], 5, None])) == [ids[0]]
+    got = [d.doc_id for d in store.get_many_iter([*ids[:10], "missing"])]
+    assert got == ids[:10]
+
+
+def test_position_access(store, oracle):
+    ids = list(oracle)
+    assert store.at(0).doc_id == ids[0]
+    assert store.at(-1).doc_id == ids[-1]
+    for pos in (0, 1, len(ids) // 2, len(ids) - 1):
+        assert store.position(ids[pos]) == pos
+        assert_doc_equal(store.at(pos), ids[pos], oracle[ids[pos]])
+    positions = [5, 0, 5, len(ids) - 1, -2]
+    assert [d.doc_id for d in store.take(positions)] == [ids[p] for p in positions]
+    assert [d.doc_id for d in store.take(np.arange(40, 140))] == ids[40:140]
+    with pytest.raises(IndexError):
+        store.at(len(ids))
+    with pytest.raises(IndexError):
+        store.take([0, -len(ids) - 1])
+    with pytest.raises(KeyError):
+        store.position("missing")
+
+
+def test_iteration_keys_values_items_in_insertion_order(store, oracle):
+    assert list(store) == list(oracle)
+    keys = store.keys()
+    assert len(keys) == len(oracle) and list(keys) == list(oracle) and next(iter(oracle)) in keys
+    assert [d.doc_id for d in store.values()] == list(oracle)
+    assert [k for k, _ in store.items()] == list(oracle)
+    assert list(store.values(field="label")) == [d["label"] for d in oracle.values()]
+    assert isinstance(store, Mapping)
+
+
+def test_fields_info_and_repr(store, oracle):
+    assert store.fields == FIELDS
+    info = store.info()
+    assert info["count"] == len(oracle)
+    assert info["fields"] == FIELDS
+    assert info["stored_bytes"] > 0 and info["raw_bytes"] > 0
+    assert info["ratio"] == pytest.approx(info["stored_bytes"] / info["raw_bytes"])
+    assert info["codec"].startswith("lz4-hc level 9")
+    assert info["format_version"] == docstore.FORMAT_VERSION == 1
+    assert str(len(oracle)) in repr(store)
+    store.verify()
+
+
+def test_close_and_context_manager(store_path):
+    with docstore.open(store_path) as s:
+        assert len(s) > 0
+    assert s.closed
+    assert "closed" in repr(s)
+    with pytest.raises(docstore.ClosedError):
+        len(s)
+    with pytest.raises(docstore.ClosedError):
+        s.get_many(["x"])
+    s.close()  # twice is fine
+
+
+def test_pickles_as_its_path_before_and_after_use(store_path, oracle):
+    store = docstore.open(store_path)
+    fresh = pickle.loads(pickle.dumps(store))
+    assert len(fresh) == len(oracle)
+    doc_id = next(iter(oracle))
+    store[doc_id]
+    store.get_many(list(oracle)[:100])
+    data = pickle.dumps(store)
+    assert len(data) < 300, "a store pickles as its path, never its data"
+    again = pickle.loads(data)
+    assert again[doc_id].text == oracle[doc_id]["text"]
+
+
+def test_open_errors_are_clear(tmp_path):
+    with pytest.raises(docstore.StoreNotFoundError):
+        docstore.open(tmp_path / "nothing-here")
+    with pytest.raises(FileNotFoundError):
+        docstore.open(tmp_path / "nothing-here")
+    garbage = tmp_path / "garbage"
+    garbage.write_bytes(b"this is not a store" * 100)
+    with pytest.raises(docstore.CorruptStoreError, match="not a docstore file"):
+        docstore.open(garbage)
+    empty = tmp_path / "empty"
+    empty.write_bytes(b"")
+    with pytest.raises(docstore.CorruptStoreError):
+        docstore.open(empty)
+    with pytest.raises(docstore.DocstoreError):
+        docstore.open(tmp_path)
+
+
+def test_newer_format_version_is_rejected_with_a_clear_error(tmp_path, store_path):
+    data = bytearray(Path(store_path).read_bytes())
+    data[8] = 2
+    newer = tmp_path / "newer"
+    newer.write_bytes(bytes(data))
+    with pytest.raises(docstore.UnsupportedVersionError, match="version 2 is not supported"):
+        docstore.open(newer)
+
+
+def test_thread_count_is_configurable():
+    before = docstore.get_num_threads()
+    try:
+        docstore.set_num_threads(3)
+        assert docstore.get_num_threads() == 3
+    finally:
+        docstore.set_num_threads(0)
+    assert docstore.get_num_threads() == before

@@ -1,0 +1,328 @@
+"""Building stores: the writer, build(), input validation and crash safety."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import signal
+
+import docstore
+import numpy as np
+import pytest
+
+from .conftest import FIELDS, assert_doc_equal, make_docs, run_python, write_store
+
+
+def leftovers(directory) -> list[str]:
+    return sorted(os.listdir(directory))
+
+
+def test_add_takes_keywords_or_a_dict(tmp_path):
+    path = tmp_path / "s"
+    with docstore.Writer(path, fields={"text": "str", "n": "int64"}) as w:
+        w.add("a", text="x", n=1)
+        w.add("b", {"text": "y", "n": 2})
+        assert w.count == 2 and not w.closed
+        assert "2 docs" in repr(w)
+    assert w.closed
+    store = docstore.open(path)
+    assert [tuple(d) for d in store.values()] == [("a", "x", 1), ("b", "y", 2)]
+
+
+def test_every_field_type_round_trips(tmp_path):
+    fields = {"s": "str", "b": "bytes", "i": "int64", "f": "float64"}
+    dtypes = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float32", "float64"]
+    fields.update({f"a_{d}": f"{d}[]" for d in dtypes})
+    rng = np.random.default_rng(1)
+    doc = {"s": "ünïcode ✓ \x00 nul", "b": b"\x00\xff" * 5, "i": -(2**63), "f": float("inf")}
+    for d in dtypes:
+        info = np.iinfo(d) if d[0] in "iu" else None
+        values = [info.min, info.max, 0] if info else [np.nan, -0.0, 1e300 if d == "float64" else 3.4e38]
+        doc[f"a_{d}"] = np.concatenate([np.array(values, dtype=d), rng.random(5).astype(d)])
+    empty = {k: (v[:0] if isinstance(v, np.ndarray) else type(v)()) for k, v in doc.items()}
+    store = write_store(tmp_path / "s", {"full": doc, "empty": empty}, fields=fields)
+    for doc_id, expected in (("full", doc), ("empty", empty)):
+        got = store[doc_id]
+        for name, value in expected.items():
+            if isinstance(value, np.ndarray):
+                assert got[name].dtype == value.dtype
+                np.testing.assert_array_equal(got[name], value)
+            else:
+                assert got[name] == value
+    store.verify()
+
+
+def test_arrays_accept_lists_and_other_dtypes_when_lossless(tmp_path):
+    with docstore.Writer(tmp_path / "s", fields={"t": "uint16[]", "x": "float32[]"}) as w:
+        w.add("a", t=[1, 2, 65535], x=[1, 2.5])
+        w.add("b", t=np.array([7], dtype=np.int64), x=np.array([1.5], dtype=np.float64))
+        w.add("c", t=np.arange(10, dtype=np.uint16)[::2], x=())  # strided, empty tuple
+        w.add("d", t=[True, False], x=np.float32([3]))
+    store = docstore.open(tmp_path / "s")
+    assert store["a"].t.tolist() == [1, 2, 65535] and store["a"].t.dtype == np.uint16
+    assert store["b"].x.tolist() == [1.5]
+    assert store["c"].t.tolist() == [0, 2, 4, 6, 8] and store["c"].x.size == 0
+    assert store["d"].t.tolist() == [1, 0]
+
+
+@pytest.mark.parametrize(
+    ("fields", "value", "message"),
+    [
+        ({"t": "str"}, 3, "field 't' is str, got int|field \"t\" is str, got int"),
+        ({"t": "str"}, b"x", "is str, got bytes"),
+        ({"t": "bytes"}, "x", "is bytes, got str"),
+        ({"t": "int64"}, 1.5, "is int64, got float"),
+        ({"t": "int64"}, "1", "is int64, got str"),
+        ({"t": "int64"}, 2**64, "is int64, got int"),
+        ({"t": "float64"}, "1.0", "is float64, got str"),
+        ({"t": "int32[]"}, [1.5], "floating-point"),
+        ({"t": "int32[]"}, [2**40], "outside"),
+        ({"t": "uint8[]"}, [-1], "outside"),
+        ({"t": "int32[]"}, "abc", "got str"),
+        ({"t": "int32[]"}, [[1, 2]], "one dimension"),
+        ({"t": "int32[]"}, 5, "got int"),
+        ({"t": "int32[]"}, ["a"], "elements of type"),
+    ],
+)
+def test_wrong_types_are_field_type_errors_naming_doc_and_field(tmp_path, fields, value, message):
+    path = tmp_path / "s"
+    with pytest.raises(docstore.FieldTypeError, match=message) as info:
+        with docstore.Writer(path, fields=fields) as w:
+            w.add(
+                "good", **{"t": {"str": "x", "bytes": b"x", "int64": 1, "float64": 1.0}.get(fields["t"], [1])}
+            )
+            w.add("the-culprit", t=value)
+    assert "the-culprit" in str(info.value)
+    assert isinstance(info.value, TypeError) and isinstance(info.value, docstore.DocstoreError)
+    assert leftovers(tmp_path) == [], "a failed build leaves nothing behind"
+
+
+def test_missing_and_extra_fields_and_bad_ids(tmp_path):
+    w = docstore.Writer(tmp_path / "s", fields={"text": "str", "n": "int64"})
+    with pytest.raises(docstore.SchemaError, match="missing field .n."):
+        w.add("a", text="x")
+    with pytest.raises(docstore.SchemaError, match="unknown field"):
+        w.add("a", text="x", n=1, extra=2)
+    with pytest.raises(docstore.SchemaError, match="either as a dict or as keywords"):
+        w.add("a", {"text": "x"}, n=1)
+    with pytest.raises(docstore.InvalidKeyError, match="non-empty"):
+        w.add("", text="x", n=1)
+    for bad in (5, None, b"bytes", ("t",)):
+        with pytest.raises(docstore.InvalidKeyError, match="must be str"):
+            w.add(bad, text="x", n=1)
+    with pytest.raises(docstore.InvalidKeyError, match="not valid Unicode"):
+        w.add("\ud800", text="x", n=1)
+    # Rejected documents were not added; the writer is still usable.
+    w.add("ok", text="x", n=1)
+    assert w.count == 1
+    w.finish()
+    assert list(docstore.open(tmp_path / "s")) == ["ok"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"text": "string"}, "unknown field type"),
+        ({"text": "float16[]"}, "unknown field type"),
+        ({"doc_id": "str"}, "reserved"),
+        ({"_x": "str"}, "identifier"),
+        ({"a b": "str"}, "identifier"),
+        ({"text": 5}, "fields must map"),
+        ("text", "fields must map"),
+    ],
+)
+def test_bad_schemas_fail_before_any_file_exists(tmp_path, fields, message):
+    with pytest.raises(docstore.SchemaError, match=message):
+        docstore.Writer(tmp_path / "s", fields=fields)
+    assert leftovers(tmp_path) == []
+
+
+def test_bad_options(tmp_path):
+    with pytest.raises(docstore.SchemaError, match="compression level"):
+        docstore.Writer(tmp_path / "s", fields={"t": "str"}, level=13)
+    with pytest.raises(FileNotFoundError, match="directory .*such/dir does not exist"):
+        docstore.Writer(tmp_path / "no" / "such" / "dir" / "s", fields={"t": "str"})
+    with pytest.raises(docstore.StoreIOError, match="is a directory"):
+        docstore.Writer(tmp_path, fields={"t": "str"}, overwrite=True)
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("key_buffer_bytes", [64 << 20, 200])
+def test_duplicate_ids_raise_naming_the_id_and_leave_no_store(tmp_path, key_buffer_bytes):
+    path = tmp_path / "s"
+    with pytest.raises(docstore.DuplicateKeyError, match="dup-7") as info:
+        with docstore.Writer(path, fields={"t": "str"}, key_buffer_bytes=key_buffer_bytes) as w:
+            for i in range(100):
+                w.add(f"id-{i}", t="x")
+            w.add("dup-7", t="x")
+            w.add("dup-7", t="y")
+    assert info.value.doc_id == "dup-7"
+    assert isinstance(info.value, ValueError)
+    assert leftovers(tmp_path) == []
+
+
+def test_exception_inside_with_leaves_nothing(tmp_path):
+    with pytest.raises(RuntimeError, match="boom"):
+        with docstore.Writer(tmp_path / "s", fields={"t": "str"}) as w:
+            for i in range(10_000):
+                w.add(str(i), t="text " * 20)
+            raise RuntimeError("boom")
+    assert leftovers(tmp_path) == []
+    with pytest.raises(docstore.ClosedError):
+        w.add("x", t="y")
+
+
+def test_existing_store_is_kept_unless_overwrite(tmp_path):
+    path = tmp_path / "s"
+    write_store(path, {"a": {"t": "old"}}, fields={"t": "str"})
+    with pytest.raises(docstore.StoreExistsError, match="overwrite=True"):
+        docstore.Writer(path, fields={"t": "str"})
+    assert docstore.open(path)["a"].t == "old"
+    # Created meanwhile by someone else: still not clobbered.
+    w = docstore.Writer(tmp_path / "t", fields={"t": "str"})
+    w.add("a", t="new")
+    write_store(tmp_path / "t", {"a": {"t": "theirs"}}, fields={"t": "str"})
+    with pytest.raises(FileExistsError):
+        w.finish()
+    assert docstore.open(tmp_path / "t")["a"].t == "theirs"
+    write_store(path, {"a": {"t": "new"}}, fields={"t": "str"}, overwrite=True)
+    assert docstore.open(path)["a"].t == "new"
+    assert leftovers(tmp_path) == ["s", "t"]
+
+
+def test_a_killed_build_leaves_no_store_at_the_target(tmp_path):
+    path = tmp_path / "killed.docstore"
+    proc = run_python(
+        f"""
+        import os, signal, docstore
+        with docstore.Writer({str(path)!r}, fields={{"t": "str"}}) as w:
+            for i in range(200_000):
+                w.add(str(i), t="some text " * 10)
+                if i == 150_000:
+                    os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    assert proc.returncode == -signal.SIGKILL
+    assert not path.exists()
+    # Only the hidden scratch directory may remain; it is never mistaken for a store.
+    assert all(name.startswith(".killed.docstore.") for name in leftovers(tmp_path))
+
+
+def test_empty_store(tmp_path):
+    with docstore.Writer(tmp_path / "s", fields={"t": "str"}):
+        pass
+    store = docstore.open(tmp_path / "s")
+    assert len(store) == 0 and list(store) == [] and store.get_many(["a"]) == {}
+    assert "a" not in store
+    with pytest.raises(IndexError):
+        store.at(0)
+    store.verify()
+    assert store.info()["ratio"] is None or store.info()["count"] == 0
+
+
+def test_add_many_with_lists_numpy_and_pyarrow(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    ids = [f"d{i}" for i in range(1000)]
+    texts = [f"text {i}" for i in range(1000)]
+    labels = np.arange(1000)
+    tokens = [np.arange(i % 7, dtype=np.int32) for i in range(1000)]
+    fields = {"text": "str", "label": "int64", "tokens": "int32[]"}
+    with docstore.Writer(tmp_path / "lists", fields=fields) as w:
+        w.add_many(ids, {"text": texts, "label": labels, "tokens": tokens})
+    table = pa.table(
+        {
+            "doc_id": ids,
+            "text": texts,
+            "label": labels,
+            "tokens": pa.array([t.tolist() for t in tokens], type=pa.list_(pa.int32())),
+        }
+    )
+    with docstore.Writer(tmp_path / "table", fields=fields) as w:
+        w.add_many(table)
+    with docstore.Writer(tmp_path / "batches", fields=fields) as w:
+        for batch in table.to_batches(max_chunksize=300):
+            w.add_many(batch.column("doc_id"), batch)
+    with docstore.Writer(tmp_path / "matrix", fields={"v": "float32[]"}) as w:
+        w.add_many(ids[:3], {"v": np.ones((3, 4), dtype=np.float32)})
+    expected = docstore.open(tmp_path / "lists")
+    for name in ("table", "batches"):
+        got = docstore.open(tmp_path / name)
+        assert list(got) == ids
+        for a, b in zip(got.values(), expected.values()):
+            assert a.text == b.text and a.label == b.label and a.tokens.tolist() == b.tokens.tolist()
+    assert docstore.open(tmp_path / "matrix")["d2"].v.tolist() == [1, 1, 1, 1]
+
+    w = docstore.Writer(tmp_path / "bad", fields=fields)
+    with pytest.raises(docstore.SchemaError, match="missing"):
+        w.add_many(ids, {"text": texts})
+    with pytest.raises(docstore.SchemaError, match="values for"):
+        w.add_many(ids, {"text": texts[:5], "label": labels, "tokens": tokens})
+    with pytest.raises(docstore.SchemaError, match="id column"):
+        w.add_many(table.drop_columns(["doc_id"]))
+    w.abort()
+
+
+def test_build_from_dicts_namedtuples_dataclasses(tmp_path):
+    records = [{"doc_id": f"d{i}", "text": f"t{i}", "n": i, "x": i / 2, "v": [i, 1]} for i in range(50)]
+    store = docstore.build(tmp_path / "dicts", records)
+    assert store.fields == {"text": "str", "n": "int64", "x": "float64", "v": "int64[]"}
+    assert store["d7"].x == 3.5 and store["d7"].v.tolist() == [7, 1]
+
+    Rec = collections.namedtuple("Rec", "pid text")
+    store = docstore.build(tmp_path / "nt", [Rec(f"p{i}", "x") for i in range(5)], id_field="pid")
+    assert list(store) == [f"p{i}" for i in range(5)] and store.fields == {"text": "str"}
+
+    @dataclasses.dataclass
+    class Pair:
+        doc_id: str
+        sentence1: str
+        label: float
+
+    store = docstore.build(
+        tmp_path / "dc", [Pair("a", "s", 1.0)], fields={"sentence1": "str", "label": "float64"}
+    )
+    assert store["a"].label == 1.0
+
+    with pytest.raises(docstore.SchemaError, match="id field"):
+        docstore.build(tmp_path / "noid", [{"text": "x"}])
+    with pytest.raises(docstore.SchemaError, match="cannot infer"):
+        docstore.build(tmp_path / "none", [{"doc_id": "a", "text": None}])
+    with pytest.raises(docstore.SchemaError, match="no records"):
+        docstore.build(tmp_path / "empty", [])
+    with pytest.raises(docstore.FieldTypeError, match="d1"):
+        docstore.build(tmp_path / "mixed", [{"doc_id": "d0", "n": 1}, {"doc_id": "d1", "n": "2"}])
+    assert not (tmp_path / "mixed").exists() and not (tmp_path / "noid").exists()
+    assert len(docstore.build(tmp_path / "empty", [], fields={"t": "str"})) == 0
+
+
+def test_compression_options_change_size_not_content(tmp_path):
+    docs = make_docs(2000, seed=3)
+    sizes = {}
+    for level, dict_size in [(0, 0), (0, 65536), (9, 65536), (12, 65536)]:
+        store = write_store(tmp_path / f"l{level}-{dict_size}", docs, level=level, dict_size=dict_size)
+        sizes[level, dict_size] = store.info()["stored_bytes"]
+        for doc_id in list(docs)[::97]:
+            assert_doc_equal(store[doc_id], doc_id, docs[doc_id])
+    assert sizes[0, 65536] < sizes[0, 0]
+    assert sizes[9, 65536] < sizes[0, 65536]
+
+
+def test_documents_larger_than_16_mib(tmp_path):
+    big = "".join(f"{i % 997} " for i in range(5_000_000))
+    assert len(big) > 16 << 20
+    blob = os.urandom(17 << 20)
+    store = write_store(
+        tmp_path / "big",
+        {"small": {"t": "x", "b": b""}, "big": {"t": big, "b": blob}},
+        fields={"t": "str", "b": "bytes"},
+    )
+    assert store["big"].t == big and store["big"].b == blob and store["small"].t == "x"
+    store.verify()
+
+
+def test_fields_in_schema_order_are_reported(tmp_path):
+    w = docstore.Writer(tmp_path / "s", fields=[("b", "str"), ("a", "int")])
+    assert w.fields == {"b": "str", "a": "int64"}
+    w.abort()
+    assert FIELDS  # the shared schema is non-empty
