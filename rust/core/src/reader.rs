@@ -298,7 +298,10 @@ impl<B: AsRef<[u8]>> Store<B> {
                 }
                 let common = self.header.common_prefix as usize;
                 let prefix = u64_at(self.section(Section::KeyPrefixes), rank as usize * 8);
-                if key.len() < common || prefix != key_prefix(&key[common..]) {
+                if key.len() < common
+                    || key[..common] != self.key_of_rank(0)?[..common]
+                    || prefix != key_prefix(&key[common..])
+                {
                     return Err(Error::corrupt("key prefixes do not match the keys"));
                 }
                 let pos = self.index_u32(Section::KeyPositions, rank);
@@ -307,10 +310,30 @@ impl<B: AsRef<[u8]>> Store<B> {
                 }
                 Ok(())
             })?;
-            (0..n).into_par_iter().try_for_each(|pos| {
-                let raw = self.record(pos)?;
-                record::decode(&self.schema, &raw).map(drop)
-            })
+            if self.offset(Section::DocOffsets, 0) != 0 || self.offset(Section::KeyOffsets, 0) != 0
+            {
+                return Err(Error::corrupt("offsets do not start at zero"));
+            }
+            let raw_bytes = (0..n)
+                .into_par_iter()
+                .map(|pos| {
+                    // Blobs tile the data section: each starts where the previous one ends.
+                    if self.offset(Section::DocOffsets, pos)
+                        > self.offset(Section::DocOffsets, pos + 1)
+                    {
+                        return Err(Error::corrupt("doc offsets decrease"));
+                    }
+                    self.with_record(pos, |raw| {
+                        record::decode(&self.schema, raw).map(|_| raw.len() as u64)
+                    })?
+                })
+                .try_reduce(|| 0, |a, b| Ok(a + b))?;
+            if raw_bytes != self.header.raw_bytes {
+                return Err(Error::corrupt(
+                    "raw size in the header does not match the records",
+                ));
+            }
+            Ok(())
         })
     }
 }

@@ -148,6 +148,15 @@ pub struct Schema {
     pub fields: Vec<Field>,
 }
 
+const MAX_NAME_LEN: usize = 255;
+
+const PYTHON_KEYWORDS: [&str; 35] = [
+    "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue",
+    "def", "del", "elif", "else", "except", "finally", "for", "from", "global", "if", "import",
+    "in", "is", "lambda", "nonlocal", "not", "or", "pass", "raise", "return", "try", "while",
+    "with", "yield",
+];
+
 /// Names a document can't use as a field because `Doc` already has them.
 const RESERVED: [&str; 1] = ["doc_id"];
 
@@ -158,14 +167,15 @@ impl Schema {
         }
         for (i, field) in fields.iter().enumerate() {
             let name = &field.name;
-            let valid_identifier = name
-                .chars()
-                .next()
-                .is_some_and(|c| c.is_alphabetic() || c == '_')
-                && name.chars().all(|c| c.is_alphanumeric() || c == '_');
-            if !valid_identifier || name.starts_with('_') {
+            // Field names become attributes of Python namedtuples: ASCII identifiers, not
+            // keywords, not starting with '_' (namedtuple's own namespace).
+            let identifier = name.len() <= MAX_NAME_LEN
+                && name.starts_with(|c: char| c.is_ascii_alphabetic())
+                && name.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_');
+            if !identifier || PYTHON_KEYWORDS.contains(&name.as_str()) {
                 return Err(Error::Schema(format!(
-                    "field name {name:?} must be an identifier not starting with '_'"
+                    "field name {name:?} must be an ASCII identifier of at most {MAX_NAME_LEN} \
+                     characters, starting with a letter, and not a Python keyword"
                 )));
             }
             if RESERVED.contains(&name.as_str()) {

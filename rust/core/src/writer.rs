@@ -239,6 +239,9 @@ impl Writer {
                 "a store holds at most 4294967294 documents".into(),
             ));
         }
+        if key.len() > u32::MAX as usize {
+            return Err(Error::InvalidKey("doc ids are at most 4 GiB long".into()));
+        }
         let start = self.batch.data.len();
         if let Err(err) = record::encode(&self.schema, values, &mut self.batch.data) {
             self.batch.data.truncate(start);
@@ -433,13 +436,13 @@ impl Drop for Writer {
 }
 
 fn fill_ranks(ranks: &mut MmapMut, positions: &Path) -> Result<()> {
+    let count = ranks.len() / 4;
     let mut input = BufReader::with_capacity(1 << 20, File::open(positions)?);
     let mut pos = [0u8; 4];
-    let mut rank = 0u32;
-    while input.read_exact(&mut pos).is_ok() {
+    for rank in 0..count as u32 {
+        input.read_exact(&mut pos)?;
         let at = u32::from_le_bytes(pos) as usize * 4;
         ranks[at..at + 4].copy_from_slice(&rank.to_le_bytes());
-        rank += 1;
     }
     Ok(())
 }

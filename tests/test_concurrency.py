@@ -1,0 +1,177 @@
+"""Threads, fork, spawn and forkserver: the places a training job puts a store."""
+
+from __future__ import annotations
+
+import multiprocessing
+import random
+import sys
+import threading
+import time
+
+import docstore
+
+from .conftest import assert_doc_equal, run_python, write_store
+
+
+def test_eight_threads_hammering_lookups_match_the_oracle(store, oracle):
+    ids = list(oracle)
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(8)
+
+    def hammer(seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            barrier.wait()
+            for round_ in range(60):
+                if round_ % 3 == 0:
+                    batch = rng.sample(ids, 200)
+                    got = store.get_many(batch)
+                    assert list(got) == batch
+                    for doc_id in batch[:20]:
+                        assert_doc_equal(got[doc_id], doc_id, oracle[doc_id])
+                elif round_ % 3 == 1:
+                    positions = [rng.randrange(len(ids)) for _ in range(100)]
+                    assert [d.doc_id for d in store.take(positions)] == [ids[p] for p in positions]
+                else:
+                    for doc_id in rng.sample(ids, 50):
+                        assert_doc_equal(store[doc_id], doc_id, oracle[doc_id])
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=hammer, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_close_while_other_threads_read_never_crashes(store_path, oracle):
+    ids = list(oracle)
+    store = docstore.open(store_path)
+    outcomes: list[str] = []
+
+    def read() -> None:
+        try:
+            for _ in range(200):
+                store.get_many(ids[:500])
+            outcomes.append("finished")
+        except docstore.ClosedError:
+            outcomes.append("closed")
+
+    threads = [threading.Thread(target=read) for _ in range(4)]
+    for t in threads:
+        t.start()
+    store.close()
+    for t in threads:
+        t.join()
+    assert len(outcomes) == 4 and set(outcomes) <= {"finished", "closed"}
+
+
+def _child_reads(store, ids, queue) -> None:
+    got = store.get_many(ids)  # large batch: the parallel pool runs in the child
+    queue.put([(k, d.text) for k, d in got.items()] + [(ids[0], store[ids[0]].text)])
+
+
+def test_child_processes_after_parent_used_the_parallel_pool(store_path, oracle, start_method):
+    ids = list(oracle)[:1000]
+    store = docstore.open(store_path)
+    store.get_many(ids)  # the parent's pool now has live threads
+    ctx = multiprocessing.get_context(start_method)
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_child_reads, args=(store, ids, queue)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    results = [queue.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    expected = [(i, oracle[i]["text"]) for i in ids] + [(ids[0], oracle[ids[0]]["text"])]
+    assert results == [expected, expected]
+
+
+def test_fork_after_batch_lookups_does_not_hang(store_path):
+    # Run in a fresh interpreter with a timeout: a hang is a failure, not a stuck test run.
+    proc = run_python(
+        f"""
+        import os, docstore
+        store = docstore.open({store_path!r})
+        ids = list(store)
+        for _ in range(20):
+            store.get_many(ids)
+        pids = []
+        for _ in range(3):
+            pid = os.fork()
+            if pid == 0:
+                ok = len(store.get_many(ids)) == len(ids) and len(store.take(range(len(ids)))) == len(ids)
+                os._exit(0 if ok else 1)
+            pids.append(pid)
+        codes = [os.waitpid(pid, 0)[1] for pid in pids]
+        print("codes", codes)
+        assert codes == [0, 0, 0]
+        """,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "codes [0, 0, 0]" in proc.stdout
+
+
+def _square_len(args):
+    path, doc_id = args
+    return len(docstore.open(path)[doc_id].text)
+
+
+def test_spawn_pool_workers_open_by_path(store_path, oracle):
+    ids = list(oracle)[:50]
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        lengths = pool.map(_square_len, [(store_path, i) for i in ids])
+    assert lengths == [len(oracle[i]["text"]) for i in ids]
+
+
+def coverage(call, repeat: int = 3) -> float:
+    """The share of ``call``'s duration (in 1 ms bins) in which another thread ran Python code.
+
+    Python code needs the GIL, so a call that holds it throughout leaves the other thread only
+    the moments around its edges, where the interpreter may switch threads.
+    """
+    stamps: list[float] = []
+    done = threading.Event()
+
+    def stamp() -> None:
+        while not done.is_set():
+            stamps.append(time.perf_counter())
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.0005)
+    counter = threading.Thread(target=stamp)
+    counter.start()
+    covered = total = 0
+    try:
+        for _ in range(repeat):
+            start = time.perf_counter()
+            call()
+            end = time.perf_counter()
+            bins = int((end - start) * 1000)
+            assert bins >= 20, "the call is too short to tell"
+            seen = {int((t - start) * 1000) for t in stamps[-2_000_000:] if start < t < end}
+            covered += len(seen & set(range(bins)))
+            total += bins
+    finally:
+        done.set()
+        counter.join()
+        sys.setswitchinterval(interval)
+    return covered / total
+
+
+def test_lookups_release_the_gil(tmp_path):
+    # Large documents, so that decoding (done without the GIL) dominates each call.
+    words = [f"w{i}" for i in range(5000)]
+    rng = random.Random(0)
+    docs = {f"d{i}": {"text": " ".join(rng.choices(words, k=40_000))} for i in range(40)}
+    store = write_store(tmp_path / "big", docs, fields={"text": "str"})
+    ids = list(docs) * 4
+    data = list(range(6_000_000))
+    control = coverage(lambda: data.count(-1))  # a C call that never releases the GIL
+    for call in (lambda: store.get_many(ids), lambda: store.take(list(range(40)) * 4), lambda: [store[i] for i in ids]):
+        share = coverage(call)
+        assert share > 0.3 and share > 3 * control, (share, control)

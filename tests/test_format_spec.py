@@ -1,0 +1,741 @@
+"""An independent reader of the docstore file format, written from docs/format.md alone.
+
+It parses stores that docstore writes and checks every document, key and position against what
+docstore itself returns, so these tests prove that the format document is true. Section numbers
+(§) refer to docs/format.md.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import random
+import re
+import struct
+from pathlib import Path
+
+import docstore
+import lz4.block
+import numpy as np
+import pytest
+
+try:  # xxh3-64 checksums (§1); without the package the checksum comparisons are skipped.
+    import xxhash
+except ImportError:  # pragma: no cover
+    xxhash = None
+
+FORMAT_MD = Path(__file__).resolve().parent.parent / "docs" / "format.md"
+
+# §3 header: magic, version, header size, count, raw bytes, section count, level, 3 reserved,
+# common prefix, 20 reserved. The section table follows at 64, the checksum is at 504.
+HEADER = struct.Struct("<8sIIQQIB3xI20x")
+TABLE_AT, ENTRY, CHECKSUM_AT, HEADER_SIZE = 64, struct.Struct("<QQQ"), 504, 512
+SECTIONS = (
+    "schema",
+    "dictionary",
+    "data",
+    "doc offsets",
+    "keys",
+    "key offsets",
+    "key prefixes",
+    "key positions",
+    "key ranks",
+)
+# §4.1 type codes.
+SCALAR_TYPES = {1: "str", 2: "bytes", 3: "int64", 4: "float64"}
+ARRAY_TYPES = {
+    16: ("int8", "<i1"),
+    17: ("uint8", "<u1"),
+    18: ("int16", "<i2"),
+    19: ("uint16", "<u2"),
+    20: ("int32", "<i4"),
+    21: ("uint32", "<u4"),
+    22: ("int64", "<i8"),
+    23: ("uint64", "<u8"),
+    24: ("float32", "<f4"),
+    25: ("float64", "<f8"),
+}
+MAX_COMPRESSED_RAW_LEN = 0x7E000000
+
+
+class SpecError(Exception):
+    """The file breaks a rule of docs/format.md."""
+
+
+class SpecUnsupportedVersion(SpecError):
+    pass
+
+
+def xxh3(data: bytes) -> int | None:
+    return xxhash.xxh3_64_intdigest(data) if xxhash is not None else None
+
+
+def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    """§5.1: unsigned LEB128, at most 10 bytes, the 10th at most 1."""
+    value = shift = 0
+    while True:
+        if pos >= len(buf):
+            raise SpecError("truncated varint")
+        byte = buf[pos]
+        pos += 1
+        if shift == 63 and byte > 1:
+            raise SpecError("varint overflows 64 bits")
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise SpecError("varint overflows 64 bits")
+
+
+def unzigzag(u: int) -> int:
+    """§5.2."""
+    return (u >> 1) ^ -(u & 1)
+
+
+def key_prefix(tail: bytes) -> int:
+    """§4.7: the first 8 bytes of `tail`, zero-padded, as a big-endian number."""
+    return int.from_bytes(tail[:8].ljust(8, b"\0"), "big")
+
+
+def lz4_block_decode(payload: bytes, raw_len: int, dictionary: bytes) -> bytes:
+    """§6.2, the self-contained description of an lz4 block with the dictionary as history."""
+    out = bytearray(dictionary)
+    i, n = 0, len(payload)
+
+    def length(value: int) -> int:
+        nonlocal i
+        if value == 15:
+            while True:
+                byte = payload[i]
+                i += 1
+                value += byte
+                if byte != 255:
+                    break
+        return value
+
+    while True:
+        token = payload[i]
+        i += 1
+        literals = length(token >> 4)
+        if i + literals > n:
+            raise SpecError("literals run past the block")
+        out += payload[i : i + literals]
+        i += literals
+        if i == n:
+            break
+        offset = payload[i] | payload[i + 1] << 8
+        i += 2
+        if offset == 0 or offset > len(out):
+            raise SpecError("bad match offset")
+        match = length(token & 15) + 4
+        start = len(out) - offset
+        if offset >= match:
+            out += out[start : start + match]
+        else:
+            for k in range(match):
+                out.append(out[start + k])
+    result = bytes(out[len(dictionary) :])
+    if len(result) != raw_len:
+        raise SpecError("lz4 block decodes to the wrong length")
+    return result
+
+
+class SpecStore:
+    """A reader of format v1 built only from docs/format.md."""
+
+    def __init__(self, buf: bytes, *, check_checksums: bool = True) -> None:
+        self.buf = buf
+        # §8 open() checks, in the documented order.
+        if len(buf) < 12 or buf[:8] != b"DOCSTORE":
+            raise SpecError("bad magic")
+        (version,) = struct.unpack_from("<I", buf, 8)
+        if version != 1:
+            raise SpecUnsupportedVersion(version)
+        if len(buf) < HEADER_SIZE:
+            raise SpecError("truncated header")
+        (
+            _magic,
+            _version,
+            header_size,
+            self.count,
+            self.raw_bytes,
+            section_count,
+            self.level,
+            self.common_prefix,
+        ) = HEADER.unpack_from(buf, 0)
+        (self.header_checksum,) = struct.unpack_from("<Q", buf, CHECKSUM_AT)
+        if check_checksums and xxhash is not None and xxh3(buf[:CHECKSUM_AT]) != self.header_checksum:
+            raise SpecError("header checksum mismatch")
+        if header_size != HEADER_SIZE or section_count != 9:
+            raise SpecError("unexpected header layout")
+        self.entries = [ENTRY.unpack_from(buf, TABLE_AT + 24 * i) for i in range(9)]
+        end = HEADER_SIZE
+        for name, (offset, length, _) in zip(SECTIONS, self.entries):
+            if offset < end or offset % 8 or offset + length > len(buf):
+                raise SpecError(f"{name} section lies outside the file")
+            end = offset + length
+        self.sections = {
+            name: buf[offset : offset + length] for name, (offset, length, _) in zip(SECTIONS, self.entries)
+        }
+        if check_checksums and xxhash is not None:
+            for name in ("schema", "dictionary"):
+                if xxh3(self.sections[name]) != self.checksum(name):
+                    raise SpecError(f"{name} checksum mismatch")
+        self.fields = self._parse_schema(self.sections["schema"])
+        n = self.count
+        if n >= 2**32 - 1:
+            raise SpecError("document count out of range")
+        expected = {
+            "doc offsets": (n + 1) * 8,
+            "key offsets": (n + 1) * 8,
+            "key prefixes": n * 8,
+            "key positions": n * 4,
+            "key ranks": n * 4,
+        }
+        for name, size in expected.items():
+            if len(self.sections[name]) != size:
+                raise SpecError(f"{name} section has the wrong size")
+        self.doc_offsets = struct.unpack(f"<{n + 1}Q", self.sections["doc offsets"])
+        self.key_offsets = struct.unpack(f"<{n + 1}Q", self.sections["key offsets"])
+        self.prefixes = struct.unpack(f"<{n}Q", self.sections["key prefixes"])
+        self.key_positions = struct.unpack(f"<{n}I", self.sections["key positions"])
+        self.key_ranks = struct.unpack(f"<{n}I", self.sections["key ranks"])
+        if self.doc_offsets[n] != len(self.sections["data"]) or self.key_offsets[n] != len(
+            self.sections["keys"]
+        ):
+            raise SpecError("index does not match its data")
+        self.dictionary = self.sections["dictionary"]
+
+    def checksum(self, name: str) -> int:
+        return self.entries[SECTIONS.index(name)][2]
+
+    @staticmethod
+    def _parse_schema(buf: bytes) -> list[tuple[str, int]]:
+        """§4.1."""
+        (count,) = struct.unpack_from("<H", buf, 0)
+        pos, fields = 2, []
+        for _ in range(count):
+            code, name_len = struct.unpack_from("<BH", buf, pos)
+            pos += 3
+            if code not in SCALAR_TYPES and code not in ARRAY_TYPES:
+                raise SpecError(f"unknown field type code {code}")
+            fields.append((buf[pos : pos + name_len].decode("utf-8"), code))
+            pos += name_len
+        if pos != len(buf):
+            raise SpecError("trailing bytes after schema")
+        return fields
+
+    def type_names(self) -> dict[str, str]:
+        return {
+            name: SCALAR_TYPES[code] if code in SCALAR_TYPES else f"{ARRAY_TYPES[code][0]}[]"
+            for name, code in self.fields
+        }
+
+    # §7.2 by position
+    def key_of_rank(self, rank: int) -> bytes:
+        return self.sections["keys"][self.key_offsets[rank] : self.key_offsets[rank + 1]]
+
+    def key_at(self, pos: int) -> str:
+        return self.key_of_rank(self.key_ranks[pos]).decode("utf-8")
+
+    def blob(self, pos: int) -> bytes:
+        return self.sections["data"][self.doc_offsets[pos] : self.doc_offsets[pos + 1]]
+
+    def blob_header(self, pos: int) -> tuple[int, bool, bytes]:
+        """§6.1: (raw_len, compressed, payload)."""
+        blob = self.blob(pos)
+        header, start = read_varint(blob, 0)
+        return header >> 1, bool(header & 1), blob[start:]
+
+    def raw_record(self, pos: int) -> bytes:
+        raw_len, compressed, payload = self.blob_header(pos)
+        if not compressed:
+            if len(payload) != raw_len:
+                raise SpecError("stored record length does not match its header")
+            return payload
+        if raw_len > MAX_COMPRESSED_RAW_LEN or raw_len > (len(payload) + 16) * 255:
+            raise SpecError("compressed record claims an impossible length")
+        raw = lz4.block.decompress(payload, uncompressed_size=raw_len, dict=self.dictionary)
+        if len(raw) != raw_len:
+            raise SpecError("lz4 block decodes to the wrong length")
+        # The hand-written decoder of §6.2 must agree with liblz4.
+        assert lz4_block_decode(payload, raw_len, self.dictionary) == raw
+        return raw
+
+    def record(self, pos: int) -> dict[str, object]:
+        """§5."""
+        raw = self.raw_record(pos)
+        at, values = 0, {}
+
+        def take(n: int) -> bytes:
+            nonlocal at
+            if at + n > len(raw):
+                raise SpecError("field runs past the end of its record")
+            at += n
+            return raw[at - n : at]
+
+        for name, code in self.fields:
+            if code in (1, 2):
+                n, at = read_varint(raw, at)
+                data = take(n)
+                values[name] = data.decode("utf-8") if code == 1 else data
+            elif code == 3:
+                u, at = read_varint(raw, at)
+                values[name] = unzigzag(u)
+            elif code == 4:
+                (values[name],) = struct.unpack("<d", take(8))
+            else:
+                dtype = np.dtype(ARRAY_TYPES[code][1])
+                n, at = read_varint(raw, at)
+                values[name] = np.frombuffer(take(n * dtype.itemsize), dtype=dtype)
+        if at != len(raw):
+            raise SpecError("trailing bytes after the last field of a record")
+        return values
+
+    # §7.1 by key
+    def position(self, key: str) -> int | None:
+        q, n, c = key.encode("utf-8"), self.count, self.common_prefix
+        if n == 0:
+            return None
+        if len(q) < c or q[:c] != self.key_of_rank(0)[:c]:
+            return None
+        target = key_prefix(q[c:])
+        lo = bisect.bisect_left(self.prefixes, target)
+        hi = lo
+        while hi < n and self.prefixes[hi] == target:
+            hi += 1
+        while lo < hi:  # binary search by whole keys
+            mid = (lo + hi) // 2
+            k = self.key_of_rank(mid)
+            if k < q:
+                lo = mid + 1
+            elif k > q:
+                hi = mid
+            else:
+                return self.key_positions[mid]
+        return None
+
+    # §8 verify()
+    def verify(self) -> None:
+        covered = HEADER_SIZE
+        for offset, length, _ in self.entries:
+            if any(self.buf[covered:offset]):
+                raise SpecError("non-zero padding between sections")
+            covered = offset + length
+        if covered != len(self.buf):
+            raise SpecError("trailing bytes after the last section")
+        if xxhash is not None:
+            for name in SECTIONS:
+                if xxh3(self.sections[name]) != self.checksum(name):
+                    raise SpecError(f"{name} checksum mismatch")
+        keys = [self.key_of_rank(r) for r in range(self.count)]
+        c = self.common_prefix
+        for r, key in enumerate(keys):
+            if not key:
+                raise SpecError("empty key")
+            key.decode("utf-8")
+            if r + 1 < len(keys) and key >= keys[r + 1]:
+                raise SpecError("keys are not sorted and unique")
+            if len(key) < c or self.prefixes[r] != key_prefix(key[c:]):
+                raise SpecError("key prefixes do not match the keys")
+            pos = self.key_positions[r]
+            if pos >= self.count or self.key_ranks[pos] != r:
+                raise SpecError("key positions and ranks disagree")
+        for pos in range(self.count):
+            self.record(pos)
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+
+
+def longest_common_prefix(keys: list[bytes]) -> int:
+    if not keys:
+        return 0
+    lo, hi = min(keys), max(keys)
+    n = 0
+    while n < min(len(lo), len(hi)) and lo[n] == hi[n]:
+        n += 1
+    return n
+
+
+def same_value(a: object, b: object) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (
+            isinstance(a, np.ndarray)
+            and isinstance(b, np.ndarray)
+            and a.dtype == b.dtype
+            and a.tobytes() == b.tobytes()
+        )
+    if isinstance(a, float) or isinstance(b, float):
+        return type(a) is type(b) and struct.pack("<d", a) == struct.pack("<d", b)  # NaN, -0.0
+    return type(a) is type(b) and a == b
+
+
+def check_against_docstore(path: Path, *, level: int | None = None) -> SpecStore:
+    """Parses `path` with the spec reader and compares everything with docstore's answers."""
+    buf = path.read_bytes()
+    spec = SpecStore(buf)
+    spec.verify()
+    store = docstore.open(path)
+    store.verify()
+
+    # Header (§3) and schema (§4.1).
+    assert spec.count == len(store)
+    info = store.info()
+    assert spec.raw_bytes == info["raw_bytes"]
+    assert len(buf) == info["stored_bytes"]
+    if level is not None:
+        assert spec.level == level
+    assert spec.type_names() == store.fields
+    assert list(spec.type_names()) == list(store.fields)
+    assert len(spec.dictionary) <= 65536
+
+    # §11: the writer puts the schema at 512 and pads minimally.
+    assert spec.entries[0][0] == HEADER_SIZE
+    end = HEADER_SIZE
+    for offset, length, _ in spec.entries:
+        assert offset == end + (-end % 8)
+        end = offset + length
+
+    # Keys (§4.5-4.9).
+    keys = [spec.key_of_rank(r) for r in range(spec.count)]
+    assert keys == sorted(keys)
+    assert spec.common_prefix == longest_common_prefix(keys)
+    assert spec.key_offsets[0] == 0 and spec.doc_offsets[0] == 0
+    assert sorted(spec.key_positions) == list(range(spec.count))
+
+    # By position (§7.2): key, record, and the raw record lengths summing to raw bytes.
+    assert [spec.key_at(p) for p in range(spec.count)] == list(store)
+    raw_total = 0
+    for pos in range(spec.count):
+        raw_total += spec.blob_header(pos)[0]
+        doc = store.at(pos)
+        assert doc.doc_id == spec.key_at(pos)
+        values = spec.record(pos)
+        assert list(values) == list(doc._fields[1:])
+        for name, value in values.items():
+            assert same_value(value, getattr(doc, name)), (pos, name, value, getattr(doc, name))
+    assert raw_total == spec.raw_bytes
+
+    # By key (§7.1), for every key.
+    for pos in range(spec.count):
+        key = spec.key_at(pos)
+        assert spec.position(key) == pos == store.position(key)
+        assert store[key].doc_id == key
+    store.close()
+    return spec
+
+
+def probe_missing(spec: SpecStore, store: docstore.DocStore, candidates: list[str]) -> None:
+    """Keys near the stored ones: the spec lookup and docstore must agree on all of them."""
+    for q in candidates:
+        expected = store.position(q) if q in store else None
+        assert spec.position(q) == expected, q
+
+
+def write(path: Path, fields: dict[str, str], docs: list[tuple[str, dict]], **options) -> Path:
+    with docstore.Writer(path, fields, **options) as writer:
+        for key, values in docs:
+            writer.add(key, values)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# Tests
+
+ALL_FIELDS = {
+    "text": "str",
+    "blob": "bytes",
+    "n": "int64",
+    "x": "float64",
+    **{f"a_{name}": f"{name}[]" for name, _ in ARRAY_TYPES.values()},
+}
+
+
+def all_types_docs(count: int, seed: int) -> list[tuple[str, dict]]:
+    rng = random.Random(seed)
+    special_ints = [0, -1, 1, 63, -64, 64, 300, -300, 2**63 - 1, -(2**63)]
+    special_floats = [0.0, -0.0, 1.5, -2.25, math.inf, -math.inf, math.nan, 1e-310, 1.7976931348623157e308]
+    docs = []
+    for i in range(count):
+        values: dict[str, object] = {
+            "text": rng.choice(["", "hello", "héllo wörld ✓", "long text " * rng.randint(1, 40)]) + str(i),
+            "blob": bytes(rng.randrange(256) for _ in range(rng.choice([0, 1, 7, 200]))),
+            "n": rng.choice(special_ints) if i % 2 else rng.randint(-(2**40), 2**40),
+            "x": rng.choice(special_floats) if i % 2 else rng.uniform(-1e6, 1e6),
+        }
+        for name, _ in ARRAY_TYPES.values():
+            length = rng.choice([0, 1, 5, 130])
+            if name.startswith("float"):
+                info = np.finfo(name)
+                arr = np.array([rng.uniform(-1e3, 1e3) for _ in range(length)], dtype=name)
+                if length:
+                    arr[0] = rng.choice([info.max, info.min, np.nan, -0.0])
+            else:
+                info = np.iinfo(name)
+                arr = np.array([rng.randint(int(info.min), int(info.max)) for _ in range(length)], dtype=name)
+                if length:
+                    arr[-1] = info.min if i % 2 else info.max
+            values[f"a_{name}"] = arr
+        docs.append((f"doc-{rng.randrange(10**9):09d}-{i}", values))
+    docs += [("ключ", docs[0][1]), ("键", docs[1][1]), ("é", docs[2][1]), ("è", docs[3][1])]
+    rng.shuffle(docs)
+    return docs
+
+
+@pytest.mark.parametrize("level", [0, 9])
+def test_every_field_type(tmp_path: Path, level: int) -> None:
+    docs = all_types_docs(40, seed=level)
+    path = write(tmp_path / "all.docstore", ALL_FIELDS, docs, level=level)
+    spec = check_against_docstore(path, level=level)
+    # §4.1: the schema section byte for byte.
+    expected = struct.pack("<H", len(ALL_FIELDS))
+    codes = {v: k for k, v in SCALAR_TYPES.items()} | {f"{n}[]": c for c, (n, _) in ARRAY_TYPES.items()}
+    for name, type_name in ALL_FIELDS.items():
+        expected += struct.pack("<BH", codes[type_name], len(name)) + name.encode()
+    assert spec.sections["schema"] == expected
+    # Insertion order is position order.
+    assert [spec.key_at(p) for p in range(spec.count)] == [k for k, _ in docs]
+    with docstore.open(path) as store:
+        probe_missing(spec, store, ["", "doc", "doc-", "zzz", "ключ\x00", "e", "éé", docs[0][0] + "x"])
+
+
+def test_varint_and_zigzag_bytes(tmp_path: Path) -> None:
+    """§5: the exact raw record bytes of one document."""
+    values = {"n": -3, "m": 300, "big": -(2**63), "x": -0.0, "t": "é", "a": np.array([1, -2], dtype=np.int16)}
+    fields = {"n": "int64", "m": "int64", "big": "int64", "x": "float64", "t": "str", "a": "int16[]"}
+    path = write(tmp_path / "v.docstore", fields, [("k", values)], dict_size=0)
+    spec = check_against_docstore(path)
+    expected = (
+        b"\x05"  # zigzag(-3) = 5
+        + b"\xd8\x04"  # zigzag(300) = 600
+        + b"\xff" * 9
+        + b"\x01"  # zigzag(i64::MIN) = 2**64 - 1
+        + struct.pack("<d", -0.0)
+        + b"\x02\xc3\xa9"  # "é" is 2 UTF-8 bytes
+        + b"\x02\x01\x00\xfe\xff"  # 2 elements, little-endian
+    )
+    assert spec.raw_record(0) == expected
+    raw_len, compressed, payload = spec.blob_header(0)
+    assert raw_len == len(expected) and compressed == (len(payload) < raw_len)
+    assert spec.dictionary == b""
+
+
+def test_empty_store(tmp_path: Path) -> None:
+    path = write(tmp_path / "empty.docstore", {"text": "str"}, [])
+    spec = check_against_docstore(path)
+    assert spec.count == 0 and spec.raw_bytes == 0 and spec.common_prefix == 0
+    assert spec.dictionary == b"" and spec.sections["data"] == b""
+    assert spec.doc_offsets == (0,) and spec.key_offsets == (0,)
+    for name in ("keys", "key prefixes", "key positions", "key ranks"):
+        assert spec.sections[name] == b""
+        if xxhash is not None:
+            assert spec.checksum(name) == 0x2D06800538D394C2  # xxh3-64 of b""
+    with docstore.open(path) as store:
+        probe_missing(spec, store, ["", "a"])
+
+
+def test_zero_fields_give_empty_records(tmp_path: Path) -> None:
+    path = write(tmp_path / "nofields.docstore", {}, [("b", {}), ("a", {}), ("c", {})])
+    spec = check_against_docstore(path)
+    assert spec.sections["schema"] == b"\x00\x00"
+    assert [spec.blob(p) for p in range(3)] == [b"\x00"] * 3  # §6.1: empty records are stored raw
+    assert spec.key_positions == (1, 0, 2) and spec.key_ranks == (1, 0, 2)
+
+
+KEY_BASE = "https://example.org/collections/documents/2024/"
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        # Long common prefix; many keys identical in the 8 bytes after it (ties on the prefix value).
+        [KEY_BASE + f"part-000{i % 3}/item-{i:05d}" for i in range(120)],
+        # Keys that are prefixes of others, and keys padded with NUL bytes (equal prefix values).
+        [KEY_BASE + s for s in ["a", "a\x00", "a\x00\x00", "ab", "abcdefgh", "abcdefghi", "abcdefgh\x00"]]
+        + [KEY_BASE + "b" * n for n in range(1, 20)],
+        # Common prefix ending inside a UTF-8 character: é = c3 a9, è = c3 a8.
+        ["é1", "è2", "é", "è", "éèéèéèéèéè", "èéèéèéèéèé"],
+        # One key: the common prefix is the whole key.
+        ["only-one-key-in-this-store"],
+        # No common prefix at all.
+        ["a", "b", "\x01", "\U0001f600", "zz" * 50],
+    ],
+    ids=["ties", "prefixes-of-others", "split-utf8", "single", "no-common-prefix"],
+)
+def test_keys_sharing_long_prefixes(tmp_path: Path, keys: list[str]) -> None:
+    rng = random.Random(len(keys))
+    keys = list(keys)
+    rng.shuffle(keys)
+    docs = [(k, {"i": i}) for i, k in enumerate(keys)]
+    path = write(tmp_path / "keys.docstore", {"i": "int64"}, docs, key_buffer_bytes=300)
+    spec = check_against_docstore(path)
+    encoded = sorted(k.encode() for k in keys)
+    assert spec.common_prefix == longest_common_prefix(encoded)
+    if len(keys) == 1:
+        assert spec.common_prefix == len(encoded[0]) and spec.prefixes == (0,)
+    for r, key in enumerate(encoded):
+        tail = key[spec.common_prefix :][:8]
+        assert spec.sections["key prefixes"][8 * r : 8 * r + 8] == tail.ljust(8, b"\0")[::-1]
+    candidates = ["", KEY_BASE, KEY_BASE[:-1], "é", "è", "\U0001f600\x00"]
+    for k in keys:
+        candidates += [k + "x", k + "\x00", k[:-1], k[:-1] + "\uffff", k + "a" * 10]
+    with docstore.open(path) as store:
+        probe_missing(spec, store, candidates)
+
+
+def test_incompressible_document_is_stored_raw(tmp_path: Path) -> None:
+    rng = random.Random(7)
+    noise = rng.randbytes(4000)
+    docs = [("noise", {"data": noise}), ("zeros", {"data": bytes(4000)}), ("empty", {"data": b""})]
+    path = write(tmp_path / "raw.docstore", {"data": "bytes"}, docs, dict_size=0)
+    spec = check_against_docstore(path)
+    headers = {spec.key_at(p): spec.blob_header(p) for p in range(spec.count)}
+    raw_len, compressed, payload = headers["noise"]
+    assert not compressed and raw_len == len(payload) == 4000 + 2  # varint(4000) is 2 bytes
+    assert payload[2:] == noise
+    raw_len, compressed, payload = headers["zeros"]
+    assert compressed and raw_len == 4002 and len(payload) < raw_len
+    assert headers["empty"] == (1, False, b"\x00")  # the record is varint 0
+
+
+def test_dictionary_is_history_across_batches_and_spilled_keys(tmp_path: Path) -> None:
+    words = ["the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "river", "old", "mill"]
+    rng = random.Random(3)
+    docs = [
+        (f"k{rng.randrange(10**6):06d}-{i}", {"text": " ".join(rng.choice(words) for _ in range(30)), "i": i})
+        for i in range(300)
+    ]
+    path = write(
+        tmp_path / "dict.docstore",
+        {"text": "str", "i": "int64"},
+        docs,
+        batch_bytes=4096,
+        key_buffer_bytes=512,
+        level=12,
+    )
+    spec = check_against_docstore(path, level=12)
+    assert 0 < len(spec.dictionary) <= 4096 // 4 + 1024
+    flags = [spec.blob_header(p)[1] for p in range(spec.count)]
+    assert sum(flags) > spec.count // 2
+    # Decoding without the dictionary must fail for some blobs: they do reach into it.
+    failures = 0
+    for p in range(spec.count):
+        raw_len, _, payload = spec.blob_header(p)
+        try:
+            lz4_block_decode(payload, raw_len, b"")
+        except (SpecError, IndexError):
+            failures += 1
+    assert failures > 0
+
+
+def xxd_bytes(block: str) -> bytes:
+    """Bytes of an `xxd -a` dump (a `*` line stands for repeated zero lines)."""
+    out = bytearray()
+    pending_zeros = False
+    for line in block.splitlines():
+        if line.strip() == "*":
+            pending_zeros = True
+            continue
+        m = re.match(r"^([0-9a-f]{8}): ((?:[0-9a-f]{2,4} ?)+)", line)
+        if not m:
+            continue
+        offset = int(m.group(1), 16)
+        if pending_zeros:
+            out += bytes(offset - len(out))
+            pending_zeros = False
+        assert offset == len(out), line
+        out += bytes.fromhex(m.group(2).replace(" ", ""))
+    return bytes(out)
+
+
+def test_worked_example_in_the_document(tmp_path: Path) -> None:
+    """§12: the dump in docs/format.md is exactly what docstore writes, and parses as annotated."""
+    text = FORMAT_MD.read_text(encoding="utf-8")
+    dump = re.search(r"`xxd -a tiny\.docstore`.*?```\n(.*?)```", text, re.S).group(1)
+    path = tmp_path / "tiny.docstore"
+    with docstore.Writer(path, {"text": "str", "n": "int64"}) as w:
+        w.add("doc-b", text="hello", n=-3)
+        w.add("doc-a", text="hello world", n=300)
+    assert path.read_bytes() == xxd_bytes(dump)
+    spec = check_against_docstore(path, level=9)
+    assert (spec.count, spec.raw_bytes, spec.common_prefix, spec.level) == (2, 21, 4, 9)
+    assert spec.header_checksum == 0x6B4503BA8D3693B6
+    assert [e[:2] for e in spec.entries] == [
+        (0x200, 13),
+        (0x210, 5),
+        (0x218, 23),
+        (0x230, 24),
+        (0x248, 10),
+        (0x258, 24),
+        (0x270, 16),
+        (0x280, 8),
+        (0x288, 8),
+    ]
+    assert spec.dictionary == b"\x05hell"
+    assert spec.key_positions == (1, 0) and spec.key_ranks == (1, 0)
+    assert spec.prefixes == (0x61 << 56, 0x62 << 56)
+
+    # §12.3: the compressed blob.
+    blob_line = re.search(r"```\n(43 \| [^\n]*)\n```", text).group(1)
+    path = write(tmp_path / "z.docstore", {"text": "str"}, [("x", {"text": "ab" * 16})], dict_size=0)
+    spec = check_against_docstore(path)
+    assert spec.blob(0) == bytes.fromhex(blob_line.replace("|", ""))
+    assert spec.record(0) == {"text": "ab" * 16}
+
+
+def corrupt(buf: bytes, at: int, value: bytes) -> bytes:
+    return buf[:at] + value + buf[at + len(value) :]
+
+
+def with_header_checksum(buf: bytes) -> bytes:
+    return corrupt(buf, CHECKSUM_AT, struct.pack("<Q", xxh3(buf[:CHECKSUM_AT])))
+
+
+def test_documented_rejections(tmp_path: Path) -> None:
+    """§8 and §10: what open() and verify() reject, for docstore and for the spec reader alike."""
+    if xxhash is None:
+        pytest.skip("xxhash is not installed: cannot rewrite header checksums")
+    docs = [(f"d{i}", {"t": "x" * i}) for i in range(5)]
+    good = write(tmp_path / "good.docstore", {"t": "str"}, docs).read_bytes()
+    spec = SpecStore(good)
+    schema_end = spec.entries[0][0] + spec.entries[0][1]
+    assert schema_end % 8, "the test needs padding after the schema"
+
+    def check(name: str, buf: bytes, *, at_open: bool, error: type) -> None:
+        path = tmp_path / f"{name}.docstore"
+        path.write_bytes(buf)
+        if at_open:
+            with pytest.raises(error):
+                docstore.open(path)
+            with pytest.raises(SpecError) as raised:
+                SpecStore(buf)
+        else:
+            with docstore.open(path) as store, pytest.raises(error):
+                store.verify()
+            with pytest.raises(SpecError) as raised:
+                SpecStore(buf).verify()
+        unsupported = error is docstore.UnsupportedVersionError
+        assert isinstance(raised.value, SpecUnsupportedVersion) == unsupported
+
+    # The version is checked before the checksum: a bad version is not reported as corruption.
+    for version in (0, 2, 999):
+        bad = corrupt(good, 8, struct.pack("<I", version))
+        check(f"v{version}", bad, at_open=True, error=docstore.UnsupportedVersionError)
+        check(f"v{version}-short", bad[:100], at_open=True, error=docstore.UnsupportedVersionError)
+    check("magic", corrupt(good, 0, b"X"), at_open=True, error=docstore.CorruptStoreError)
+    check("reserved", corrupt(good, 300, b"\x01"), at_open=True, error=docstore.CorruptStoreError)
+    check("truncated", good[:-1], at_open=True, error=docstore.CorruptStoreError)
+    check("short", good[:511], at_open=True, error=docstore.CorruptStoreError)
+    misaligned = corrupt(good, TABLE_AT + 24 * 1, struct.pack("<Q", spec.entries[1][0] + 4))
+    check("misaligned", with_header_checksum(misaligned), at_open=True, error=docstore.CorruptStoreError)
+    bad_count = corrupt(good, 16, struct.pack("<Q", 4))
+    check("count", with_header_checksum(bad_count), at_open=True, error=docstore.CorruptStoreError)
+    check("schema", corrupt(good, 514, b"\x07"), at_open=True, error=docstore.CorruptStoreError)
+    # Only verify() reads padding, trailing bytes and the checksums of the large sections.
+    check("padding", corrupt(good, schema_end, b"\x01"), at_open=False, error=docstore.CorruptStoreError)
+    check("trailing", good + b"\x00", at_open=False, error=docstore.CorruptStoreError)
+    keys_at = spec.entries[4][0]
+    check("keys", corrupt(good, keys_at, b"e"), at_open=False, error=docstore.CorruptStoreError)
