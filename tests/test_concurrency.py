@@ -172,6 +172,10 @@ def test_lookups_release_the_gil(tmp_path):
     ids = list(docs) * 4
     data = list(range(6_000_000))
     control = coverage(lambda: data.count(-1))  # a C call that never releases the GIL
-    for call in (lambda: store.get_many(ids), lambda: store.take(list(range(40)) * 4), lambda: [store[i] for i in ids]):
+    for call in (
+        lambda: store.get_many(ids),
+        lambda: store.take(list(range(40)) * 4),
+        lambda: [store[i] for i in ids],
+    ):
         share = coverage(call)
         assert share > 0.3 and share > 3 * control, (share, control)

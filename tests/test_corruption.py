@@ -77,7 +77,9 @@ def small_store(tmp_path_factory):
 @pytest.mark.parametrize("mode", ["flip", "truncate"])
 def test_damage_anywhere_is_detected_without_crashing(small_store, tmp_path, mode):
     path, expected = small_store
-    code = SWEEP.format(path=str(path), expected=json.dumps(expected), mode=mode, bad_path=str(tmp_path / "bad"))
+    code = SWEEP.format(
+        path=str(path), expected=json.dumps(expected), mode=mode, bad_path=str(tmp_path / "bad")
+    )
     proc = run_python(code, timeout=600)
     assert proc.returncode == 0, f"the interpreter died: {proc.returncode}\n{proc.stderr[-3000:]}"
     report = json.loads(proc.stdout.strip().splitlines()[-1])
