@@ -120,30 +120,36 @@ def cmd_build(args: argparse.Namespace) -> int:
     fields = _parse_fields(args.fields)
     start = time.perf_counter()
 
-    def records() -> Iterator[dict[str, Any]]:
+    def records() -> Iterator[tuple[dict[str, Any], str]]:
         for path in args.inputs:
             fmt = args.format or _detect_format(path)
-            yield from _read_records(path, fmt, columns)
+            for record in _read_records(path, fmt, columns):
+                yield record, fmt
 
     iterator = records()
     first = next(iterator, None)
     if first is None and fields is None:
         raise UsageError("the input holds no records (pass --fields to build an empty store)")
     if fields is None:
-        if args.id_field not in first:
-            raise UsageError(
-                f"records have no id field {args.id_field!r} (fields: {list(first)}); use --id-field"
-            )
-        fields = {k: infer_type(k, v) for k, v in first.items() if k != args.id_field}
-    text_types = {name: ty for name, ty in fields.items() if ty != "str"}
+        sample = first[0]
+        if args.id_field not in sample:
+            raise UsageError(f"records have no id field {args.id_field!r} (fields: {list(sample)}); use --id-field")
+        fields = {k: infer_type(k, v) for k, v in sample.items() if k != args.id_field}
+    # Text formats carry every value as a string; JSON carries bytes as base64 strings.
+    coerce = {
+        "tsv": {n: t for n, t in fields.items() if t != "str"},
+        "csv": {n: t for n, t in fields.items() if t != "str"},
+        "jsonl": {n: t for n, t in fields.items() if t == "bytes"},
+        "parquet": {},
+    }
     count = 0
     with Writer(args.output, fields, overwrite=args.overwrite, level=args.level) as writer:
         bar = tqdm(unit=" docs", unit_scale=True, disable=args.quiet or None, file=sys.stderr)
         add = writer.add_record
-        for record in _chain(first, iterator):
-            if text_types:
+        for record, fmt in _chain(first, iterator):
+            if coerce[fmt]:
                 try:
-                    for name, ty in text_types.items():
+                    for name, ty in coerce[fmt].items():
                         if name in record:
                             record[name] = _coerce(record[name], ty)
                 except ValueError as exc:

@@ -1,12 +1,20 @@
-//! Times raw lookups on an existing store: `cargo run --release --example lookup_timing -- STORE`.
+//! Times the core's lookups on an existing store, without Python:
+//! `cargo run --release -p docstore-core --example lookup_timing -- STORE`.
+
 use docstore_core::Store;
 use std::time::Instant;
 
+fn per_op(start: Instant, n: usize) -> f64 {
+    start.elapsed().as_nanos() as f64 / n as f64
+}
+
 fn main() {
     let path = std::env::args().nth(1).expect("usage: lookup_timing STORE");
-    let store = Store::open(&path).unwrap();
+    let store = Store::open(&path).expect("cannot open the store");
     let n = store.len();
-    let mut x = 12345u64;
+    assert!(n > 0, "the store is empty");
+    // xorshift: random positions without a dependency.
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
     let positions: Vec<u64> = (0..200_000)
         .map(|_| {
             x ^= x << 13;
@@ -19,60 +27,30 @@ fn main() {
         .iter()
         .map(|&p| store.key_at(p).unwrap().to_owned())
         .collect();
-    for round in 0..2 {
-        let t = Instant::now();
+    for round in 1..=2 {
+        let start = Instant::now();
         let found = keys
             .iter()
             .filter(|k| store.position(k.as_bytes()).unwrap().is_some())
             .count();
-        let search = t.elapsed().as_nanos() as f64 / keys.len() as f64;
-        let t = Instant::now();
+        let search = per_op(start, keys.len());
+        let start = Instant::now();
         let bytes: usize = positions
             .iter()
-            .map(|&p| store.record(p).unwrap().len())
+            .map(|&p| store.with_record(p, |r| r.len()).unwrap())
             .sum();
-        let decode = t.elapsed().as_nanos() as f64 / keys.len() as f64;
-        let t = Instant::now();
-        let kl: usize = positions
+        let decode = per_op(start, positions.len());
+        let start = Instant::now();
+        let key_bytes: usize = positions
             .iter()
             .map(|&p| store.key_at(p).unwrap().len())
             .sum();
-        let key_at = t.elapsed().as_nanos() as f64 / keys.len() as f64;
-        let t = Instant::now();
-        let bl: usize = positions
-            .iter()
-            .map(|&p| store.blob(p).unwrap()[0] as usize)
-            .sum();
-        let blob = t.elapsed().as_nanos() as f64 / keys.len() as f64;
-        let b0 = store.blob(positions[0]).unwrap();
-        let t = Instant::now();
-        let hot: usize = (0..200_000)
-            .map(|_| {
-                docstore_core::codec::decompress(b0, store.dictionary())
-                    .unwrap()
-                    .len()
-            })
-            .sum();
-        let hot = t.elapsed().as_nanos() as f64 / 200_000.0;
+        let key_at = per_op(start, positions.len());
+        assert_eq!(found, keys.len());
         println!(
-            "blob touch {blob:.0} ns, hot decompress of one {hot:.0} ns ({bl} {hot}) raw {}",
-            b0.len()
+            "round {round}: position {search:.0} ns, decode {decode:.0} ns ({} B avg), key_at {key_at:.0} ns ({} B avg)",
+            bytes / positions.len(),
+            key_bytes / positions.len()
         );
-        let t = Instant::now();
-        let pb: usize = positions
-            .iter()
-            .map(|&p| {
-                docstore_core::codec::decompress_with(
-                    store.blob(p).unwrap(),
-                    store.dictionary(),
-                    7,
-                    |r| r.len(),
-                )
-                .unwrap()
-            })
-            .sum();
-        let pre = t.elapsed().as_nanos() as f64 / keys.len() as f64;
-        println!("prefix-mode record {pre:.0} ns {pb}");
-        println!("round {round}: position {search:.0} ns, record {decode:.0} ns, key_at {key_at:.0} ns ({found} {bytes} {kl})");
     }
 }

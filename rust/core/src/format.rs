@@ -162,7 +162,7 @@ impl Header {
             };
             let end = entry.offset.checked_add(entry.len);
             if entry.offset < end_of_previous
-                || entry.offset % ALIGN != 0
+                || !entry.offset.is_multiple_of(ALIGN)
                 || end.is_none_or(|end| end > file_len)
             {
                 return Err(Error::corrupt(format!(

@@ -151,7 +151,7 @@ impl<B: AsRef<[u8]>> Store<B> {
     }
 
     /// `start..end` of entry `i` in a section indexed by an offsets section.
-    fn slice_at<'a>(&'a self, offsets: Section, target: Section, i: u64) -> Result<&'a [u8]> {
+    fn slice_at(&self, offsets: Section, target: Section, i: u64) -> Result<&[u8]> {
         let (start, end) = (self.offset(offsets, i), self.offset(offsets, i + 1));
         let data = self.section(target);
         if start > end || end > data.len() as u64 {

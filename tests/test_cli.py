@@ -1,0 +1,125 @@
+"""The docstore command line, run as users run it: a separate process."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import subprocess
+import sys
+
+import pytest
+
+import docstore
+
+
+def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "docstore.cli", *args], capture_output=True, text=True, input=stdin, timeout=300
+    )
+
+
+RECORDS = [
+    {"doc_id": f"d{i}", "text": f"text {i} ünï \"quoted\", tabs\\t", "label": i % 3, "score": i / 4, "v": [i, i + 1]}
+    for i in range(500)
+]
+
+
+def write_jsonl(path, records) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+
+
+def test_build_export_round_trips_jsonl(tmp_path):
+    src = tmp_path / "in.jsonl"
+    write_jsonl(src, RECORDS)
+    out = cli("build", str(src), "-o", str(tmp_path / "s"), "-q")
+    assert out.returncode == 0, out.stderr
+    assert "500 docs" in out.stdout and "docs/s" in out.stdout and "raw" in out.stdout
+    exported = cli("export", str(tmp_path / "s"))
+    assert exported.returncode == 0
+    assert [json.loads(line) for line in exported.stdout.splitlines()] == RECORDS
+    assert cli("export", str(tmp_path / "s"), "-o", str(tmp_path / "out.jsonl")).returncode == 0
+    assert (tmp_path / "out.jsonl").read_text(encoding="utf-8") == exported.stdout
+
+
+def test_build_from_tsv_csv_gzip_parquet_and_stdin(tmp_path):
+    rows = [(f"{i}", f"passage {i} with \"quotes\", commas") for i in range(100)]
+    tsv = tmp_path / "collection.tsv"
+    tsv.write_text("".join(f"{a}\t{b}\n" for a, b in rows), encoding="utf-8")
+    assert cli("build", str(tsv), "-o", str(tmp_path / "tsv"), "--columns", "doc_id,text", "-q").returncode == 0
+    with open(tmp_path / "c.csv", "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["pid", "text", "label"])
+        w.writerows([(a, b, i) for i, (a, b) in enumerate(rows)])
+    out = cli("build", str(tmp_path / "c.csv"), "-o", str(tmp_path / "csv"), "--id-field", "pid",
+              "--fields", "text:str,label:int64", "-q")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    with gzip.open(tmp_path / "g.jsonl.gz", "wt", encoding="utf-8") as f:
+        f.writelines(json.dumps({"doc_id": a, "text": b}) + "\n" for a, b in rows)
+    assert cli("build", str(tmp_path / "g.jsonl.gz"), "-o", str(tmp_path / "gz"), "-q").returncode == 0
+    stdin = "".join(json.dumps({"doc_id": a, "text": b}) + "\n" for a, b in rows)
+    assert cli("build", "-", "--format", "jsonl", "-o", str(tmp_path / "stdin"), "-q", stdin=stdin).returncode == 0
+    for name in ("tsv", "csv", "gz", "stdin"):
+        store = docstore.open(tmp_path / name)
+        assert [d.text for d in store.values()] == [b for _, b in rows], name
+    assert docstore.open(tmp_path / "csv")["7"].label == 7
+
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+
+    pq.write_table(pa.table({"doc_id": [a for a, _ in rows], "text": [b for _, b in rows]}), tmp_path / "p.parquet")
+    assert cli("build", str(tmp_path / "p.parquet"), "-o", str(tmp_path / "pq"), "-q").returncode == 0
+    assert docstore.open(tmp_path / "pq")["99"].text == rows[99][1]
+
+
+def test_info_get_verify(tmp_path):
+    write_jsonl(tmp_path / "in.jsonl", RECORDS)
+    cli("build", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "s"), "-q")
+    info = cli("info", str(tmp_path / "s"))
+    assert info.returncode == 0 and "500" in info.stdout and "lz4" in info.stdout
+    as_json = json.loads(cli("info", str(tmp_path / "s"), "--json").stdout)
+    assert as_json["count"] == 500 and as_json["fields"]["v"] == "int64[]"
+    got = cli("get", str(tmp_path / "s"), "d3", "d1")
+    assert got.returncode == 0
+    assert [json.loads(line)["doc_id"] for line in got.stdout.splitlines()] == ["d3", "d1"]
+    missing = cli("get", str(tmp_path / "s"), "d3", "nope")
+    assert missing.returncode == 1 and "nope" in missing.stderr and json.loads(missing.stdout)["doc_id"] == "d3"
+    ok = cli("verify", str(tmp_path / "s"))
+    assert ok.returncode == 0 and ok.stdout.startswith("OK")
+
+
+@pytest.mark.parametrize(
+    ("setup", "args", "message"),
+    [
+        (None, ["info", "{tmp}/missing"], "No such file"),
+        ("garbage", ["info", "{tmp}/garbage"], "not a docstore file"),
+        ("garbage", ["verify", "{tmp}/garbage"], "not a docstore file"),
+        ("dups", ["build", "{tmp}/dups.jsonl", "-o", "{tmp}/x"], "duplicate doc id"),
+        ("bad", ["build", "{tmp}/bad.jsonl", "-o", "{tmp}/x"], "invalid JSON"),
+        ("dups", ["build", "{tmp}/dups.jsonl", "-o", "{tmp}/x", "--id-field", "nope"], "no id field"),
+        (None, ["build", "{tmp}/in.txt", "-o", "{tmp}/x"], "--format"),
+        ("mixed", ["build", "{tmp}/mixed.jsonl", "-o", "{tmp}/x"], "field \"n\" is int64, got str"),
+    ],
+)
+def test_user_mistakes_print_one_line_and_exit_nonzero(tmp_path, setup, args, message):
+    if setup == "garbage":
+        (tmp_path / "garbage").write_bytes(b"\x00" * 1000)
+    elif setup == "dups":
+        write_jsonl(tmp_path / "dups.jsonl", [{"doc_id": "a", "t": "x"}, {"doc_id": "a", "t": "y"}])
+    elif setup == "bad":
+        (tmp_path / "bad.jsonl").write_text('{"doc_id": "a", "t": "x"}\n{not json\n')
+    elif setup == "mixed":
+        write_jsonl(tmp_path / "mixed.jsonl", [{"doc_id": "a", "n": 1}, {"doc_id": "b", "n": "2"}])
+    out = cli(*(a.format(tmp=tmp_path) for a in args))
+    assert out.returncode == 1
+    assert message in out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert not (tmp_path / "x").exists()
+
+
+def test_demo_runs_on_a_small_corpus(tmp_path):
+    out = cli("demo", "--docs", "3000", "--dir", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert "docstore" in out.stdout and "lookups/s" in out.stdout
