@@ -73,7 +73,17 @@ def pytest_benchmark_update_machine_info(config, machine_info):
         "loadavg_at_start": _LOAD_AT_START,
         "loadavg_at_end": os.getloadavg() if hasattr(os, "getloadavg") else None,
         "cpu_count": os.cpu_count(),
+        "docstore_num_threads": _docstore_num_threads(),
     }
+
+
+def _docstore_num_threads() -> int | None:
+    try:
+        import docstore
+
+        return docstore.get_num_threads()
+    except Exception:
+        return None
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -29,11 +29,23 @@ GET_SYSTEMS = ["docstore", "docstore:field", "ir_datasets", "indexed-tsv", "dict
 GET_MANY_SYSTEMS = ["docstore", "docstore:docs", "ir_datasets", "indexed-tsv", "dict"]
 BUILD_SYSTEMS = ["docstore", "docstore:arrow", "docstore:columns", "ir_datasets", "indexed-tsv", "dict"]
 SIZE_SYSTEMS = ["docstore", "ir_datasets", "indexed-tsv", "dict"]
-THREAD_SYSTEMS = ["docstore", "ir_datasets", "indexed-tsv", "dict"]
+# docstore:serial = docstore with its own decode pool pinned to one thread (set_num_threads(1)):
+# a single get_many already decodes on all cores, so only then does the ratio show what a
+# second Python thread adds (i.e. how much of a lookup runs without the GIL)
+THREAD_SYSTEMS = ["docstore", "docstore:serial", "ir_datasets", "indexed-tsv", "dict"]
 
 
 def _info(benchmark, system, corpus, **extra):
     benchmark.extra_info.update(system=system, corpus=corpus.name, n_docs=corpus.n, **extra)
+
+
+def _docstore_threads(system: str) -> dict:
+    """docstore's own decode pool size, recorded with each docstore benchmark."""
+    if not system.startswith("docstore"):
+        return {}
+    import docstore
+
+    return {"docstore_num_threads": docstore.get_num_threads()}
 
 
 def _check(bench, system, corpus, got: dict, ids):
@@ -56,7 +68,7 @@ def test_get(benchmark, bench, built, corpus, system):
         for i in ids:
             get(store, i)
 
-    _info(benchmark, system, corpus, ops=len(ids), unit="lookups")
+    _info(benchmark, system, corpus, ops=len(ids), unit="lookups", **_docstore_threads(system))
     benchmark(run)
 
 
@@ -77,7 +89,7 @@ def test_get_many(benchmark, bench, built, corpus, system):
         _check(bench, system, corpus, got, ids)
         fn = peer.get_many
 
-    _info(benchmark, system, corpus, ops=len(ids), unit="docs")
+    _info(benchmark, system, corpus, ops=len(ids), unit="docs", **_docstore_threads(system))
     benchmark(fn, store, ids)
 
 
@@ -115,7 +127,15 @@ def test_build(benchmark, bench, tmp_path, corpus, system):
         return (d,), {}
 
     rounds = 1 if corpus.n >= 200_000 else 3
-    _info(benchmark, system, corpus, ops=corpus.n, unit="docs", raw_text_bytes=corpus.raw_text_bytes)
+    _info(
+        benchmark,
+        system,
+        corpus,
+        ops=corpus.n,
+        unit="docs",
+        raw_text_bytes=corpus.raw_text_bytes,
+        **_docstore_threads(system),
+    )
     try:
         benchmark.pedantic(target, setup=setup, rounds=rounds, iterations=1)
         if peer.size_on_disk(dirs[-1]) is not None:
@@ -165,8 +185,13 @@ def pool():
 @pytest.mark.benchmark(group="threads")
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("system", THREAD_SYSTEMS)
-def test_threads(benchmark, bench, built, corpus, pool, system, threads):
+def test_threads(request, benchmark, bench, built, corpus, pool, system, threads):
     peer = bench.require_peer(system)
+    if system == "docstore:serial":
+        import docstore
+
+        docstore.set_num_threads(1)
+        request.addfinalizer(lambda: docstore.set_num_threads(0))
     store = built.open(peer, corpus)
     path = built.path(peer, corpus)
     # systems that are not thread-safe get one handle per thread, as their users must do
@@ -203,6 +228,7 @@ def test_threads(benchmark, bench, built, corpus, pool, system, threads):
             unit="docs",
             threads=threads,
             note=peer.thread_note,
+            **_docstore_threads(system),
         )
         benchmark(run)
         assert not errors, errors[0]

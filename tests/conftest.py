@@ -8,9 +8,10 @@ import subprocess
 import sys
 import textwrap
 
-import docstore
 import numpy as np
 import pytest
+
+import docstore
 
 FIELDS = {"text": "str", "label": "int64", "score": "float64", "tokens": "int32[]", "raw": "bytes"}
 

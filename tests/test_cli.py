@@ -15,12 +15,22 @@ import docstore
 
 def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "docstore.cli", *args], capture_output=True, text=True, input=stdin, timeout=300
+        [sys.executable, "-m", "docstore.cli", *args],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        timeout=300,
     )
 
 
 RECORDS = [
-    {"doc_id": f"d{i}", "text": f"text {i} ünï \"quoted\", tabs\\t", "label": i % 3, "score": i / 4, "v": [i, i + 1]}
+    {
+        "doc_id": f"d{i}",
+        "text": f'text {i} ünï "quoted", tabs\\t',
+        "label": i % 3,
+        "score": i / 4,
+        "v": [i, i + 1],
+    }
     for i in range(500)
 ]
 
@@ -45,10 +55,12 @@ def test_build_export_round_trips_jsonl(tmp_path):
 
 
 def test_build_from_tsv_csv_gzip_parquet_and_stdin(tmp_path):
-    rows = [(f"{i}", f"passage {i} with \"quotes\", commas") for i in range(100)]
+    rows = [(f"{i}", f'passage {i} with "quotes", commas') for i in range(100)]
     tsv = tmp_path / "collection.tsv"
     tsv.write_text("".join(f"{a}\t{b}\n" for a, b in rows), encoding="utf-8")
-    assert cli("build", str(tsv), "-o", str(tmp_path / "tsv"), "--columns", "doc_id,text", "-q").returncode == 0
+    assert (
+        cli("build", str(tsv), "-o", str(tmp_path / "tsv"), "--columns", "doc_id,text", "-q").returncode == 0
+    )
     with open(tmp_path / "c.csv", "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["pid", "text", "label"])
@@ -60,7 +72,10 @@ def test_build_from_tsv_csv_gzip_parquet_and_stdin(tmp_path):
         f.writelines(json.dumps({"doc_id": a, "text": b}) + "\n" for a, b in rows)
     assert cli("build", str(tmp_path / "g.jsonl.gz"), "-o", str(tmp_path / "gz"), "-q").returncode == 0
     stdin = "".join(json.dumps({"doc_id": a, "text": b}) + "\n" for a, b in rows)
-    assert cli("build", "-", "--format", "jsonl", "-o", str(tmp_path / "stdin"), "-q", stdin=stdin).returncode == 0
+    assert (
+        cli("build", "-", "--format", "jsonl", "-o", str(tmp_path / "stdin"), "-q", stdin=stdin).returncode
+        == 0
+    )
     for name in ("tsv", "csv", "gz", "stdin"):
         store = docstore.open(tmp_path / name)
         assert [d.text for d in store.values()] == [b for _, b in rows], name
@@ -69,7 +84,9 @@ def test_build_from_tsv_csv_gzip_parquet_and_stdin(tmp_path):
     pq = pytest.importorskip("pyarrow.parquet")
     import pyarrow as pa
 
-    pq.write_table(pa.table({"doc_id": [a for a, _ in rows], "text": [b for _, b in rows]}), tmp_path / "p.parquet")
+    pq.write_table(
+        pa.table({"doc_id": [a for a, _ in rows], "text": [b for _, b in rows]}), tmp_path / "p.parquet"
+    )
     assert cli("build", str(tmp_path / "p.parquet"), "-o", str(tmp_path / "pq"), "-q").returncode == 0
     assert docstore.open(tmp_path / "pq")["99"].text == rows[99][1]
 
@@ -85,7 +102,9 @@ def test_info_get_verify(tmp_path):
     assert got.returncode == 0
     assert [json.loads(line)["doc_id"] for line in got.stdout.splitlines()] == ["d3", "d1"]
     missing = cli("get", str(tmp_path / "s"), "d3", "nope")
-    assert missing.returncode == 1 and "nope" in missing.stderr and json.loads(missing.stdout)["doc_id"] == "d3"
+    assert (
+        missing.returncode == 1 and "nope" in missing.stderr and json.loads(missing.stdout)["doc_id"] == "d3"
+    )
     ok = cli("verify", str(tmp_path / "s"))
     assert ok.returncode == 0 and ok.stdout.startswith("OK")
 
@@ -100,7 +119,7 @@ def test_info_get_verify(tmp_path):
         ("bad", ["build", "{tmp}/bad.jsonl", "-o", "{tmp}/x"], "invalid JSON"),
         ("dups", ["build", "{tmp}/dups.jsonl", "-o", "{tmp}/x", "--id-field", "nope"], "no id field"),
         (None, ["build", "{tmp}/in.txt", "-o", "{tmp}/x"], "--format"),
-        ("mixed", ["build", "{tmp}/mixed.jsonl", "-o", "{tmp}/x"], "field \"n\" is int64, got str"),
+        ("mixed", ["build", "{tmp}/mixed.jsonl", "-o", "{tmp}/x"], 'field "n" is int64, got str'),
     ],
 )
 def test_user_mistakes_print_one_line_and_exit_nonzero(tmp_path, setup, args, message):

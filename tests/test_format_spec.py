@@ -14,10 +14,11 @@ import re
 import struct
 from pathlib import Path
 
-import docstore
 import lz4.block
 import numpy as np
 import pytest
+
+import docstore
 
 try:  # xxh3-64 checksums (§1); without the package the checksum comparisons are skipped.
     import xxhash
@@ -656,7 +657,7 @@ def test_worked_example_in_the_document(tmp_path: Path) -> None:
     text = FORMAT_MD.read_text(encoding="utf-8")
     dump = re.search(r"`xxd -a tiny\.docstore`.*?```\n(.*?)```", text, re.S).group(1)
     path = tmp_path / "tiny.docstore"
-    with docstore.Writer(path, {"text": "str", "n": "int64"}) as w:
+    with docstore.Writer(path, {"text": "str", "n": "int64"}, level=9) as w:
         w.add("doc-b", text="hello", n=-3)
         w.add("doc-a", text="hello world", n=300)
     assert path.read_bytes() == xxd_bytes(dump)

@@ -14,7 +14,9 @@ import docstore
 # Any non-empty string that UTF-8 can encode (no lone surrogates), long ones included, and
 # families of ids that share long prefixes, the hard case for a prefix-keyed index.
 plain_ids = st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=300)
-prefixed_ids = st.builds(lambda p, s: p + s, st.sampled_from(["", "doc-", "clueweb22-en0000-00-", "é✓"]), plain_ids)
+prefixed_ids = st.builds(
+    lambda p, s: p + s, st.sampled_from(["", "doc-", "clueweb22-en0000-00-", "é✓"]), plain_ids
+)
 ids = st.one_of(plain_ids, prefixed_ids)
 
 ARRAY_TYPES = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float32", "float64"]
@@ -37,7 +39,9 @@ def value_strategy(field_type: str) -> st.SearchStrategy:
 @st.composite
 def corpora(draw):
     names = draw(st.lists(st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True), max_size=4, unique=True))
-    names = [n for n in names if n not in ("doc_id", "as", "if", "in", "is", "or", "and", "def", "del", "for")]
+    names = [
+        n for n in names if n not in ("doc_id", "as", "if", "in", "is", "or", "and", "def", "del", "for")
+    ]
     fields = {name: draw(st.sampled_from(FIELD_TYPES)) for name in names}
     doc_ids = draw(st.lists(ids, max_size=60, unique=True))
     docs = {doc_id: {name: draw(value_strategy(ty)) for name, ty in fields.items()} for doc_id in doc_ids}
@@ -60,7 +64,9 @@ counter = itertools.count()
 def test_store_matches_the_dict_oracle(tmp_path, corpus, level, key_buffer):
     fields, docs = corpus
     path = tmp_path / f"s{next(counter)}"
-    with docstore.Writer(path, fields=fields, level=level, key_buffer_bytes=key_buffer, batch_bytes=2000) as w:
+    with docstore.Writer(
+        path, fields=fields, level=level, key_buffer_bytes=key_buffer, batch_bytes=2000
+    ) as w:
         for doc_id, doc in docs.items():
             w.add(doc_id, doc)
     store = docstore.open(path)
@@ -85,7 +91,9 @@ def test_duplicates_are_always_caught(tmp_path, doc_ids, data):
     order = data.draw(st.permutations(order))
     path = tmp_path / f"d{next(counter)}"
     try:
-        with docstore.Writer(path, fields={"n": "int64"}, key_buffer_bytes=data.draw(st.sampled_from([32, 1 << 20]))) as w:
+        with docstore.Writer(
+            path, fields={"n": "int64"}, key_buffer_bytes=data.draw(st.sampled_from([32, 1 << 20]))
+        ) as w:
             for i, doc_id in enumerate(order):
                 w.add(doc_id, n=i)
     except docstore.DuplicateKeyError as exc:

@@ -46,7 +46,10 @@ def test_build_memory_does_not_grow_with_the_corpus(tmp_path):
     peaks = {}
     for n in (300_000, 2_400_000):
         proc = subprocess.run(
-            [sys.executable, "-c", BUILD, str(n), str(tmp_path / f"s{n}")], capture_output=True, text=True, timeout=600
+            [sys.executable, "-c", BUILD, str(n), str(tmp_path / f"s{n}")],
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
         assert proc.returncode == 0, proc.stderr
         peaks[n] = json.loads(proc.stdout)["peak_kb"] / 1024

@@ -7,9 +7,10 @@ import dataclasses
 import os
 import signal
 
-import docstore
 import numpy as np
 import pytest
+
+import docstore
 
 from .conftest import FIELDS, assert_doc_equal, make_docs, run_python, write_store
 

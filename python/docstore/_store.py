@@ -69,8 +69,10 @@ class DocStore(Reader):
         level = info.pop("level")
         dict_bytes = info.pop("dictionary_bytes")
         codec = "lz4" if level == 0 else f"lz4-hc level {level}"
-        if dict_bytes:
+        if dict_bytes >= 1024:
             codec += f" + {dict_bytes // 1024} KiB dictionary"
+        elif dict_bytes:
+            codec += f" + {dict_bytes} B dictionary"
         raw = info["raw_bytes"]
         return {
             "path": os.fspath(self.path),

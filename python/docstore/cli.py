@@ -18,6 +18,7 @@ import numpy as np
 
 from . import DocstoreError, Writer
 from . import open as open_store
+from ._docstore import DEFAULT_LEVEL
 from ._writer import infer_type
 from .errors import SchemaError
 
@@ -133,7 +134,9 @@ def cmd_build(args: argparse.Namespace) -> int:
     if fields is None:
         sample = first[0]
         if args.id_field not in sample:
-            raise UsageError(f"records have no id field {args.id_field!r} (fields: {list(sample)}); use --id-field")
+            raise UsageError(
+                f"records have no id field {args.id_field!r} (fields: {list(sample)}); use --id-field"
+            )
         fields = {k: infer_type(k, v) for k, v in sample.items() if k != args.id_field}
     # Text formats carry every value as a string; JSON carries bytes as base64 strings.
     coerce = {
@@ -258,7 +261,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=FORMATS, help="input format (default: from the extension)")
     p.add_argument("--fields", help="field types, e.g. text:str,label:int64 (default: inferred)")
     p.add_argument("--columns", help="column names of header-less TSV/CSV, e.g. doc_id,text")
-    p.add_argument("--level", type=int, default=9, help="0 = lz4 fast, 1-12 = lz4 HC (default 9)")
+    p.add_argument("--level", type=int, help=f"0 = lz4 fast, 1-12 = lz4 HC (default {DEFAULT_LEVEL})")
     p.add_argument("--overwrite", action="store_true", help="replace an existing store")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_build)

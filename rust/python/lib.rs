@@ -27,5 +27,9 @@ fn _docstore(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(set_num_threads, m)?)?;
     m.add_function(wrap_pyfunction!(get_num_threads, m)?)?;
     m.add("FORMAT_VERSION", docstore_core::format::VERSION)?;
+    m.add(
+        "DEFAULT_LEVEL",
+        docstore_core::WriterOptions::default().level,
+    )?;
     Ok(())
 }

@@ -145,17 +145,17 @@ fn convert_all<'a, 'py>(
 #[pymethods]
 impl Writer {
     #[new]
-    #[pyo3(signature = (path, fields, *, overwrite=false, level=9, dict_size=65536, batch_bytes=4<<20, key_buffer_bytes=64<<20))]
+    #[pyo3(signature = (path, fields, *, overwrite=false, level=None, dict_size=None, batch_bytes=None, key_buffer_bytes=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         path: PathBuf,
         fields: &Bound<'_, PyAny>,
         overwrite: bool,
-        level: i32,
-        dict_size: usize,
-        batch_bytes: usize,
-        key_buffer_bytes: usize,
+        level: Option<i32>,
+        dict_size: Option<usize>,
+        batch_bytes: Option<usize>,
+        key_buffer_bytes: Option<usize>,
     ) -> PyResult<Self> {
         let pairs: Vec<(String, String)> = if let Ok(dict) = fields.cast::<PyDict>() {
             dict.iter()
@@ -182,11 +182,12 @@ impl Writer {
             .collect::<Result<Vec<_>, docstore_core::Error>>()
             .py_err(py)?;
         let schema = Schema::new(fields).py_err(py)?;
+        let defaults = WriterOptions::default();
         let options = WriterOptions {
-            level,
-            dict_size,
-            batch_bytes,
-            key_buffer_bytes,
+            level: level.unwrap_or(defaults.level),
+            dict_size: dict_size.unwrap_or(defaults.dict_size),
+            batch_bytes: batch_bytes.unwrap_or(defaults.batch_bytes),
+            key_buffer_bytes: key_buffer_bytes.unwrap_or(defaults.key_buffer_bytes),
             overwrite,
         };
         let inner = guard(py, || {
