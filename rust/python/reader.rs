@@ -17,6 +17,8 @@ use std::sync::Arc;
 
 /// Batches smaller than this decode on the calling thread: handing work to the pool costs more.
 const PARALLEL_MIN: usize = 32;
+/// Keys or positions per parallel task: several prefetch groups, few tasks.
+const CHUNK: usize = 64;
 
 #[pyclass(subclass, frozen, module = "docstore._docstore")]
 pub struct Reader {
@@ -105,14 +107,24 @@ impl Reader {
     fn lookup_many<'s>(
         py: Python<'_>,
         store: &'s Store<Mmap>,
-        keys: &[&str],
+        keys: &[&[u8]],
     ) -> PyResult<Vec<Found<'s>>> {
-        let lookup = |key: &&str| store.get(key.as_bytes());
         let found = py.detach(|| {
             if keys.len() < PARALLEL_MIN {
-                keys.iter().map(lookup).collect::<Result<Vec<_>, _>>()
+                store.get_many(keys)
             } else {
-                parallel::pool().install(|| keys.par_iter().with_min_len(8).map(lookup).collect())
+                parallel::pool().install(|| {
+                    let chunks: Vec<_> = keys
+                        .par_chunks(CHUNK)
+                        .map(|chunk| store.get_many(chunk))
+                        .collect();
+                    chunks
+                        .into_iter()
+                        .try_fold(Vec::with_capacity(keys.len()), |mut all, chunk| {
+                            all.extend(chunk?);
+                            Ok(all)
+                        })
+                })
             }
         });
         found.py_err(py)
@@ -123,13 +135,23 @@ impl Reader {
         store: &'s Store<Mmap>,
         positions: &[u64],
     ) -> PyResult<Vec<Cow<'s, [u8]>>> {
-        let read = |pos: &u64| store.record(*pos);
         let records = py.detach(|| {
             if positions.len() < PARALLEL_MIN {
-                positions.iter().map(read).collect::<Result<Vec<_>, _>>()
+                store.records(positions)
             } else {
-                parallel::pool()
-                    .install(|| positions.par_iter().with_min_len(8).map(read).collect())
+                parallel::pool().install(|| {
+                    let chunks: Vec<_> = positions
+                        .par_chunks(CHUNK)
+                        .map(|chunk| store.records(chunk))
+                        .collect();
+                    chunks.into_iter().try_fold(
+                        Vec::with_capacity(positions.len()),
+                        |mut all, chunk| {
+                            all.extend(chunk?);
+                            Ok(all)
+                        },
+                    )
+                })
             }
         });
         records.py_err(py)
@@ -296,7 +318,10 @@ impl Reader {
             .try_iter()?
             .filter_map(|id| id.map(|id| id.cast_into::<PyString>().ok()).transpose())
             .collect::<PyResult<_>>()?;
-        let keys: Vec<&str> = objects.iter().map(|k| k.to_str().unwrap_or("")).collect();
+        let keys: Vec<&[u8]> = objects
+            .iter()
+            .map(|k| k.to_str().map_or(&b""[..], str::as_bytes))
+            .collect();
         guard(py, || {
             let found = Self::lookup_many(py, &store, &keys)?;
             let out = PyDict::new(py);

@@ -17,6 +17,24 @@ use std::ops::Range;
 use std::path::Path;
 use xxhash_rust::xxh3::xxh3_64;
 
+/// Lookups of a batch that advance together (see `positions`).
+const GROUP: usize = 16;
+
+/// Asks the CPU to start loading `bytes[at]` into cache (a hint: no effect where unsupported).
+#[inline(always)]
+fn prefetch(bytes: &[u8], at: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if at < bytes.len() {
+        // SAFETY: `at` is in bounds; a prefetch never faults and changes no memory.
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            _mm_prefetch::<_MM_HINT_T0>(bytes.as_ptr().add(at).cast());
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (bytes, at);
+}
+
 /// An open store over any bytes: a memory map in production, a `Vec<u8>` in tests and fuzzing.
 pub struct Store<B> {
     buf: B,
@@ -167,9 +185,27 @@ impl<B: AsRef<[u8]>> Store<B> {
     /// The position of `key`: a binary search over the compact prefix array finds the first
     /// candidate, whole keys settle ties.
     pub fn position(&self, key: &[u8]) -> Result<Option<u64>> {
+        let mut out = [None];
+        self.positions_into(&[key], &mut out)?;
+        Ok(out[0])
+    }
+
+    /// Positions of many keys. The searches advance in lockstep, each prefetching what it reads
+    /// next, so that the cache misses of a group overlap instead of queuing one after another.
+    pub fn positions(&self, keys: &[&[u8]]) -> Result<Vec<Option<u64>>> {
+        let mut out = vec![None; keys.len()];
+        for (keys, out) in keys.chunks(GROUP).zip(out.chunks_mut(GROUP)) {
+            self.positions_into(keys, out)?;
+        }
+        Ok(out)
+    }
+
+    /// `positions` for at most GROUP keys.
+    fn positions_into(&self, keys: &[&[u8]], out: &mut [Option<u64>]) -> Result<()> {
         let n = self.len();
+        out.fill(None);
         if n == 0 {
-            return Ok(None);
+            return Ok(());
         }
         let common = self.header.common_prefix as usize;
         let first = self.key_of_rank(0)?;
@@ -178,32 +214,64 @@ impl<B: AsRef<[u8]>> Store<B> {
                 "common key prefix longer than the first key",
             ));
         }
-        if key.len() < common || key[..common] != first[..common] {
-            return Ok(None);
-        }
-        let target = key_prefix(&key[common..]);
         let prefixes = self.section(Section::KeyPrefixes);
         let prefix = |rank: u64| u64_at(prefixes, rank as usize * 8);
-        let (mut lo, mut hi) = (0u64, n);
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if prefix(mid) < target {
-                lo = mid + 1;
-            } else {
-                hi = mid;
+        // Keys without the common prefix are absent; the others search by their next 8 bytes.
+        let mut targets = [None; GROUP];
+        for (target, key) in targets.iter_mut().zip(keys) {
+            if key.len() >= common && key[..common] == first[..common] {
+                *target = Some(key_prefix(&key[common..]));
             }
         }
-        // Keys sharing the target's prefix start at `lo`; gallop to the end of that run.
-        let mut step = 1;
-        hi = lo;
-        while hi < n && prefix(hi) == target {
-            hi = (lo + step).min(n);
-            step *= 2;
-            if hi < n && prefix(hi) != target {
-                break;
+        // Branch-free lower bound: every search takes the same steps, so they run in lockstep.
+        let mut base = [0u64; GROUP];
+        let mut size = n;
+        while size > 1 {
+            let half = size / 2;
+            let next_half = (size - half) / 2;
+            for (base, target) in base[..keys.len()].iter_mut().zip(&targets) {
+                if let Some(target) = *target {
+                    if prefix(*base + half) < target {
+                        *base += half;
+                    }
+                    prefetch(prefixes, (*base + next_half) as usize * 8);
+                }
+            }
+            size -= half;
+        }
+        let mut lows = [0u64; GROUP];
+        for ((low, base), target) in lows[..keys.len()].iter_mut().zip(&base).zip(&targets) {
+            if let Some(target) = *target {
+                *low = *base + u64::from(prefix(*base) < target);
+                prefetch(
+                    self.section(Section::KeyOffsets),
+                    (*low as usize).min(n as usize - 1) * 8,
+                );
+                prefetch(
+                    self.section(Section::KeyPositions),
+                    (*low as usize).min(n as usize - 1) * 4,
+                );
             }
         }
-        self.search_keys(key, lo, hi.min(n))
+        for (i, target) in targets.iter().enumerate().take(keys.len()) {
+            if target.is_some() && lows[i] < n {
+                let start = self.offset(Section::KeyOffsets, lows[i]);
+                prefetch(self.section(Section::Keys), start as usize);
+            }
+        }
+        for (i, target) in targets.iter().enumerate().take(keys.len()) {
+            let Some(target) = *target else { continue };
+            // Keys sharing the target's prefix start at `lo`; gallop to the end of that run.
+            let lo = lows[i];
+            let mut hi = lo;
+            let mut step = 1;
+            while hi < n && prefix(hi) == target {
+                hi = (lo + step).min(n);
+                step *= 2;
+            }
+            out[i] = self.search_keys(keys[i], lo, hi)?;
+        }
+        Ok(())
     }
 
     /// Binary search for `key` among ranks `lo..hi` by whole-key comparison.
@@ -249,6 +317,41 @@ impl<B: AsRef<[u8]>> Store<B> {
     pub fn with_record<R>(&self, pos: u64, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
         let dict_id = self.header.section(Section::Dictionary).checksum;
         codec::decompress_with(self.blob(pos)?, self.dictionary(), dict_id, f)
+    }
+
+    /// Raw records of many positions, in order, prefetching each group's offsets and blobs
+    /// before decoding them (see `positions`).
+    pub fn records(&self, positions: &[u64]) -> Result<Vec<Cow<'_, [u8]>>> {
+        let mut out = Vec::with_capacity(positions.len());
+        let offsets = self.section(Section::DocOffsets);
+        for group in positions.chunks(GROUP) {
+            for &pos in group {
+                prefetch(offsets, pos as usize * 8);
+            }
+            for &pos in group {
+                if pos < self.len() {
+                    prefetch(
+                        self.section(Section::Data),
+                        self.offset(Section::DocOffsets, pos) as usize,
+                    );
+                }
+            }
+            for &pos in group {
+                out.push(self.record(pos)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Positions and raw records of many keys, in order (`None` for absent keys).
+    pub fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<(u64, Cow<'_, [u8]>)>>> {
+        let positions = self.positions(keys)?;
+        let found: Vec<u64> = positions.iter().flatten().copied().collect();
+        let mut records = self.records(&found)?.into_iter();
+        Ok(positions
+            .into_iter()
+            .map(|pos| pos.map(|pos| (pos, records.next().expect("one record per found key"))))
+            .collect())
     }
 
     /// Position and raw record of `key`, if present.
