@@ -196,7 +196,7 @@ class Built:
             shutil.rmtree(path, ignore_errors=True)
             obj = peer.build(path, corpus.records)
             self.paths[key] = path
-            if peer.size_on_disk(path) is None:  # in-memory: the built object is the store
+            if peer.in_memory:  # the built object is the store
                 self.objs[key] = obj
             else:
                 peer.close(obj)

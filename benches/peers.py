@@ -41,6 +41,8 @@ def dir_size(path: str | os.PathLike) -> int:
 class Peer:
     name: str = "?"
     requires: str | None = None
+    #: nothing on disk: build() returns the store itself and there is nothing to open()
+    in_memory: bool = False
     #: can one object serve lookups from several threads at once? If not, each thread gets
     #: its own handle from ``for_thread`` (what a user of that system would have to do).
     thread_safe: bool = True
@@ -78,6 +80,7 @@ class DictStore(Peer):
     """Everything in a Python dict: the in-memory ceiling (nothing on disk, nothing to open)."""
 
     name = "dict"
+    in_memory = True
 
     def build(self, path, records):
         return {r["doc_id"]: r["text"] for r in records}

@@ -36,7 +36,6 @@ SYSTEM_ORDER = [
     "docstore:docs",
     "docstore:arrow",
     "docstore:columns",
-    "docstore:serial",
     "ir_datasets",
     "indexed-tsv",
     "dict",
@@ -47,7 +46,6 @@ SYSTEM_NOTES = {
     "docstore:docs": "docstore `store.get_many(ids)` (Doc objects)",
     "docstore:arrow": "docstore `Writer.add_many(pyarrow batch)`",
     "docstore:columns": "docstore `Writer.add_many(ids, {'text': [...]})`",
-    "docstore:serial": "docstore, own decode pool pinned to 1 thread (`set_num_threads(1)`)",
     "ir_datasets": "ir_datasets `PickleLz4FullStore` (`docs_store.get`, `get_many`)",
     "indexed-tsv": "TSV + dict of byte offsets (seek + readline)",
     "dict": "Python dict in memory",
@@ -259,20 +257,12 @@ def targets(res, corpora: list[str]) -> list[tuple[str, str, str]]:
                 "missing" if x is None else f"{x:.3f}x raw",
             )
         g = res["threads"].get(c, {})
-        t1, t2 = thr(g.get(("docstore:serial", 1))), thr(g.get(("docstore:serial", 2)))
+        t1, t2 = thr(g.get(("docstore", 1))), thr(g.get(("docstore", 2)))
         add(
-            "two threads of batch lookups >= 1.6x one thread (docstore pool = 1 thread)",
+            "two threads of batch lookups >= 1.6x one thread",
             c,
             t2 / t1 if (t1 and t2) else None,
             lambda r: r >= 1.6,
-        )
-        t1, t2 = thr(g.get(("docstore", 1))), thr(g.get(("docstore", 2)))
-        pool = (g.get(("docstore", 1)) or {}).get("extra_info", {}).get("docstore_num_threads", "?")
-        add(
-            f"two threads vs one, default pool ({pool} threads: one get_many already uses them)",
-            c,
-            t2 / t1 if (t1 and t2) else None,
-            None,
         )
     return out
 

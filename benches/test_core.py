@@ -29,10 +29,7 @@ GET_SYSTEMS = ["docstore", "docstore:field", "ir_datasets", "indexed-tsv", "dict
 GET_MANY_SYSTEMS = ["docstore", "docstore:docs", "ir_datasets", "indexed-tsv", "dict"]
 BUILD_SYSTEMS = ["docstore", "docstore:arrow", "docstore:columns", "ir_datasets", "indexed-tsv", "dict"]
 SIZE_SYSTEMS = ["docstore", "ir_datasets", "indexed-tsv", "dict"]
-# docstore:serial = docstore with its own decode pool pinned to one thread (set_num_threads(1)):
-# a single get_many already decodes on all cores, so only then does the ratio show what a
-# second Python thread adds (i.e. how much of a lookup runs without the GIL)
-THREAD_SYSTEMS = ["docstore", "docstore:serial", "ir_datasets", "indexed-tsv", "dict"]
+THREAD_SYSTEMS = ["docstore", "ir_datasets", "indexed-tsv", "dict"]
 
 
 def _info(benchmark, system, corpus, **extra):
@@ -138,7 +135,7 @@ def test_build(benchmark, bench, tmp_path, corpus, system):
     )
     try:
         benchmark.pedantic(target, setup=setup, rounds=rounds, iterations=1)
-        if peer.size_on_disk(dirs[-1]) is not None:
+        if not peer.in_memory:
             # the build must be readable and complete
             store = peer.open(dirs[-1])
             some = corpus.sample_ids(5, seed=3)
@@ -153,7 +150,7 @@ def test_build(benchmark, bench, tmp_path, corpus, system):
 @pytest.mark.parametrize("system", SIZE_SYSTEMS)
 def test_size(benchmark, bench, built, corpus, system):
     peer = bench.require_peer(system)
-    if peer.size_on_disk(built.root) is None:
+    if peer.in_memory:
         pytest.skip(f"{system} keeps everything in memory: nothing on disk")
     path = built.path(peer, corpus)
     size = peer.size_on_disk(path)
@@ -185,13 +182,8 @@ def pool():
 @pytest.mark.benchmark(group="threads")
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("system", THREAD_SYSTEMS)
-def test_threads(request, benchmark, bench, built, corpus, pool, system, threads):
+def test_threads(benchmark, bench, built, corpus, pool, system, threads):
     peer = bench.require_peer(system)
-    if system == "docstore:serial":
-        import docstore
-
-        docstore.set_num_threads(1)
-        request.addfinalizer(lambda: docstore.set_num_threads(0))
     store = built.open(peer, corpus)
     path = built.path(peer, corpus)
     # systems that are not thread-safe get one handle per thread, as their users must do
