@@ -4,14 +4,14 @@
 use crate::convert::to_python;
 use crate::errors::{guard, key_error, new_error, IntoPy};
 use arc_swap::ArcSwapOption;
+use docstore_core::record::{self, RawValue};
 use docstore_core::Mmap;
-use docstore_core::{parallel, record, Store};
+use docstore_core::{parallel, RecordBatch, Store};
 use pyo3::exceptions::PyIndexError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple, PyType};
 use rayon::prelude::*;
-use std::borrow::Cow;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -27,8 +27,6 @@ pub struct Reader {
     doc_class: Py<PyType>,
     field_names: Vec<String>,
 }
-
-type Found<'s> = Option<(u64, Cow<'s, [u8]>)>;
 
 impl Reader {
     fn store(&self, py: Python<'_>) -> PyResult<Arc<Store<Mmap>>> {
@@ -70,17 +68,16 @@ impl Reader {
         key: impl FnOnce() -> PyResult<Bound<'py, PyAny>>,
         raw: &[u8],
     ) -> PyResult<Bound<'py, PyAny>> {
+        let schema = store.schema();
         if let Some(index) = field {
-            let value = record::decode_field(store.schema(), raw, index).py_err(py)?;
-            return to_python(py, value);
+            return raw_to_python(py, record::raw_field(schema, raw, index).py_err(py)?);
         }
-        let values = record::decode(store.schema(), raw).py_err(py)?;
-        let mut items = Vec::with_capacity(values.len() + 1);
-        items.push(key()?);
-        for value in values {
-            items.push(to_python(py, value)?);
+        let doc = DocBuilder::new(self.doc_class.bind(py), schema.len() + 1)?;
+        doc.set(0, key()?);
+        for (index, value) in record::raw_fields(schema, raw).enumerate() {
+            doc.set(index + 1, raw_to_python(py, value.py_err(py)?)?);
         }
-        new_doc(self.doc_class.bind(py), items)
+        Ok(doc.finish())
     }
 
     fn key_object<'py>(
@@ -103,80 +100,137 @@ impl Reader {
         Ok(pos as u64)
     }
 
-    /// Looks up many keys with Python released, in parallel for large batches.
-    fn lookup_many<'s>(
+    /// Looks up many keys with Python released, in parallel for large batches: per chunk of
+    /// keys, their positions (`None` when absent) and the records of those found.
+    fn lookup_many(
         py: Python<'_>,
-        store: &'s Store<Mmap>,
+        store: &Store<Mmap>,
         keys: &[&[u8]],
-    ) -> PyResult<Vec<Found<'s>>> {
-        let found = py.detach(|| {
-            if keys.len() < PARALLEL_MIN {
-                store.get_many(keys)
-            } else {
-                parallel::pool().install(|| {
-                    let chunks: Vec<_> = keys
-                        .par_chunks(CHUNK)
-                        .map(|chunk| store.get_many(chunk))
-                        .collect();
-                    chunks
-                        .into_iter()
-                        .try_fold(Vec::with_capacity(keys.len()), |mut all, chunk| {
-                            all.extend(chunk?);
-                            Ok(all)
-                        })
-                })
-            }
-        });
-        found.py_err(py)
+    ) -> PyResult<Vec<(Vec<Option<u64>>, RecordBatch)>> {
+        py.detach(|| {
+            in_chunks(keys, |chunk| {
+                let mut batch = RecordBatch::default();
+                store
+                    .read_many(chunk, &mut batch)
+                    .map(|positions| (positions, batch))
+            })
+        })
+        .py_err(py)
     }
 
-    fn records_at<'s>(
+    fn records_at(
         py: Python<'_>,
-        store: &'s Store<Mmap>,
+        store: &Store<Mmap>,
         positions: &[u64],
-    ) -> PyResult<Vec<Cow<'s, [u8]>>> {
-        let records = py.detach(|| {
-            if positions.len() < PARALLEL_MIN {
-                store.records(positions)
-            } else {
-                parallel::pool().install(|| {
-                    let chunks: Vec<_> = positions
-                        .par_chunks(CHUNK)
-                        .map(|chunk| store.records(chunk))
-                        .collect();
-                    chunks.into_iter().try_fold(
-                        Vec::with_capacity(positions.len()),
-                        |mut all, chunk| {
-                            all.extend(chunk?);
-                            Ok(all)
-                        },
-                    )
-                })
-            }
-        });
-        records.py_err(py)
+    ) -> PyResult<Vec<RecordBatch>> {
+        py.detach(|| {
+            in_chunks(positions, |chunk| {
+                let mut batch = RecordBatch::default();
+                store.read_records(chunk, &mut batch).map(|()| batch)
+            })
+        })
+        .py_err(py)
     }
 }
 
-/// Allocates an instance of the Doc class (a tuple subclass) holding `items`.
-fn new_doc<'py>(
-    cls: &Bound<'py, PyType>,
-    items: Vec<Bound<'py, PyAny>>,
-) -> PyResult<Bound<'py, PyAny>> {
-    let py = cls.py();
-    // SAFETY: the Doc class is a namedtuple subclass with empty __slots__, so an instance is a
-    // plain tuple of `items.len()` slots; tp_alloc zero-fills them and every slot is set below
-    // before the object is handed out (what tuple.__new__ does for subclasses).
-    unsafe {
-        let obj =
-            pyo3::ffi::PyType_GenericAlloc(cls.as_type_ptr(), items.len() as pyo3::ffi::Py_ssize_t);
-        if obj.is_null() {
-            return Err(PyErr::fetch(py));
+/// `f` over chunks of `items`: on the calling thread for small batches (or when parallel work
+/// is set to one thread), else in parallel on docstore's pool.
+fn in_chunks<T: Sync, R: Send>(
+    items: &[T],
+    f: impl Fn(&[T]) -> docstore_core::Result<R> + Sync,
+) -> docstore_core::Result<Vec<R>> {
+    if items.len() < PARALLEL_MIN {
+        return f(items).map(|r| vec![r]);
+    }
+    let serial = || f(items).map(|r| vec![r]);
+    let parallel = || items.par_chunks(CHUNK).map(&f).collect();
+    parallel::run(serial, parallel)
+}
+
+/// A Doc (an instance of a namedtuple subclass) being filled in place.
+struct DocBuilder<'py> {
+    doc: Bound<'py, PyAny>,
+}
+
+impl<'py> DocBuilder<'py> {
+    fn new(cls: &Bound<'py, PyType>, len: usize) -> PyResult<Self> {
+        // SAFETY: the Doc class is a tuple subclass with empty __slots__, so an instance is a
+        // plain tuple of `len` slots; tp_alloc zero-fills them (what tuple.__new__ does for
+        // subclasses). A slot left NULL by an error is fine: tuple deallocation skips NULLs.
+        unsafe {
+            let obj =
+                pyo3::ffi::PyType_GenericAlloc(cls.as_type_ptr(), len as pyo3::ffi::Py_ssize_t);
+            if obj.is_null() {
+                return Err(PyErr::fetch(cls.py()));
+            }
+            Ok(DocBuilder {
+                doc: Bound::from_owned_ptr(cls.py(), obj),
+            })
         }
-        for (i, item) in items.into_iter().enumerate() {
-            pyo3::ffi::PyTuple_SET_ITEM(obj, i as pyo3::ffi::Py_ssize_t, item.into_ptr());
+    }
+
+    fn set(&self, index: usize, item: Bound<'py, PyAny>) {
+        // SAFETY: `index` < len (one per field plus the key), each slot is set once.
+        unsafe {
+            pyo3::ffi::PyTuple_SET_ITEM(
+                self.doc.as_ptr(),
+                index as pyo3::ffi::Py_ssize_t,
+                item.into_ptr(),
+            )
+        };
+    }
+
+    /// The finished Doc, untracked by the garbage collector: it holds only str, bytes, int,
+    /// float and numeric arrays, so it can never be part of a reference cycle, and collections
+    /// need not traverse it (tuples untrack themselves the same way).
+    fn finish(self) -> Bound<'py, PyAny> {
+        // SAFETY: a fully built, GC-tracked object of a GC type.
+        unsafe { pyo3::ffi::PyObject_GC_UnTrack(self.doc.as_ptr().cast()) };
+        self.doc
+    }
+}
+
+/// A raw field as a Python object; str bytes are validated by CPython's UTF-8 decoder.
+fn raw_to_python<'py>(py: Python<'py>, value: RawValue<'_>) -> PyResult<Bound<'py, PyAny>> {
+    match value {
+        RawValue::Utf8(bytes) if bytes.is_ascii() => {
+            // ASCII needs no decoding: a copy into a new compact str (CPython's decoder would
+            // scan it again byte by byte).
+            // SAFETY: PyUnicode_New(n, 127) makes a compact ASCII str with room for n bytes,
+            // filled here before anything else can see it.
+            unsafe {
+                let obj = pyo3::ffi::PyUnicode_New(bytes.len() as pyo3::ffi::Py_ssize_t, 127);
+                if obj.is_null() {
+                    return Err(PyErr::fetch(py));
+                }
+                std::ptr::copy_nonoverlapping(
+                    bytes.as_ptr(),
+                    pyo3::ffi::PyUnicode_DATA(obj).cast::<u8>(),
+                    bytes.len(),
+                );
+                Ok(Bound::from_owned_ptr(py, obj))
+            }
         }
-        Ok(Bound::from_owned_ptr(py, obj))
+        RawValue::Utf8(bytes) => {
+            // SAFETY: a valid pointer and length; the result is checked for NULL.
+            let obj = unsafe {
+                pyo3::ffi::PyUnicode_DecodeUTF8(
+                    bytes.as_ptr().cast(),
+                    bytes.len() as pyo3::ffi::Py_ssize_t,
+                    c"strict".as_ptr(),
+                )
+            };
+            if obj.is_null() {
+                let _ = PyErr::fetch(py);
+                return Err(crate::errors::to_pyerr(
+                    py,
+                    docstore_core::Error::Corrupt("str field is not UTF-8".into()),
+                ));
+            }
+            // SAFETY: a new reference from the decoder.
+            Ok(unsafe { Bound::from_owned_ptr(py, obj) })
+        }
+        RawValue::Other(value) => to_python(py, value),
     }
 }
 
@@ -323,13 +377,19 @@ impl Reader {
             .map(|k| k.to_str().map_or(&b""[..], str::as_bytes))
             .collect();
         guard(py, || {
-            let found = Self::lookup_many(py, &store, &keys)?;
+            let chunks = Self::lookup_many(py, &store, &keys)?;
             let out = PyDict::new(py);
-            for (object, found) in objects.iter().zip(found) {
-                if let Some((_, raw)) = found {
-                    let value =
-                        self.build(py, &store, field, || Ok(object.clone().into_any()), &raw)?;
-                    out.set_item(object, value)?;
+            let mut objects = objects.iter();
+            for (positions, batch) in &chunks {
+                let mut records = (0..batch.len()).map(|i| batch.get(i));
+                // `positions` first: zip stops on it without taking an id from the next chunk.
+                for (pos, object) in positions.iter().zip(objects.by_ref()) {
+                    if pos.is_some() {
+                        let raw = records.next().expect("one record per found key");
+                        let value =
+                            self.build(py, &store, field, || Ok(object.clone().into_any()), raw)?;
+                        out.set_item(object, value)?;
+                    }
                 }
             }
             Ok(out)
@@ -374,10 +434,13 @@ impl Reader {
             .map(|i| self.resolve_position(py, &store, i))
             .collect::<PyResult<Vec<u64>>>()?;
         guard(py, || {
-            let records = Self::records_at(py, &store, &positions)?;
+            let batches = Self::records_at(py, &store, &positions)?;
+            let records = batches
+                .iter()
+                .flat_map(|batch| (0..batch.len()).map(|i| batch.get(i)));
             let items = positions
                 .iter()
-                .zip(&records)
+                .zip(records)
                 .map(|(&pos, raw)| {
                     self.build(py, &store, field, || Self::key_object(py, &store, pos), raw)
                 })

@@ -8,6 +8,7 @@
 
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::OnceLock;
 
 struct OwnedPool {
     pid: u32,
@@ -22,12 +23,30 @@ static REQUESTED_THREADS: AtomicUsize = AtomicUsize::new(0);
 /// Threads used by parallel work: `set_num_threads`, else `DOCSTORE_NUM_THREADS`, else all cores.
 pub fn num_threads() -> usize {
     match REQUESTED_THREADS.load(Ordering::Relaxed) {
-        0 => std::env::var("DOCSTORE_NUM_THREADS")
+        0 => default_threads(),
+        n => n,
+    }
+}
+
+/// Read once: finding the core count reads cgroup files, too slow for every lookup.
+fn default_threads() -> usize {
+    static DEFAULT: OnceLock<usize> = OnceLock::new();
+    *DEFAULT.get_or_init(|| {
+        std::env::var("DOCSTORE_NUM_THREADS")
             .ok()
             .and_then(|v| v.trim().parse().ok())
             .filter(|n: &usize| *n > 0)
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
-        n => n,
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    })
+}
+
+/// Runs `serial` on the calling thread when parallel work is set to one thread (so that
+/// several calling threads each work on their own core), else `parallel` inside the pool.
+pub fn run<R: Send>(serial: impl FnOnce() -> R, parallel: impl FnOnce() -> R + Send) -> R {
+    if num_threads() == 1 {
+        serial()
+    } else {
+        pool().install(parallel)
     }
 }
 

@@ -17,6 +17,33 @@ use std::ops::Range;
 use std::path::Path;
 use xxhash_rust::xxh3::xxh3_64;
 
+/// Raw records read together, in one buffer (one allocation for a whole batch).
+#[derive(Debug, Default)]
+pub struct RecordBatch {
+    data: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl RecordBatch {
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    pub fn get(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.data[start..self.ends[i]]
+    }
+
+    fn push(&mut self, raw: &[u8]) {
+        self.data.extend_from_slice(raw);
+        self.ends.push(self.data.len());
+    }
+}
+
 /// Lookups of a batch that advance together (see `positions`).
 const GROUP: usize = 16;
 
@@ -319,10 +346,9 @@ impl<B: AsRef<[u8]>> Store<B> {
         codec::decompress_with(self.blob(pos)?, self.dictionary(), dict_id, f)
     }
 
-    /// Raw records of many positions, in order, prefetching each group's offsets and blobs
-    /// before decoding them (see `positions`).
-    pub fn records(&self, positions: &[u64]) -> Result<Vec<Cow<'_, [u8]>>> {
-        let mut out = Vec::with_capacity(positions.len());
+    /// Appends the raw records of `positions` to `batch`, prefetching each group's offsets and
+    /// blobs before decoding them (see `positions`).
+    pub fn read_records(&self, positions: &[u64], batch: &mut RecordBatch) -> Result<()> {
         let offsets = self.section(Section::DocOffsets);
         for group in positions.chunks(GROUP) {
             for &pos in group {
@@ -337,21 +363,18 @@ impl<B: AsRef<[u8]>> Store<B> {
                 }
             }
             for &pos in group {
-                out.push(self.record(pos)?);
+                self.with_record(pos, |raw| batch.push(raw))?;
             }
         }
-        Ok(out)
+        Ok(())
     }
 
-    /// Positions and raw records of many keys, in order (`None` for absent keys).
-    pub fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<(u64, Cow<'_, [u8]>)>>> {
+    /// Positions of many keys (`None` when absent), their records appended to `batch`.
+    pub fn read_many(&self, keys: &[&[u8]], batch: &mut RecordBatch) -> Result<Vec<Option<u64>>> {
         let positions = self.positions(keys)?;
         let found: Vec<u64> = positions.iter().flatten().copied().collect();
-        let mut records = self.records(&found)?.into_iter();
-        Ok(positions
-            .into_iter()
-            .map(|pos| pos.map(|pos| (pos, records.next().expect("one record per found key"))))
-            .collect())
+        self.read_records(&found, batch)?;
+        Ok(positions)
     }
 
     /// Position and raw record of `key`, if present.

@@ -93,6 +93,68 @@ pub fn decode<'a>(schema: &Schema, raw: &'a [u8]) -> Result<Vec<Value<'a>>> {
     Ok(values)
 }
 
+/// A field of a raw record as stored: like `Value`, but `str` fields come as their bytes, not
+/// yet checked to be UTF-8, for callers that check while converting (the Python bindings hand
+/// them to CPython's decoder, which validates anyway).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RawValue<'a> {
+    Utf8(&'a [u8]),
+    Other(Value<'a>),
+}
+
+/// The fields of a raw record in schema order, as `RawValue`s (use `raw_field` for just one).
+pub fn raw_fields<'a>(schema: &'a Schema, raw: &'a [u8]) -> RawFields<'a> {
+    RawFields {
+        fields: schema.fields.iter(),
+        raw,
+        pos: 0,
+        failed: false,
+    }
+}
+
+/// Field `index` of a raw record, skipping the ones before it.
+pub fn raw_field<'a>(schema: &Schema, raw: &'a [u8], index: usize) -> Result<RawValue<'a>> {
+    let mut pos = 0;
+    for field in &schema.fields[..index] {
+        skip_value(field.ty, raw, &mut pos)?;
+    }
+    read_raw(schema.fields[index].ty, raw, &mut pos)
+}
+
+pub struct RawFields<'a> {
+    fields: std::slice::Iter<'a, crate::schema::Field>,
+    raw: &'a [u8],
+    pos: usize,
+    failed: bool,
+}
+
+impl<'a> Iterator for RawFields<'a> {
+    type Item = Result<RawValue<'a>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        let result = match self.fields.next() {
+            Some(field) => read_raw(field.ty, self.raw, &mut self.pos),
+            None if self.pos != self.raw.len() => Err(Error::corrupt(
+                "trailing bytes after the last field of a record",
+            )),
+            None => return None,
+        };
+        self.failed = result.is_err();
+        Some(result)
+    }
+}
+
+fn read_raw<'a>(ty: FieldType, raw: &'a [u8], pos: &mut usize) -> Result<RawValue<'a>> {
+    if ty == FieldType::Str {
+        let len = varint::get(raw, pos)?;
+        return take(raw, pos, len).map(RawValue::Utf8);
+    }
+    read_value(ty, raw, pos).map(RawValue::Other)
+}
+
 /// Decodes the field at `index`, skipping the ones before it.
 pub fn decode_field<'a>(schema: &Schema, raw: &'a [u8], index: usize) -> Result<Value<'a>> {
     let mut pos = 0;
@@ -205,6 +267,31 @@ mod tests {
         for cut in 0..raw.len() {
             assert!(decode(&schema, &raw[..cut]).is_err());
         }
+    }
+
+    #[test]
+    fn raw_fields_match_decoded_fields() {
+        let schema = schema();
+        let values = [
+            Value::Str("héllo"),
+            Value::Bytes(b"x"),
+            Value::Int64(-5),
+            Value::Float64(2.5),
+            Value::Array(ElemType::U16, &[1, 0]),
+        ];
+        let mut raw = Vec::new();
+        encode(&schema, &values, &mut raw).unwrap();
+        let as_value = |v: RawValue| match v {
+            RawValue::Utf8(b) => Value::Str(std::str::from_utf8(b).unwrap()),
+            RawValue::Other(v) => v,
+        };
+        let all: Vec<Value> = raw_fields(&schema, &raw)
+            .map(|v| as_value(v.unwrap()))
+            .collect();
+        assert_eq!(all, values);
+        assert_eq!(as_value(raw_field(&schema, &raw, 3).unwrap()), values[3]);
+        raw.push(0);
+        assert!(raw_fields(&schema, &raw).last().unwrap().is_err());
     }
 
     #[test]
