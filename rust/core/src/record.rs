@@ -281,10 +281,12 @@ mod tests {
         ];
         let mut raw = Vec::new();
         encode(&schema, &values, &mut raw).unwrap();
-        let as_value = |v: RawValue| match v {
-            RawValue::Utf8(b) => Value::Str(std::str::from_utf8(b).unwrap()),
-            RawValue::Other(v) => v,
-        };
+        fn as_value(v: RawValue<'_>) -> Value<'_> {
+            match v {
+                RawValue::Utf8(b) => Value::Str(std::str::from_utf8(b).unwrap()),
+                RawValue::Other(v) => v,
+            }
+        }
         let all: Vec<Value> = raw_fields(&schema, &raw)
             .map(|v| as_value(v.unwrap()))
             .collect();
