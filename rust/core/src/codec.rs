@@ -239,8 +239,13 @@ impl Compressor {
     }
 }
 
-/// Decodes one stored blob back to its raw record.
-pub fn decompress<'a>(blob: &'a [u8], dict: &[u8]) -> Result<Cow<'a, [u8]>> {
+/// A stored blob split into its parts, lengths checked.
+enum Blob<'a> {
+    Stored(&'a [u8]),
+    Compressed { payload: &'a [u8], raw_len: usize },
+}
+
+fn parse(blob: &[u8]) -> Result<Blob<'_>> {
     let mut pos = 0;
     let header = varint::get(blob, &mut pos)?;
     let payload = &blob[pos..];
@@ -251,7 +256,7 @@ pub fn decompress<'a>(blob: &'a [u8], dict: &[u8]) -> Result<Cow<'a, [u8]>> {
                 "stored record length does not match its header",
             ));
         }
-        return Ok(Cow::Borrowed(payload));
+        return Ok(Blob::Stored(payload));
     }
     // lz4 expands at most ~255x; anything claiming more is corrupt (and must not allocate).
     if raw_len > MAX_INPUT as u64 || raw_len > (payload.len() as u64 + 16) * 255 {
@@ -259,25 +264,60 @@ pub fn decompress<'a>(blob: &'a [u8], dict: &[u8]) -> Result<Cow<'a, [u8]>> {
             "compressed record claims an impossible length",
         ));
     }
-    let raw_len = raw_len as usize;
-    let mut out = Vec::<u8>::with_capacity(raw_len);
-    // SAFETY: lz4's safe decoder never writes more than `raw_len` bytes into `out` nor reads
-    // outside `payload` and `dict`; the result is checked before the length is set.
+    Ok(Blob::Compressed {
+        payload,
+        raw_len: raw_len as usize,
+    })
+}
+
+/// lz4-decodes `payload` (`raw_len` bytes once decoded) to `out`, with the dictionary as history.
+/// A dictionary lying right before `out` takes lz4's fast path (prefix mode).
+///
+/// # Safety
+/// `out` must have room for `raw_len` bytes and `dict` must point at `dict_len` readable bytes.
+unsafe fn lz4_decode(
+    payload: &[u8],
+    raw_len: usize,
+    out: *mut u8,
+    dict: *const u8,
+    dict_len: usize,
+) -> Result<()> {
+    // SAFETY: lz4's safe decoder never writes more than `raw_len` bytes at `out` nor reads outside
+    // `payload` and the dictionary; the caller guarantees the room.
     let n = unsafe {
         ffi::LZ4_decompress_safe_usingDict(
             payload.as_ptr().cast(),
-            out.as_mut_ptr().cast(),
+            out.cast(),
             payload.len() as c_int,
             raw_len as c_int,
-            dict.as_ptr().cast(),
-            dict.len() as c_int,
+            dict.cast(),
+            dict_len as c_int,
         )
     };
     if n < 0 || n as usize != raw_len {
         return Err(Error::corrupt("lz4 block does not decode"));
     }
-    // SAFETY: lz4 wrote exactly `raw_len` bytes.
-    unsafe { out.set_len(raw_len) };
+    Ok(())
+}
+
+/// Decodes one stored blob back to its raw record.
+pub fn decompress<'a>(blob: &'a [u8], dict: &[u8]) -> Result<Cow<'a, [u8]>> {
+    let (payload, raw_len) = match parse(blob)? {
+        Blob::Stored(raw) => return Ok(Cow::Borrowed(raw)),
+        Blob::Compressed { payload, raw_len } => (payload, raw_len),
+    };
+    let mut out = Vec::<u8>::with_capacity(raw_len);
+    // SAFETY: `out` has room for `raw_len` bytes, all written on success.
+    unsafe {
+        lz4_decode(
+            payload,
+            raw_len,
+            out.as_mut_ptr(),
+            dict.as_ptr(),
+            dict.len(),
+        )?;
+        out.set_len(raw_len);
+    }
     Ok(Cow::Owned(out))
 }
 
@@ -295,21 +335,15 @@ pub fn decompress_with<R>(
     dict_id: u64,
     f: impl FnOnce(&[u8]) -> R,
 ) -> Result<R> {
-    let mut pos = 0;
-    let header = varint::get(blob, &mut pos)?;
-    let payload = &blob[pos..];
-    let raw_len = header >> 1;
-    if header & 1 == 0 || dict.is_empty() {
-        return Ok(f(&decompress(blob, dict)?));
-    }
-    if raw_len > MAX_INPUT as u64 || raw_len > (payload.len() as u64 + 16) * 255 {
-        return Err(Error::corrupt(
-            "compressed record claims an impossible length",
-        ));
-    }
-    let raw_len = raw_len as usize;
+    let (payload, raw_len) = match parse(blob)? {
+        Blob::Compressed { payload, raw_len } if !dict.is_empty() => (payload, raw_len),
+        _ => return Ok(f(&decompress(blob, dict)?)),
+    };
     DECODE.with(|cell| {
-        let mut guard = cell.borrow_mut();
+        // A decode nested in `f` (it never is in docstore) falls back to its own buffer.
+        let Ok(mut guard) = cell.try_borrow_mut() else {
+            return Ok(f(&decompress(blob, dict)?));
+        };
         let (loaded, buf) = &mut *guard;
         let id = dict_id ^ (dict.len() as u64).rotate_left(32);
         if *loaded != id || buf.len() < dict.len() {
@@ -319,23 +353,20 @@ pub fn decompress_with<R>(
         }
         buf.truncate(dict.len());
         buf.reserve(raw_len);
-        // SAFETY: as in `decompress`; the output starts right after the dictionary copy.
-        let n = unsafe {
-            ffi::LZ4_decompress_safe_usingDict(
-                payload.as_ptr().cast(),
-                buf.as_mut_ptr().add(dict.len()).cast(),
-                payload.len() as c_int,
-                raw_len as c_int,
-                buf.as_ptr().cast(),
-                dict.len() as c_int,
-            )
-        };
-        if n < 0 || n as usize != raw_len {
-            return Err(Error::corrupt("lz4 block does not decode"));
+        // SAFETY: `buf` holds the dictionary followed by room for `raw_len` bytes.
+        unsafe {
+            lz4_decode(
+                payload,
+                raw_len,
+                buf.as_mut_ptr().add(dict.len()),
+                buf.as_ptr(),
+                dict.len(),
+            )?;
+            Ok(f(std::slice::from_raw_parts(
+                buf.as_ptr().add(dict.len()),
+                raw_len,
+            )))
         }
-        Ok(f(unsafe {
-            std::slice::from_raw_parts(buf.as_ptr().add(dict.len()), raw_len)
-        }))
     })
 }
 
