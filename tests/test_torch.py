@@ -29,6 +29,8 @@ from docstore.torch import (  # noqa: E402
     set_epoch,
 )
 
+pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create 4 worker processes")
+
 # Module-level, so that spawn and forkserver workers can unpickle them.
 
 
@@ -146,6 +148,7 @@ def test_doc_dataset_items_match_the_oracle(store_path, oracle):
     docs = DocDataset(store_path)
     texts = DocDataset(store_path, field="text", transform=upper_text)
     pairs = DocDataset(store_path, fields=("label", "text"))
+    with_id = DocDataset(store_path, fields=("doc_id", "label"))
     single = DocDataset(store_path, fields=("score",))
     assert len(docs) == len(ids)
     for i in (0, 1, 1234, len(ids) - 1, -1, -len(ids)):
@@ -154,6 +157,7 @@ def test_doc_dataset_items_match_the_oracle(store_path, oracle):
         assert texts[i] == oracle[doc_id]["text"].upper()
         assert pairs[i] == (oracle[doc_id]["label"], oracle[doc_id]["text"])
         assert single[i] == (oracle[doc_id]["score"],)
+        assert with_id[i] == (doc_id, oracle[doc_id]["label"])
         assert docs.doc_id(i) == doc_id
     positions = [5, 3, 5, -2, 2999, 0]
     batch = docs.__getitems__(positions)
@@ -435,18 +439,6 @@ def test_pair_dataset_tuples(store_path, oracle):
     assert labels.dtype == torch.float64
 
 
-def test_pair_dataset_input_examples(store_path, oracle):
-    pytest.importorskip("sentence_transformers")
-    ids = list(oracle)
-    pairs = PairDataset(store_path, fields=("text", "text"), label_field="label")
-    assert pairs.input_example
-    example = pairs[3]
-    assert type(example).__name__ == "InputExample"
-    assert example.guid == ids[3]
-    assert example.texts == [oracle[ids[3]]["text"]] * 2
-    assert example.label == oracle[ids[3]]["label"]
-
-
 # --------------------------------------------------------------------------------------------
 # TokenDataset and pad_collate
 
@@ -523,6 +515,23 @@ def test_token_windows_packed_across_documents(token_store, token_docs, k, strid
     got = dataset.__getitems__(order)
     for w, (x, y) in zip(order, got):
         assert x.tolist() == expected[w][:-1].tolist() and y.tolist() == expected[w][1:].tolist()
+
+
+def test_token_dataset_arguments(token_store):
+    with pytest.raises(ValueError, match="does not fit"):
+        TokenDataset(token_store, seq_len=4, pack=True, sep=-1)  # uint16 tokens
+    with pytest.raises(ValueError, match="pack=True"):
+        TokenDataset(token_store, seq_len=4, sep=0)
+    with pytest.raises(ValueError, match="need seq_len"):
+        TokenDataset(token_store, stride=2)
+    with pytest.raises(ValueError):
+        TokenDataset(token_store, seq_len=0)
+    packed = TokenDataset(token_store, seq_len=4, pack=True, sep=65535)
+    assert packed.__getitems__([]) == []
+    with pytest.raises(IndexError):
+        packed.__getitems__([len(packed)])
+    with pytest.raises(IndexError):
+        packed.window(len(packed))
 
 
 def test_whole_documents_and_pad_collate(token_store, token_docs):

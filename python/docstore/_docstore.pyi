@@ -1,8 +1,8 @@
 """Type stubs of the extension module ``docstore._docstore`` (the pyo3 layer over docstore-core)."""
 
 import os
-from pathlib import Path
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from typing_extensions import disjoint_base

@@ -1,6 +1,7 @@
 """PyTorch datasets over docstore stores: ``DocDataset``, ``TripletDataset``, ``PairDataset``,
 ``TokenDataset``, ``ArrayDataset``, plus ``pad_collate``, ``distributed_sampler`` and ``set_epoch``.
 
+>>> from torch.utils.data import DataLoader
 >>> from docstore.torch import DocDataset, distributed_sampler
 >>> dataset = DocDataset("corpus.docstore", field="text")
 >>> loader = DataLoader(dataset, batch_size=256, num_workers=4, sampler=distributed_sampler(dataset))
@@ -66,8 +67,8 @@ __all__ = [
     "set_epoch",
 ]
 
-_NUMERIC_ARRAY = ("int8[]", "uint8[]", "int16[]", "uint16[]", "int32[]", "uint32[]", "int64[]", "uint64[]")
-_NUMERIC_ARRAY += ("float32[]", "float64[]")
+_NUMERIC_ARRAY: tuple[str, ...] = ("int8[]", "uint8[]", "int16[]", "uint16[]", "int32[]", "uint32[]")
+_NUMERIC_ARRAY += ("int64[]", "uint64[]", "float32[]", "float64[]")
 _NUMERIC_SCALAR = ("int64", "float64")
 # Rows decoded per ``take`` while scanning a whole store (TokenDataset's index).
 _SCAN_CHUNK = 8192
@@ -191,8 +192,9 @@ class DocDataset(_StoreDataset):
     """A map-style dataset of a store's documents, indexed by position (insertion order).
 
     Items are the :class:`docstore.Doc` (``field`` and ``fields`` unset), one field's value
-    (``field="text"``) or a tuple of fields (``fields=("text", "label")``), passed through
-    ``transform`` when given. ``dataset.doc_id(i)`` is the id at position ``i``.
+    (``field="text"``) or a tuple of fields (``fields=("text", "label")``; ``"doc_id"`` may be
+    one of them), passed through ``transform`` when given. ``dataset.doc_id(i)`` is the id at
+    position ``i``. A batch is one ``store.take`` call (``__getitems__``).
     """
 
     def __init__(
@@ -208,7 +210,9 @@ class DocDataset(_StoreDataset):
         if isinstance(fields, str):
             raise TypeError("fields must be a sequence of names; use field= for one field")
         self.field = None if field is None else self._check_field(field)
-        self.fields = None if fields is None else tuple(self._check_field(f) for f in fields)
+        if fields is not None:
+            fields = tuple(f if f == "doc_id" else self._check_field(f) for f in fields)
+        self.fields = fields
         self.transform = transform
 
     def doc_id(self, index: int) -> str:
@@ -329,6 +333,12 @@ def _positive_pairs(qrels: Any) -> list[tuple[str, str]]:
     return pairs
 
 
+def _utf8(text: Any, qid: str) -> bytes:
+    if not isinstance(text, str):
+        raise TypeError(f"query {qid!r}: expected text (str), got {type(text).__name__}")
+    return text.encode()
+
+
 def _positions(store: DocStore, doc_ids: Iterable[str], what: str) -> np.ndarray:
     out = []
     missing = []
@@ -403,7 +413,11 @@ class TripletDataset(_StoreDataset):
                     f"{len(missing)} query ids of qrels have no text in queries, e.g. {missing[:5]}"
                 )
             self._query_store = None
-            self._query_keys = [queries[q] for q in qids]
+            # One UTF-8 buffer and its offsets, not a list of strings: forked workers reading a
+            # list would copy it page by page (reference counts), and it pickles compactly.
+            encoded = [_utf8(queries[q], q) for q in qids]
+            self._query_keys = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+            self._query_offsets = np.concatenate([[0], np.cumsum([len(e) for e in encoded])]).astype(np.int64)
             self.query_field = None
         else:
             raise TypeError("queries must be a mapping of query id -> text, or a store of queries")
@@ -419,7 +433,7 @@ class TripletDataset(_StoreDataset):
                 raise ValueError(f"negatives must be 'random' or a mapping, got {negatives!r}")
             self.negatives = "random"
             self._hard_offsets: np.ndarray | None = None
-            self._hard_pos: np.ndarray | None = None
+            self._hard_pos = np.zeros(0, dtype=np.int64)
         elif isinstance(negatives, Mapping):
             self.negatives = "hard"
             counts = np.zeros(len(qids), dtype=np.int64)
@@ -446,7 +460,7 @@ class TripletDataset(_StoreDataset):
     def __len__(self) -> int:
         return len(self._pair_pos)
 
-    def positions(self, indices: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    def positions(self, indices: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Store positions of the positive and negative documents of items ``indices``."""
         index = np.asarray(_as_positions(indices), dtype=np.int64)
         count = len(self._pair_pos)
@@ -484,7 +498,8 @@ class TripletDataset(_StoreDataset):
             keys = self._query_keys[query].tolist()
             query_texts = self._query_store.get().take(keys, field=self.query_field)
         else:
-            query_texts = [self._query_keys[q] for q in query.tolist()]
+            blob, offsets = self._query_keys, self._query_offsets
+            query_texts = [blob[offsets[q] : offsets[q + 1]].tobytes().decode() for q in query.tolist()]
         m = len(index)
         return list(zip(query_texts, texts[:m], texts[m:]))
 
@@ -520,9 +535,8 @@ class PairDataset(_StoreDataset):
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
         docs = self.store.take(_as_positions(indices))
-        texts = operator.attrgetter(*self.fields)
-        if len(self.fields) == 1:
-            texts = lambda doc, _get=texts: (_get(doc),)  # noqa: E731
+        get = operator.attrgetter(*self.fields)
+        texts: Callable[[Any], tuple[Any, ...]] = get if len(self.fields) > 1 else lambda doc: (get(doc),)
         label = operator.attrgetter(self.label_field) if self.label_field else None
         if self.input_example:
             from sentence_transformers import InputExample
@@ -607,19 +621,24 @@ class TokenDataset(_StoreDataset):
         self.partial = partial
         self.pack = pack
         self.sep = sep
+        self.stride = 0
+        self._starts = np.zeros(1, dtype=np.int64)
+        self._count = 0
         if seq_len is None:
             if stride is not None or pack or partial or sep is not None:
                 raise ValueError("stride, partial, pack and sep need seq_len")
-            self.stride = None
-            self._starts = None
             return
         if seq_len < 1:
             raise ValueError(f"seq_len must be >= 1, got {seq_len}")
         self.stride = seq_len if stride is None else stride
         if self.stride < 1:
             raise ValueError(f"stride must be >= 1, got {self.stride}")
-        if sep is not None and not pack:
-            raise ValueError("sep is for pack=True")
+        if sep is not None:
+            if not pack:
+                raise ValueError("sep is for pack=True")
+            stored = np.dtype(self.store.fields[self.field][:-2])
+            if not np.can_cast(np.min_scalar_type(sep), stored):
+                raise ValueError(f"sep={sep} does not fit the field's type {stored}")
         lengths = _scan_lengths(self.store, self.field)
         if pack:
             if sep is not None:
@@ -643,6 +662,8 @@ class TokenDataset(_StoreDataset):
 
     def window(self, index: int) -> tuple[int, int]:
         """``(document position, token offset)`` of window ``index`` (stream offset if ``pack``)."""
+        if self.seq_len is None:
+            raise ValueError("windows need seq_len")
         index = operator.index(index)
         if index < 0:
             index += len(self)
@@ -658,12 +679,14 @@ class TokenDataset(_StoreDataset):
         positions = _as_positions(indices)
         if self.seq_len is None:
             return [self._tensor(a) for a in self.store.take(positions, field=self.field)]
+        if not positions:
+            return []
         count = len(self)
         index = np.asarray(positions, dtype=np.int64)
         if index.size and (index.min() < -count or index.max() >= count):
             raise IndexError(f"index out of range for {count} windows")
         index = np.where(index < 0, index + count, index)
-        k = self.seq_len
+        k = int(self.seq_len)
         if not self.pack:
             docs = np.searchsorted(self._starts, index, side="right") - 1
             offsets = (index - self._starts[docs]) * self.stride
