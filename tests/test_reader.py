@@ -65,6 +65,30 @@ def test_field_selection_returns_plain_values(store, oracle):
         store.get(doc_id, field="nope")
 
 
+def test_several_fields_come_back_as_tuples(store, oracle):
+    ids = list(oracle)
+    doc = oracle[ids[3]]
+    assert store.get(ids[3], fields=["label", "text"]) == (doc["label"], doc["text"])
+    assert store.at(3, fields=("text",)) == (doc["text"],)
+    assert store.at(3, fields=("doc_id", "label", "doc_id")) == (ids[3], doc["label"], ids[3])
+    got = store.take([3, 4], fields=["score", "label"])
+    assert got == [(oracle[i]["score"], oracle[i]["label"]) for i in ids[3:5]]
+    assert store.get_many(ids[:40], fields=["text"]) == {i: (oracle[i]["text"],) for i in ids[:40]}
+    with pytest.raises(docstore.SchemaError, match="not both"):
+        store.get(ids[0], field="text", fields=["text"])
+    with pytest.raises(docstore.SchemaError, match="no field"):
+        store.take([0], fields=["text", "nope"])
+
+
+def test_positions_of_many_ids(store, oracle):
+    ids = list(oracle)
+    request = [ids[5], "missing", ids[0], 42, ids[-1], *ids[100:1100]]
+    got = store.positions(request)
+    assert got.dtype == np.int64
+    assert got.tolist() == [5, -1, 0, -1, len(ids) - 1, *range(100, 1100)]
+    assert store.positions([]).tolist() == []
+
+
 def test_get_many_keeps_request_order_and_omits_missing(store, oracle):
     ids = list(oracle)
     rng = random.Random(0)

@@ -224,13 +224,7 @@ class DocDataset(_StoreDataset):
         return self.store.keys_range(index % n, index % n + 1)[0]
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
-        values = self.store.take(_as_positions(indices), field=self.field)
-        if self.fields is not None:
-            pick = operator.attrgetter(*self.fields)
-            if len(self.fields) == 1:
-                values = [(pick(doc),) for doc in values]
-            else:
-                values = [pick(doc) for doc in values]
+        values = self.store.take(_as_positions(indices), field=self.field, fields=self.fields)
         if self.transform is not None:
             values = [self.transform(value) for value in values]
         return values
@@ -340,16 +334,12 @@ def _utf8(text: Any, qid: str) -> bytes:
 
 
 def _positions(store: DocStore, doc_ids: Iterable[str], what: str) -> np.ndarray:
-    out = []
-    missing = []
-    for doc_id in doc_ids:
-        try:
-            out.append(store.position(doc_id))
-        except KeyError:
-            missing.append(doc_id)
-    if missing:
-        raise KeyError(f"{len(missing)} {what} not in the store {store.path}, e.g. {missing[:5]}")
-    return np.asarray(out, dtype=np.int64)
+    doc_ids = list(doc_ids)
+    out = store.positions(doc_ids)  # one parallel, GIL-free search for all of them
+    if (out < 0).any():
+        missing = [doc_ids[i] for i in np.flatnonzero(out < 0)[:5]]
+        raise KeyError(f"{int((out < 0).sum())} {what} not in the store {store.path}, e.g. {missing}")
+    return out
 
 
 class TripletDataset(_StoreDataset):

@@ -7,6 +7,7 @@ use arc_swap::ArcSwapOption;
 use docstore_core::record::{self, RawValue};
 use docstore_core::Mmap;
 use docstore_core::{parallel, RecordBatch, Store};
+use numpy::PyArray1;
 use pyo3::exceptions::PyIndexError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -19,6 +20,13 @@ use std::sync::Arc;
 const PARALLEL_MIN: usize = 32;
 /// Keys or positions per parallel task: several prefetch groups, few tasks.
 const CHUNK: usize = 64;
+
+enum Select {
+    Doc,
+    One(usize),
+    /// Field indices; `None` is the doc id.
+    Many(Vec<Option<usize>>),
+}
 
 #[pyclass(subclass, frozen, module = "docstore._docstore")]
 pub struct Reader {
@@ -39,45 +47,92 @@ impl Reader {
         })
     }
 
-    fn field_index(&self, py: Python<'_>, field: Option<&str>) -> PyResult<Option<usize>> {
-        field
-            .map(|name| {
-                self.field_names
-                    .iter()
-                    .position(|f| f == name)
-                    .ok_or_else(|| {
-                        new_error(
-                            py,
-                            "SchemaError",
-                            format!(
-                                "no field {name:?}; the store's fields are {:?}",
-                                self.field_names
-                            ),
-                        )
-                    })
+    fn field_index(&self, py: Python<'_>, name: &str) -> PyResult<usize> {
+        self.field_names
+            .iter()
+            .position(|f| f == name)
+            .ok_or_else(|| {
+                new_error(
+                    py,
+                    "SchemaError",
+                    format!(
+                        "no field {name:?}; the store's fields are {:?}",
+                        self.field_names
+                    ),
+                )
             })
-            .transpose()
     }
 
-    /// A Doc (or the value of field `field`) from a raw record; `key` becomes `doc.doc_id`.
+    /// What a lookup returns: whole Docs, one field's values (`field=`), or tuples (`fields=`).
+    fn select(
+        &self,
+        py: Python<'_>,
+        field: Option<&str>,
+        fields: Option<Vec<String>>,
+    ) -> PyResult<Select> {
+        match (field, fields) {
+            (Some(_), Some(_)) => Err(new_error(
+                py,
+                "SchemaError",
+                "give field= or fields=, not both".into(),
+            )),
+            (Some(name), None) => Ok(Select::One(self.field_index(py, name)?)),
+            (None, Some(names)) => {
+                let indices = names
+                    .iter()
+                    .map(|n| match n.as_str() {
+                        "doc_id" => Ok(None),
+                        name => self.field_index(py, name).map(Some),
+                    })
+                    .collect::<PyResult<Vec<_>>>()?;
+                Ok(Select::Many(indices))
+            }
+            (None, None) => Ok(Select::Doc),
+        }
+    }
+
+    /// A Doc, one field's value or a tuple of fields, from a raw record; `key` becomes `doc.doc_id`.
     fn build<'py>(
         &self,
         py: Python<'py>,
         store: &Store<Mmap>,
-        field: Option<usize>,
+        select: &Select,
         key: impl FnOnce() -> PyResult<Bound<'py, PyAny>>,
         raw: &[u8],
     ) -> PyResult<Bound<'py, PyAny>> {
         let schema = store.schema();
-        if let Some(index) = field {
-            return raw_to_python(py, record::raw_field(schema, raw, index).py_err(py)?);
+        match select {
+            Select::One(index) => {
+                raw_to_python(py, record::raw_field(schema, raw, *index).py_err(py)?)
+            }
+            Select::Many(indices) => {
+                let values = record::raw_fields(schema, raw)
+                    .collect::<Result<Vec<_>, _>>()
+                    .py_err(py)?;
+                let mut key = Some(key);
+                let mut key_object: Option<Bound<'py, PyAny>> = None;
+                let mut items = Vec::with_capacity(indices.len());
+                for index in indices {
+                    items.push(match index {
+                        Some(i) => raw_to_python(py, values[*i])?,
+                        None => match (&key_object, key.take()) {
+                            (Some(object), _) => object.clone(),
+                            (None, Some(make)) => key_object.insert(make()?).clone(),
+                            (None, None) => unreachable!("the key is made once, then kept"),
+                        },
+                    });
+                }
+                Ok(PyTuple::new(py, items)?.into_any())
+            }
+            Select::Doc => {
+                let doc = DocBuilder::new(self.doc_class.bind(py), schema.len() + 1)?;
+                doc.set(0, key()?);
+                for (index, value) in record::raw_fields(schema, raw).enumerate() {
+                    doc.set(index + 1, raw_to_python(py, value.py_err(py)?)?);
+                }
+                Ok(doc.finish())
+            }
         }
-        let doc = DocBuilder::new(self.doc_class.bind(py), schema.len() + 1)?;
-        doc.set(0, key()?);
-        for (index, value) in record::raw_fields(schema, raw).enumerate() {
-            doc.set(index + 1, raw_to_python(py, value.py_err(py)?)?);
-        }
-        Ok(doc.finish())
     }
 
     fn key_object<'py>(
@@ -326,22 +381,24 @@ impl Reader {
         py: Python<'py>,
         key: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        match self.get_impl(py, key, None)? {
+        match self.get_impl(py, key, &Select::Doc)? {
             Some(doc) => Ok(doc),
             None => Err(key_error(key)),
         }
     }
 
     /// The document with id `doc_id` (or its field `field`), or `default` when absent.
-    #[pyo3(signature = (doc_id, default=None, *, field=None))]
+    #[pyo3(signature = (doc_id, default=None, *, field=None, fields=None))]
     fn get<'py>(
         &self,
         py: Python<'py>,
         doc_id: &Bound<'py, PyAny>,
         default: Option<Bound<'py, PyAny>>,
         field: Option<&str>,
+        fields: Option<Vec<String>>,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
-        Ok(self.get_impl(py, doc_id, field)?.or(default))
+        let select = self.select(py, field, fields)?;
+        Ok(self.get_impl(py, doc_id, &select)?.or(default))
     }
 
     /// The position (insertion index) of `doc_id`; KeyError when absent.
@@ -357,16 +414,48 @@ impl Reader {
         pos.ok_or_else(|| key_error(doc_id))
     }
 
+    /// Positions of many doc ids as an int64 numpy array, -1 where an id is absent: searched in
+    /// lockstep groups, in parallel, with Python released.
+    fn positions<'py>(
+        &self,
+        py: Python<'py>,
+        doc_ids: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyArray1<i64>>> {
+        let store = self.store(py)?;
+        let objects: Vec<Bound<'py, PyAny>> = doc_ids.try_iter()?.collect::<PyResult<_>>()?;
+        let keys: Vec<&[u8]> = objects
+            .iter()
+            .map(|o| {
+                o.cast::<PyString>()
+                    .ok()
+                    .and_then(|k| k.to_str().ok())
+                    .map_or(&b""[..], str::as_bytes)
+            })
+            .collect();
+        guard(py, || {
+            let found = py
+                .detach(|| in_chunks(&keys, |chunk| store.positions(chunk)))
+                .py_err(py)?;
+            let positions: Vec<i64> = found
+                .into_iter()
+                .flatten()
+                .map(|p| p.map_or(-1, |p| p as i64))
+                .collect();
+            Ok(PyArray1::from_vec(py, positions))
+        })
+    }
+
     /// Documents of many ids, decoded in parallel: a dict in request order, missing ids omitted.
-    #[pyo3(signature = (doc_ids, *, field=None))]
+    #[pyo3(signature = (doc_ids, *, field=None, fields=None))]
     fn get_many<'py>(
         &self,
         py: Python<'py>,
         doc_ids: &Bound<'py, PyAny>,
         field: Option<&str>,
+        fields: Option<Vec<String>>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let store = self.store(py)?;
-        let field = self.field_index(py, field)?;
+        let select = self.select(py, field, fields)?;
         // Keep the id objects: they become the dict keys and doc.doc_id without new strings.
         let objects: Vec<Bound<'py, PyString>> = doc_ids
             .try_iter()?
@@ -387,7 +476,7 @@ impl Reader {
                     if pos.is_some() {
                         let raw = records.next().expect("one record per found key");
                         let value =
-                            self.build(py, &store, field, || Ok(object.clone().into_any()), raw)?;
+                            self.build(py, &store, &select, || Ok(object.clone().into_any()), raw)?;
                         out.set_item(object, value)?;
                     }
                 }
@@ -397,22 +486,23 @@ impl Reader {
     }
 
     /// The document at position `index` (negative counts from the end).
-    #[pyo3(signature = (index, *, field=None))]
+    #[pyo3(signature = (index, *, field=None, fields=None))]
     fn at<'py>(
         &self,
         py: Python<'py>,
         index: i64,
         field: Option<&str>,
+        fields: Option<Vec<String>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let store = self.store(py)?;
-        let field = self.field_index(py, field)?;
+        let select = self.select(py, field, fields)?;
         let pos = self.resolve_position(py, &store, index)?;
         guard(py, || {
             let raw = py.detach(|| store.record(pos)).py_err(py)?;
             self.build(
                 py,
                 &store,
-                field,
+                &select,
                 || Self::key_object(py, &store, pos),
                 &raw,
             )
@@ -420,15 +510,16 @@ impl Reader {
     }
 
     /// The documents at `positions`, decoded in parallel, as a list in the same order.
-    #[pyo3(signature = (positions, *, field=None))]
+    #[pyo3(signature = (positions, *, field=None, fields=None))]
     fn take<'py>(
         &self,
         py: Python<'py>,
         positions: Vec<i64>,
         field: Option<&str>,
+        fields: Option<Vec<String>>,
     ) -> PyResult<Bound<'py, PyList>> {
         let store = self.store(py)?;
-        let field = self.field_index(py, field)?;
+        let select = self.select(py, field, fields)?;
         let positions = positions
             .into_iter()
             .map(|i| self.resolve_position(py, &store, i))
@@ -442,7 +533,13 @@ impl Reader {
                 .iter()
                 .zip(records)
                 .map(|(&pos, raw)| {
-                    self.build(py, &store, field, || Self::key_object(py, &store, pos), raw)
+                    self.build(
+                        py,
+                        &store,
+                        &select,
+                        || Self::key_object(py, &store, pos),
+                        raw,
+                    )
                 })
                 .collect::<PyResult<Vec<_>>>()?;
             PyList::new(py, items)
@@ -493,10 +590,9 @@ impl Reader {
         &self,
         py: Python<'py>,
         key: &Bound<'py, PyAny>,
-        field: Option<&str>,
+        select: &Select,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
         let store = self.store(py)?;
-        let field = self.field_index(py, field)?;
         let Some(text) = key.cast::<PyString>().ok().and_then(|k| k.to_str().ok()) else {
             return Ok(None);
         };
@@ -504,7 +600,7 @@ impl Reader {
             let found = py.detach(|| store.get(text.as_bytes())).py_err(py)?;
             match found {
                 Some((_, raw)) => self
-                    .build(py, &store, field, || Ok(key.clone()), &raw)
+                    .build(py, &store, select, || Ok(key.clone()), &raw)
                     .map(Some),
                 None => Ok(None),
             }
