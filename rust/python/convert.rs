@@ -71,10 +71,6 @@ impl<'py> Holder<'py> {
         doc_id: &str,
         field: &str,
     ) -> PyResult<()> {
-        if self.converted.len() <= index {
-            self.converted.resize_with(index + 1, || None);
-            self.copies.resize_with(index + 1, || None);
-        }
         match ty {
             FieldType::Array(elem) if exact_array(obj, elem).is_none() => {
                 let converted = as_array(obj.py())?.call1((obj, elem.name(), doc_id, field))?;
@@ -85,17 +81,26 @@ impl<'py> Holder<'py> {
                         "as_array returned a wrong array".into(),
                     ));
                 }
-                self.converted[index] = Some(converted);
+                *slot(&mut self.converted, index) = Some(converted);
             }
             FieldType::Bytes => {
                 if let Ok(b) = obj.cast::<PyByteArray>() {
-                    self.copies[index] = Some(b.to_vec());
+                    *slot(&mut self.copies, index) = Some(b.to_vec());
                 }
             }
             _ => {}
         }
         Ok(())
     }
+}
+
+/// `items[index]`, growing `items` with `None`s as needed (nothing is allocated for documents
+/// that need no conversion).
+fn slot<T>(items: &mut Vec<Option<T>>, index: usize) -> &mut Option<T> {
+    if items.len() <= index {
+        items.resize_with(index + 1, || None);
+    }
+    &mut items[index]
 }
 
 fn type_error(

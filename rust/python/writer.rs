@@ -7,23 +7,28 @@ use docstore_core::{Field, Schema, Value, Writer as CoreWriter, WriterOptions};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 #[pyclass(subclass, module = "docstore._docstore")]
 pub struct Writer {
     inner: Option<CoreWriter>,
     schema: Schema,
     path: PathBuf,
+    /// Field names as interned Python strings: dict lookups without making a str per field.
+    names: Arc<[Py<PyString>]>,
+    /// The id field of `add_record`, kept between calls for the same reason.
+    id_key: Option<(String, Py<PyString>)>,
 }
 
 impl Writer {
     fn inner(&mut self, py: Python<'_>) -> PyResult<&mut CoreWriter> {
-        let path = self.path.display().to_string();
+        let path = &self.path;
         self.inner.as_mut().ok_or_else(|| {
-            new_error(
-                py,
-                "ClosedError",
-                format!("the writer of {path} has already finished or failed"),
-            )
+            let message = format!(
+                "the writer of {} has already finished or failed",
+                path.display()
+            );
+            new_error(py, "ClosedError", message)
         })
     }
 
@@ -193,10 +198,17 @@ impl Writer {
         let inner = guard(py, || {
             CoreWriter::create(&path, schema.clone(), options).py_err(py)
         })?;
+        let names = schema
+            .fields
+            .iter()
+            .map(|f| PyString::intern(py, &f.name).unbind())
+            .collect();
         Ok(Writer {
             inner: Some(inner),
             schema,
             path,
+            names,
+            id_key: None,
         })
     }
 
@@ -254,9 +266,10 @@ impl Writer {
             }
         }
         let mut holder = Holder::default();
+        let names = self.names.clone();
         guard(py, || {
-            self.add_one(py, doc_id, &mut holder, |_, name| {
-                source.map_or(Ok(None), |d| d.get_item(name))
+            self.add_one(py, doc_id, &mut holder, |i, _| {
+                source.map_or(Ok(None), |d| d.get_item(names[i].bind(py)))
             })
         })
     }
@@ -268,7 +281,15 @@ impl Writer {
         record: &Bound<'py, PyDict>,
         id_field: &str,
     ) -> PyResult<()> {
-        let doc_id = record.get_item(id_field)?.ok_or_else(|| {
+        let id_key = match &self.id_key {
+            Some((name, key)) if name == id_field => key.bind(py).clone(),
+            _ => {
+                let key = PyString::intern(py, id_field);
+                self.id_key = Some((id_field.to_owned(), key.clone().unbind()));
+                key
+            }
+        };
+        let doc_id = record.get_item(&id_key)?.ok_or_else(|| {
             new_error(
                 py,
                 "SchemaError",
@@ -281,8 +302,11 @@ impl Writer {
             }
         }
         let mut holder = Holder::default();
+        let names = self.names.clone();
         guard(py, || {
-            self.add_one(py, &doc_id, &mut holder, |_, name| record.get_item(name))
+            self.add_one(py, &doc_id, &mut holder, |i, _| {
+                record.get_item(names[i].bind(py))
+            })
         })
     }
 

@@ -64,6 +64,14 @@ struct Batch {
 }
 
 impl Batch {
+    fn with_capacity(bytes: usize) -> Batch {
+        // Some slack: the record that crosses `bytes` still fits.
+        Batch {
+            data: Vec::with_capacity(bytes + bytes / 8),
+            ends: Vec::new(),
+        }
+    }
+
     fn records(&self) -> impl ExactSizeIterator<Item = &[u8]> + Clone {
         (0..self.ends.len()).map(|i| {
             let start = if i == 0 { 0 } else { self.ends[i - 1] };
@@ -201,6 +209,7 @@ impl Writer {
                 .spawn(move || write_data(file, offsets, &schema, &options, receiver.into_iter()))?
         };
         let keys = KeySorter::new(scratch.path().to_path_buf(), options.key_buffer_bytes);
+        let batch_bytes = options.batch_bytes;
         Ok(Writer {
             schema,
             options,
@@ -208,7 +217,7 @@ impl Writer {
             scratch,
             count: 0,
             raw_bytes: 0,
-            batch: Batch::default(),
+            batch: Batch::with_capacity(batch_bytes),
             keys,
             sender: Some(sender),
             worker: Some(worker),
@@ -263,7 +272,9 @@ impl Writer {
     /// and spills the keys when their buffer is full.
     pub fn flush(&mut self) -> Result<()> {
         if !self.batch.ends.is_empty() {
-            let batch = std::mem::take(&mut self.batch);
+            // The next batch gets its full size at once: growing it by doubling would copy it.
+            let next = Batch::with_capacity(self.options.batch_bytes);
+            let batch = std::mem::replace(&mut self.batch, next);
             let sent = self
                 .sender
                 .as_ref()
