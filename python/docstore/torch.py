@@ -762,9 +762,8 @@ class ArrayDataset(_StoreDataset):
         positions = _as_positions(indices)
         if self.label_field is None:
             return [self._tensor(v) for v in self.store.take(positions, field=self.field)]
-        docs = self.store.take(positions)
-        get = operator.attrgetter(self.field, self.label_field)
-        return [(self._tensor(value), label) for value, label in map(get, docs)]
+        rows = self.store.take(positions, fields=(self.field, self.label_field))
+        return [(self._tensor(value), label) for value, label in rows]
 
 
 # --------------------------------------------------------------------------------------------
