@@ -386,8 +386,9 @@ pub fn sample_dictionary<'a>(
         return Vec::new();
     }
     const PIECE: usize = 1024;
-    let wanted_pieces = size.div_ceil(PIECE).max(1);
-    let step = (records.len() / wanted_pieces).max(1);
+    // Evenly spaced records whose pieces add up to about `size` bytes, however long they are.
+    let pieces: usize = records.clone().map(|r| r.len().min(PIECE)).sum();
+    let step = (pieces / size).max(1);
     let mut dict = Vec::with_capacity(size);
     for record in records.step_by(step) {
         // Skip the record's first bytes (field lengths) when it is long enough to spare them.
@@ -428,6 +429,18 @@ mod tests {
                     assert_eq!(&*decompress(&blob, c.dictionary()).unwrap(), &doc[..]);
                 }
             }
+        }
+    }
+
+    #[test]
+    fn dictionary_fills_its_size_from_short_and_long_records() {
+        let short: Vec<Vec<u8>> = (0..100_000)
+            .map(|i| format!("doc {i} short").into_bytes())
+            .collect();
+        let long: Vec<Vec<u8>> = (0..500).map(|i| text(i).repeat(40)).collect();
+        for records in [&short, &long] {
+            let dict = sample_dictionary(records.iter().map(Vec::as_slice), MAX_DICT_SIZE);
+            assert!(dict.len() > MAX_DICT_SIZE * 9 / 10, "{} bytes", dict.len());
         }
     }
 
