@@ -24,13 +24,13 @@ def test_eight_threads_hammering_lookups_match_the_oracle(store, oracle):
             barrier.wait()
             for round_ in range(60):
                 if round_ % 3 == 0:
-                    batch = rng.sample(ids, 200)
+                    batch = rng.sample(ids, 300)  # above the parallel threshold
                     got = store.get_many(batch)
                     assert list(got) == batch
                     for doc_id in batch[:20]:
                         assert_doc_equal(got[doc_id], doc_id, oracle[doc_id])
                 elif round_ % 3 == 1:
-                    positions = [rng.randrange(len(ids)) for _ in range(100)]
+                    positions = [rng.randrange(len(ids)) for _ in range(300)]
                     assert [d.doc_id for d in store.take(positions)] == [ids[p] for p in positions]
                 else:
                     for doc_id in rng.sample(ids, 50):
