@@ -169,13 +169,15 @@ def test_lookups_release_the_gil(tmp_path):
     rng = random.Random(0)
     docs = {f"d{i}": {"text": " ".join(rng.choices(words, k=40_000))} for i in range(40)}
     store = write_store(tmp_path / "big", docs, fields={"text": "str"})
-    ids = list(docs) * 4
+    ids = list(docs) * 8  # 320 lookups: the parallel path; single lookups: the serial one
     data = list(range(6_000_000))
     control = coverage(lambda: data.count(-1))  # a C call that never releases the GIL
     for call in (
         lambda: store.get_many(ids),
-        lambda: store.take(list(range(40)) * 4),
+        lambda: store.take(list(range(40)) * 8),
         lambda: [store[i] for i in ids],
     ):
         share = coverage(call)
-        assert share > 0.3 and share > 3 * control, (share, control)
+        # The other thread gets a core only when the machine has one free: compare with the
+        # control rather than with an absolute share.
+        assert share > max(0.1, 3 * control), (share, control)
