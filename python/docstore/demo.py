@@ -7,6 +7,8 @@ it is installed, ir_datasets' lz4 docstore (``PickleLz4FullStore``) built from t
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import random
 import shutil
@@ -102,19 +104,20 @@ def run(docs: int = 200_000, directory: str | None = None) -> dict[str, dict[str
     }
 
     try:
-        import ir_datasets  # noqa: F401
         from ir_datasets.formats import GenericDoc
         from ir_datasets.indices import PickleLz4FullStore
     except ImportError:
         print("  (ir_datasets is not installed: pip install ir_datasets to compare with it)")
     else:
+        logging.disable(logging.INFO)  # ir_datasets' INFO lines
         ird_path = os.path.join(workdir, "corpus.ir_datasets")
         shutil.rmtree(ird_path, ignore_errors=True)
         ird = PickleLz4FullStore(
             ird_path, lambda: (GenericDoc(i, t) for i, t in corpus), GenericDoc, "doc_id", ["doc_id"]
         )
         start = time.perf_counter()
-        ird.build()
+        with open(os.devnull, "w") as quiet, contextlib.redirect_stderr(quiet):  # its progress bar
+            ird.build()
         build = time.perf_counter() - start
         few = queries[:2000]
         results["ir_datasets"] = {
@@ -124,6 +127,7 @@ def run(docs: int = 200_000, directory: str | None = None) -> dict[str, dict[str
             "get_many(1000)/s": _rate(lambda: [ird.get_many(b) for b in batches[:2]], 2),
         }
 
+    logging.disable(logging.NOTSET)
     _print_table(results, raw)
     if directory is None:
         shutil.rmtree(workdir, ignore_errors=True)
