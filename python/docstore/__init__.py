@@ -10,43 +10,19 @@ See ``docstore.open``, ``docstore.Writer``, ``docstore.build`` and ``docstore.Do
 
 from __future__ import annotations
 
+from . import errors
 from ._doc import Doc
 from ._docstore import FORMAT_VERSION, get_num_threads, set_num_threads
 from ._store import DocStore, open
 from ._writer import Writer, build
-from .errors import (
-    ClosedError,
-    CorruptStoreError,
-    DocstoreError,
-    DuplicateKeyError,
-    FieldTypeError,
-    InternalError,
-    InvalidKeyError,
-    SchemaError,
-    StoreExistsError,
-    StoreIOError,
-    StoreNotFoundError,
-    UnsupportedVersionError,
-)
+from .errors import *  # noqa: F403 - the exception classes, listed in errors.__all__
 
 __version__ = "0.1.0"
 
 __all__ = [
     "FORMAT_VERSION",
-    "ClosedError",
-    "CorruptStoreError",
     "Doc",
     "DocStore",
-    "DocstoreError",
-    "DuplicateKeyError",
-    "FieldTypeError",
-    "InternalError",
-    "InvalidKeyError",
-    "SchemaError",
-    "StoreExistsError",
-    "StoreIOError",
-    "StoreNotFoundError",
-    "UnsupportedVersionError",
     "Writer",
     "__version__",
     "build",
@@ -54,3 +30,4 @@ __all__ = [
     "open",
     "set_num_threads",
 ]
+__all__ += errors.__all__  # the form type checkers follow
