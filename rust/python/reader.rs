@@ -145,7 +145,7 @@ impl Reader {
         Ok(PyString::new(py, store.key_at(pos).py_err(py)?).into_any())
     }
 
-    fn resolve_position(&self, py: Python<'_>, store: &Store<Mmap>, index: i64) -> PyResult<u64> {
+    fn resolve_position(store: &Store<Mmap>, index: i64) -> PyResult<u64> {
         let len = store.len() as i64;
         let pos = if index < 0 { index + len } else { index };
         if pos < 0 || pos >= len {
@@ -153,7 +153,6 @@ impl Reader {
                 "position {index} out of range for a store of {len} documents"
             )));
         }
-        let _ = py;
         Ok(pos as u64)
     }
 
@@ -498,7 +497,7 @@ impl Reader {
     ) -> PyResult<Bound<'py, PyAny>> {
         let store = self.store(py)?;
         let select = self.select(py, field, fields)?;
-        let pos = self.resolve_position(py, &store, index)?;
+        let pos = Self::resolve_position(&store, index)?;
         guard(py, || {
             let raw = py.detach(|| store.record(pos)).py_err(py)?;
             self.build(
@@ -524,7 +523,7 @@ impl Reader {
         let select = self.select(py, field, fields)?;
         let positions = positions
             .into_iter()
-            .map(|i| self.resolve_position(py, &store, i))
+            .map(|i| Self::resolve_position(&store, i))
             .collect::<PyResult<Vec<u64>>>()?;
         guard(py, || {
             let batches = Self::records_at(py, &store, &positions)?;
