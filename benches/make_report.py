@@ -74,16 +74,16 @@ WHY = {
         "LMDB keeps values uncompressed in a B+tree over its mapping: a hit is a tree walk and one "
         "copy into a bytes object. docstore's extra work is lz4 decoding, which grows with the "
         "document (long_docs: ~6 KB per lookup at ~1.2 GB/s single-threaded, see the decode table), "
-        "for a file 2.5-3.5x smaller. To win these rows docstore needs cheaper decoding of long "
+        "for a file 2.5-3.6x smaller. To win these rows docstore needs cheaper decoding of long "
         "documents (building the str without a second UTF-8 validation pass, or storing documents "
         "above a size threshold uncompressed when lz4 saves little) and less per-call overhead."
     ),
     "arrow-ipc": (
         "An uncompressed Arrow file is zero-copy: `take` gathers string slices of the mapping in C++ "
-        "and `to_pylist` builds the str objects, with no decompression at all, for a file 1.5-2x "
+        "and `to_pylist` builds the str objects, with no decompression at all, for a file 1.5-2.1x "
         "larger than docstore's. docstore has to lz4-decode every document; its batch path (GIL "
         "released, Rust) is otherwise the same shape. To win it would need an uncompressed mode, or "
-        "a decode + str construction that approaches memcpy speed (it is at ~0.1x of memcpy now)."
+        "a decode + str construction nearer memcpy speed (single-threaded it runs at ~0.1x of memcpy)."
     ),
     "numpy": (
         "The tokens lie uncompressed in one flat array: a lookup is two offset reads and a ~2 KB "
@@ -105,7 +105,8 @@ WHY_TARGET = {
         "Lance (format 2.x) compresses pages of many rows together (FSST for strings plus a general "
         "codec on mini-blocks), which beats one lz4 block per document even with docstore's 64 KiB "
         "dictionary on short passages and on token ids; its price is random access by the page "
-        "(`take` of one row costs ~0.3 ms, 100-800x docstore hot). To win on size docstore would need "
+        "(`take` of one row costs ~0.3 ms, hundreds of times docstore's hot lookup). To win on size "
+        "docstore would need "
         "a stronger per-document codec (e.g. zstd with a trained dictionary: typically 20-35% smaller "
         "than lz4 on short texts, decoding ~3x slower) or, for numeric arrays, a delta/varint or "
         "bit-packing filter before lz4."
@@ -500,8 +501,12 @@ def summary(res, corpora) -> str:
     if beaten_disk:
         out.append(
             "- On-disk stores faster than docstore on some hot row: "
-            + ", ".join(f"`{s}` ({n} rows)" for s, n in sorted(beaten_disk.items(), key=lambda x: -x[1]))
-            + " (the uncompressed ones; see *Where a peer wins*)."
+            + ", ".join(
+                f"`{s}` ({n} row{'s' if n != 1 else ''})"
+                for s, n in sorted(beaten_disk.items(), key=lambda x: -x[1])
+            )
+            + " (values kept uncompressed, or served from a decompressed block cache; see *Where a "
+            "peer wins*)."
         )
     g = res["open"].get("msmarco_like", {})
     if g.get("docstore"):
@@ -862,7 +867,10 @@ def render(res, data, img_dir: Path, md_path: Path, cmd: str) -> tuple[str, bool
             "",
             "Same total work (8-16 batches) on one pool thread or split over two; systems that are not "
             "thread-safe get one handle per thread. docstore's default decodes each batch on its own "
-            "2-thread pool; `docstore:t1` decodes in the calling thread with the GIL released.",
+            "2-thread pool; `docstore:t1` decodes in the calling thread with the GIL released. "
+            "Scaling needs two idle cores: with other jobs on the machine (see the load average) "
+            "no system can reach 2x, and the column mostly shows which ones lose throughput when a "
+            "second thread competes (GIL-bound Python paths).",
             "",
             threads_table(res, corpora),
         ]
