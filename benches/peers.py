@@ -739,6 +739,16 @@ class _PositionMapped(Peer):
             h.rows = {doc_id: j for j, doc_id in enumerate(self._id_list(h))}
         return h.rows
 
+    @staticmethod
+    def _ops(rows: dict[str, int], at, take) -> Ops:
+        """Lookups by id through the id -> row map, by position directly."""
+        return Ops(
+            get=lambda i: at(rows[i]),
+            at=at,
+            get_many=lambda ids: take([rows[i] for i in ids]),
+            take=take,
+        )
+
     def reopen(self, h, path, between=None):
         rows = h.rows
         self.close(h)
@@ -785,12 +795,7 @@ class LanceStore(_PositionMapped):
         def at(p):
             return _scalar_value(ds.take([p], columns=cols).column(0), 0)
 
-        return Ops(
-            get=lambda i: at(rows[i]),
-            at=at,
-            get_many=lambda ids: take([rows[i] for i in ids]),
-            take=take,
-        )
+        return self._ops(rows, at, take)
 
     def close(self, h):
         h.ds = None
@@ -852,12 +857,7 @@ class HfDatasetsStore(_PositionMapped):
         def at(p):
             return ds[p][field]
 
-        return Ops(
-            get=lambda i: at(rows[i]),
-            at=at,
-            get_many=lambda ids: take([rows[i] for i in ids]),
-            take=take,
-        )
+        return self._ops(rows, at, take)
 
     def close(self, h):
         h.ds = None
@@ -947,12 +947,7 @@ class ArrowIpcStore(_PositionMapped):
                         out[k] = v
                 return out
 
-        return Ops(
-            get=lambda i: at(rows[i]),
-            at=at,
-            get_many=lambda ids: take([rows[i] for i in ids]),
-            take=take,
-        )
+        return self._ops(rows, at, take)
 
     def close(self, h):
         h.table = h.reader = None
