@@ -105,6 +105,22 @@ def test_get_many_keeps_request_order_and_omits_missing(store, oracle):
     assert got == ids[:10]
 
 
+def test_decode_buffers_reused_across_calls_never_leak_earlier_records(store, oracle):
+    # A thread reuses its decode buffers from call to call: a small call after a large one (or a
+    # single lookup after a batch) must see only its own records.
+    ids = list(oracle)
+    rng = random.Random(1)
+    for size in (2000, 300, 10, 1, 700, 0, 3):
+        positions = [rng.randrange(len(ids)) for _ in range(size)]
+        assert [d.doc_id for d in store.take(positions)] == [ids[p] for p in positions]
+        request = [ids[p] for p in positions]
+        got = store.get_many(request, field="text")
+        assert got == {i: oracle[i]["text"] for i in request}
+        if positions:
+            assert_doc_equal(store.at(positions[0]), ids[positions[0]], oracle[ids[positions[0]]])
+            assert store.get(request[-1], field="text") == oracle[request[-1]]["text"]
+
+
 def test_position_access(store, oracle):
     ids = list(oracle)
     assert store.at(0).doc_id == ids[0]

@@ -4,6 +4,7 @@
 mod convert;
 mod errors;
 mod reader;
+mod scratch;
 mod writer;
 
 use pyo3::prelude::*;

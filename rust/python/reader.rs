@@ -3,6 +3,7 @@
 
 use crate::convert::to_python;
 use crate::errors::{guard, key_error, new_error, IntoPy};
+use crate::scratch::Batches;
 use arc_swap::ArcSwapOption;
 use docstore_core::record::{self, RawValue};
 use docstore_core::Mmap;
@@ -157,50 +158,82 @@ impl Reader {
     }
 
     /// Looks up many keys with Python released, in parallel for large batches: per chunk of
-    /// keys, their positions (`None` when absent) and the records of those found.
+    /// keys, their positions (`None` when absent); the records of those found go to the chunk's
+    /// batch.
     fn lookup_many(
         py: Python<'_>,
         store: &Store<Mmap>,
         keys: &[&[u8]],
-    ) -> PyResult<Vec<(Vec<Option<u64>>, RecordBatch)>> {
-        py.detach(|| {
-            in_chunks(keys, |chunk| {
-                let mut batch = RecordBatch::default();
-                store
-                    .read_many(chunk, &mut batch)
-                    .map(|positions| (positions, batch))
-            })
-        })
-        .py_err(py)
+        batches: &mut Vec<RecordBatch>,
+    ) -> PyResult<Vec<Vec<Option<u64>>>> {
+        py.detach(|| in_chunks(keys, batches, |chunk, batch| store.read_many(chunk, batch)))
+            .py_err(py)
     }
 
+    /// The records at `positions`, into one batch per chunk.
     fn records_at(
         py: Python<'_>,
         store: &Store<Mmap>,
         positions: &[u64],
-    ) -> PyResult<Vec<RecordBatch>> {
+        batches: &mut Vec<RecordBatch>,
+    ) -> PyResult<()> {
         py.detach(|| {
-            in_chunks(positions, |chunk| {
-                let mut batch = RecordBatch::default();
-                store.read_records(chunk, &mut batch).map(|()| batch)
+            in_chunks(positions, batches, |chunk, batch| {
+                store.read_records(chunk, batch)
             })
         })
         .py_err(py)
+        .map(drop)
     }
 }
 
-/// `f` over chunks of `items`: on the calling thread for small batches (or when parallel work
-/// is set to one thread), else in parallel on docstore's pool.
-fn in_chunks<T: Sync, R: Send>(
+/// `f` over chunks of `items`, each chunk with its own `scratch` (emptied first, grown as
+/// needed, left filled for the caller): on the calling thread for small batches (or when
+/// parallel work is set to one thread), else in parallel on docstore's pool.
+fn in_chunks<T: Sync, S: Default + Clearable + Send, R: Send>(
     items: &[T],
-    f: impl Fn(&[T]) -> docstore_core::Result<R> + Sync,
+    scratch: &mut Vec<S>,
+    f: impl Fn(&[T], &mut S) -> docstore_core::Result<R> + Sync,
 ) -> docstore_core::Result<Vec<R>> {
-    if items.len() < PARALLEL_MIN {
-        return f(items).map(|r| vec![r]);
+    let serial = items.len() < PARALLEL_MIN || parallel::num_threads() == 1;
+    let chunk = if serial { items.len().max(1) } else { CHUNK };
+    let chunks = items.len().div_ceil(chunk);
+    if scratch.len() < chunks {
+        scratch.resize_with(chunks, S::default);
     }
-    let serial = || f(items).map(|r| vec![r]);
-    let parallel = || items.par_chunks(CHUNK).map(&f).collect();
-    parallel::run(serial, parallel)
+    // All of it: batches kept from a larger call must not pass stale records to the caller.
+    scratch.iter_mut().for_each(Clearable::clear);
+    let scratch = &mut scratch[..chunks];
+    if serial {
+        return items
+            .chunks(chunk)
+            .zip(scratch.iter_mut())
+            .map(|(items, s)| f(items, s))
+            .collect();
+    }
+    parallel::pool().install(|| {
+        items
+            .par_chunks(chunk)
+            .zip(scratch.par_iter_mut())
+            .map(|(items, s)| f(items, s))
+            .collect()
+    })
+}
+
+/// Per-chunk scratch that `in_chunks` empties before use.
+trait Clearable {
+    fn clear(&mut self);
+}
+
+impl Clearable for RecordBatch {
+    fn clear(&mut self) {
+        RecordBatch::clear(self);
+    }
+}
+
+/// No scratch.
+impl Clearable for () {
+    fn clear(&mut self) {}
 }
 
 /// A Doc (an instance of a namedtuple subclass) being filled in place.
@@ -435,7 +468,11 @@ impl Reader {
             .collect();
         guard(py, || {
             let found = py
-                .detach(|| in_chunks(&keys, |chunk| store.positions(chunk)))
+                .detach(|| {
+                    in_chunks(&keys, &mut Vec::<()>::new(), |chunk, _| {
+                        store.positions(chunk)
+                    })
+                })
                 .py_err(py)?;
             let positions: Vec<i64> = found
                 .into_iter()
@@ -467,10 +504,11 @@ impl Reader {
             .map(|k| k.to_str().map_or(&b""[..], str::as_bytes))
             .collect();
         guard(py, || {
-            let chunks = Self::lookup_many(py, &store, &keys)?;
+            let mut batches = Batches::take();
+            let chunks = Self::lookup_many(py, &store, &keys, &mut batches)?;
             let out = PyDict::new(py);
             let mut objects = objects.iter();
-            for (positions, batch) in &chunks {
+            for (positions, batch) in chunks.iter().zip(batches.iter()) {
                 let mut records = (0..batch.len()).map(|i| batch.get(i));
                 // `positions` first: zip stops on it without taking an id from the next chunk.
                 for (pos, object) in positions.iter().zip(objects.by_ref()) {
@@ -499,13 +537,15 @@ impl Reader {
         let select = self.select(py, field, fields)?;
         let pos = Self::resolve_position(&store, index)?;
         guard(py, || {
-            let raw = py.detach(|| store.record(pos)).py_err(py)?;
+            let mut batches = Batches::take();
+            let batch = batches.single();
+            py.detach(|| store.read_records(&[pos], batch)).py_err(py)?;
             self.build(
                 py,
                 &store,
                 &select,
                 || Self::key_object(py, &store, pos),
-                &raw,
+                batch.get(0),
             )
         })
     }
@@ -526,7 +566,8 @@ impl Reader {
             .map(|i| Self::resolve_position(&store, i))
             .collect::<PyResult<Vec<u64>>>()?;
         guard(py, || {
-            let batches = Self::records_at(py, &store, &positions)?;
+            let mut batches = Batches::take();
+            Self::records_at(py, &store, &positions, &mut batches)?;
             let records = batches
                 .iter()
                 .flat_map(|batch| (0..batch.len()).map(|i| batch.get(i)));
@@ -598,13 +639,19 @@ impl Reader {
             return Ok(None);
         };
         guard(py, || {
-            let found = py.detach(|| store.get(text.as_bytes())).py_err(py)?;
-            match found {
-                Some((_, raw)) => self
-                    .build(py, &store, select, || Ok(key.clone()), &raw)
-                    .map(Some),
-                None => Ok(None),
+            let mut batches = Batches::take();
+            let batch = batches.single();
+            let found = py
+                .detach(|| match store.position(text.as_bytes())? {
+                    Some(pos) => store.read_records(&[pos], batch).map(|()| true),
+                    None => Ok(false),
+                })
+                .py_err(py)?;
+            if !found {
+                return Ok(None);
             }
+            self.build(py, &store, select, || Ok(key.clone()), batch.get(0))
+                .map(Some)
         })
     }
 }

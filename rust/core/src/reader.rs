@@ -38,6 +38,17 @@ impl RecordBatch {
         &self.data[start..self.ends[i]]
     }
 
+    /// Empties the batch, keeping its buffers for the next one.
+    pub fn clear(&mut self) {
+        self.data.clear();
+        self.ends.clear();
+    }
+
+    /// Bytes the batch's buffers hold (used or not).
+    pub fn capacity_bytes(&self) -> usize {
+        self.data.capacity() + self.ends.capacity() * std::mem::size_of::<usize>()
+    }
+
     fn push(&mut self, raw: &[u8]) {
         self.data.extend_from_slice(raw);
         self.ends.push(self.data.len());

@@ -1,0 +1,69 @@
+//! Decode buffers that a calling thread reuses from one batch lookup to the next.
+//!
+//! Fresh buffers for every call cost more than the decoding they hold: glibc serves allocations
+//! over 128 KiB with `mmap`, so every batch of long documents page-faulted (zero-filled) its
+//! whole output on first touch and unmapped it afterwards; measured, that ate the gain of
+//! decoding on two cores. Each thread keeps the batches of its last call instead.
+
+use docstore_core::RecordBatch;
+use std::cell::RefCell;
+use std::ops::{Deref, DerefMut};
+
+/// A thread keeps at most this much between calls; a larger (rare, huge) batch is freed.
+const KEEP_BYTES: usize = 32 << 20;
+
+thread_local! {
+    static KEPT: RefCell<Vec<RecordBatch>> = const { RefCell::new(Vec::new()) };
+}
+
+/// This thread's reusable batches, taken for one call and given back when dropped.
+pub struct Batches(Vec<RecordBatch>);
+
+impl Batches {
+    /// The thread's kept batches (none on first use, or while another call of this thread holds
+    /// them: each call then simply gets its own).
+    pub fn take() -> Batches {
+        Batches(
+            KEPT.with(|kept| kept.try_borrow_mut().map(|mut v| std::mem::take(&mut *v)))
+                .unwrap_or_default(),
+        )
+    }
+
+    /// The first batch, emptied: the buffer of a single-record lookup.
+    pub fn single(&mut self) -> &mut RecordBatch {
+        if self.0.is_empty() {
+            self.0.push(RecordBatch::default());
+        }
+        let batch = &mut self.0[0];
+        batch.clear();
+        batch
+    }
+}
+
+impl Deref for Batches {
+    type Target = Vec<RecordBatch>;
+    fn deref(&self) -> &Vec<RecordBatch> {
+        &self.0
+    }
+}
+
+impl DerefMut for Batches {
+    fn deref_mut(&mut self) -> &mut Vec<RecordBatch> {
+        &mut self.0
+    }
+}
+
+impl Drop for Batches {
+    fn drop(&mut self) {
+        let bytes: usize = self.0.iter().map(RecordBatch::capacity_bytes).sum();
+        if bytes <= KEEP_BYTES {
+            let batches = std::mem::take(&mut self.0);
+            // A thread being torn down has no kept batches any more: nothing to give back to.
+            let _ = KEPT.try_with(|kept| {
+                if let Ok(mut kept) = kept.try_borrow_mut() {
+                    *kept = batches;
+                }
+            });
+        }
+    }
+}
