@@ -226,6 +226,9 @@ class Built:
 
     def path(self, peer: Peer, corpus: Corpus) -> Path:
         key = (peer.name, corpus.name)
+        base = peer.name.split(":")[0]
+        if base == "docstore" and peer.name != base:  # docstore:t1 reads docstore's files
+            return self.path(PEERS[base], corpus)
         if key not in self.paths:
             # drop stores of other corpora: keep disk use to one corpus at a time
             for k in [k for k in self.paths if k[1] != corpus.name]:

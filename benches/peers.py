@@ -30,6 +30,7 @@ column when the store is opened (``position_map`` = True).
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import os
 from collections.abc import Iterable, Mapping
@@ -143,6 +144,10 @@ class Peer:
         """A handle for another thread: ``obj`` itself if thread-safe, else a new one
         (closed by the caller with ``close_thread_handle``)."""
         return obj
+
+    def lookup_threads(self) -> contextlib.AbstractContextManager:
+        """Context in which this system's lookups are measured (docstore's decode threads)."""
+        return contextlib.nullcontext()
 
     def close_thread_handle(self, handle: Any, obj: Any) -> None:
         if handle is not obj:
@@ -409,6 +414,21 @@ class DocstoreStore(Peer):
                 f"docstore with `docstore.set_num_threads({num_threads})` (decodes in the calling thread)"
             )
         self.writer_options = writer_options
+
+    @contextlib.contextmanager
+    def lookup_threads(self):
+        """``docstore.set_num_threads(num_threads)`` inside, restored afterwards."""
+        if self.num_threads is None:
+            yield
+            return
+        import docstore
+
+        old = docstore.get_num_threads()
+        docstore.set_num_threads(self.num_threads)
+        try:
+            yield
+        finally:
+            docstore.set_num_threads(old)
 
     def _file(self, path) -> Path:
         path = Path(path)
@@ -1116,7 +1136,8 @@ class NumpyStore(_PositionMapped):
 
 
 PEERS: dict[str, Peer] = {
-    p.name: p for p in (DocstoreStore(), IrDatasetsStore(), IndexedStore(), DictStore())
+    p.name: p
+    for p in (DocstoreStore(), DocstoreStore(num_threads=1), IrDatasetsStore(), IndexedStore(), DictStore())
 }
 
 #: every system of the comparison suite, in report order

@@ -114,28 +114,6 @@ def _info(benchmark, system, corpus, **extra):
     )
 
 
-class _Threads:
-    """docstore:t1 runs with ``docstore.set_num_threads(1)``; restored afterwards."""
-
-    def __init__(self, system: str) -> None:
-        self.n = COMPARE_PEERS[system].num_threads if system.startswith("docstore") else None
-        self.old = None
-
-    def __enter__(self):
-        if self.n is not None:
-            import docstore
-
-            self.old = docstore.get_num_threads()
-            docstore.set_num_threads(self.n)
-        return self
-
-    def __exit__(self, *exc):
-        if self.n is not None:
-            import docstore
-
-            docstore.set_num_threads(self.old)
-
-
 def _docstore_threads(system: str) -> dict:
     if not system.startswith("docstore"):
         return {}
@@ -232,7 +210,7 @@ def test_lookup(benchmark, stores, corpus, system, workload):
                 many(d)
 
         ops_n = sum(len(d) for d in draws)
-    with _Threads(system):
+    with COMPARE_PEERS[system].lookup_threads():
         rounds = C.timed_rounds(run)
         _info(
             benchmark,
@@ -283,7 +261,7 @@ def test_threads(benchmark, stores, corpus, pool, system, threads):
             f.result()
 
     try:
-        with _Threads(system):
+        with COMPARE_PEERS[system].lookup_threads():
             rounds = C.timed_rounds(run)
             _info(
                 benchmark,

@@ -188,15 +188,23 @@ impl Reader {
 }
 
 /// `f` over chunks of `items`, each chunk with its own `scratch` (emptied first, grown as
-/// needed, left filled for the caller): on the calling thread for small batches (or when
-/// parallel work is set to one thread), else in parallel on docstore's pool.
+/// needed, left filled for the caller): on the calling thread for small batches (or when the
+/// pool is set to one thread or busy with another thread's batch), else in parallel on it.
 fn in_chunks<T: Sync, S: Default + Clearable + Send, R: Send>(
     items: &[T],
     scratch: &mut Vec<S>,
     f: impl Fn(&[T], &mut S) -> docstore_core::Result<R> + Sync,
 ) -> docstore_core::Result<Vec<R>> {
-    let serial = items.len() < PARALLEL_MIN || parallel::num_threads() == 1;
-    let chunk = if serial { items.len().max(1) } else { CHUNK };
+    let pool = if items.len() < PARALLEL_MIN {
+        None
+    } else {
+        parallel::claim()
+    };
+    let chunk = if pool.is_none() {
+        items.len().max(1)
+    } else {
+        CHUNK
+    };
     let chunks = items.len().div_ceil(chunk);
     if scratch.len() < chunks {
         scratch.resize_with(chunks, S::default);
@@ -204,14 +212,14 @@ fn in_chunks<T: Sync, S: Default + Clearable + Send, R: Send>(
     // All of it: batches kept from a larger call must not pass stale records to the caller.
     scratch.iter_mut().for_each(Clearable::clear);
     let scratch = &mut scratch[..chunks];
-    if serial {
+    let Some(pool) = pool else {
         return items
             .chunks(chunk)
             .zip(scratch.iter_mut())
             .map(|(items, s)| f(items, s))
             .collect();
-    }
-    parallel::pool().install(|| {
+    };
+    pool.install(|| {
         items
             .par_chunks(chunk)
             .zip(scratch.par_iter_mut())

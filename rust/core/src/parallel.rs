@@ -7,13 +7,15 @@
 //! threads that are not there). No lock is held across calls, so a fork can never inherit one.
 
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 struct OwnedPool {
     pid: u32,
     threads: usize,
     pool: rayon::ThreadPool,
+    /// A `claim` holds the pool (per pool, so a forked child never inherits a claim).
+    claimed: AtomicBool,
 }
 
 static POOL: AtomicPtr<OwnedPool> = AtomicPtr::new(ptr::null_mut());
@@ -40,14 +42,35 @@ fn default_threads() -> usize {
     })
 }
 
-/// Runs `serial` on the calling thread when parallel work is set to one thread (so that
-/// several calling threads each work on their own core), else `parallel` inside the pool.
-pub fn run<R: Send>(serial: impl FnOnce() -> R, parallel: impl FnOnce() -> R + Send) -> R {
-    if num_threads() == 1 {
-        serial()
-    } else {
-        pool().install(parallel)
+/// The pool, claimed for one batch of lookups; released when dropped.
+pub struct Claim(&'static OwnedPool);
+
+impl Claim {
+    pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        self.0.pool.install(f)
     }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.0.claimed.store(false, Ordering::Release);
+    }
+}
+
+/// The pool for one batch, or `None` to work on the calling thread: when parallel work is set
+/// to one thread, or while another thread's batch holds the pool. Its threads already keep the
+/// cores busy then, and queueing behind them is slower than decoding here, so several calling
+/// threads each use a core of their own.
+pub fn claim() -> Option<Claim> {
+    if num_threads() == 1 {
+        return None;
+    }
+    let owned = owned_pool();
+    owned
+        .claimed
+        .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .ok()
+        .map(|_| Claim(owned))
 }
 
 /// Sets the number of threads of the pool (0 returns to the default). Takes effect on next use.
@@ -57,6 +80,10 @@ pub fn set_num_threads(n: usize) {
 
 /// This process's pool, built on first use (and again after a fork or a thread count change).
 pub fn pool() -> &'static rayon::ThreadPool {
+    &owned_pool().pool
+}
+
+fn owned_pool() -> &'static OwnedPool {
     let pid = std::process::id();
     let threads = num_threads();
     loop {
@@ -64,7 +91,7 @@ pub fn pool() -> &'static rayon::ThreadPool {
         // SAFETY: pools are leaked, never freed, so any pointer ever stored stays valid.
         if let Some(owned) = unsafe { current.as_ref() } {
             if owned.pid == pid && owned.threads == threads {
-                return &owned.pool;
+                return owned;
             }
         }
         let pool = rayon::ThreadPoolBuilder::new()
@@ -72,11 +99,16 @@ pub fn pool() -> &'static rayon::ThreadPool {
             .thread_name(|i| format!("docstore-{i}"))
             .build()
             .expect("cannot start docstore's thread pool");
-        let fresh = Box::into_raw(Box::new(OwnedPool { pid, threads, pool }));
+        let fresh = Box::into_raw(Box::new(OwnedPool {
+            pid,
+            threads,
+            pool,
+            claimed: AtomicBool::new(false),
+        }));
         match POOL.compare_exchange(current, fresh, Ordering::AcqRel, Ordering::Acquire) {
             // The replaced pool is leaked: in a child its threads do not exist, and in the parent
             // another thread may still be inside it.
-            Ok(_) => return unsafe { &(*fresh).pool },
+            Ok(_) => return unsafe { &*fresh },
             // Another thread installed one first: ours was never shared, so it can go.
             Err(_) => drop(unsafe { Box::from_raw(fresh) }),
         }
@@ -89,12 +121,27 @@ mod tests {
     use rayon::prelude::*;
 
     #[test]
-    fn pool_runs_parallel_work_and_follows_thread_count() {
+    fn pool_follows_thread_count_and_serves_one_batch_at_a_time() {
         let sum: u64 = pool().install(|| (0..1000u64).into_par_iter().sum());
         assert_eq!(sum, 499_500);
         set_num_threads(3);
         assert_eq!(pool().current_num_threads(), 3);
         set_num_threads(0);
         assert_eq!(pool().current_num_threads(), num_threads());
+
+        // One test, not two: tests run in parallel and the thread count is process-wide.
+        set_num_threads(2);
+        let first = claim().expect("a free pool");
+        assert!(claim().is_none(), "the pool is held by the first batch");
+        let second = std::thread::spawn(|| claim().is_none()).join().unwrap();
+        assert!(
+            second,
+            "another thread works on its own while the pool is held"
+        );
+        drop(first);
+        assert!(claim().is_some(), "released when the claim is dropped");
+        set_num_threads(1);
+        assert!(claim().is_none(), "one thread: always the calling thread");
+        set_num_threads(0);
     }
 }
