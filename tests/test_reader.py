@@ -162,6 +162,21 @@ def test_fields_info_and_repr(store, oracle):
     store.verify()
 
 
+def test_pread_reads_the_same_documents_and_pickles_its_mode(store_path, oracle):
+    ids = list(oracle)
+    with docstore.open(store_path, read="pread") as s:
+        assert s.read == "pread" and s.info()["read"] == "pread"
+        for doc_id in ids[:50]:
+            assert_doc_equal(s[doc_id], doc_id, oracle[doc_id])
+        got = s.get_many(ids, field="text")
+        assert got == {i: oracle[i]["text"] for i in ids}
+        again = pickle.loads(pickle.dumps(s))
+        assert again.read == "pread" and again[ids[7]].text == oracle[ids[7]]["text"]
+    assert docstore.open(store_path).read == "mmap"
+    with pytest.raises(ValueError, match="pread"):
+        docstore.open(store_path, read="direct")
+
+
 def test_close_and_context_manager(store_path):
     with docstore.open(store_path) as s:
         assert len(s) > 0

@@ -20,7 +20,7 @@ class DocStore(Reader):
     """
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (open, (os.fspath(self.path),))
+        return (_reopen, (os.fspath(self.path), self.read))
 
     def __enter__(self) -> DocStore:
         return self
@@ -82,6 +82,7 @@ class DocStore(Reader):
             "stored_bytes": info["stored_bytes"],
             "ratio": info["stored_bytes"] / raw if raw else None,
             "codec": codec,
+            "read": self.read,
             "format_version": info["format_version"],
         }
 
@@ -89,6 +90,21 @@ class DocStore(Reader):
 Mapping.register(DocStore)
 
 
-def open(path: str | os.PathLike[str]) -> DocStore:
-    """Opens the store at ``path``. Constant time: nothing proportional to its size is read."""
-    return DocStore(path)
+def open(path: str | os.PathLike[str], *, read: str = "mmap") -> DocStore:
+    """Opens the store at ``path``. Constant time: nothing proportional to its size is read.
+
+    ``read`` says how documents are read; the index is always memory-mapped:
+
+    * ``"mmap"`` (default): through the memory map, no system call per document. Pages a process
+      has read stay mapped into it (and the kernel maps their cached neighbours), so its RSS and
+      PSS grow towards the file's size as it reads, although the pages are shared, clean page
+      cache.
+    * ``"pread"``: one ``pread`` system call per document, through the same shared page cache.
+      A process's memory then grows only with the index pages it touches: the choice for many
+      long-lived reader processes (``docstore.torch`` datasets use it).
+    """
+    return DocStore(path, read=read)
+
+
+def _reopen(path: str, read: str) -> DocStore:
+    return DocStore(path, read=read)

@@ -99,11 +99,17 @@ def _configure_worker_threads() -> None:
 
 
 class _StoreHandle:
-    """A store's path, opened on first use in each process; pickles as the path alone."""
+    """A store's path, opened on first use in each process; pickles as the path alone.
 
-    __slots__ = ("_pid", "_store", "path")
+    Stores the handle opens itself read documents with ``pread`` (``docstore.open(...,
+    read="pread")``): a DataLoader worker reads through the shared page cache without mapping
+    every page it has read, so its memory stays flat however much of the corpus it reads.
+    """
+
+    __slots__ = ("_owned", "_pid", "_store", "path")
 
     def __init__(self, store_or_path: Any) -> None:
+        self._owned = False  # whether _store was opened here (and may be closed here)
         if isinstance(store_or_path, DocStore):
             self.path = os.path.abspath(os.fspath(store_or_path.path))
             self._store: DocStore | None = store_or_path
@@ -121,9 +127,18 @@ class _StoreHandle:
             _configure_worker_threads()
             # A store inherited through fork() would work too; reopening costs a few syscalls
             # and keeps the parent's object out of the child's way.
-            store = self._store = docstore.open(self.path)
+            store = self._store = docstore.open(self.path, read="pread")
             self._pid = os.getpid()
+            self._owned = True
         return store
+
+    def release(self) -> None:
+        """Lets go of the store until the next ``get``: closes it if the handle opened it, so
+        the index pages that resolving ids touched are unmapped (the store is reopened lazily,
+        in microseconds). A store the user passed in is left open, merely forgotten."""
+        store, self._store = self._store, None
+        if store is not None and self._owned and self._pid == os.getpid():
+            store.close()
 
     def __getstate__(self) -> dict[str, Any]:
         return {"path": self.path}
@@ -132,6 +147,7 @@ class _StoreHandle:
         self.path = state["path"]
         self._store = None
         self._pid = None
+        self._owned = False
 
     def __repr__(self) -> str:
         return f"<store {self.path!r}>"
@@ -447,6 +463,11 @@ class TripletDataset(_StoreDataset):
             self._hard_pos = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
         else:
             raise TypeError("negatives must be 'random' or a mapping of query id -> doc ids")
+        # Resolving every id touched index pages all over the file: unmap them rather than keep
+        # them counted against this process (and every rank) for the whole training run.
+        self._handle.release()
+        if self._query_store is not None:
+            self._query_store.release()
 
     @property
     def epoch(self) -> int:

@@ -7,9 +7,9 @@ use crate::scratch::Batches;
 use arc_swap::ArcSwapOption;
 use docstore_core::record::{self, RawValue};
 use docstore_core::Mmap;
-use docstore_core::{parallel, RecordBatch, Store};
+use docstore_core::{parallel, DataAccess, RecordBatch, Store};
 use numpy::PyArray1;
-use pyo3::exceptions::PyIndexError;
+use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple, PyType};
@@ -35,6 +35,7 @@ enum Select {
 pub struct Reader {
     store: ArcSwapOption<Store<Mmap>>,
     path: PathBuf,
+    access: DataAccess,
     doc_class: Py<PyType>,
     field_names: Vec<String>,
 }
@@ -341,18 +342,30 @@ fn doc_class<'py>(py: Python<'py>, fields: &[String]) -> PyResult<Bound<'py, PyT
 #[pymethods]
 impl Reader {
     #[new]
-    fn new(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+    #[pyo3(signature = (path, *, read="mmap"))]
+    fn new(py: Python<'_>, path: PathBuf, read: &str) -> PyResult<Self> {
+        let access = match read {
+            "mmap" => DataAccess::Mmap,
+            "pread" => DataAccess::Pread,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "read must be \"mmap\" or \"pread\", got {other:?}"
+                )))
+            }
+        };
         guard(py, || {
-            let store = py.detach(|| Store::open(&path)).map_err(|e| match e {
-                docstore_core::Error::Io(io) => crate::errors::to_pyerr(
-                    py,
-                    docstore_core::Error::Io(std::io::Error::new(
-                        io.kind(),
-                        format!("{}: {io}", path.display()),
-                    )),
-                ),
-                e => crate::errors::to_pyerr(py, e),
-            })?;
+            let store = py
+                .detach(|| Store::open_with(&path, access))
+                .map_err(|e| match e {
+                    docstore_core::Error::Io(io) => crate::errors::to_pyerr(
+                        py,
+                        docstore_core::Error::Io(std::io::Error::new(
+                            io.kind(),
+                            format!("{}: {io}", path.display()),
+                        )),
+                    ),
+                    e => crate::errors::to_pyerr(py, e),
+                })?;
             let field_names: Vec<String> = store
                 .schema()
                 .fields
@@ -363,6 +376,7 @@ impl Reader {
             Ok(Reader {
                 store: ArcSwapOption::from_pointee(store),
                 path,
+                access,
                 doc_class,
                 field_names,
             })
@@ -373,6 +387,15 @@ impl Reader {
     #[getter]
     fn path(&self) -> PathBuf {
         self.path.clone()
+    }
+
+    /// How documents are read: "mmap" (through the memory map) or "pread" (system calls).
+    #[getter]
+    fn read(&self) -> &'static str {
+        match self.access {
+            DataAccess::Mmap => "mmap",
+            DataAccess::Pread => "pread",
+        }
     }
 
     /// Field names mapped to their types, in schema order.

@@ -15,7 +15,7 @@ pub mod writer;
 
 pub use error::{Error, Result};
 pub use memmap2::Mmap;
-pub use reader::{RecordBatch, Store};
+pub use reader::{DataAccess, RecordBatch, Store};
 pub use record::Value;
 pub use schema::{ElemType, Field, FieldType, Schema};
 pub use writer::{Summary, Writer, WriterOptions};

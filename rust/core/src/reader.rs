@@ -73,18 +73,43 @@ fn prefetch(bytes: &[u8], at: usize) {
     let _ = (bytes, at);
 }
 
+/// How documents are read from a store file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DataAccess {
+    /// Through the memory map: no system call per document. Every page a lookup touches stays
+    /// mapped, and the kernel maps its cached neighbours too (fault-around: ~100 KB per random
+    /// lookup measured), so a process's RSS and PSS grow towards the file size as it reads.
+    #[default]
+    Mmap,
+    /// With `pread(2)`, through the same shared page cache: one system call per document, and the
+    /// process maps only the index. For many long-lived reader processes (DataLoader workers).
+    Pread,
+}
+
 /// An open store over any bytes: a memory map in production, a `Vec<u8>` in tests and fuzzing.
 pub struct Store<B> {
     buf: B,
     header: Header,
     schema: Schema,
     ranges: [Range<usize>; Section::COUNT],
+    /// The file documents are read from with `pread`, or `None` to read them through `buf`.
+    data_file: Option<File>,
+}
+
+thread_local! {
+    /// A blob read with `pread`, before it is decoded.
+    static BLOB: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl Store<Mmap> {
     /// Maps the file read-only. Costs the same for any store size: nothing is read but the header,
     /// the schema and the dictionary.
     pub fn open(path: impl AsRef<Path>) -> Result<Store<Mmap>> {
+        Store::open_with(path, DataAccess::Mmap)
+    }
+
+    /// Like `open`, reading documents as `access` says (the index is always mapped).
+    pub fn open_with(path: impl AsRef<Path>, access: DataAccess) -> Result<Store<Mmap>> {
         let file = File::open(path.as_ref())?;
         if file.metadata()?.is_dir() {
             return Err(Error::Io(std::io::Error::other(format!(
@@ -106,7 +131,11 @@ impl Store<Mmap> {
         let mmap = unsafe { Mmap::map(&file)? };
         // Lookups touch one or two pages each: read-ahead would only evict useful pages.
         let _ = mmap.advise(Advice::Random);
-        Store::from_bytes(mmap)
+        let mut store = Store::from_bytes(mmap)?;
+        if access == DataAccess::Pread {
+            store.data_file = Some(file);
+        }
+        Ok(store)
     }
 }
 
@@ -149,6 +178,7 @@ impl<B: AsRef<[u8]>> Store<B> {
             header,
             schema,
             ranges,
+            data_file: None,
         };
         // The last offsets close their sections: a cheap check that catches most truncations.
         if store.offset(Section::DocOffsets, count) != store.section(Section::Data).len() as u64
@@ -346,6 +376,14 @@ impl<B: AsRef<[u8]>> Store<B> {
         self.slice_at(Section::DocOffsets, Section::Data, pos)
     }
 
+    /// How this store reads documents.
+    pub fn data_access(&self) -> DataAccess {
+        match self.data_file {
+            Some(_) => DataAccess::Pread,
+            None => DataAccess::Mmap,
+        }
+    }
+
     /// The raw record of the document at `pos` (decode it with `record::decode`).
     pub fn record(&self, pos: u64) -> Result<Cow<'_, [u8]>> {
         self.with_record(pos, |raw| Cow::Owned(raw.to_vec()))
@@ -354,7 +392,22 @@ impl<B: AsRef<[u8]>> Store<B> {
     /// Runs `f` on the raw record at `pos`, decoded in a per-thread buffer.
     pub fn with_record<R>(&self, pos: u64, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
         let dict_id = self.header.section(Section::Dictionary).checksum;
-        codec::decompress_with(self.blob(pos)?, self.dictionary(), dict_id, f)
+        let Some(file) = &self.data_file else {
+            return codec::decompress_with(self.blob(pos)?, self.dictionary(), dict_id, f);
+        };
+        // The bounds come from the mapped index, checked as for a mapped read; the bytes from
+        // the file, never from the mapping.
+        let blob = self.blob(pos)?;
+        let at = (blob.as_ptr() as usize - self.buf.as_ref().as_ptr() as usize) as u64;
+        let read = |buf: &mut Vec<u8>| -> Result<R> {
+            buf.resize(blob.len(), 0);
+            std::os::unix::fs::FileExt::read_exact_at(file, buf, at)?;
+            codec::decompress_with(buf, self.dictionary(), dict_id, f)
+        };
+        BLOB.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut buf) => read(&mut buf),
+            Err(_) => read(&mut Vec::new()),
+        })
     }
 
     /// Appends the raw records of `positions` to `batch`, prefetching each group's offsets and
@@ -366,7 +419,7 @@ impl<B: AsRef<[u8]>> Store<B> {
                 prefetch(offsets, pos as usize * 8);
             }
             for &pos in group {
-                if pos < self.len() {
+                if pos < self.len() && self.data_file.is_none() {
                     prefetch(
                         self.section(Section::Data),
                         self.offset(Section::DocOffsets, pos) as usize,

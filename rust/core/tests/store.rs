@@ -1,7 +1,8 @@
 //! Write a store, read it back, and break it in every way a disk or a user can.
 
 use docstore_core::{
-    ElemType, Error, Field, FieldType, Schema, Store, Value, Writer, WriterOptions,
+    DataAccess, ElemType, Error, Field, FieldType, RecordBatch, Schema, Store, Value, Writer,
+    WriterOptions,
 };
 use std::collections::HashMap;
 use std::path::Path;
@@ -101,6 +102,9 @@ fn round_trips_with_and_without_spilled_key_runs() {
         let store = Store::open(&path).unwrap();
         check_all(&store, 3000);
         store.verify().unwrap();
+        let pread = Store::open_with(&path, DataAccess::Pread).unwrap();
+        assert_eq!(pread.data_access(), DataAccess::Pread);
+        check_all(&pread, 3000);
     }
     // Nothing but the stores is left beside them.
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 3);
@@ -378,5 +382,22 @@ fn keys_sharing_long_prefixes_and_keys_that_prefix_others() {
             None,
             "{absent:?}"
         );
+    }
+}
+
+#[test]
+fn pread_reads_what_the_map_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    build(&path, 500, WriterOptions::default());
+    let mapped = Store::open(&path).unwrap();
+    let pread = Store::open_with(&path, DataAccess::Pread).unwrap();
+    let positions: Vec<u64> = (0..500).rev().collect();
+    let (mut a, mut b) = (RecordBatch::default(), RecordBatch::default());
+    mapped.read_records(&positions, &mut a).unwrap();
+    pread.read_records(&positions, &mut b).unwrap();
+    assert_eq!(a.len(), 500);
+    for i in 0..a.len() {
+        assert_eq!(a.get(i), b.get(i));
     }
 }
