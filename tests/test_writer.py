@@ -267,6 +267,41 @@ def test_add_many_with_lists_numpy_and_pyarrow(tmp_path):
     w.abort()
 
 
+def test_arrow_text_columns_are_read_from_arrow_buffers(tmp_path):
+    # Text-only tables take the path that reads Arrow's offsets and data directly: every string
+    # layout, slices, several chunks and non-ASCII text must come back exactly.
+    pa = pytest.importorskip("pyarrow")
+    ids = [f"d{i}-é" * (1 + i % 3) for i in range(3000)]
+    texts = ["" if i % 97 == 0 else f"text {i} ünïcode " * (i % 5) for i in range(3000)]
+    raws = [bytes([i % 256]) * (i % 4) for i in range(3000)]
+    fields = {"text": "str", "raw": "bytes"}
+    table = pa.table(
+        {
+            "doc_id": pa.chunked_array([ids[:1000], ids[1000:]], pa.string()),
+            "text": pa.chunked_array([texts[:1500], texts[1500:]], pa.large_string()),
+            "raw": pa.array(raws, pa.binary()),
+        }
+    )
+    with docstore.Writer(tmp_path / "table", fields=fields, batch_bytes=10_000) as w:
+        w.add_many(table.slice(0, 10))
+        for batch in table.slice(10).to_batches(max_chunksize=700):  # sliced, offset arrays
+            w.add_many(batch)
+    store = docstore.open(tmp_path / "table")
+    assert list(store) == ids
+    assert store.take(range(3000), fields=["text", "raw"]) == list(zip(texts, raws))
+
+    w = docstore.Writer(tmp_path / "bad", fields=fields)
+    bad_utf8 = pa.table({"doc_id": ["a", "b"], "text": pa.array([b"ok", b"\xff"], pa.binary()), "raw": [b"", b""]})
+    with pytest.raises(docstore.DocstoreError, match="row 1 is not valid UTF-8"):
+        w.add_many(bad_utf8)
+    with pytest.raises(docstore.InvalidKeyError):
+        w.add_many(pa.table({"doc_id": [""], "text": ["x"], "raw": [b""]}))
+    with pytest.raises(docstore.FieldTypeError):  # a null takes the per-value path and its checks
+        w.add_many(pa.table({"doc_id": ["n"], "text": pa.array([None], pa.string()), "raw": [b""]}))
+    w.abort()
+    assert not (tmp_path / "bad").exists()
+
+
 def test_build_from_dicts_namedtuples_dataclasses(tmp_path):
     records = [{"doc_id": f"d{i}", "text": f"t{i}", "n": i, "x": i / 2, "v": [i, 1]} for i in range(50)]
     store = docstore.build(tmp_path / "dicts", records)

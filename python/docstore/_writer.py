@@ -74,12 +74,15 @@ class Writer(_Writer):
             if id_field not in table.schema.names:
                 raise SchemaError(f"the table has no id column {id_field!r} (columns: {table.schema.names})")
             doc_ids, columns = table.column(id_field), table
-        ids = _as_list(doc_ids)
         names = list(self.fields)
         if _is_arrow_table(columns):
             missing = [n for n in names if n not in columns.schema.names]
             if missing:
                 raise SchemaError(f"the table has no column for field(s) {missing}")
+            text = _arrow_text_columns(doc_ids, [columns.column(n) for n in names], self.fields)
+            if text is not None:  # text straight from Arrow's buffers, no Python str per value
+                self._add_text_columns(*text)
+                return
             data = [_as_list(columns.column(n)) for n in names]
         elif isinstance(columns, Mapping):
             extra = [k for k in columns if k not in self.fields]
@@ -91,11 +94,44 @@ class Writer(_Writer):
             data = [_as_list(columns[n]) for n in names]
         else:
             raise SchemaError("columns must be a dict of field name -> sequence, or a pyarrow Table")
-        self._add_columns(ids, data)
+        self._add_columns(_as_list(doc_ids), data)
 
 
 def _is_arrow_table(obj: Any) -> bool:
     return type(obj).__module__.startswith("pyarrow") and hasattr(obj, "schema") and hasattr(obj, "column")
+
+
+def _arrow_text(column: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """(int64 offsets, uint8 data) of a pyarrow string/binary column without nulls, else None."""
+    import pyarrow as pa
+
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    if not isinstance(column, pa.Array) or column.null_count:
+        return None
+    kind = column.type
+    if pa.types.is_string(kind) or pa.types.is_binary(kind):
+        width = np.int32
+    elif pa.types.is_large_string(kind) or pa.types.is_large_binary(kind):
+        width = np.int64
+    else:
+        return None
+    _, offsets, data = column.buffers()
+    offsets = np.frombuffer(offsets, dtype=width)[column.offset : column.offset + len(column) + 1]
+    data = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+    return offsets.astype(np.int64), data
+
+
+def _arrow_text_columns(doc_ids: Any, columns: list[Any], fields: Mapping[str, str]) -> tuple | None:
+    """Arguments of ``_add_text_columns`` when the ids and every field are Arrow text, else None."""
+    if type(doc_ids).__module__.split(".")[0] != "pyarrow" or any(
+        t not in ("str", "bytes") for t in fields.values()
+    ):
+        return None
+    parts = [_arrow_text(c) for c in (doc_ids, *columns)]
+    if any(p is None for p in parts):
+        return None
+    return parts[0], parts[1:]
 
 
 def _as_list(column: Any) -> list[Any]:

@@ -3,7 +3,8 @@
 
 use crate::convert::{from_python, Holder};
 use crate::errors::{guard, new_error, IntoPy};
-use docstore_core::{Field, Schema, Value, Writer as CoreWriter, WriterOptions};
+use docstore_core::{Field, FieldType, Schema, Value, Writer as CoreWriter, WriterOptions};
+use numpy::PyReadonlyArray1;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 use std::path::PathBuf;
@@ -348,6 +349,77 @@ impl Writer {
         })
     }
 
+    /// Adds documents whose id and every field are Arrow-style string/binary columns, given as
+    /// (int64 offsets, uint8 data) pairs: no Python object per value, and Python released for the
+    /// whole batch. `str` values (and ids) are checked to be UTF-8.
+    fn _add_text_columns(
+        &mut self,
+        py: Python<'_>,
+        doc_ids: (PyReadonlyArray1<'_, i64>, PyReadonlyArray1<'_, u8>),
+        columns: Vec<(PyReadonlyArray1<'_, i64>, PyReadonlyArray1<'_, u8>)>,
+    ) -> PyResult<()> {
+        let error = |message: String| new_error(py, "SchemaError", message);
+        if columns.len() != self.schema.len() {
+            return Err(error("one column per field is needed".into()));
+        }
+        let ids =
+            TextColumn::new(&doc_ids.0, &doc_ids.1).map_err(|e| error(format!("doc ids: {e}")))?;
+        let mut text = Vec::with_capacity(columns.len());
+        for (field, (offsets, data)) in self.schema.fields.iter().zip(&columns) {
+            if !matches!(field.ty, FieldType::Str | FieldType::Bytes) {
+                return Err(error(format!(
+                    "field {:?} is {}, not a text column",
+                    field.name, field.ty
+                )));
+            }
+            let column = TextColumn::new(offsets, data)
+                .map_err(|e| error(format!("field {:?}: {e}", field.name)))?;
+            if column.len() != ids.len() {
+                return Err(error(format!(
+                    "columns have {} values for {} doc ids",
+                    column.len(),
+                    ids.len()
+                )));
+            }
+            text.push(column);
+        }
+        let kinds: Vec<(bool, String)> = self
+            .schema
+            .fields
+            .iter()
+            .map(|f| (f.ty == FieldType::Str, f.name.clone()))
+            .collect();
+        guard(py, || {
+            let mut row = 0;
+            while row < ids.len() {
+                let writer = self.inner(py)?;
+                // Rows until the batch is full, with Python released; then the usual flush.
+                row = py
+                    .detach(|| -> docstore_core::Result<usize> {
+                        let mut values = Vec::with_capacity(text.len());
+                        while row < ids.len() && !writer.needs_flush() {
+                            let key = ids.str(row, "doc id")?;
+                            values.clear();
+                            for ((is_str, name), column) in kinds.iter().zip(&text) {
+                                values.push(match is_str {
+                                    true => Value::Str(column.str(row, name)?),
+                                    false => Value::Bytes(column.get(row)),
+                                });
+                            }
+                            writer.add(key, &values)?;
+                            row += 1;
+                        }
+                        Ok(row)
+                    })
+                    .py_err(py)?;
+                if self.inner(py)?.needs_flush() {
+                    self.flush(py)?;
+                }
+            }
+            Ok(())
+        })
+    }
+
     /// Completes the store and moves it into place. Returns a summary dict.
     fn finish<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let writer = self.inner(py)?;
@@ -366,5 +438,44 @@ impl Writer {
         if let Some(writer) = self.inner.take() {
             py.detach(|| drop(writer));
         }
+    }
+}
+
+/// A column of strings as Arrow lays them out: `offsets[i]..offsets[i + 1]` in `data`.
+struct TextColumn<'a> {
+    offsets: &'a [i64],
+    data: &'a [u8],
+}
+
+impl<'a> TextColumn<'a> {
+    fn new(
+        offsets: &'a PyReadonlyArray1<'_, i64>,
+        data: &'a PyReadonlyArray1<'_, u8>,
+    ) -> Result<Self, String> {
+        let (Ok(offsets), Ok(data)) = (offsets.as_slice(), data.as_slice()) else {
+            return Err("offsets and data must be contiguous arrays".into());
+        };
+        let valid = !offsets.is_empty()
+            && offsets[0] >= 0
+            && offsets.windows(2).all(|w| w[0] <= w[1])
+            && offsets[offsets.len() - 1] as u64 <= data.len() as u64;
+        if !valid {
+            return Err("offsets must be non-decreasing and within the data".into());
+        }
+        Ok(TextColumn { offsets, data })
+    }
+
+    fn len(&self) -> usize {
+        self.offsets.len() - 1
+    }
+
+    fn get(&self, row: usize) -> &'a [u8] {
+        &self.data[self.offsets[row] as usize..self.offsets[row + 1] as usize]
+    }
+
+    fn str(&self, row: usize, what: &str) -> docstore_core::Result<&'a str> {
+        std::str::from_utf8(self.get(row)).map_err(|_| {
+            docstore_core::Error::Schema(format!("{what} of row {row} is not valid UTF-8"))
+        })
     }
 }
