@@ -291,7 +291,9 @@ def test_arrow_text_columns_are_read_from_arrow_buffers(tmp_path):
     assert store.take(range(3000), fields=["text", "raw"]) == list(zip(texts, raws))
 
     w = docstore.Writer(tmp_path / "bad", fields=fields)
-    bad_utf8 = pa.table({"doc_id": ["a", "b"], "text": pa.array([b"ok", b"\xff"], pa.binary()), "raw": [b"", b""]})
+    bad_utf8 = pa.table(
+        {"doc_id": ["a", "b"], "text": pa.array([b"ok", b"\xff"], pa.binary()), "raw": [b"", b""]}
+    )
     with pytest.raises(docstore.DocstoreError, match="row 1 is not valid UTF-8"):
         w.add_many(bad_utf8)
     with pytest.raises(docstore.InvalidKeyError):
