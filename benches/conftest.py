@@ -207,8 +207,7 @@ def corpus(request) -> Corpus:
 def _require_peer(system: str) -> Peer:
     """The peer behind a system id (``name`` or ``name:variant``); skips if its package is
     missing (with the import error as the reason)."""
-    base = system.split(":", 1)[0]
-    peer = PEERS[base]
+    peer = PEERS.get(system) or PEERS[system.split(":", 1)[0]]
     if peer.requires:
         mod = pytest.importorskip(peer.requires, reason=f"{peer.requires} is not installed")
         if peer.requires == "docstore" and not hasattr(mod, "open"):
@@ -226,9 +225,9 @@ class Built:
 
     def path(self, peer: Peer, corpus: Corpus) -> Path:
         key = (peer.name, corpus.name)
-        base = peer.name.split(":")[0]
-        if base == "docstore" and peer.name != base:  # docstore:t1 reads docstore's files
-            return self.path(PEERS[base], corpus)
+        shared = getattr(peer, "shares_files_with", None)
+        if shared:  # docstore:t1 reads docstore's files
+            return self.path(PEERS[shared], corpus)
         if key not in self.paths:
             # drop stores of other corpora: keep disk use to one corpus at a time
             for k in [k for k in self.paths if k[1] != corpus.name]:

@@ -408,11 +408,19 @@ class DocstoreStore(Peer):
         #: docstore.set_num_threads() for lookups (None: the default pool); the comparison suite
         #: sets it around each measurement
         self.num_threads = num_threads
+        #: the system whose files this one reads (a lookup-only variant needs no build of its own)
+        self.shares_files_with: str | None = None
         if num_threads is not None:
             self.name = f"docstore:t{num_threads}"
             self.how = (
                 f"docstore with `docstore.set_num_threads({num_threads})` (decodes in the calling thread)"
             )
+            if not writer_options:
+                self.shares_files_with = "docstore"
+        if writer_options:
+            self.name += ":" + ",".join(f"{k}{v}" for k, v in sorted(writer_options.items()))
+            options = ", ".join(f"{k}={v}" for k, v in writer_options.items())
+            self.how = f"docstore built with `Writer(..., {options})`"
         self.writer_options = writer_options
 
     @contextlib.contextmanager
@@ -449,12 +457,7 @@ class DocstoreStore(Peer):
                 if chunk:
                     w.add_many([c["doc_id"] for c in chunk], {field: [c[field] for c in chunk]})
             return self.open(path)
-        if self.writer_options:  # non-default level etc.: go through the Writer
-            with docstore.Writer(self._file(path), fields={"text": "str"}, **self.writer_options) as w:
-                for r in records:
-                    w.add(r["doc_id"], text=r["text"])
-            return self.open(path)
-        return docstore.build(self._file(path), records, id_field="doc_id")
+        return docstore.build(self._file(path), records, id_field="doc_id", **self.writer_options)
 
     def build_arrow(self, path, table) -> Any:
         """Build from a pyarrow Table/RecordBatch with columns ``doc_id``, ``text``."""
@@ -1137,7 +1140,14 @@ class NumpyStore(_PositionMapped):
 
 PEERS: dict[str, Peer] = {
     p.name: p
-    for p in (DocstoreStore(), DocstoreStore(num_threads=1), IrDatasetsStore(), IndexedStore(), DictStore())
+    for p in (
+        DocstoreStore(),
+        DocstoreStore(num_threads=1),
+        DocstoreStore(level=0),
+        IrDatasetsStore(),
+        IndexedStore(),
+        DictStore(),
+    )
 }
 
 #: every system of the comparison suite, in report order

@@ -35,6 +35,7 @@ SYSTEM_ORDER = [
     "docstore:field",
     "docstore:docs",
     "docstore:t1",
+    "docstore:level0",
     "docstore:arrow",
     "docstore:columns",
     "ir_datasets",
@@ -48,6 +49,7 @@ SYSTEM_NOTES = {
     "docstore:arrow": "docstore `Writer.add_many(pyarrow batch)`",
     "docstore:columns": "docstore `Writer.add_many(ids, {'text': [...]})`",
     "docstore:t1": "docstore, `set_num_threads(1)`: each batch decodes in its calling thread",
+    "docstore:level0": "docstore `build(records, level=0)` (lz4 fast mode: faster build, larger file)",
     "ir_datasets": "ir_datasets `PickleLz4FullStore` (`docs_store.get`, `get_many`)",
     "indexed-tsv": "TSV + dict of byte offsets (seek + readline)",
     "dict": "Python dict in memory",
@@ -232,6 +234,12 @@ def targets(res, corpora: list[str]) -> list[tuple[str, str, str]]:
             c,
             ratio("build", "docstore", "ir_datasets", c),
             lambda r: r >= 3,
+        )
+        add(
+            "(reference, not a target) build at `level=0` vs ir_datasets",
+            c,
+            ratio("build", "docstore:level0", "ir_datasets", c),
+            None,
         )
         add(
             "build from pyarrow faster than from the iterable (>= 1.05x: beyond noise)",
