@@ -9,8 +9,9 @@ use docstore_core::RecordBatch;
 use std::cell::RefCell;
 use std::ops::{Deref, DerefMut};
 
-/// A thread keeps at most this much between calls; a larger (rare, huge) batch is freed.
-const KEEP_BYTES: usize = 32 << 20;
+/// A thread keeps at most this much between calls (a batch of 1024 documents of 8 KB); a larger
+/// batch is freed, so that many calling threads never hold much between them.
+const KEEP_BYTES: usize = 8 << 20;
 
 thread_local! {
     static KEPT: RefCell<Vec<RecordBatch>> = const { RefCell::new(Vec::new()) };
