@@ -1,4 +1,5 @@
-"""The four triple loaders of the loader study (see ``loader_study.py``), and its collate function.
+"""The four triple loaders of the loader study (see ``loader_study.py``), its no-corpus baseline and
+its collate function.
 
 Each dataset yields ``(query text, positive doc text, random negative doc text)`` for item ``i`` of
 the (query, positive) pairs; the negative is drawn uniformly from the whole corpus by position,
@@ -11,7 +12,8 @@ from ``(seed, epoch, i)`` only.
 * ``IrdsTriples`` -- ir_datasets ``PickleLz4FullStore``: ``docs_store.get(doc_id).text`` for the
   positive and the negative, one item at a time (a plain map-style ``__getitem__``).
 * docstore -- ``docstore.torch.TripletDataset`` (made by ``make_dataset``), fetched a batch at a time
-  through ``__getitems__`` by the DataLoader.
+  through ``__getitems__`` by the DataLoader; it opens the store with ``read="pread"``.
+* baseline -- no corpus (the same short text for every document): the pipeline's own cost.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ import torch
 from torch.utils.data import Dataset
 
 LOADERS = ("dict", "indexed", "ir_datasets", "docstore")
-#: run at a few configurations only: docstore with the proposed fix; no corpus at all (the floor)
-EXTRA = ("docstore_fix", "baseline")
+#: run at a few configurations only: no corpus at all (the floor of the pipeline)
+EXTRA = ("baseline",)
 _MASK = (1 << 64) - 1
 
 
@@ -181,56 +183,7 @@ def make_dataset(loader: str, data_dir: str | os.PathLike, seed: int = 0) -> Dat
         return TripletDataset(str(data_dir / "store.docstore"), queries, qrels, seed=seed)
     if loader == "baseline":
         return BaselineTriples(data_dir, seed)
-    if loader == "docstore_fix":
-        ds = make_dataset("docstore", data_dir, seed)
-        ds.__class__ = _fixed_class()
-        return ds
-    raise ValueError(f"unknown loader {loader!r}; one of {LOADERS}")
-
-
-def _isin_sorted(x: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """``np.isin(x, keys)`` for sorted unique ``keys`` in O(len(x) log len(keys)): no re-sort of keys."""
-    if not len(keys):
-        return np.zeros(len(x), dtype=bool)
-    i = np.minimum(np.searchsorted(keys, x), len(keys) - 1)
-    return keys[i] == x
-
-
-_FIXED: type | None = None
-
-
-def _fixed_class() -> type:
-    """``TripletDataset`` with the proposed fix to ``positions``: the positive-key test of each
-    negative draw uses a binary search in the (already sorted, unique) keys instead of
-    ``np.isin``, which re-processes all the dataset's positive keys on every call (O(pairs) per
-    batch). Same draws, same results. Reported as its own, labelled loader (docstore itself is
-    unchanged). Published as ``loader_datasets.FixedTripletDataset`` so that spawned DataLoader
-    workers can unpickle it."""
-    global _FIXED, FixedTripletDataset
-    if _FIXED is None:
-        import docstore.torch as dt
-
-        class FixedTripletDataset(dt.TripletDataset):
-            def positions(self, indices):
-                orig = dt.np.isin
-                dt.np.isin = lambda x, keys, **kw: (
-                    _isin_sorted(x, keys) if keys is self._positive_keys else orig(x, keys, **kw)
-                )
-                try:
-                    return super().positions(indices)
-                finally:
-                    dt.np.isin = orig
-
-        FixedTripletDataset.__qualname__ = "FixedTripletDataset"
-        FixedTripletDataset.__module__ = __name__
-        _FIXED = FixedTripletDataset
-    return _FIXED
-
-
-def __getattr__(name: str) -> Any:
-    if name == "FixedTripletDataset":  # unpickling in a spawned worker
-        return _fixed_class()
-    raise AttributeError(name)
+    raise ValueError(f"unknown loader {loader!r}; one of {LOADERS + EXTRA}")
 
 
 class TokenizeCollate:

@@ -24,6 +24,7 @@ import json
 import os
 import pickle
 import platform
+import resource
 import signal
 import socket
 import subprocess
@@ -53,41 +54,31 @@ LOADER_LABEL = {
     "indexed": "indexed TSV",
     "ir_datasets": "ir_datasets lz4",
     "docstore": "docstore",
-    "docstore_fix": "docstore + proposed `positions` fix",
     "baseline": "baseline (no corpus)",
 }
 EXTRA_CONFIGS = [(1, 0), (1, 2), (4, 2)]
 NOTES = [
-    "`docstore.torch.TripletDataset.positions` tests every random negative against the query's "
-    "positives with `np.isin(query * n + negative, self._positive_keys)`, and `_positive_keys` holds "
-    "one key per training pair. `np.isin` re-processes (sorts or hashes) that whole array on every "
-    "call, so the cost per batch grows with the number of pairs and depends on numpy's choice of "
-    "algorithm: profiled on the quick data (20k pairs), `positions()` took 14.5 ms per batch of 16, "
-    "95% of it in `np.isin`/`np.unique`; a standalone `np.isin` of 16 keys against the real "
-    "`_positive_keys` took 6 ms (20k pairs) and 124 ms (200k pairs) with numpy 2.4, while inside "
-    "`positions()` on the full data it measured 0.7 ms. The keys are already sorted and unique, so "
-    "a binary search (`np.searchsorted`: 7 us) gives the same answer in O(batch log pairs): the rows "
-    "*docstore + proposed `positions` fix* use exactly that (a subclass in "
-    "`benches/loader_datasets.py`; same draws, same triples, docstore itself unchanged).",
-    "`store.take` of a batch's 32 short passages with docstore's default thread pool (all cores) "
-    "was ~10x slower than with `docstore.set_num_threads(1)` on this 2-core machine (~220 us vs ~24 us "
-    "on the quick corpus; on the full data, in a quiet moment, both took ~20 us, so this is an effect "
-    "of scheduling under load): for a few dozen small documents, handing work to the pool costs more than "
-    "decoding. In DataLoader workers docstore uses cpus // num_workers threads (1 here for 2+ "
-    "workers), but with num_workers=0 the rank uses the whole pool. A minimum batch size (or bytes) "
-    "before going parallel would avoid it.",
+    "`TripletDataset.positions()` tests each random negative against the query's positives with a "
+    "binary search in the sorted positive keys (`_in_sorted`: O(batch log pairs) per batch); an "
+    "earlier version used `np.isin`, which re-sorted all 200k keys on every batch.",
+    "A batch here is 32 short passages (16 positives, 16 negatives) in one `store.take`. The "
+    "bindings decode batches of fewer than 256 items on the calling thread (`PARALLEL_MIN` in "
+    "`rust/python/reader.rs`), so docstore's thread pool plays no part in these fetches, with or "
+    "without DataLoader workers (the previous run found the pool path ~10x slower than one thread "
+    "for such batches on this loaded 2-core machine). The pool is used once per rank, when "
+    "`TripletDataset` resolves the 200k positive ids (`store.positions`).",
     "PSS counts the pages of a memory-mapped file that a process has touched (each shared page split "
-    "between the processes mapping it) but not the page cache behind `read()`/`seek()`: docstore "
-    "maps its file, so the index pages its `TripletDataset` touches (resolving the 200k positive "
-    "ids when the dataset is created) and the documents it reads show up in its PSS, while "
-    "ir_datasets' and the indexed loader's reads through file objects do not. That is why "
-    "docstore's single-process PSS is a few hundred MB above ir_datasets' here.",
-    "The machine was shared with other jobs during the run (a benchmark suite and builds; load "
-    "average 2-6 on 2 cores), so samples/s carry noise of tens of percent between neighbouring "
-    "rows; memory figures are not affected.",
-    "The *docstore + proposed fix* rows with workers failed in the recorded full run: the benchmark's "
-    "subclass was then defined inside a function and could not be unpickled by spawned workers "
-    "(a bug in `loader_datasets.py`, fixed since, not re-run for lack of time).",
+    "between the processes mapping it) but not the page cache behind `read()`/`pread()`. "
+    '`docstore.torch` datasets open the store with `docstore.open(path, read="pread")`: documents '
+    "are read with one `pread` each through the shared page cache, as ir_datasets and the indexed "
+    "loader read theirs through file objects, and only the store's index is memory-mapped. "
+    "`TripletDataset` resolves the 200k positive ids when it is created, which touches index pages "
+    "all over the file, then closes its store handle (`release()`) so that those pages are unmapped; "
+    "the store is reopened lazily on the first batch. What docstore then adds to a process's PSS is "
+    "the index pages its batches touch, not the documents it reads: checked separately in one "
+    "process (`/proc/self/smaps`, batches of 16 items), the store's mapping held 0 MB after "
+    "construction, 51 MB after 110 batches and 52 MB after 1,000 (of a 1.43 GiB file); processes "
+    "that map the same pages share them in PSS.",
     "Before each configuration the loader's files are read once from the parent process (outside "
     "the run's cgroup), so every configuration runs with a warm page cache.",
     "Each rank and worker is a torch process: the no-corpus baseline rows show that fixed cost "
@@ -429,7 +420,6 @@ LOADER_FILES = {
     "indexed": ["docs.tsv", "offsets.pkl"],
     "ir_datasets": ["irds"],
     "docstore": ["store.docstore"],
-    "docstore_fix": ["store.docstore"],
     "baseline": [],
 }
 
@@ -445,6 +435,19 @@ def warm_page_cache(data_dir: Path, loader: str) -> None:
                     pass
 
 
+def _cpu_busy_s() -> float:
+    """Seconds of CPU the whole machine has spent busy (user, nice, system, irq, softirq)."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in fields[:7])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+def _children_cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def run_config(cfg: dict[str, Any], mem_limit: int, timeout: float) -> dict[str, Any]:
     warm_page_cache(Path(cfg["data_dir"]), cfg["loader"])
     tag = f"{cfg['loader']}-r{cfg['ranks']}-w{cfg['workers']}"
@@ -458,6 +461,7 @@ def run_config(cfg: dict[str, Any], mem_limit: int, timeout: float) -> dict[str,
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
     log_path = result_dir / "log.txt"
+    busy0, own0 = _cpu_busy_s(), _children_cpu_s()
     t0 = time.perf_counter()
     with open(log_path, "w") as logf:
         proc = subprocess.Popen(
@@ -476,11 +480,15 @@ def run_config(cfg: dict[str, Any], mem_limit: int, timeout: float) -> dict[str,
             cg.kill_all()
             proc.wait()
     wall = time.perf_counter() - t0
+    # CPU that processes outside this configuration used meanwhile: the machine's busy time minus
+    # the configuration's own (its subprocess and the descendants it waited for)
+    other_cores = max(0.0, (_cpu_busy_s() - busy0) - (_children_cpu_s() - own0)) / max(wall, 1e-9)
     ooms = cg.oom_kills()
     peak = cg.peak()
     cg.remove()
     res: dict[str, Any] = {**{k: cfg[k] for k in ("loader", "ranks", "workers")}, "wall_s": wall}
     res["cgroup_peak_bytes"] = peak
+    res["other_cpu_cores"] = other_cores
     rfile = result_dir / "result.json"
     inner = json.loads(rfile.read_text()) if rfile.exists() else {}
     res.update({k: v for k, v in inner.items() if k not in ("wall_s",)})
@@ -508,7 +516,7 @@ def fetch_only(data_dir: Path, loaders: list[str], batches: int) -> dict[str, fl
 
     torch.set_num_threads(1)
     out = {}
-    for name in [*loaders, "docstore_fix"] if "docstore" in loaders else loaders:
+    for name in loaders:
         if name == "dict":
             continue  # its memory cost is the point, not its speed; it is in the main table
         ds = make_dataset(name, data_dir)
@@ -756,8 +764,23 @@ def write_report(meta: dict[str, Any], results: list[dict[str, Any]], fetch: dic
             "",
         ]
         lines += [f"* {LOADER_LABEL[k]}: {v:,.0f} samples/s" for k, v in fetch.items()]
-    if meta.get("notes"):
-        lines += ["", "## Notes", ""] + [f"* {n}" for n in meta["notes"]]
+    notes = list(meta.get("notes") or [])
+    other = [(r["other_cpu_cores"], r) for r in results if r.get("other_cpu_cores") is not None]
+    if other:
+        mean = sum(c for c, _ in other) / len(other)
+        top, r = max(other, key=lambda x: x[0])
+        busy = sum(c > 0.25 for c, _ in other)
+        notes.insert(
+            3,
+            f"Other processes on this {os.cpu_count()}-core machine used {mean:.2f} cores on average "
+            f"while the configurations ran ({busy} of {len(other)} configurations above 0.25 cores; "
+            f"most: {top:.2f} cores during {LOADER_LABEL[r['loader']]} {r['ranks']} ranks x "
+            f"{r['workers']} workers), measured as the machine's busy CPU time (`/proc/stat`) minus "
+            "the configuration's own; samples/s of neighbouring rows also vary with the scheduling of "
+            "up to 20 processes on 2 cores.",
+        )
+    if notes:
+        lines += ["", "## Notes", ""] + [f"* {n}" for n in notes]
     DOC.parent.mkdir(parents=True, exist_ok=True)
     DOC.write_text("\n".join(lines) + "\n")
     log(f"wrote {DOC}")
@@ -789,7 +812,7 @@ def plot(meta: dict[str, Any], results: list[dict[str, Any]]) -> None:
     fig, axes = plt.subplots(2, 1, figsize=(max(8, 0.75 * len(configs) + 3), 8), sharex=True)
     colors = {"dict": "#999999", "indexed": "#e6a23c", "ir_datasets": "#d9534f", "docstore": "#2b7bba"}
     shown = [x for x in LOADERS + EXTRA if any(r["loader"] == x for r in results)]
-    colors["docstore_fix"], colors["baseline"] = "#7fb8e6", "#5cb85c"
+    colors["baseline"] = "#5cb85c"
     width = 0.8 / len(shown)
     for k, name in enumerate(shown):
         sps, mem, fail = [], [], []
