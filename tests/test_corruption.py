@@ -17,6 +17,7 @@ import json, sys, docstore
 good = open({path!r}, "rb").read()
 expected = json.loads({expected!r})
 mode = {mode!r}
+read = {read!r}
 bad_path = {bad_path!r}
 report = {{"undetected": [], "wrong": [], "cases": 0}}
 
@@ -25,7 +26,7 @@ def exercise(data, where):
         f.write(data)
     report["cases"] += 1
     try:
-        store = docstore.open(bad_path)
+        store = docstore.open(bad_path, read=read)
     except docstore.DocstoreError:
         return
     results = {{}}
@@ -74,11 +75,16 @@ def small_store(tmp_path_factory):
     return path, {k: v["text"] for k, v in docs.items()}
 
 
+@pytest.mark.parametrize("read", ["mmap", "pread"])
 @pytest.mark.parametrize("mode", ["flip", "truncate"])
-def test_damage_anywhere_is_detected_without_crashing(small_store, tmp_path, mode):
+def test_damage_anywhere_is_detected_without_crashing(small_store, tmp_path, mode, read):
     path, expected = small_store
     code = SWEEP.format(
-        path=str(path), expected=json.dumps(expected), mode=mode, bad_path=str(tmp_path / "bad")
+        path=str(path),
+        expected=json.dumps(expected),
+        mode=mode,
+        read=read,
+        bad_path=str(tmp_path / "bad"),
     )
     proc = run_python(code, timeout=600)
     assert proc.returncode == 0, f"the interpreter died: {proc.returncode}\n{proc.stderr[-3000:]}"

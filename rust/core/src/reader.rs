@@ -237,13 +237,17 @@ impl<B: AsRef<[u8]>> Store<B> {
     }
 
     /// `start..end` of entry `i` in a section indexed by an offsets section.
-    fn slice_at(&self, offsets: Section, target: Section, i: u64) -> Result<&[u8]> {
+    /// Where entry `i` lies in `target`, from `offsets[i]..offsets[i + 1]`, bounds-checked.
+    fn range_at(&self, offsets: Section, target: Section, i: u64) -> Result<Range<usize>> {
         let (start, end) = (self.offset(offsets, i), self.offset(offsets, i + 1));
-        let data = self.section(target);
-        if start > end || end > data.len() as u64 {
+        if start > end || end > self.section(target).len() as u64 {
             return Err(Error::corrupt(format!("{} out of bounds", offsets.name())));
         }
-        Ok(&data[start as usize..end as usize])
+        Ok(start as usize..end as usize)
+    }
+
+    fn slice_at(&self, offsets: Section, target: Section, i: u64) -> Result<&[u8]> {
+        Ok(&self.section(target)[self.range_at(offsets, target, i)?])
     }
 
     fn key_of_rank(&self, rank: u64) -> Result<&[u8]> {
@@ -397,8 +401,9 @@ impl<B: AsRef<[u8]>> Store<B> {
         };
         // The bounds come from the mapped index, checked as for a mapped read; the bytes from
         // the file, never from the mapping.
-        let blob = self.blob(pos)?;
-        let at = (blob.as_ptr() as usize - self.buf.as_ref().as_ptr() as usize) as u64;
+        self.check_position(pos)?;
+        let blob = self.range_at(Section::DocOffsets, Section::Data, pos)?;
+        let at = (self.ranges[Section::Data as usize].start + blob.start) as u64;
         let read = |buf: &mut Vec<u8>| -> Result<R> {
             buf.resize(blob.len(), 0);
             std::os::unix::fs::FileExt::read_exact_at(file, buf, at)?;
