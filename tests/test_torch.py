@@ -378,6 +378,12 @@ def test_triplets_from_a_query_store_and_qrel_records(store_path, oracle, tmp_pa
     everything = list(range(len(from_mapping)))
     assert from_records.__getitems__(everything) == from_mapping.__getitems__(everything)
     assert len(pickle.dumps(from_records)) < 8_000
+    # The dataset lets go of the stores it resolved ids in, but never closes one it was given.
+    assert not query_store.closed
+    user_store = docstore.open(store_path)
+    from_user_store = TripletDataset(user_store, queries, qrels, seed=4)
+    assert not user_store.closed
+    assert from_user_store.__getitems__(everything) == from_mapping.__getitems__(everything)
 
 
 def test_triplet_errors(store_path, triplet_data):

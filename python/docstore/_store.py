@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable, Iterator, KeysView, Mapping
 from typing import Any
@@ -20,7 +21,7 @@ class DocStore(Reader):
     """
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_reopen, (os.fspath(self.path), self.read))
+        return (functools.partial(open, read=self.read), (os.fspath(self.path),))
 
     def __enter__(self) -> DocStore:
         return self
@@ -103,8 +104,4 @@ def open(path: str | os.PathLike[str], *, read: str = "mmap") -> DocStore:
       A process's memory then grows only with the index pages it touches: the choice for many
       long-lived reader processes (``docstore.torch`` datasets use it).
     """
-    return DocStore(path, read=read)
-
-
-def _reopen(path: str, read: str) -> DocStore:
     return DocStore(path, read=read)
