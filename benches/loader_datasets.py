@@ -50,10 +50,22 @@ class _Triples(Dataset):
             pairs = pickle.load(f)
         self.queries: list[str] = pairs["queries"]
         self.pos_ids: list[str] = pairs["pos_ids"]
-        # int64 doc ids by position, memory-mapped: shared by every process through the page cache
-        self.ids = np.load(self.data_dir / "ids.npy", mmap_mode="r")
+        # int64 doc ids by position, memory-mapped: shared by every process through the page cache.
+        # Pickled (to a spawned DataLoader worker) as the path alone and mapped again there: a
+        # pickled np.memmap arrives as a private in-memory copy (50 MB for 6.6M ids per worker).
+        self.ids = self._map_ids()
         self.seed = seed
         self.epoch = 0
+
+    def _map_ids(self) -> np.ndarray:
+        return np.load(self.data_dir / "ids.npy", mmap_mode="r")
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "ids": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.ids = self._map_ids()
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -111,7 +123,7 @@ class IndexedTriples(_Triples):
         return f.readline().rstrip(b"\n").split(b"\t", 1)[1].decode("utf-8")
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_file": None, "_pid": -1}
+        return {**super().__getstate__(), "_file": None, "_pid": -1}
 
 
 def open_irds(path: str | os.PathLike) -> Any:
@@ -151,7 +163,7 @@ class IrdsTriples(_Triples):
         return self._store.get(doc_id).text
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_store": None, "_pid": -1}
+        return {**super().__getstate__(), "_store": None, "_pid": -1}
 
 
 class BaselineTriples(_Triples):

@@ -81,9 +81,6 @@ NOTES = [
     "that map the same pages share them in PSS.",
     "Before each configuration the loader's files are read once from the parent process (outside "
     "the run's cgroup), so every configuration runs with a warm page cache.",
-    "Each rank and worker is a torch process: the no-corpus baseline rows show that fixed cost "
-    "(about 0.3 GiB PSS per process here), which every loader pays and which dominates at this "
-    "corpus size (2 GB of text here vs 22 GB in the published study).",
 ]
 
 
@@ -626,11 +623,20 @@ def targets(results: list[dict[str, Any]], fetch: dict[str, float]) -> list[tupl
         base = by.get(("baseline", *key))
         if base and base["status"] == "ok" and base.get("pss_bytes"):
             b = base["pss_bytes"]
-            detail += (
-                f". Above the no-corpus baseline of the same pipeline ({_gb(b)} GiB: 12 processes of "
-                f"torch + tokenizer), docstore adds {_gb(ds['pss_bytes'] - b)} GiB and dict "
-                f"{_gb(ref - b)} GiB ({100 * (ds['pss_bytes'] - b) / max(ref - b, 1):.1f}%)"
-            )
+            extra = ds["pss_bytes"] - b
+            detail += f". The no-corpus baseline of the same pipeline takes {_gb(b)} GiB (12 processes "
+            if extra >= 0:
+                detail += (
+                    f"of torch + tokenizer): docstore adds {_gb(extra)} GiB to it and dict "
+                    f"{_gb(ref - b)} GiB ({100 * extra / max(ref - b, 1):.1f}%)"
+                )
+            else:
+                detail += (
+                    f"of torch + tokenizer), {_gb(-extra)} GiB more than docstore: it is the "
+                    "benchmark's own dataset class (as for the dict, indexed and ir_datasets "
+                    "loaders), not docstore's; dict adds "
+                    f"{_gb(ref - b)} GiB to the baseline"
+                )
         out.append(
             (
                 "total memory at 4 ranks x 2 workers: docstore <= 10% of the in-memory dict loader",
@@ -704,7 +710,9 @@ def write_report(meta: dict[str, Any], results: list[dict[str, Any]], fetch: dic
         "`init_process_group('gloo')`, MASTER_ADDR=127.0.0.1. DataLoader workers use the default "
         "start method, which in a rank started by spawn is spawn too (as under `mp.spawn` DDP "
         "training): each worker receives the dataset pickled -- the dict loader's whole corpus, the "
-        "indexed loader's offsets dict, only paths and the pairs for ir_datasets and docstore.",
+        "indexed loader's offsets dict, only paths and the pairs for ir_datasets and docstore (the "
+        "array of doc ids by position that the negatives are drawn from is mapped again from its "
+        "`.npy` in each worker, not pickled).",
         "* Loaders: **in-memory dict** -- each rank reads the TSV into a `dict` doc_id -> text when it "
         "creates its dataset (the published loader); **indexed TSV** -- each rank loads a pickled "
         "doc_id -> byte offset dict (built once by one scan) and does `seek`+`readline`; "
@@ -765,19 +773,38 @@ def write_report(meta: dict[str, Any], results: list[dict[str, Any]], fetch: dic
         ]
         lines += [f"* {LOADER_LABEL[k]}: {v:,.0f} samples/s" for k, v in fetch.items()]
     notes = list(meta.get("notes") or [])
-    other = [(r["other_cpu_cores"], r) for r in results if r.get("other_cpu_cores") is not None]
+    # runs that finished only: a killed process's CPU time is not accounted to the configuration
+    other = [
+        (r["other_cpu_cores"], r)
+        for r in results
+        if r["status"] == "ok" and r.get("other_cpu_cores") is not None
+    ]
     if other:
         mean = sum(c for c, _ in other) / len(other)
-        top, r = max(other, key=lambda x: x[0])
-        busy = sum(c > 0.25 for c, _ in other)
+        busy = [
+            f"{LOADER_LABEL[r['loader']]} {r['ranks']}x{r['workers']} ({c:.2f})" for c, r in other if c > 0.25
+        ]
         notes.insert(
             3,
             f"Other processes on this {os.cpu_count()}-core machine used {mean:.2f} cores on average "
-            f"while the configurations ran ({busy} of {len(other)} configurations above 0.25 cores; "
-            f"most: {top:.2f} cores during {LOADER_LABEL[r['loader']]} {r['ranks']} ranks x "
-            f"{r['workers']} workers), measured as the machine's busy CPU time (`/proc/stat`) minus "
-            "the configuration's own; samples/s of neighbouring rows also vary with the scheduling of "
-            "up to 20 processes on 2 cores.",
+            f"while the {len(other)} configurations that finished ran, measured as the machine's busy "
+            "CPU time (`/proc/stat`) minus the configuration's own; "
+            + (
+                f"above 0.25 cores (ranks x workers, cores): {', '.join(busy)}: compare those rows "
+                "with care; "
+                if busy
+                else "none above 0.25 cores; "
+            )
+            + "samples/s of neighbouring rows also vary with the scheduling of up to 20 processes on "
+            f"{os.cpu_count()} cores.",
+        )
+    b1, b4 = by.get(("baseline", 1, 0)), by.get(("baseline", 4, 2))
+    if b1 and b4 and b1["status"] == b4["status"] == "ok" and b1.get("pss_bytes") and b4.get("pss_bytes"):
+        notes.append(
+            "Each rank and worker is a torch process: the no-corpus baseline rows show that fixed cost "
+            f"({_gb(b1['pss_bytes'])} GiB PSS for one rank alone, {_gb(b4['pss_bytes'] / b4['procs'])} "
+            f"GiB per process at 4 ranks x 2 workers), which every loader pays and which dominates at "
+            "this corpus size (2 GB of text here vs 22 GB in the published study)."
         )
     if notes:
         lines += ["", "## Notes", ""] + [f"* {n}" for n in notes]
