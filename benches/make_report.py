@@ -118,12 +118,12 @@ WHY_TARGET = {
     "size:rocksdict": "RocksDB compresses 4 KiB blocks of many key/value pairs together.",
     "pss": (
         "ir_datasets (FILE mode), the TSV loader and RocksDB read with `read()`/`pread()`: the page "
-        "cache they fill is not mapped into any process, so it is in nobody's PSS, while docstore "
-        "maps its file and every page a worker touches counts (shared pages divided among the "
-        "processes). The memory is the same kind (shared page cache, reclaimable); PSS just does not "
-        "see it for `read()`. To win on PSS docstore would read blobs with `pread` into a per-thread "
-        "buffer instead of mapping them (its index would stay mapped), or drop mapped pages it has "
-        "decoded (`madvise(MADV_DONTNEED)` / `MADV_COLD`)."
+        "cache they fill is not mapped into any process, so it is in nobody's PSS. docstore's "
+        'DataLoader datasets read documents with `pread` too (`docstore.open(path, read="pread")`) '
+        "but keep the key and offset index mapped, and each worker maps the pages of it that its "
+        "lookups touched (the kernel maps cached neighbours with each one, ~100 KB per touch). To "
+        "go lower, the offsets of a batch would have to be read with `pread` as well, trading one "
+        "more system call per document for a few MB per worker."
     ),
 }
 
@@ -145,9 +145,9 @@ NOTES = """
   prefix/offset arrays until they are cached again), the systems with an in-memory id map need
   one read for the value. Batches can overlap reads (readahead, prefetching).
 - PSS counts mapped pages, so page cache read through `read()`/`pread()` (TSV, ir_datasets in
-  FILE mode, RocksDB) is in nobody's PSS: those systems look smaller than they are; the memory
-  is shared and reclaimable, like docstore's mapping. The *baseline* row is the same DataLoader
-  with no store (empty strings): the difference is what each system adds.
+  FILE mode, RocksDB, and the documents of docstore's `docstore.torch` datasets) is in nobody's
+  PSS: the memory is shared and reclaimable, like a mapping's pages. The *baseline* row is the
+  same DataLoader with no store (empty strings): the difference is what each system adds.
 - ir_datasets' store is written as its `PickleLz4FullStore` does for MS MARCO (pickled tuples, one
   lz4 block per document, no dictionary); `ir_datasets:mmap` is its `FileAccess.MMAP` option.
 """
@@ -942,11 +942,12 @@ def render(res, data, img_dir: Path, md_path: Path, cmd: str) -> tuple[str, bool
             "",
             "`torch.utils.data.DataLoader(batch_size=64, shuffle=True, num_workers=N)`, fork start "
             "method, a map-style Dataset per system that opens lazily in each worker (docstore: "
-            "`docstore.torch.DocDataset`; the dict: built in the main process before the workers "
-            "fork). PSS = sum of `Pss` in `/proc/<pid>/smaps_rollup` over the main process and the "
-            "workers, the peak over the run. Page cache that is read through `read()` rather than "
-            "mapped (TSV, ir_datasets FILE, RocksDB, LMDB is mapped) is not in anyone's PSS: it is "
-            "shared system memory, reclaimable.",
+            "`docstore.torch.DocDataset`, which reads documents with `pread` and maps only the "
+            "index; the dict: built in the main process before the workers fork). PSS = sum of "
+            "`Pss` in `/proc/<pid>/smaps_rollup` over the main process and the workers, the peak "
+            "over the run. Page cache that is read through `read()`/`pread()` rather than mapped "
+            "(TSV, ir_datasets FILE, RocksDB, docstore's documents; LMDB is mapped) is not in "
+            "anyone's PSS: it is shared system memory, reclaimable.",
             "",
             loader_table(res),
         ]
