@@ -5,7 +5,7 @@ and 0, 1, 2 and 4 DataLoader workers per rank. It reproduces the shape of the pu
 Tables 1-2: samples/s at the consumer and total memory (sum of PSS over every process of a run).
 
     python benches/loader_study.py --quick        # small corpus, a few configurations (< 5 min)
-    python benches/loader_study.py                # 6.6M passages (~2 GB of text), 48 configurations
+    python benches/loader_study.py                # 8.84M passages, MS MARCO's count (~2.8 GB of text)
 
 Each configuration runs in its own subprocess, placed in a memory cgroup (``--mem-limit``; no swap)
 before it spawns its ranks, with a wall-clock timeout: a run that exceeds the limit is OOM-killed
@@ -891,7 +891,7 @@ def _size(n: str) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small corpus, few configurations (< 5 min)")
-    ap.add_argument("--n", type=int, help="passages (default: 6.6M, --quick: 200k)")
+    ap.add_argument("--n", type=int, help="passages (default: 8,841,823 as in MS MARCO, --quick: 200k)")
     ap.add_argument("--pairs", type=int, help="(query, positive) pairs (default 200k, --quick 20k)")
     ap.add_argument("--loaders", default=",".join(LOADERS))
     ap.add_argument("--ranks", help="comma list (default 1,2,4; --quick: 1x0, 1x2, 4x2)")
@@ -913,7 +913,7 @@ def main() -> None:
         return
 
     q = args.quick
-    n = args.n or (200_000 if q else 6_600_000)
+    n = args.n or (200_000 if q else 8_841_823)  # MS MARCO's passage count, as the published study
     n_pairs = args.pairs or (20_000 if q else 200_000)
     ranks = [int(x) for x in (args.ranks or ("1,4" if q else "1,2,4")).split(",")]
     workers = [int(x) for x in (args.workers or ("0,2" if q else "0,1,2,4")).split(",")]
