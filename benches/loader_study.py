@@ -134,9 +134,16 @@ def prepare(n: int, n_pairs: int) -> Path:
             pickle.dump(offsets, f, protocol=pickle.HIGHEST_PROTOCOL)
         del offsets
         os.replace(d / "offsets.tmp", d / "offsets.pkl")
+    import docstore
+
+    if (d / "store.docstore").exists():
+        try:  # a store cached by a docstore with another on-disk format is rebuilt
+            docstore.open(d / "store.docstore").close()
+        except docstore.DocstoreError as e:
+            log(f"docstore: cached store unreadable ({e}), rebuilding")
+            (d / "store.docstore").unlink()
     if not (d / "store.docstore").exists():
         log("docstore: build")
-        import docstore
 
         tmp = d / "store.docstore.tmp"
         with docstore.Writer(tmp, fields={"text": "str"}, overwrite=True) as w:

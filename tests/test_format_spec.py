@@ -38,10 +38,12 @@ SECTIONS = (
     "doc offsets",
     "keys",
     "key offsets",
-    "key prefixes",
-    "key positions",
+    "key index",
+    "key fences",
     "key ranks",
 )
+# §4.7 key index entries (prefix, position, key length) and entries per fence (§4.8).
+KEY_ENTRY, KEY_BLOCK, KEY_INDEX_ALIGN = struct.Struct("<QII"), 256, 4096
 # §4.1 type codes.
 SCALAR_TYPES = {1: "str", 2: "bytes", 3: "int64", 4: "float64"}
 ARRAY_TYPES = {
@@ -173,7 +175,8 @@ class SpecStore:
         self.entries = [ENTRY.unpack_from(buf, TABLE_AT + 24 * i) for i in range(9)]
         end = HEADER_SIZE
         for name, (offset, length, _) in zip(SECTIONS, self.entries):
-            if offset < end or offset % 8 or offset + length > len(buf):
+            align = KEY_INDEX_ALIGN if name == "key index" else 8
+            if offset < end or offset % align or offset + length > len(buf):
                 raise SpecError(f"{name} section lies outside the file")
             end = offset + length
         self.sections = {
@@ -190,8 +193,8 @@ class SpecStore:
         expected = {
             "doc offsets": (n + 1) * 8,
             "key offsets": (n + 1) * 8,
-            "key prefixes": n * 8,
-            "key positions": n * 4,
+            "key index": n * KEY_ENTRY.size,
+            "key fences": -(-n // KEY_BLOCK) * 8,
             "key ranks": n * 4,
         }
         for name, size in expected.items():
@@ -199,8 +202,11 @@ class SpecStore:
                 raise SpecError(f"{name} section has the wrong size")
         self.doc_offsets = struct.unpack(f"<{n + 1}Q", self.sections["doc offsets"])
         self.key_offsets = struct.unpack(f"<{n + 1}Q", self.sections["key offsets"])
-        self.prefixes = struct.unpack(f"<{n}Q", self.sections["key prefixes"])
-        self.key_positions = struct.unpack(f"<{n}I", self.sections["key positions"])
+        index = list(KEY_ENTRY.iter_unpack(self.sections["key index"]))
+        self.prefixes = tuple(e[0] for e in index)
+        self.key_positions = tuple(e[1] for e in index)
+        self.key_lens = tuple(e[2] for e in index)
+        self.fences = struct.unpack(f"<{len(self.sections['key fences']) // 8}Q", self.sections["key fences"])
         self.key_ranks = struct.unpack(f"<{n}I", self.sections["key ranks"])
         if self.doc_offsets[n] != len(self.sections["data"]) or self.key_offsets[n] != len(
             self.sections["keys"]
@@ -302,7 +308,20 @@ class SpecStore:
         if len(q) < c or q[:c] != self.key_of_rank(0)[:c]:
             return None
         target = key_prefix(q[c:])
-        lo = bisect.bisect_left(self.prefixes, target)
+        # The block before the first fence >= target; the first candidate is in it or is the
+        # first entry of the next block.
+        block = max(bisect.bisect_left(self.fences, target) - 1, 0)
+        start = block * KEY_BLOCK
+        lo = bisect.bisect_left(self.prefixes, target, start, min(start + KEY_BLOCK, n))
+        assert lo == bisect.bisect_left(self.prefixes, target), "the fences point to the wrong block"
+        # Keys of at most c + 8 bytes come first in the run, shortest first: prefix and length
+        # are the whole key.
+        while lo < n and self.prefixes[lo] == target and self.key_lens[lo] <= c + 8:
+            if self.key_lens[lo] == len(q):
+                return self.key_positions[lo]
+            lo += 1
+        if len(q) <= c + 8:
+            return None
         hi = lo
         while hi < n and self.prefixes[hi] == target:
             hi += 1
@@ -338,8 +357,10 @@ class SpecStore:
             key.decode("utf-8")
             if r + 1 < len(keys) and key >= keys[r + 1]:
                 raise SpecError("keys are not sorted and unique")
-            if len(key) < c or self.prefixes[r] != key_prefix(key[c:]):
-                raise SpecError("key prefixes do not match the keys")
+            if len(key) < c or self.prefixes[r] != key_prefix(key[c:]) or self.key_lens[r] != len(key):
+                raise SpecError("key index does not match the keys")
+            if r % KEY_BLOCK == 0 and self.fences[r // KEY_BLOCK] != self.prefixes[r]:
+                raise SpecError("key fences do not match the key index")
             pos = self.key_positions[r]
             if pos >= self.count or self.key_ranks[pos] != r:
                 raise SpecError("key positions and ranks disagree")
@@ -396,8 +417,9 @@ def check_against_docstore(path: Path, *, level: int | None = None) -> SpecStore
     # §11: the writer puts the schema at 512 and pads minimally.
     assert spec.entries[0][0] == HEADER_SIZE
     end = HEADER_SIZE
-    for offset, length, _ in spec.entries:
-        assert offset == end + (-end % 8)
+    for name, (offset, length, _) in zip(SECTIONS, spec.entries):
+        align = KEY_INDEX_ALIGN if name == "key index" else 8
+        assert offset == end + (-end % align)
         end = offset + length
 
     # Keys (§4.5-4.9).
@@ -530,7 +552,8 @@ def test_empty_store(tmp_path: Path) -> None:
     assert spec.count == 0 and spec.raw_bytes == 0 and spec.common_prefix == 0
     assert spec.dictionary == b"" and spec.sections["data"] == b""
     assert spec.doc_offsets == (0,) and spec.key_offsets == (0,)
-    for name in ("keys", "key prefixes", "key positions", "key ranks"):
+    assert spec.fences == ()
+    for name in ("keys", "key index", "key fences", "key ranks"):
         assert spec.sections[name] == b""
         if xxhash is not None:
             assert spec.checksum(name) == 0x2D06800538D394C2  # xxh3-64 of b""
@@ -563,8 +586,10 @@ KEY_BASE = "https://example.org/collections/documents/2024/"
         ["only-one-key-in-this-store"],
         # No common prefix at all.
         ["a", "b", "\x01", "\U0001f600", "zz" * 50],
+        # Several blocks of the key index, with runs of equal prefixes across block boundaries.
+        [f"{i % 5}" * (1 + i % 11) + f"/{i}" for i in range(1500)],
     ],
-    ids=["ties", "prefixes-of-others", "split-utf8", "single", "no-common-prefix"],
+    ids=["ties", "prefixes-of-others", "split-utf8", "single", "no-common-prefix", "blocks"],
 )
 def test_keys_sharing_long_prefixes(tmp_path: Path, keys: list[str]) -> None:
     rng = random.Random(len(keys))
@@ -579,7 +604,10 @@ def test_keys_sharing_long_prefixes(tmp_path: Path, keys: list[str]) -> None:
         assert spec.common_prefix == len(encoded[0]) and spec.prefixes == (0,)
     for r, key in enumerate(encoded):
         tail = key[spec.common_prefix :][:8]
-        assert spec.sections["key prefixes"][8 * r : 8 * r + 8] == tail.ljust(8, b"\0")[::-1]
+        entry = spec.sections["key index"][16 * r : 16 * r + 16]
+        assert entry[:8] == tail.ljust(8, b"\0")[::-1]
+        assert entry[8:] == struct.pack("<II", spec.key_positions[r], len(key))
+    assert spec.fences == spec.prefixes[::KEY_BLOCK]
     candidates = ["", KEY_BASE, KEY_BASE[:-1], "é", "è", "\U0001f600\x00"]
     for k in keys:
         candidates += [k + "x", k + "\x00", k[:-1], k[:-1] + "\uffff", k + "a" * 10]
@@ -663,7 +691,7 @@ def test_worked_example_in_the_document(tmp_path: Path) -> None:
     assert path.read_bytes() == xxd_bytes(dump)
     spec = check_against_docstore(path, level=9)
     assert (spec.count, spec.raw_bytes, spec.common_prefix, spec.level) == (2, 21, 4, 9)
-    assert spec.header_checksum == 0x6B4503BA8D3693B6
+    assert spec.header_checksum == 0x5599BB22B4448209
     assert [e[:2] for e in spec.entries] == [
         (0x200, 13),
         (0x210, 5),
@@ -671,13 +699,13 @@ def test_worked_example_in_the_document(tmp_path: Path) -> None:
         (0x230, 24),
         (0x248, 10),
         (0x258, 24),
-        (0x270, 16),
-        (0x280, 8),
-        (0x288, 8),
+        (0x1000, 32),
+        (0x1020, 8),
+        (0x1028, 8),
     ]
     assert spec.dictionary == b"\x05hell"
-    assert spec.key_positions == (1, 0) and spec.key_ranks == (1, 0)
-    assert spec.prefixes == (0x61 << 56, 0x62 << 56)
+    assert spec.key_positions == (1, 0) and spec.key_ranks == (1, 0) and spec.key_lens == (5, 5)
+    assert spec.prefixes == (0x61 << 56, 0x62 << 56) and spec.fences == (0x61 << 56,)
 
     # §12.3: the compressed blob.
     blob_line = re.search(r"```\n(43 \| [^\n]*)\n```", text).group(1)

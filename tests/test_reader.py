@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 import random
 from collections.abc import Mapping
@@ -175,6 +176,34 @@ def test_pread_reads_the_same_documents_and_pickles_its_mode(store_path, oracle)
     assert docstore.open(store_path).read == "mmap"
     with pytest.raises(ValueError, match="pread"):
         docstore.open(store_path, read="direct")
+
+
+def evict_from_page_cache(path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("read", ["mmap", "pread"])
+def test_batches_in_a_cold_cache_read_the_same_documents(store_path, oracle, read):
+    # A batch that finds its pages uncached asks for all of them at once before reading them
+    # (madvise / posix_fadvise WILLNEED); what it returns must not change.
+    ids = list(oracle)
+    random.Random(3).shuffle(ids)
+    positions = {doc_id: p for p, doc_id in enumerate(oracle)}
+    for round_ in range(3):
+        evict_from_page_cache(store_path)
+        with docstore.open(store_path, read=read) as s:
+            batch = [*ids[round_ * 700 : round_ * 700 + 700], "absent", ids[0]]
+            got = s.get_many(batch, field="text")
+            assert got == {i: oracle[i]["text"] for i in batch if i in oracle}
+            evict_from_page_cache(store_path)
+            picks = [positions[i] for i in batch[:300]]
+            assert s.take(picks, field="text") == [oracle[i]["text"] for i in batch[:300]]
+            evict_from_page_cache(store_path)
+            assert s.positions(batch[:500]).tolist() == picks + [positions[i] for i in batch[300:500]]
 
 
 def test_close_and_context_manager(store_path):

@@ -8,6 +8,13 @@ pub const VERSION: u32 = 1;
 pub const HEADER_SIZE: usize = 512;
 /// Every section starts at a multiple of this, so fixed-width arrays are naturally aligned.
 pub const ALIGN: u64 = 8;
+/// The key index starts at a multiple of this (a page), so that each block of `KEY_BLOCK`
+/// entries is exactly one page: a lookup in a cold cache reads one page of the index.
+pub const KEY_INDEX_ALIGN: u64 = 4096;
+/// Bytes of one key index entry: prefix u64, position u32, key length u32.
+pub const KEY_ENTRY: usize = 16;
+/// Key index entries per block: one fence (the block's first prefix) per block.
+pub const KEY_BLOCK: u64 = KEY_INDEX_ALIGN / KEY_ENTRY as u64;
 
 /// The sections of a store, in file order. The discriminant is the index in the section table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,12 +31,15 @@ pub enum Section {
     Keys = 4,
     /// `count + 1` u64: offset of each sorted key in Keys, then Keys' length.
     KeyOffsets = 5,
-    /// `count` u64: the 8 bytes of each sorted key that follow the prefix all keys share, as a
-    /// big-endian number (zero-padded), so the search runs over one compact array.
-    KeyPrefixes = 6,
-    /// `count` u32: the position (insertion index) of each sorted key.
-    KeyPositions = 7,
-    /// `count` u32: the sorted rank of the key of each position (inverse of KeyPositions).
+    /// `count` entries of `KEY_ENTRY` bytes, one per sorted key: the 8 bytes that follow the
+    /// prefix all keys share as a big-endian number (zero-padded), the key's position and its
+    /// length. A lookup finds everything it needs in one entry, so short keys are found
+    /// without reading the keys section.
+    KeyIndex = 6,
+    /// `ceil(count / KEY_BLOCK)` u64: the prefix of every `KEY_BLOCK`-th entry, a small array
+    /// that stays cached and tells which page of the key index holds a key.
+    KeyFences = 7,
+    /// `count` u32: the sorted rank of the key of each position (inverse of the index positions).
     KeyRanks = 8,
 }
 
@@ -42,8 +52,8 @@ impl Section {
         Section::DocOffsets,
         Section::Keys,
         Section::KeyOffsets,
-        Section::KeyPrefixes,
-        Section::KeyPositions,
+        Section::KeyIndex,
+        Section::KeyFences,
         Section::KeyRanks,
     ];
 
@@ -55,8 +65,8 @@ impl Section {
             Section::DocOffsets => "doc offsets",
             Section::Keys => "keys",
             Section::KeyOffsets => "key offsets",
-            Section::KeyPrefixes => "key prefixes",
-            Section::KeyPositions => "key positions",
+            Section::KeyIndex => "key index",
+            Section::KeyFences => "key fences",
             Section::KeyRanks => "key ranks",
         }
     }
@@ -77,7 +87,7 @@ pub struct Header {
     pub raw_bytes: u64,
     /// Compression level the writer used (informational; decoding does not depend on it).
     pub level: u8,
-    /// Length of the byte prefix shared by every key (skipped by KeyPrefixes).
+    /// Length of the byte prefix shared by every key (skipped by the key index prefixes).
     pub common_prefix: u32,
     pub sections: [SectionEntry; Section::COUNT],
 }
@@ -161,8 +171,12 @@ impl Header {
                 checksum: u64_at(buf, at + 16),
             };
             let end = entry.offset.checked_add(entry.len);
+            let align = match section {
+                Section::KeyIndex => KEY_INDEX_ALIGN,
+                _ => ALIGN,
+            };
             if entry.offset < end_of_previous
-                || !entry.offset.is_multiple_of(ALIGN)
+                || !entry.offset.is_multiple_of(align)
                 || end.is_none_or(|end| end > file_len)
             {
                 return Err(Error::corrupt(format!(
@@ -186,6 +200,37 @@ pub fn key_prefix(rest: &[u8]) -> u64 {
     u64::from_be_bytes(bytes)
 }
 
+/// One entry of the key index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyEntry {
+    /// `key_prefix` of the key's bytes after the common prefix.
+    pub prefix: u64,
+    /// Position (insertion index) of the key's document.
+    pub position: u32,
+    /// Length of the key in bytes.
+    pub key_len: u32,
+}
+
+impl KeyEntry {
+    pub fn encode(&self) -> [u8; KEY_ENTRY] {
+        let mut buf = [0u8; KEY_ENTRY];
+        buf[..8].copy_from_slice(&self.prefix.to_le_bytes());
+        buf[8..12].copy_from_slice(&self.position.to_le_bytes());
+        buf[12..].copy_from_slice(&self.key_len.to_le_bytes());
+        buf
+    }
+
+    /// The entry of rank `rank` in a key index section.
+    pub fn at(index: &[u8], rank: u64) -> KeyEntry {
+        let at = rank as usize * KEY_ENTRY;
+        KeyEntry {
+            prefix: u64_at(index, at),
+            position: u32_at(index, at + 8),
+            key_len: u32_at(index, at + 12),
+        }
+    }
+}
+
 pub fn u32_at(buf: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(buf[at..at + 4].try_into().unwrap())
 }
@@ -207,6 +252,9 @@ mod tests {
         };
         let mut offset = HEADER_SIZE as u64;
         for (i, entry) in h.sections.iter_mut().enumerate() {
+            if i == Section::KeyIndex as usize {
+                offset = offset.next_multiple_of(KEY_INDEX_ALIGN);
+            }
             *entry = SectionEntry {
                 offset,
                 len: i as u64 * 8,

@@ -6,6 +6,7 @@ pub mod codec;
 pub mod error;
 pub mod format;
 mod keysort;
+mod pagecache;
 pub mod parallel;
 pub mod reader;
 pub mod record;

@@ -4,7 +4,10 @@
 
 use crate::codec;
 use crate::error::{Error, Result};
-use crate::format::{key_prefix, u32_at, u64_at, Header, Section, HEADER_SIZE};
+use crate::format::{
+    key_prefix, u32_at, u64_at, Header, KeyEntry, Section, HEADER_SIZE, KEY_BLOCK, KEY_ENTRY,
+};
+use crate::pagecache;
 use crate::parallel;
 use crate::record;
 use crate::schema::Schema;
@@ -57,6 +60,9 @@ impl RecordBatch {
 
 /// Lookups of a batch that advance together (see `positions`).
 const GROUP: usize = 16;
+/// Batches at least this long ask the page cache for all their pages at once when a sample of
+/// them is not cached (see `pagecache`).
+const PREFETCH_MIN: usize = 8;
 
 /// Asks the CPU to start loading `bytes[at]` into cache (a hint: no effect where unsupported).
 #[inline(always)]
@@ -71,6 +77,43 @@ fn prefetch(bytes: &[u8], at: usize) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (bytes, at);
+}
+
+/// Lower bounds in lockstep: for each target, the first index in `lows[i] .. lows[i] + sizes[i]`
+/// whose value is `>=` it (or the end of that range). Value `j` is the u64 at `bytes[j * stride]`.
+/// Branch-free, so the searches of a group take the same steps and their cache misses overlap.
+fn lower_bounds(
+    targets: &[Option<u64>; GROUP],
+    lows: &mut [u64; GROUP],
+    sizes: &mut [u64; GROUP],
+    bytes: &[u8],
+    stride: usize,
+) {
+    let value = |j: u64| u64_at(bytes, j as usize * stride);
+    loop {
+        let mut active = false;
+        for ((target, low), size) in targets.iter().zip(lows.iter_mut()).zip(sizes.iter_mut()) {
+            let Some(target) = *target else { continue };
+            if *size <= 1 {
+                continue;
+            }
+            active = true;
+            let half = *size / 2;
+            if value(*low + half) < target {
+                *low += half;
+            }
+            *size -= half;
+            prefetch(bytes, (*low + *size / 2) as usize * stride);
+        }
+        if !active {
+            break;
+        }
+    }
+    for (target, low) in targets.iter().zip(lows.iter_mut()) {
+        if let Some(target) = *target {
+            *low += u64::from(value(*low) < target);
+        }
+    }
 }
 
 /// How documents are read from a store file.
@@ -94,6 +137,12 @@ pub struct Store<B> {
     ranges: [Range<usize>; Section::COUNT],
     /// The file documents are read from with `pread`, or `None` to read them through `buf`.
     data_file: Option<File>,
+    /// Whether `buf` maps a file, so that page cache hints apply to it.
+    mapped: bool,
+    /// Where the prefix shared by every key lies in the keys section.
+    common_prefix: Range<usize>,
+    /// Whether batches find their pages cached (see `prefetch_index`).
+    cold: pagecache::ColdCache,
 }
 
 thread_local! {
@@ -131,7 +180,14 @@ impl Store<Mmap> {
         let mmap = unsafe { Mmap::map(&file)? };
         // Lookups touch one or two pages each: read-ahead would only evict useful pages.
         let _ = mmap.advise(Advice::Random);
+        // Open reads the header, the schema and the whole dictionary: one read, not a fault per
+        // page, when they are not cached.
+        if let Ok(header) = Header::decode(&mmap, mmap.len() as u64) {
+            let dictionary = header.section(Section::Dictionary);
+            pagecache::will_need(&mmap, 0..(dictionary.offset + dictionary.len) as usize);
+        }
         let mut store = Store::from_bytes(mmap)?;
+        store.mapped = true;
         if access == DataAccess::Pread {
             store.data_file = Some(file);
         }
@@ -161,8 +217,8 @@ impl<B: AsRef<[u8]>> Store<B> {
         let expected = [
             (Section::DocOffsets, (count + 1) * 8),
             (Section::KeyOffsets, (count + 1) * 8),
-            (Section::KeyPrefixes, count * 8),
-            (Section::KeyPositions, count * 4),
+            (Section::KeyIndex, count * KEY_ENTRY as u64),
+            (Section::KeyFences, count.div_ceil(KEY_BLOCK) * 8),
             (Section::KeyRanks, count * 4),
         ];
         for (s, len) in expected {
@@ -173,18 +229,31 @@ impl<B: AsRef<[u8]>> Store<B> {
                 )));
             }
         }
-        let store = Store {
+        let mut store = Store {
             buf,
             header,
             schema,
             ranges,
             data_file: None,
+            mapped: false,
+            common_prefix: 0..0,
+            cold: Default::default(),
         };
         // The last offsets close their sections: a cheap check that catches most truncations.
         if store.offset(Section::DocOffsets, count) != store.section(Section::Data).len() as u64
             || store.offset(Section::KeyOffsets, count) != store.section(Section::Keys).len() as u64
         {
             return Err(Error::corrupt("index does not match its data (truncated?)"));
+        }
+        if count > 0 {
+            let first = store.range_at(Section::KeyOffsets, Section::Keys, 0)?;
+            let common = store.header.common_prefix as usize;
+            if first.len() < common {
+                return Err(Error::corrupt(
+                    "common key prefix longer than the first key",
+                ));
+            }
+            store.common_prefix = first.start..first.start + common;
         }
         Ok(store)
     }
@@ -257,14 +326,53 @@ impl<B: AsRef<[u8]>> Store<B> {
     /// The position of `key`: a binary search over the compact prefix array finds the first
     /// candidate, whole keys settle ties.
     pub fn position(&self, key: &[u8]) -> Result<Option<u64>> {
-        let mut out = [None];
-        self.positions_into(&[key], &mut out)?;
-        Ok(out[0])
+        let Some(target) = self.target(key) else {
+            return Ok(None);
+        };
+        let block = self.block_of(target);
+        let index = self.section(Section::KeyIndex);
+        let (mut lo, mut hi) = (block * KEY_BLOCK, (block + 1) * KEY_BLOCK);
+        hi = hi.min(self.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if u64_at(index, mid as usize * KEY_ENTRY) < target {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        self.settle(key, target, lo)
+    }
+
+    /// What the search looks for: the 8 bytes of `key` after the common prefix, as in the key
+    /// index. `None` when `key` lacks the common prefix (then it is absent).
+    fn target(&self, key: &[u8]) -> Option<u64> {
+        let common = &self.section(Section::Keys)[self.common_prefix.clone()];
+        (!self.is_empty() && key.starts_with(common)).then(|| key_prefix(&key[common.len()..]))
+    }
+
+    /// The block of the key index where the first entry `>= target` lies (or whose end it is):
+    /// the block before the first fence `>= target`.
+    fn block_of(&self, target: u64) -> u64 {
+        let fences = self.section(Section::KeyFences);
+        let (mut lo, mut hi) = (0, self.len().div_ceil(KEY_BLOCK));
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if u64_at(fences, mid as usize * 8) < target {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo.saturating_sub(1)
     }
 
     /// Positions of many keys. The searches advance in lockstep, each prefetching what it reads
     /// next, so that the cache misses of a group overlap instead of queuing one after another.
     pub fn positions(&self, keys: &[&[u8]]) -> Result<Vec<Option<u64>>> {
+        if self.mapped && keys.len() >= PREFETCH_MIN {
+            self.prefetch_index(keys);
+        }
         let mut out = vec![None; keys.len()];
         for (keys, out) in keys.chunks(GROUP).zip(out.chunks_mut(GROUP)) {
             self.positions_into(keys, out)?;
@@ -272,93 +380,143 @@ impl<B: AsRef<[u8]>> Store<B> {
         Ok(out)
     }
 
-    /// `positions` for at most GROUP keys.
+    /// When the key index pages that `keys` need look uncached (by a sample), asks for all of
+    /// them at once, so that their reads overlap.
+    fn prefetch_index(&self, keys: &[&[u8]]) {
+        let index = self.section(Section::KeyIndex);
+        let page = |key: &[u8]| {
+            self.target(key)
+                .map(|t| self.block_of(t) as usize * KEY_BLOCK as usize * KEY_ENTRY)
+        };
+        if !self
+            .cold
+            .is_cold(|| page(keys[0]).is_none_or(|at| pagecache::resident(index, at)))
+        {
+            return;
+        }
+        for at in keys.iter().filter_map(|k| page(k)) {
+            pagecache::will_need(index, at..at + KEY_BLOCK as usize * KEY_ENTRY);
+        }
+    }
+
+    /// When the blobs at `positions` look uncached (by a sample), asks for all their pages at
+    /// once: first their doc offsets, then the blobs.
+    fn prefetch_records(&self, positions: &[u64]) {
+        let n = self.len();
+        let data = self.section(Section::Data);
+        let blob = |pos: u64| {
+            (pos < n)
+                .then(|| self.range_at(Section::DocOffsets, Section::Data, pos).ok())
+                .flatten()
+        };
+        if !self
+            .cold
+            .is_cold(|| blob(positions[0]).is_none_or(|r| pagecache::resident(data, r.start)))
+        {
+            return;
+        }
+        let offsets = self.section(Section::DocOffsets);
+        for &pos in positions.iter().filter(|&&p| p < n) {
+            pagecache::will_need(offsets, pos as usize * 8..pos as usize * 8 + 16);
+        }
+        let data_start = self.ranges[Section::Data as usize].start as u64;
+        for range in positions.iter().filter_map(|&p| blob(p)) {
+            match &self.data_file {
+                Some(file) => {
+                    pagecache::will_need_file(file, data_start + range.start as u64, range.len())
+                }
+                None => pagecache::will_need(data, range),
+            }
+        }
+    }
+
+    fn entry(&self, rank: u64) -> KeyEntry {
+        KeyEntry::at(self.section(Section::KeyIndex), rank)
+    }
+
+    /// `positions` for at most GROUP keys: the fences say which block (page) of the key index
+    /// can hold a key, a search in that block finds its first candidate, and the entries settle
+    /// it. Only keys longer than the common prefix plus 8 bytes are compared with the keys.
     fn positions_into(&self, keys: &[&[u8]], out: &mut [Option<u64>]) -> Result<()> {
         let n = self.len();
         out.fill(None);
         if n == 0 {
             return Ok(());
         }
-        let common = self.header.common_prefix as usize;
-        let first = self.key_of_rank(0)?;
-        if first.len() < common {
-            return Err(Error::corrupt(
-                "common key prefix longer than the first key",
-            ));
-        }
-        let prefixes = self.section(Section::KeyPrefixes);
-        let prefix = |rank: u64| u64_at(prefixes, rank as usize * 8);
         // Keys without the common prefix are absent; the others search by their next 8 bytes.
         let mut targets = [None; GROUP];
         for (target, key) in targets.iter_mut().zip(keys) {
-            if key.len() >= common && key[..common] == first[..common] {
-                *target = Some(key_prefix(&key[common..]));
-            }
+            *target = self.target(key);
         }
-        // Branch-free lower bound: every search takes the same steps, so they run in lockstep.
-        let mut base = [0u64; GROUP];
-        let mut size = n;
-        while size > 1 {
-            let half = size / 2;
-            let next_half = (size - half) / 2;
-            for (base, target) in base[..keys.len()].iter_mut().zip(&targets) {
-                if let Some(target) = *target {
-                    if prefix(*base + half) < target {
-                        *base += half;
-                    }
-                    prefetch(prefixes, (*base + next_half) as usize * 8);
-                }
-            }
-            size -= half;
-        }
+        let fences = self.section(Section::KeyFences);
+        let index = self.section(Section::KeyIndex);
+        // The first block whose fence is >= the target: the first candidate lies in the block
+        // before it (or is that block's first entry).
+        let blocks = n.div_ceil(KEY_BLOCK);
         let mut lows = [0u64; GROUP];
-        for ((low, base), target) in lows[..keys.len()].iter_mut().zip(&base).zip(&targets) {
-            if let Some(target) = *target {
-                *low = *base + u64::from(prefix(*base) < target);
-                prefetch(
-                    self.section(Section::KeyOffsets),
-                    (*low as usize).min(n as usize - 1) * 8,
-                );
-                prefetch(
-                    self.section(Section::KeyPositions),
-                    (*low as usize).min(n as usize - 1) * 4,
-                );
-            }
+        let mut sizes = [blocks; GROUP];
+        lower_bounds(&targets, &mut lows, &mut sizes, fences, 8);
+        for (low, size) in lows.iter_mut().zip(&mut sizes) {
+            let start = low.saturating_sub(1) * KEY_BLOCK;
+            *low = start;
+            *size = KEY_BLOCK.min(n - start);
         }
-        for (i, target) in targets.iter().enumerate().take(keys.len()) {
-            if target.is_some() && lows[i] < n {
-                let start = self.offset(Section::KeyOffsets, lows[i]);
-                prefetch(self.section(Section::Keys), start as usize);
-            }
-        }
+        lower_bounds(&targets, &mut lows, &mut sizes, index, KEY_ENTRY);
         for (i, target) in targets.iter().enumerate().take(keys.len()) {
             let Some(target) = *target else { continue };
-            // Keys sharing the target's prefix start at `lo`; gallop to the end of that run.
-            let lo = lows[i];
-            let mut hi = lo;
-            let mut step = 1;
-            while hi < n && prefix(hi) == target {
-                hi = (lo + step).min(n);
-                step *= 2;
-            }
-            out[i] = self.search_keys(keys[i], lo, hi)?;
+            out[i] = self.settle(keys[i], target, lows[i])?;
         }
         Ok(())
     }
 
-    /// Binary search for `key` among ranks `lo..hi` by whole-key comparison.
+    /// Finds `key` among the run of entries whose prefix is `target`, starting at rank `lo`.
+    fn settle(&self, key: &[u8], target: u64, lo: u64) -> Result<Option<u64>> {
+        let n = self.len();
+        let short = self.header.common_prefix as usize + 8;
+        let found = |entry: KeyEntry| {
+            let pos = u64::from(entry.position);
+            self.check_position(pos)
+                .map_err(|_| Error::corrupt("key position out of range"))?;
+            Ok(Some(pos))
+        };
+        // Keys that end within the prefix come first in the run, shortest first; for them the
+        // prefix and the length are the whole key.
+        let mut rank = lo;
+        while rank < n {
+            let entry = self.entry(rank);
+            if entry.prefix != target || entry.key_len as usize > short {
+                break;
+            }
+            if entry.key_len as usize == key.len() {
+                return found(entry);
+            }
+            rank += 1;
+        }
+        if key.len() <= short {
+            return Ok(None);
+        }
+        // Longer keys: gallop to the end of the run, then compare whole keys.
+        let lo = rank;
+        let mut hi = lo;
+        let mut step = 1;
+        while hi < n && self.entry(hi).prefix == target {
+            hi = (lo + step).min(n);
+            step *= 2;
+        }
+        match self.search_keys(key, lo, hi)? {
+            Some(rank) => found(self.entry(rank)),
+            None => Ok(None),
+        }
+    }
+
+    /// Binary search for `key` among ranks `lo..hi` by whole-key comparison: its rank.
     fn search_keys(&self, key: &[u8], mut lo: u64, mut hi: u64) -> Result<Option<u64>> {
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
             match self.key_of_rank(mid)?.cmp(key) {
                 Ordering::Less => lo = mid + 1,
                 Ordering::Greater => hi = mid,
-                Ordering::Equal => {
-                    let pos = self.index_u32(Section::KeyPositions, mid);
-                    self.check_position(pos)
-                        .map_err(|_| Error::corrupt("key position out of range"))?;
-                    return Ok(Some(pos));
-                }
+                Ordering::Equal => return Ok(Some(mid)),
             }
         }
         Ok(None)
@@ -418,6 +576,9 @@ impl<B: AsRef<[u8]>> Store<B> {
     /// Appends the raw records of `positions` to `batch`, prefetching each group's offsets and
     /// blobs before decoding them (see `positions`).
     pub fn read_records(&self, positions: &[u64], batch: &mut RecordBatch) -> Result<()> {
+        if self.mapped && positions.len() >= PREFETCH_MIN {
+            self.prefetch_records(positions);
+        }
         let offsets = self.section(Section::DocOffsets);
         for group in positions.chunks(GROUP) {
             for &pos in group {
@@ -492,16 +653,25 @@ impl<B: AsRef<[u8]>> Store<B> {
                     return Err(Error::corrupt("keys are not sorted and unique"));
                 }
                 let common = self.header.common_prefix as usize;
-                let prefix = u64_at(self.section(Section::KeyPrefixes), rank as usize * 8);
+                let entry = self.entry(rank);
                 if key.len() < common
                     || key[..common] != self.key_of_rank(0)?[..common]
-                    || prefix != key_prefix(&key[common..])
+                    || entry.prefix != key_prefix(&key[common..])
+                    || entry.key_len as usize != key.len()
                 {
-                    return Err(Error::corrupt("key prefixes do not match the keys"));
+                    return Err(Error::corrupt("key index does not match the keys"));
                 }
-                let pos = self.index_u32(Section::KeyPositions, rank);
+                let pos = u64::from(entry.position);
                 if pos >= n || self.index_u32(Section::KeyRanks, pos) != rank {
                     return Err(Error::corrupt("key positions and ranks disagree"));
+                }
+                if rank.is_multiple_of(KEY_BLOCK)
+                    && u64_at(
+                        self.section(Section::KeyFences),
+                        (rank / KEY_BLOCK) as usize * 8,
+                    ) != entry.prefix
+                {
+                    return Err(Error::corrupt("key fences do not match the key index"));
                 }
                 Ok(())
             })?;

@@ -7,7 +7,10 @@
 
 use crate::codec::{self, Compressor};
 use crate::error::{Error, Result};
-use crate::format::{key_prefix, Header, Section, SectionEntry, ALIGN, HEADER_SIZE};
+use crate::format::{
+    key_prefix, Header, KeyEntry, Section, SectionEntry, ALIGN, HEADER_SIZE, KEY_BLOCK, KEY_ENTRY,
+    KEY_INDEX_ALIGN,
+};
 use crate::keysort::KeySorter;
 use crate::parallel;
 use crate::record::{self, Value};
@@ -100,9 +103,13 @@ impl SectionWriter {
 
     /// Pads with zeros to the alignment and opens a section there.
     fn begin(&mut self) -> Result<()> {
-        let padding = (ALIGN - self.pos % ALIGN) % ALIGN;
-        self.out
-            .write_all(&[0u8; ALIGN as usize][..padding as usize])?;
+        self.begin_aligned(ALIGN)
+    }
+
+    /// Pads with zeros to a multiple of `align` and opens a section there.
+    fn begin_aligned(&mut self, align: u64) -> Result<()> {
+        let padding = (align - self.pos % align) % align;
+        std::io::copy(&mut std::io::repeat(0).take(padding), &mut self.out)?;
         self.pos += padding;
         self.start = self.pos;
         self.hasher.reset();
@@ -336,38 +343,48 @@ impl Writer {
         file.write(&data.len.to_le_bytes())?;
         sections[Section::DocOffsets as usize] = file.end();
 
-        // Sorted keys go straight into the file; their offsets, prefixes and positions go to
+        // Sorted keys go straight into the file; their offsets, index entries and fences go to
         // scratch files and are appended after them.
         file.begin()?;
         let scratch_file = |name: &str| {
             File::create(scratch.join(name)).map(|f| BufWriter::with_capacity(1 << 20, f))
         };
         let mut key_offsets = scratch_file("key-offsets")?;
-        let mut key_prefixes = scratch_file("key-prefixes")?;
-        let mut key_positions = scratch_file("key-positions")?;
+        let mut key_index = scratch_file("key-index")?;
+        let mut key_fences = scratch_file("key-fences")?;
         let keys_start = file.pos;
         let keys = std::mem::replace(&mut self.keys, KeySorter::new(scratch.clone(), 1));
         let common_prefix = keys.common_prefix();
-        keys.finish(|key, pos| {
+        let mut rank = 0u64;
+        keys.finish(|key, position| {
             key_offsets.write_all(&(file.pos - keys_start).to_le_bytes())?;
-            key_prefixes.write_all(&key_prefix(&key[common_prefix..]).to_le_bytes())?;
-            key_positions.write_all(&pos.to_le_bytes())?;
+            let prefix = key_prefix(&key[common_prefix..]);
+            let entry = KeyEntry {
+                prefix,
+                position,
+                key_len: key.len() as u32, // `add` rejects longer keys
+            };
+            key_index.write_all(&entry.encode())?;
+            if rank.is_multiple_of(KEY_BLOCK) {
+                key_fences.write_all(&prefix.to_le_bytes())?;
+            }
+            rank += 1;
             file.write(key)
         })?;
         key_offsets.write_all(&(file.pos - keys_start).to_le_bytes())?;
-        for scratch_writer in [key_offsets, key_prefixes, key_positions] {
+        for scratch_writer in [key_offsets, key_index, key_fences] {
             scratch_writer.into_inner().map_err(|e| e.into_error())?;
         }
         sections[Section::Keys as usize] = file.end();
         file.begin()?;
         file.copy_from(&scratch.join("key-offsets"))?;
         sections[Section::KeyOffsets as usize] = file.end();
+        file.begin_aligned(KEY_INDEX_ALIGN)?;
+        file.copy_from(&scratch.join("key-index"))?;
+        sections[Section::KeyIndex as usize] = file.end();
         file.begin()?;
-        file.copy_from(&scratch.join("key-prefixes"))?;
-        sections[Section::KeyPrefixes as usize] = file.end();
-        file.begin()?;
-        file.copy_from(&scratch.join("key-positions"))?;
-        sections[Section::KeyPositions as usize] = file.end();
+        file.copy_from(&scratch.join("key-fences"))?;
+        sections[Section::KeyFences as usize] = file.end();
 
         // Ranks are the inverse permutation: random writes, so they go through a mapping of the
         // file (page cache) rather than a buffer in memory that grows with the corpus.
@@ -384,7 +401,7 @@ impl Writer {
                     .len(ranks_len as usize)
                     .map_mut(&out)?
             };
-            fill_ranks(&mut ranks, &scratch.join("key-positions"))?;
+            fill_ranks(&mut ranks, &scratch.join("key-index"))?;
             ranks.flush()?;
             xxh3_64(&ranks)
         } else {
@@ -447,13 +464,14 @@ impl Drop for Writer {
     }
 }
 
-fn fill_ranks(ranks: &mut MmapMut, positions: &Path) -> Result<()> {
+/// Writes the rank of each position, reading the positions from the key index in rank order.
+fn fill_ranks(ranks: &mut MmapMut, key_index: &Path) -> Result<()> {
     let count = ranks.len() / 4;
-    let mut input = BufReader::with_capacity(1 << 20, File::open(positions)?);
-    let mut pos = [0u8; 4];
+    let mut input = BufReader::with_capacity(1 << 20, File::open(key_index)?);
+    let mut entry = [0u8; KEY_ENTRY];
     for rank in 0..count as u32 {
-        input.read_exact(&mut pos)?;
-        let at = u32::from_le_bytes(pos) as usize * 4;
+        input.read_exact(&mut entry)?;
+        let at = KeyEntry::at(&entry, 0).position as usize * 4;
         ranks[at..at + 4].copy_from_slice(&rank.to_le_bytes());
     }
     Ok(())

@@ -401,3 +401,60 @@ fn pread_reads_what_the_map_holds() {
         assert_eq!(a.get(i), b.get(i));
     }
 }
+
+#[test]
+fn lookups_agree_with_a_hash_map_for_keys_that_tie_on_their_prefix() {
+    // Short alphabets with NUL bytes make many keys share the 8 bytes after the common prefix,
+    // across block (page) boundaries of the key index, and mix short and long keys in one run.
+    let mut state = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = move |m: u64| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % m
+    };
+    let alphabet = ["a", "b", "\0", "é"];
+    let mut random_key = |prefix: &str| {
+        let len = 1 + next(14);
+        let tail: String = (0..len).map(|_| alphabet[next(4) as usize]).collect();
+        format!("{prefix}{tail}")
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let schema = Schema::new(vec![]).unwrap();
+    for (case, prefix) in ["", "p/", "common-prefix-longer-than-eight/"]
+        .iter()
+        .enumerate()
+    {
+        let mut seen = HashMap::new();
+        let mut keys = Vec::new();
+        while keys.len() < 3000 {
+            let key = random_key(prefix);
+            if !seen.contains_key(&key) {
+                seen.insert(key.clone(), keys.len() as u64);
+                keys.push(key);
+            }
+        }
+        let path = dir.path().join(format!("s{case}"));
+        let mut writer = Writer::create(&path, schema.clone(), WriterOptions::default()).unwrap();
+        for key in &keys {
+            writer.push(key, &[]).unwrap();
+        }
+        writer.finish().unwrap();
+        let store = Store::open(&path).unwrap();
+        store.verify().unwrap();
+        let mut probes: Vec<String> = keys.clone();
+        probes.extend((0..3000).map(|_| random_key(prefix)));
+        probes.extend((0..500).map(|_| random_key("")));
+        let refs: Vec<&[u8]> = probes.iter().map(|k| k.as_bytes()).collect();
+        let batch = store.positions(&refs).unwrap();
+        for (probe, got) in probes.iter().zip(batch) {
+            let expected = seen.get(probe).copied();
+            assert_eq!(got, expected, "{probe:?} in a batch");
+            assert_eq!(
+                store.position(probe.as_bytes()).unwrap(),
+                expected,
+                "{probe:?}"
+            );
+        }
+    }
+}
