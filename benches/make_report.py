@@ -140,10 +140,14 @@ NOTES = """
   process (~100 bytes per document) that is not in the size-on-disk column.
 - Batches of ids are distinct random ids; a batch result may be a dict (docstore, ir_datasets,
   LMDB) or a list in request order (the others): each system returns what its API returns.
-- Cold cache: single lookups after eviction measure the device latency (QD1) plus the number of
-  reads per document: docstore binary-searches its mapped key index (several pages of the
-  prefix/offset arrays until they are cached again), the systems with an in-memory id map need
-  one read for the value. Batches can overlap reads (readahead, prefetching).
+- Cold cache: single lookups after eviction measure the device latency (QD1) times the reads
+  per document. docstore reads three pages per lookup by id (one page-sized block of its key
+  index, found through a small fence array that stays cached; the document's offset; the
+  document), the systems with an in-memory id map one (the value), LMDB's B+tree one or two
+  once its upper levels are cached again. Batches can overlap reads: docstore's batch calls,
+  when a sampled page is not cached, ask the kernel for every page they need at once
+  (`MADV_WILLNEED` / `POSIX_FADV_WILLNEED`), stage by stage, so the device works at a high
+  queue depth.
 - PSS counts mapped pages, so page cache read through `read()`/`pread()` (TSV, ir_datasets in
   FILE mode, RocksDB, and the documents of docstore's `docstore.torch` datasets) is in nobody's
   PSS: the memory is shared and reclaimable, like a mapping's pages. The *baseline* row is the

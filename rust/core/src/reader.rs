@@ -79,6 +79,21 @@ fn prefetch(bytes: &[u8], at: usize) {
     let _ = (bytes, at);
 }
 
+/// The first index in `range` whose value is `>=` target (or the range's end), where value `j`
+/// is the u64 at `bytes[j * stride]`.
+fn lower_bound(bytes: &[u8], stride: usize, range: Range<u64>, target: u64) -> u64 {
+    let (mut lo, mut hi) = (range.start, range.end);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if u64_at(bytes, mid as usize * stride) < target {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
 /// Lower bounds in lockstep: for each target, the first index in `lows[i] .. lows[i] + sizes[i]`
 /// whose value is `>=` it (or the end of that range). Value `j` is the u64 at `bytes[j * stride]`.
 /// Branch-free, so the searches of a group take the same steps and their cache misses overlap.
@@ -329,19 +344,14 @@ impl<B: AsRef<[u8]>> Store<B> {
         let Some(target) = self.target(key) else {
             return Ok(None);
         };
-        let block = self.block_of(target);
+        let start = self.block_of(target) * KEY_BLOCK;
+        let end = (start + KEY_BLOCK).min(self.len());
         let index = self.section(Section::KeyIndex);
-        let (mut lo, mut hi) = (block * KEY_BLOCK, (block + 1) * KEY_BLOCK);
-        hi = hi.min(self.len());
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if u64_at(index, mid as usize * KEY_ENTRY) < target {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        self.settle(key, target, lo)
+        self.settle(
+            key,
+            target,
+            lower_bound(index, KEY_ENTRY, start..end, target),
+        )
     }
 
     /// What the search looks for: the 8 bytes of `key` after the common prefix, as in the key
@@ -355,16 +365,7 @@ impl<B: AsRef<[u8]>> Store<B> {
     /// the block before the first fence `>= target`.
     fn block_of(&self, target: u64) -> u64 {
         let fences = self.section(Section::KeyFences);
-        let (mut lo, mut hi) = (0, self.len().div_ceil(KEY_BLOCK));
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if u64_at(fences, mid as usize * 8) < target {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        lo.saturating_sub(1)
+        lower_bound(fences, 8, 0..self.len().div_ceil(KEY_BLOCK), target).saturating_sub(1)
     }
 
     /// Positions of many keys. The searches advance in lockstep, each prefetching what it reads
