@@ -1,0 +1,90 @@
+"""Device reads per lookup in a cold page cache: what the key index layout costs a lookup.
+
+Builds (once) a store of MS MARCO-like passages, then for each round evicts the store from the
+page cache (``posix_fadvise(DONTNEED)``), opens it and makes N random lookups by id, counting the
+reads the store's block device completed (``/sys/dev/block/MAJ:MIN/stat``, so other I/O on the
+same device counts too: run it on a quiet machine). Then one ``get_many`` of 1024 ids, cold.
+
+    python benches/cold_reads.py                 # 1M passages, mmap
+    python benches/cold_reads.py --docs 200000 --read pread
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import corpora
+
+import docstore
+
+
+def device_reads(path: Path) -> int:
+    """Reads completed by the block device (or partition) holding ``path``."""
+    dev = os.stat(path).st_dev
+    stat = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}/stat")
+    return int(stat.read_text().split()[0])
+
+
+def evict(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--docs", type=int, default=1_000_000)
+    parser.add_argument("--read", choices=["mmap", "pread"], default="mmap")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+
+    path = corpora.DATA_DIR / f"cold_reads-n{args.docs}.docstore"
+    try:
+        docstore.open(path).close()
+    except (OSError, docstore.DocstoreError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with docstore.Writer(path, fields={"text": "str"}, overwrite=True) as w:
+            for doc_id, text in corpora.msmarco_like(args.docs):
+                w.add(doc_id, text=text)
+    with docstore.open(path) as s:
+        ids = list(s.keys())
+    rng = random.Random(0)
+    print(f"{args.docs:,} passages, {path.stat().st_size / 2**20:.0f} MiB, read={args.read}")
+    for n in (1, 10, 200):
+        reads = seconds = 0.0
+        for _ in range(args.rounds):
+            sample = rng.sample(ids, n)
+            evict(path)
+            r0, t0 = device_reads(path), time.perf_counter()
+            with docstore.open(path, read=args.read) as s:
+                for doc_id in sample:
+                    s[doc_id].text  # noqa: B018
+                seconds += time.perf_counter() - t0
+                reads += device_reads(path) - r0
+        print(
+            f"  {n:4d} single lookups after open: {reads / args.rounds / n:5.2f} reads and "
+            f"{seconds / args.rounds / n * 1e6:6.0f} us per lookup"
+        )
+    sample = rng.sample(ids, 1024)
+    evict(path)
+    r0, t0 = device_reads(path), time.perf_counter()
+    with docstore.open(path, read=args.read) as s:
+        s.get_many(sample, field="text")
+        seconds = time.perf_counter() - t0
+        reads = device_reads(path) - r0
+    print(f"  get_many of 1024 ids: {reads / 1024:.2f} reads per doc, {1024 / seconds:,.0f} docs/s")
+
+
+if __name__ == "__main__":
+    main()
