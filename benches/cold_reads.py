@@ -21,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import corpora
+from compare import evict
 
 import docstore
 
@@ -30,14 +31,6 @@ def device_reads(path: Path) -> int:
     dev = os.stat(path).st_dev
     stat = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}/stat")
     return int(stat.read_text().split()[0])
-
-
-def evict(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 def main() -> None:
@@ -65,7 +58,7 @@ def main() -> None:
         reads = seconds = 0.0
         for _ in range(args.rounds):
             sample = rng.sample(ids, n)
-            evict(path)
+            evict([path])
             r0, t0 = device_reads(path), time.perf_counter()
             with docstore.open(path, read=args.read) as s:
                 for doc_id in sample:
@@ -77,7 +70,7 @@ def main() -> None:
             f"{seconds / args.rounds / n * 1e6:6.0f} us per lookup"
         )
     sample = rng.sample(ids, 1024)
-    evict(path)
+    evict([path])
     r0, t0 = device_reads(path), time.perf_counter()
     with docstore.open(path, read=args.read) as s:
         s.get_many(sample, field="text")
