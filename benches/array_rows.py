@@ -18,18 +18,9 @@ import tempfile
 import time
 
 import numpy as np
+from compare import evict
 
 import docstore
-
-
-def evict(path: str) -> None:
-    """Drops the file's pages from the page cache (root not needed for one's own files)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 def counts(rows: int, vocab: int, seed: int = 0) -> np.ndarray:
@@ -94,7 +85,7 @@ def main() -> None:
         size = os.path.getsize(path)
         rate(read, batches)  # maps the pages: the hot round then measures reads only
         hot = rate(read, batches)
-        evict(path)
+        evict([path])
         cold = rate(read, batches[::-1])
         ratio = size / dense_bytes
         print(f"| {name} | {size / 1e6:,.1f} MB | {ratio:.3f}x | {hot:,.0f} rows/s | {cold:,.0f} rows/s |")
