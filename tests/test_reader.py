@@ -13,7 +13,7 @@ import pytest
 
 import docstore
 
-from .conftest import FIELDS, assert_doc_equal
+from .conftest import FIELDS, assert_doc_equal, write_store
 
 
 def test_len_contains_and_getitem_match_the_oracle(store, oracle):
@@ -120,6 +120,72 @@ def test_decode_buffers_reused_across_calls_never_leak_earlier_records(store, or
         if positions:
             assert_doc_equal(store.at(positions[0]), ids[positions[0]], oracle[ids[positions[0]]])
             assert store.get(request[-1], field="text") == oracle[request[-1]]["text"]
+
+
+# Text of every width CPython stores a str in (1 byte ASCII / Latin-1, 2 bytes, 4 bytes), with the
+# widest character at the start, in the middle, at the end and across 16-byte blocks.
+TEXTS = [
+    "",
+    "plain ascii",
+    "é",
+    "ÿ at the Latin-1 edge",
+    "price: £5 and 10 € later" + "x" * 40,
+    "Ā just past Latin-1",
+    "κείμενο στα ελληνικά",
+    "\uffff at the end of the BMP",
+    "日本語のテキスト",
+    "astral 😀 emoji",
+    "\U0001d518\U0001d52b astral letters",
+    "a" * 15 + "£" + "b" * 31 + "£",
+    "£" * 40,
+]
+
+
+def test_str_fields_of_every_width_come_back_equal_and_compact(tmp_path):
+    # Batch lookups make their str fields in the decoding threads; each must be the very str
+    # written (equal, same hash) in CPython's most compact form (same size in memory).
+    import sys
+
+    docs = {
+        f"id-{i}": {"title": TEXTS[i % len(TEXTS)], "n": i, "text": TEXTS[(i * 5) % len(TEXTS)] * (i % 4)}
+        for i in range(700)
+    }
+    store = write_store(
+        tmp_path / "widths.docstore", docs, fields={"title": "str", "n": "int64", "text": "str"}
+    )
+    ids = list(docs)
+    rng = random.Random(3)
+    request = rng.sample(ids, 600)  # large enough to decode in parallel
+
+    def check(got: str, want: str) -> None:
+        assert got == want and hash(got) == hash(want)
+        # Against a fresh copy: `want` itself may carry the UTF-8 copy that writing it cached
+        # (strings of one character are shared singletons: no fresh copy to compare with).
+        if len(want) > 1:
+            assert sys.getsizeof(got) == sys.getsizeof(want.encode().decode()), (got, want)
+
+    for doc_id in ids[:50]:
+        check(store[doc_id].title, docs[doc_id]["title"])
+        check(store.get(doc_id, field="text"), docs[doc_id]["text"])
+        title, text = store.get(doc_id, fields=["title", "text"])
+        check(title, docs[doc_id]["title"])
+        check(text, docs[doc_id]["text"])
+    for field in ("title", "text"):
+        got = store.get_many(request, field=field)
+        assert list(got) == request
+        for doc_id, value in got.items():
+            check(value, docs[doc_id][field])
+    for doc_id, doc in store.get_many(request).items():
+        check(doc.title, docs[doc_id]["title"])
+        check(doc.text, docs[doc_id]["text"])
+        assert doc.n == docs[doc_id]["n"]
+    positions = [store.position(i) for i in request]
+    for doc_id, (key, text) in zip(request, store.take(positions, fields=["doc_id", "text"])):
+        check(key, doc_id)
+        check(text, docs[doc_id]["text"])
+    for pos in positions[:50]:
+        check(store.at(pos, field="title"), docs[ids[pos]]["title"])
+    assert store.take(positions, field="n") == [docs[i]["n"] for i in request]
 
 
 def test_position_access(store, oracle):

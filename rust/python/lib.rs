@@ -5,6 +5,7 @@ mod convert;
 mod errors;
 mod reader;
 mod scratch;
+mod text;
 mod writer;
 
 use pyo3::prelude::*;

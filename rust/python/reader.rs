@@ -3,11 +3,12 @@
 
 use crate::convert::to_python;
 use crate::errors::{guard, key_error, new_error, IntoPy};
-use crate::scratch::Batches;
+use crate::scratch::{Batches, Decoded};
+use crate::text::{Layout, RecordTexts};
 use arc_swap::ArcSwapOption;
 use docstore_core::record::{self, RawValue};
 use docstore_core::Mmap;
-use docstore_core::{parallel, DataAccess, RecordBatch, Store};
+use docstore_core::{parallel, DataAccess, Schema, Store};
 use numpy::PyArray1;
 use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
@@ -29,6 +30,19 @@ enum Select {
     One(usize),
     /// Field indices; `None` is the doc id.
     Many(Vec<Option<usize>>),
+}
+
+impl Select {
+    /// By field index, whether the lookup converts that field (its `str`s are prepared early).
+    fn wanted(&self, schema: &Schema) -> Vec<bool> {
+        let mut wanted = vec![false; schema.len()];
+        match self {
+            Select::Doc => wanted.fill(true),
+            Select::One(index) => wanted[*index] = true,
+            Select::Many(indices) => indices.iter().flatten().for_each(|&i| wanted[i] = true),
+        }
+        wanted
+    }
 }
 
 #[pyclass(subclass, frozen, module = "docstore._docstore")]
@@ -103,12 +117,15 @@ impl Reader {
         select: &Select,
         key: impl FnOnce() -> PyResult<Bound<'py, PyAny>>,
         raw: &[u8],
+        texts: RecordTexts<'_>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let schema = store.schema();
         match select {
-            Select::One(index) => {
-                raw_to_python(py, record::raw_field(schema, raw, *index).py_err(py)?)
-            }
+            Select::One(index) => raw_to_python(
+                py,
+                record::raw_field(schema, raw, *index).py_err(py)?,
+                texts.field(*index),
+            ),
             Select::Many(indices) => {
                 let values = record::raw_fields(schema, raw)
                     .collect::<Result<Vec<_>, _>>()
@@ -118,7 +135,7 @@ impl Reader {
                 let mut items = Vec::with_capacity(indices.len());
                 for index in indices {
                     items.push(match index {
-                        Some(i) => raw_to_python(py, values[*i])?,
+                        Some(i) => raw_to_python(py, values[*i], texts.field(*i))?,
                         None => match (&key_object, key.take()) {
                             (Some(object), _) => object.clone(),
                             (None, Some(make)) => key_object.insert(make()?).clone(),
@@ -132,7 +149,8 @@ impl Reader {
                 let doc = DocBuilder::new(self.doc_class.bind(py), schema.len() + 1)?;
                 doc.set(0, key()?);
                 for (index, value) in record::raw_fields(schema, raw).enumerate() {
-                    doc.set(index + 1, raw_to_python(py, value.py_err(py)?)?);
+                    let value = raw_to_python(py, value.py_err(py)?, texts.field(index))?;
+                    doc.set(index + 1, value);
                 }
                 Ok(doc.finish())
             }
@@ -160,27 +178,36 @@ impl Reader {
 
     /// Looks up many keys with Python released, in parallel for large batches: per chunk of
     /// keys, their positions (`None` when absent); the records of those found go to the chunk's
-    /// batch.
+    /// batch, their `wanted` str fields prepared.
     fn lookup_many(
         py: Python<'_>,
         store: &Store<Mmap>,
         keys: &[&[u8]],
-        batches: &mut Vec<RecordBatch>,
+        wanted: &[bool],
+        batches: &mut Vec<Decoded>,
     ) -> PyResult<Vec<Vec<Option<u64>>>> {
-        py.detach(|| in_chunks(keys, batches, |chunk, batch| store.read_many(chunk, batch)))
-            .py_err(py)
+        py.detach(|| {
+            in_chunks(keys, batches, |chunk, out| {
+                let positions = store.read_many(chunk, &mut out.records)?;
+                out.texts.prepare(store.schema(), &out.records, wanted)?;
+                Ok(positions)
+            })
+        })
+        .py_err(py)
     }
 
-    /// The records at `positions`, into one batch per chunk.
+    /// The records at `positions`, into one batch per chunk, their `wanted` str fields prepared.
     fn records_at(
         py: Python<'_>,
         store: &Store<Mmap>,
         positions: &[u64],
-        batches: &mut Vec<RecordBatch>,
+        wanted: &[bool],
+        batches: &mut Vec<Decoded>,
     ) -> PyResult<()> {
         py.detach(|| {
-            in_chunks(positions, batches, |chunk, batch| {
-                store.read_records(chunk, batch)
+            in_chunks(positions, batches, |chunk, out| {
+                store.read_records(chunk, &mut out.records)?;
+                out.texts.prepare(store.schema(), &out.records, wanted)
             })
         })
         .py_err(py)
@@ -234,9 +261,9 @@ trait Clearable {
     fn clear(&mut self);
 }
 
-impl Clearable for RecordBatch {
+impl Clearable for Decoded {
     fn clear(&mut self) {
-        RecordBatch::clear(self);
+        Decoded::clear(self);
     }
 }
 
@@ -288,28 +315,38 @@ impl<'py> DocBuilder<'py> {
     }
 }
 
-/// A raw field as a Python object; str bytes are validated by CPython's UTF-8 decoder.
-fn raw_to_python<'py>(py: Python<'py>, value: RawValue<'_>) -> PyResult<Bound<'py, PyAny>> {
-    match value {
-        RawValue::Utf8(bytes) if bytes.is_ascii() => {
-            // ASCII needs no decoding: a copy into a new compact str (CPython's decoder would
-            // scan it again byte by byte).
-            // SAFETY: PyUnicode_New(n, 127) makes a compact ASCII str with room for n bytes,
-            // filled here before anything else can see it.
+/// A raw field as a Python object. A `str` prepared while Python was released (`prepared`: its
+/// layout, and the buffer its units may be in) is only copied; any other is validated by
+/// CPython's UTF-8 decoder.
+fn raw_to_python<'py>(
+    py: Python<'py>,
+    value: RawValue<'_>,
+    prepared: Option<(&Layout, &[u8])>,
+) -> PyResult<Bound<'py, PyAny>> {
+    match (value, prepared) {
+        (RawValue::Utf8(bytes), Some((layout, buffer))) => {
+            let units = layout.units(bytes, buffer);
+            // SAFETY: PyUnicode_New(chars, max_char) makes a compact str of the width that
+            // `max_char` names, with room for exactly `units` (`chars` units of that width),
+            // filled here before anything else can see it; `max_char` is the exact largest
+            // code point of that width that the text needs, so the str is canonical.
             unsafe {
-                let obj = pyo3::ffi::PyUnicode_New(bytes.len() as pyo3::ffi::Py_ssize_t, 127);
+                let obj = pyo3::ffi::PyUnicode_New(
+                    layout.chars as pyo3::ffi::Py_ssize_t,
+                    layout.max_char as pyo3::ffi::Py_UCS4,
+                );
                 if obj.is_null() {
                     return Err(PyErr::fetch(py));
                 }
                 std::ptr::copy_nonoverlapping(
-                    bytes.as_ptr(),
+                    units.as_ptr(),
                     pyo3::ffi::PyUnicode_DATA(obj).cast::<u8>(),
-                    bytes.len(),
+                    units.len(),
                 );
                 Ok(Bound::from_owned_ptr(py, obj))
             }
         }
-        RawValue::Utf8(bytes) => {
+        (RawValue::Utf8(bytes), None) => {
             // SAFETY: a valid pointer and length; the result is checked for NULL.
             let obj = unsafe {
                 pyo3::ffi::PyUnicode_DecodeUTF8(
@@ -328,7 +365,7 @@ fn raw_to_python<'py>(py: Python<'py>, value: RawValue<'_>) -> PyResult<Bound<'p
             // SAFETY: a new reference from the decoder.
             Ok(unsafe { Bound::from_owned_ptr(py, obj) })
         }
-        RawValue::Other(value) => to_python(py, value),
+        (RawValue::Other(value), _) => to_python(py, value),
     }
 }
 
@@ -536,17 +573,24 @@ impl Reader {
             .collect();
         guard(py, || {
             let mut batches = Batches::take();
-            let chunks = Self::lookup_many(py, &store, &keys, &mut batches)?;
+            let wanted = select.wanted(store.schema());
+            let chunks = Self::lookup_many(py, &store, &keys, &wanted, &mut batches)?;
             let out = PyDict::new(py);
             let mut objects = objects.iter();
-            for (positions, batch) in chunks.iter().zip(batches.iter()) {
-                let mut records = (0..batch.len()).map(|i| batch.get(i));
+            for (positions, decoded) in chunks.iter().zip(batches.iter()) {
+                let mut records = 0..decoded.records.len();
                 // `positions` first: zip stops on it without taking an id from the next chunk.
                 for (pos, object) in positions.iter().zip(objects.by_ref()) {
                     if pos.is_some() {
-                        let raw = records.next().expect("one record per found key");
-                        let value =
-                            self.build(py, &store, &select, || Ok(object.clone().into_any()), raw)?;
+                        let i = records.next().expect("one record per found key");
+                        let value = self.build(
+                            py,
+                            &store,
+                            &select,
+                            || Ok(object.clone().into_any()),
+                            decoded.records.get(i),
+                            decoded.texts.record(i),
+                        )?;
                         out.set_item(object, value)?;
                     }
                 }
@@ -569,14 +613,22 @@ impl Reader {
         let pos = Self::resolve_position(&store, index)?;
         guard(py, || {
             let mut batches = Batches::take();
-            let batch = batches.single();
-            py.detach(|| store.read_records(&[pos], batch)).py_err(py)?;
+            let decoded = batches.single();
+            let wanted = select.wanted(store.schema());
+            py.detach(|| {
+                store.read_records(&[pos], &mut decoded.records)?;
+                decoded
+                    .texts
+                    .prepare(store.schema(), &decoded.records, &wanted)
+            })
+            .py_err(py)?;
             self.build(
                 py,
                 &store,
                 &select,
                 || Self::key_object(py, &store, pos),
-                batch.get(0),
+                decoded.records.get(0),
+                decoded.texts.record(0),
             )
         })
     }
@@ -598,20 +650,23 @@ impl Reader {
             .collect::<PyResult<Vec<u64>>>()?;
         guard(py, || {
             let mut batches = Batches::take();
-            Self::records_at(py, &store, &positions, &mut batches)?;
-            let records = batches
-                .iter()
-                .flat_map(|batch| (0..batch.len()).map(|i| batch.get(i)));
+            let wanted = select.wanted(store.schema());
+            Self::records_at(py, &store, &positions, &wanted, &mut batches)?;
+            let records = batches.iter().flat_map(|decoded| {
+                (0..decoded.records.len())
+                    .map(move |i| (decoded.records.get(i), decoded.texts.record(i)))
+            });
             let items = positions
                 .iter()
                 .zip(records)
-                .map(|(&pos, raw)| {
+                .map(|(&pos, (raw, texts))| {
                     self.build(
                         py,
                         &store,
                         &select,
                         || Self::key_object(py, &store, pos),
                         raw,
+                        texts,
                     )
                 })
                 .collect::<PyResult<Vec<_>>>()?;
@@ -671,18 +726,32 @@ impl Reader {
         };
         guard(py, || {
             let mut batches = Batches::take();
-            let batch = batches.single();
+            let decoded = batches.single();
+            let wanted = select.wanted(store.schema());
             let found = py
                 .detach(|| match store.position(text.as_bytes())? {
-                    Some(pos) => store.read_records(&[pos], batch).map(|()| true),
+                    Some(pos) => {
+                        store.read_records(&[pos], &mut decoded.records)?;
+                        decoded
+                            .texts
+                            .prepare(store.schema(), &decoded.records, &wanted)?;
+                        Ok(true)
+                    }
                     None => Ok(false),
                 })
                 .py_err(py)?;
             if !found {
                 return Ok(None);
             }
-            self.build(py, &store, select, || Ok(key.clone()), batch.get(0))
-                .map(Some)
+            self.build(
+                py,
+                &store,
+                select,
+                || Ok(key.clone()),
+                decoded.records.get(0),
+                decoded.texts.record(0),
+            )
+            .map(Some)
         })
     }
 }

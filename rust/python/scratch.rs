@@ -5,6 +5,7 @@
 //! whole output on first touch and unmapped it afterwards; measured, that ate the gain of
 //! decoding on two cores. Each thread keeps the batches of its last call instead.
 
+use crate::text::Texts;
 use docstore_core::RecordBatch;
 use std::cell::RefCell;
 use std::ops::{Deref, DerefMut};
@@ -13,12 +14,30 @@ use std::ops::{Deref, DerefMut};
 /// batch is freed, so that many calling threads never hold much between them.
 const KEEP_BYTES: usize = 8 << 20;
 
+/// The raw records of one chunk of a lookup, and their `str` fields made ready for Python.
+#[derive(Default)]
+pub struct Decoded {
+    pub records: RecordBatch,
+    pub texts: Texts,
+}
+
+impl Decoded {
+    pub fn clear(&mut self) {
+        self.records.clear();
+        self.texts.clear();
+    }
+
+    fn capacity_bytes(&self) -> usize {
+        self.records.capacity_bytes() + self.texts.capacity_bytes()
+    }
+}
+
 thread_local! {
-    static KEPT: RefCell<Vec<RecordBatch>> = const { RefCell::new(Vec::new()) };
+    static KEPT: RefCell<Vec<Decoded>> = const { RefCell::new(Vec::new()) };
 }
 
 /// This thread's reusable batches, taken for one call and given back when dropped.
-pub struct Batches(Vec<RecordBatch>);
+pub struct Batches(Vec<Decoded>);
 
 impl Batches {
     /// The thread's kept batches (none on first use, or while another call of this thread holds
@@ -31,9 +50,9 @@ impl Batches {
     }
 
     /// The first batch, emptied: the buffer of a single-record lookup.
-    pub fn single(&mut self) -> &mut RecordBatch {
+    pub fn single(&mut self) -> &mut Decoded {
         if self.0.is_empty() {
-            self.0.push(RecordBatch::default());
+            self.0.push(Decoded::default());
         }
         let batch = &mut self.0[0];
         batch.clear();
@@ -42,21 +61,21 @@ impl Batches {
 }
 
 impl Deref for Batches {
-    type Target = Vec<RecordBatch>;
-    fn deref(&self) -> &Vec<RecordBatch> {
+    type Target = Vec<Decoded>;
+    fn deref(&self) -> &Vec<Decoded> {
         &self.0
     }
 }
 
 impl DerefMut for Batches {
-    fn deref_mut(&mut self) -> &mut Vec<RecordBatch> {
+    fn deref_mut(&mut self) -> &mut Vec<Decoded> {
         &mut self.0
     }
 }
 
 impl Drop for Batches {
     fn drop(&mut self) {
-        let bytes: usize = self.0.iter().map(RecordBatch::capacity_bytes).sum();
+        let bytes: usize = self.0.iter().map(Decoded::capacity_bytes).sum();
         if bytes <= KEEP_BYTES {
             let batches = std::mem::take(&mut self.0);
             // A thread being torn down has no kept batches any more: nothing to give back to.

@@ -1,0 +1,202 @@
+//! `str` fields made ready for CPython while Python is released.
+//!
+//! A CPython `str` stores its text as fixed-width code units (1, 2 or 4 bytes, the narrowest
+//! that holds its widest character). Turning a field's UTF-8 into those units (validating,
+//! counting and transcoding) is most of the cost of a `str`; done here, in the decoding threads,
+//! it runs in parallel and leaves the thread holding the GIL only an allocation and a copy.
+
+use docstore_core::record::{self, RawValue};
+use docstore_core::{RecordBatch, Schema};
+use std::ops::Range;
+
+/// Where the code units of a prepared `str` are.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Units {
+    /// ASCII: the field's UTF-8 bytes are already the units.
+    Utf8,
+    /// Transcoded, in the `Texts` buffer.
+    Buffer(Range<usize>),
+}
+
+/// A `str` as CPython lays it out: `chars` code points, none above `max_char`, which is exactly
+/// the largest code point of its width (127, 255, 0xFFFF or 0x10FFFF), as `PyUnicode_New` wants.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Layout {
+    pub chars: usize,
+    pub max_char: u32,
+    pub units: Units,
+}
+
+impl Layout {
+    /// The code units, from the field's UTF-8 bytes or the buffer they were transcoded to.
+    pub fn units<'a>(&self, utf8: &'a [u8], buffer: &'a [u8]) -> &'a [u8] {
+        match &self.units {
+            Units::Utf8 => utf8,
+            Units::Buffer(range) => &buffer[range.clone()],
+        }
+    }
+}
+
+/// The layout of `utf8` as a `str`, its units appended to `buffer` unless it is ASCII;
+/// `None` when it is not valid UTF-8.
+pub fn prepare(utf8: &[u8], buffer: &mut Vec<u8>) -> Option<Layout> {
+    if utf8.is_ascii() {
+        return Some(Layout {
+            chars: utf8.len(),
+            max_char: 127,
+            units: Units::Utf8,
+        });
+    }
+    let text = std::str::from_utf8(utf8).ok()?;
+    let (chars, widest) = count_and_widest(utf8);
+    let start = buffer.len();
+    // In valid UTF-8 the largest byte is the lead byte of the widest character, and it alone
+    // says the width: C2-C3 start U+0080..U+00FF, up to EF the rest of the BMP, F0-F4 the
+    // astral planes.
+    let max_char = if widest < 0xC4 {
+        latin1(utf8, chars, buffer);
+        0xFF
+    } else if widest < 0xF0 {
+        buffer.reserve(chars * 2);
+        for c in text.chars() {
+            buffer.extend_from_slice(&(c as u16).to_ne_bytes());
+        }
+        0xFFFF
+    } else {
+        buffer.reserve(chars * 4);
+        for c in text.chars() {
+            buffer.extend_from_slice(&(c as u32).to_ne_bytes());
+        }
+        0x10FFFF
+    };
+    Some(Layout {
+        chars,
+        max_char,
+        units: Units::Buffer(start..buffer.len()),
+    })
+}
+
+/// The number of characters of valid UTF-8 (the bytes that are not continuation bytes) and its
+/// largest byte, in blocks whose byte-wide counters the compiler vectorises.
+fn count_and_widest(utf8: &[u8]) -> (usize, u8) {
+    let (mut continuations, mut widest) = (0, 0u8);
+    for block in utf8.chunks(128) {
+        let (mut count, mut max) = (0u8, 0u8);
+        for &b in block {
+            count += u8::from((b as i8) < -0x40);
+            max = max.max(b);
+        }
+        continuations += usize::from(count);
+        widest = widest.max(max);
+    }
+    (utf8.len() - continuations, widest)
+}
+
+/// Appends the Latin-1 units of `utf8` (valid, every character below U+0100, `chars` of them):
+/// each run of ASCII copied whole, then one two-byte sequence.
+fn latin1(utf8: &[u8], chars: usize, buffer: &mut Vec<u8>) {
+    buffer.reserve(chars);
+    let mut rest = utf8;
+    while !rest.is_empty() {
+        let ascii = ascii_prefix(rest);
+        buffer.extend_from_slice(&rest[..ascii]);
+        rest = &rest[ascii..];
+        if let [lead, continuation, tail @ ..] = rest {
+            buffer.push(((lead & 0x03) << 6) | (continuation & 0x3F));
+            rest = tail;
+        }
+    }
+}
+
+/// The length of the ASCII run that starts `bytes`, sixteen bytes at a time.
+fn ascii_prefix(bytes: &[u8]) -> usize {
+    const HIGH_BITS: u128 = u128::from_ne_bytes([0x80; 16]);
+    let mut n = 0;
+    for block in bytes.chunks_exact(16) {
+        let high = u128::from_le_bytes(block.try_into().expect("16 bytes")) & HIGH_BITS;
+        if high != 0 {
+            // Little-endian: the lowest set bit belongs to the first non-ASCII byte.
+            return n + (high.trailing_zeros() / 8) as usize;
+        }
+        n += 16;
+    }
+    n + bytes[n..].iter().take_while(|b| b.is_ascii()).count()
+}
+
+/// The prepared `str` fields of the records of one batch, by record and field.
+#[derive(Default)]
+pub struct Texts {
+    buffer: Vec<u8>,
+    /// `fields` entries per record: the layout of each wanted `str` field, else `None`.
+    layouts: Vec<Option<Layout>>,
+    fields: usize,
+}
+
+impl Texts {
+    pub fn clear(&mut self) {
+        self.buffer.clear();
+        self.layouts.clear();
+        self.fields = 0;
+    }
+
+    pub fn capacity_bytes(&self) -> usize {
+        self.buffer.capacity() + self.layouts.capacity() * std::mem::size_of::<Option<Layout>>()
+    }
+
+    /// Prepares the `str` fields marked in `wanted` (by field index) of every record of `batch`.
+    pub fn prepare(
+        &mut self,
+        schema: &Schema,
+        batch: &RecordBatch,
+        wanted: &[bool],
+    ) -> docstore_core::Result<()> {
+        self.clear();
+        if !wanted.iter().any(|&w| w) {
+            return Ok(());
+        }
+        self.fields = wanted.len();
+        self.layouts.reserve(batch.len() * self.fields);
+        for i in 0..batch.len() {
+            for (value, &want) in record::raw_fields(schema, batch.get(i)).zip(wanted) {
+                self.layouts.push(match value? {
+                    RawValue::Utf8(utf8) if want => {
+                        Some(prepare(utf8, &mut self.buffer).ok_or_else(|| {
+                            docstore_core::Error::Corrupt("str field is not UTF-8".into())
+                        })?)
+                    }
+                    _ => None,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Record `i`'s prepared fields (none if nothing was prepared).
+    pub fn record(&self, i: usize) -> RecordTexts<'_> {
+        let layouts = self
+            .layouts
+            .get(i * self.fields..(i + 1) * self.fields)
+            .unwrap_or(&[]);
+        RecordTexts {
+            layouts,
+            buffer: &self.buffer,
+        }
+    }
+}
+
+/// The prepared `str` fields of one record.
+#[derive(Clone, Copy)]
+pub struct RecordTexts<'a> {
+    layouts: &'a [Option<Layout>],
+    buffer: &'a [u8],
+}
+
+impl<'a> RecordTexts<'a> {
+    /// The layout of field `index` and the buffer its units may be in, if it was prepared.
+    pub fn field(&self, index: usize) -> Option<(&'a Layout, &'a [u8])> {
+        self.layouts
+            .get(index)
+            .and_then(Option::as_ref)
+            .map(|layout| (layout, self.buffer))
+    }
+}
