@@ -4,11 +4,11 @@
 use crate::convert::to_python;
 use crate::errors::{guard, key_error, new_error, IntoPy};
 use crate::scratch::{Batches, Decoded};
-use crate::text::{Layout, RecordTexts};
+use crate::text::{Layout, RecordTexts, Wants};
 use arc_swap::ArcSwapOption;
 use docstore_core::record::{self, RawValue};
 use docstore_core::Mmap;
-use docstore_core::{parallel, DataAccess, Schema, Store};
+use docstore_core::{parallel, DataAccess, Store};
 use numpy::PyArray1;
 use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
@@ -32,16 +32,14 @@ enum Select {
     Many(Vec<Option<usize>>),
 }
 
-impl Select {
-    /// By field index, whether the lookup converts that field (its `str`s are prepared early).
-    fn wanted(&self, schema: &Schema) -> Vec<bool> {
-        let mut wanted = vec![false; schema.len()];
+impl Wants for Select {
+    /// Whether the lookup converts field `index` (its `str`s are then prepared early).
+    fn wants(&self, index: usize) -> bool {
         match self {
-            Select::Doc => wanted.fill(true),
-            Select::One(index) => wanted[*index] = true,
-            Select::Many(indices) => indices.iter().flatten().for_each(|&i| wanted[i] = true),
+            Select::Doc => true,
+            Select::One(one) => *one == index,
+            Select::Many(indices) => indices.contains(&Some(index)),
         }
-        wanted
     }
 }
 
@@ -178,36 +176,36 @@ impl Reader {
 
     /// Looks up many keys with Python released, in parallel for large batches: per chunk of
     /// keys, their positions (`None` when absent); the records of those found go to the chunk's
-    /// batch, their `wanted` str fields prepared.
+    /// batch, the str fields `select` wants prepared.
     fn lookup_many(
         py: Python<'_>,
         store: &Store<Mmap>,
         keys: &[&[u8]],
-        wanted: &[bool],
+        select: &Select,
         batches: &mut Vec<Decoded>,
     ) -> PyResult<Vec<Vec<Option<u64>>>> {
         py.detach(|| {
             in_chunks(keys, batches, |chunk, out| {
                 let positions = store.read_many(chunk, &mut out.records)?;
-                out.texts.prepare(store.schema(), &out.records, wanted)?;
+                out.texts.prepare(store.schema(), &out.records, select)?;
                 Ok(positions)
             })
         })
         .py_err(py)
     }
 
-    /// The records at `positions`, into one batch per chunk, their `wanted` str fields prepared.
+    /// The records at `positions`, into one batch per chunk, the str fields `select` wants prepared.
     fn records_at(
         py: Python<'_>,
         store: &Store<Mmap>,
         positions: &[u64],
-        wanted: &[bool],
+        select: &Select,
         batches: &mut Vec<Decoded>,
     ) -> PyResult<()> {
         py.detach(|| {
             in_chunks(positions, batches, |chunk, out| {
                 store.read_records(chunk, &mut out.records)?;
-                out.texts.prepare(store.schema(), &out.records, wanted)
+                out.texts.prepare(store.schema(), &out.records, select)
             })
         })
         .py_err(py)
@@ -573,8 +571,7 @@ impl Reader {
             .collect();
         guard(py, || {
             let mut batches = Batches::take();
-            let wanted = select.wanted(store.schema());
-            let chunks = Self::lookup_many(py, &store, &keys, &wanted, &mut batches)?;
+            let chunks = Self::lookup_many(py, &store, &keys, &select, &mut batches)?;
             let out = PyDict::new(py);
             let mut objects = objects.iter();
             for (positions, decoded) in chunks.iter().zip(batches.iter()) {
@@ -614,12 +611,11 @@ impl Reader {
         guard(py, || {
             let mut batches = Batches::take();
             let decoded = batches.single();
-            let wanted = select.wanted(store.schema());
             py.detach(|| {
                 store.read_records(&[pos], &mut decoded.records)?;
                 decoded
                     .texts
-                    .prepare(store.schema(), &decoded.records, &wanted)
+                    .prepare(store.schema(), &decoded.records, &select)
             })
             .py_err(py)?;
             self.build(
@@ -650,8 +646,7 @@ impl Reader {
             .collect::<PyResult<Vec<u64>>>()?;
         guard(py, || {
             let mut batches = Batches::take();
-            let wanted = select.wanted(store.schema());
-            Self::records_at(py, &store, &positions, &wanted, &mut batches)?;
+            Self::records_at(py, &store, &positions, &select, &mut batches)?;
             let records = batches.iter().flat_map(|decoded| {
                 (0..decoded.records.len())
                     .map(move |i| (decoded.records.get(i), decoded.texts.record(i)))
@@ -727,14 +722,13 @@ impl Reader {
         guard(py, || {
             let mut batches = Batches::take();
             let decoded = batches.single();
-            let wanted = select.wanted(store.schema());
             let found = py
                 .detach(|| match store.position(text.as_bytes())? {
                     Some(pos) => {
                         store.read_records(&[pos], &mut decoded.records)?;
                         decoded
                             .texts
-                            .prepare(store.schema(), &decoded.records, &wanted)?;
+                            .prepare(store.schema(), &decoded.records, select)?;
                         Ok(true)
                     }
                     None => Ok(false),

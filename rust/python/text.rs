@@ -6,7 +6,7 @@
 //! it runs in parallel and leaves the thread holding the GIL only an allocation and a copy.
 
 use docstore_core::record::{self, RawValue};
-use docstore_core::{RecordBatch, Schema};
+use docstore_core::{FieldType, RecordBatch, Schema};
 use std::ops::Range;
 
 /// Where the code units of a prepared `str` are.
@@ -123,6 +123,11 @@ fn ascii_prefix(bytes: &[u8]) -> usize {
     n + bytes[n..].iter().take_while(|b| b.is_ascii()).count()
 }
 
+/// Which fields a lookup converts to Python, by field index.
+pub trait Wants {
+    fn wants(&self, index: usize) -> bool;
+}
+
 /// The prepared `str` fields of the records of one batch, by record and field.
 #[derive(Default)]
 pub struct Texts {
@@ -143,23 +148,25 @@ impl Texts {
         self.buffer.capacity() + self.layouts.capacity() * std::mem::size_of::<Option<Layout>>()
     }
 
-    /// Prepares the `str` fields marked in `wanted` (by field index) of every record of `batch`.
+    /// Prepares the `str` fields that `fields` wants (by field index) of every record of `batch`.
     pub fn prepare(
         &mut self,
         schema: &Schema,
         batch: &RecordBatch,
-        wanted: &[bool],
+        fields: &impl Wants,
     ) -> docstore_core::Result<()> {
         self.clear();
-        if !wanted.iter().any(|&w| w) {
+        let wanted =
+            |index: usize| fields.wants(index) && schema.fields[index].ty == FieldType::Str;
+        if !(0..schema.len()).any(wanted) {
             return Ok(());
         }
-        self.fields = wanted.len();
+        self.fields = schema.len();
         self.layouts.reserve(batch.len() * self.fields);
         for i in 0..batch.len() {
-            for (value, &want) in record::raw_fields(schema, batch.get(i)).zip(wanted) {
+            for (index, value) in record::raw_fields(schema, batch.get(i)).enumerate() {
                 self.layouts.push(match value? {
-                    RawValue::Utf8(utf8) if want => {
+                    RawValue::Utf8(utf8) if fields.wants(index) => {
                         Some(prepare(utf8, &mut self.buffer).ok_or_else(|| {
                             docstore_core::Error::Corrupt("str field is not UTF-8".into())
                         })?)
