@@ -370,37 +370,16 @@ pub fn decompress_with<R>(
     })
 }
 
-/// Builds a dictionary of at most `size` bytes from pieces of sample records.
-///
-/// Pieces come from records spread evenly over the sample, so the dictionary sees the whole
-/// variety of the first batch rather than its first few documents. Deterministic.
-pub fn sample_dictionary<'a>(
-    records: impl ExactSizeIterator<Item = &'a [u8]> + Clone,
-    size: usize,
-) -> Vec<u8> {
-    let size = size.min(MAX_DICT_SIZE);
+/// The dictionary for records like `records` (a sample of the corpus): at most `size` bytes
+/// (and 64 KiB, all lz4 can use), trained by `dictionary::train`. Deterministic.
+pub fn dictionary_for<'a>(records: impl Iterator<Item = &'a [u8]> + Clone, size: usize) -> Vec<u8> {
     let total: usize = records.clone().map(<[u8]>::len).sum();
     // A dictionary larger than a quarter of the data costs more than it saves.
-    let size = size.min(total / 4);
+    let size = size.min(MAX_DICT_SIZE).min(total / 4);
     if size == 0 {
         return Vec::new();
     }
-    const PIECE: usize = 1024;
-    // Evenly spaced records whose pieces add up to about `size` bytes, however long they are.
-    let pieces: usize = records.clone().map(|r| r.len().min(PIECE)).sum();
-    let step = (pieces / size).max(1);
-    let mut dict = Vec::with_capacity(size);
-    for record in records.step_by(step) {
-        // Skip the record's first bytes (field lengths) when it is long enough to spare them.
-        let skip = if record.len() > PIECE { 4 } else { 0 };
-        let piece = &record[skip..record.len().min(skip + PIECE)];
-        let room = size - dict.len();
-        dict.extend_from_slice(&piece[..piece.len().min(room)]);
-        if dict.len() == size {
-            break;
-        }
-    }
-    dict
+    crate::dictionary::train(records, size)
 }
 
 #[cfg(test)]
@@ -418,7 +397,7 @@ mod tests {
     #[test]
     fn round_trips_at_every_level_with_and_without_dictionary() {
         let docs: Vec<Vec<u8>> = (0..500).map(text).collect();
-        let dict = sample_dictionary(docs.iter().map(Vec::as_slice), 4096);
+        let dict = dictionary_for(docs.iter().map(Vec::as_slice), 4096);
         assert!(!dict.is_empty());
         for level in [0, 1, 4, 9, 12] {
             for d in [&dict[..], &[][..]] {
@@ -433,15 +412,19 @@ mod tests {
     }
 
     #[test]
-    fn dictionary_fills_its_size_from_short_and_long_records() {
+    fn dictionary_stays_within_its_size_and_a_quarter_of_the_sample() {
         let short: Vec<Vec<u8>> = (0..100_000)
             .map(|i| format!("doc {i} short").into_bytes())
             .collect();
         let long: Vec<Vec<u8>> = (0..500).map(|i| text(i).repeat(40)).collect();
         for records in [&short, &long] {
-            let dict = sample_dictionary(records.iter().map(Vec::as_slice), MAX_DICT_SIZE);
-            assert!(dict.len() > MAX_DICT_SIZE * 9 / 10, "{} bytes", dict.len());
+            let dict = dictionary_for(records.iter().map(Vec::as_slice), MAX_DICT_SIZE);
+            assert!(!dict.is_empty() && dict.len() <= MAX_DICT_SIZE);
+            let few = dictionary_for(records[..10].iter().map(Vec::as_slice), MAX_DICT_SIZE);
+            let total: usize = records[..10].iter().map(Vec::len).sum();
+            assert!(few.len() <= total / 4, "{} of {total}", few.len());
         }
+        assert!(dictionary_for([b"tiny".as_slice()].into_iter(), MAX_DICT_SIZE).len() <= 1);
     }
 
     #[test]
@@ -458,7 +441,7 @@ mod tests {
                 })
                 .sum::<usize>()
         };
-        let dict = sample_dictionary(docs.iter().map(Vec::as_slice), MAX_DICT_SIZE);
+        let dict = dictionary_for(docs.iter().map(Vec::as_slice), MAX_DICT_SIZE);
         let (plain, with_dict) = (size(&[]), size(&dict));
         assert!(
             with_dict * 2 < plain,

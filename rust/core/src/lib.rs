@@ -3,11 +3,13 @@
 //! `rust/python` are a thin layer over this crate. The on-disk format is in docs/format.md.
 
 pub mod codec;
+pub mod dictionary;
 pub mod error;
 pub mod format;
 mod keysort;
 mod pagecache;
 pub mod parallel;
+mod prefetch;
 pub mod reader;
 pub mod record;
 pub mod schema;

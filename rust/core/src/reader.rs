@@ -9,6 +9,7 @@ use crate::format::{
 };
 use crate::pagecache;
 use crate::parallel;
+use crate::prefetch::prefetch;
 use crate::record;
 use crate::schema::Schema;
 use memmap2::{Advice, Mmap};
@@ -63,21 +64,6 @@ const GROUP: usize = 16;
 /// Batches at least this long ask the page cache for all their pages at once when a sample of
 /// them is not cached (see `pagecache`).
 const PREFETCH_MIN: usize = 8;
-
-/// Asks the CPU to start loading `bytes[at]` into cache (a hint: no effect where unsupported).
-#[inline(always)]
-fn prefetch(bytes: &[u8], at: usize) {
-    #[cfg(target_arch = "x86_64")]
-    if at < bytes.len() {
-        // SAFETY: `at` is in bounds; a prefetch never faults and changes no memory.
-        unsafe {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            _mm_prefetch::<_MM_HINT_T0>(bytes.as_ptr().add(at).cast());
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (bytes, at);
-}
 
 /// The first index in `range` whose value is `>=` target (or the range's end), where value `j`
 /// is the u64 at `bytes[j * stride]`.

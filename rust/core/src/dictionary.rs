@@ -1,0 +1,237 @@
+//! Training the lz4 dictionary that every document of a store is compressed against.
+//!
+//! lz4 finds matches in the 64 KiB before the data, so the dictionary should hold the byte
+//! strings that most documents repeat. This is zstd's COVER algorithm (Liu, Cheng and Shih,
+//! "Effective construction of relative Lempel-Ziv dictionaries", 2016), with fastCover's hashed
+//! d-mers: cut the samples into epochs, take from each the `SEGMENT`-byte window whose distinct
+//! d-mers occur in the most samples, then count those d-mers as covered, so that no later
+//! segment pays for them again. Measured against pieces of evenly spaced documents (this
+//! crate's earlier dictionary), it makes lz4 HC output 3-5% smaller on real news articles and
+//! on short generated passages.
+
+use crate::prefetch::prefetch;
+
+/// Bytes of one dictionary segment (zstd's k); 32 did best on held-out documents of both
+/// benchmark corpora.
+const SEGMENT: usize = 32;
+/// Bytes of a d-mer, the unit counted as covered (zstd's d).
+const DMER: usize = 6;
+/// log2 of the number of d-mer hash buckets (zstd's f): 256K buckets keep the counters in the
+/// CPU's caches; 1M make dictionaries ~0.3% better and training ~1.3x slower.
+const BUCKET_BITS: u32 = 18;
+/// Passes over the samples while the dictionary fills: 1, as fastCover (COVER makes 4, for
+/// ~0.5% smaller output at 1.5x the training time).
+const PASSES: usize = 1;
+
+/// The bucket of the d-mer at `pos` (`data` has 8 readable bytes there).
+fn dmer_hash(data: &[u8], pos: usize) -> usize {
+    const DMER_BITS: u64 = (1 << (8 * DMER)) - 1;
+    let word = u64::from_le_bytes(data[pos..pos + 8].try_into().expect("8 bytes")) & DMER_BITS;
+    (word.wrapping_mul(0xCF1B_BCDC_B7A5_6463) >> (64 - BUCKET_BITS)) as usize
+}
+
+/// What training keeps per d-mer bucket, together so that one cache line serves both.
+#[derive(Clone, Copy)]
+struct Bucket {
+    /// In how many samples the d-mer occurs; zero once a dictionary segment covers it.
+    frequency: u32,
+    /// While counting, the last sample it was seen in; while choosing segments, its occurrences
+    /// in the sliding window.
+    mark: u32,
+}
+
+/// How far ahead of its use a d-mer's bucket is prefetched (the table outgrows the L2 cache).
+const AHEAD: usize = 16;
+
+/// A dictionary of at most `size` bytes for documents like `samples`, made of their most shared
+/// segments (the most valuable last, nearest the data). Deterministic.
+pub fn train<'a>(samples: impl Iterator<Item = &'a [u8]> + Clone, size: usize) -> Vec<u8> {
+    let sizes: Vec<usize> = samples.clone().map(<[u8]>::len).collect();
+    let mut data = Vec::with_capacity(sizes.iter().sum::<usize>() + 8);
+    samples.for_each(|s| data.extend_from_slice(s));
+    if data.len() < SEGMENT.max(size) {
+        return data[..data.len().min(size)].to_vec();
+    }
+    // Hashed d-mer at every position, and in how many samples each d-mer occurs.
+    let positions = data.len() - DMER + 1;
+    data.resize(data.len() + 8 - DMER, 0); // whole words for the last d-mers
+    let dmers: Vec<u32> = (0..positions).map(|i| dmer_hash(&data, i) as u32).collect();
+    let mut buckets = vec![
+        Bucket {
+            frequency: 0,
+            mark: u32::MAX
+        };
+        1 << BUCKET_BITS
+    ];
+    let mut start = 0;
+    for (sample, len) in sizes.iter().enumerate() {
+        let end = (start + len).min(positions);
+        for i in start.min(positions)..end {
+            prefetch(
+                &buckets,
+                dmers.get(i + AHEAD).map_or(usize::MAX, |&d| d as usize),
+            );
+            let bucket = &mut buckets[dmers[i] as usize];
+            if bucket.mark != sample as u32 {
+                bucket.mark = sample as u32;
+                bucket.frequency += 1;
+            }
+        }
+        start += len;
+    }
+    buckets.iter_mut().for_each(|b| b.mark = 0);
+
+    // Epochs as zstd's COVER_computeEpochs: about size / SEGMENT / PASSES of them, each at least
+    // ten segments long.
+    let mut epochs = (size / SEGMENT / PASSES).max(1);
+    let mut epoch_len = positions / epochs;
+    if epoch_len < 10 * SEGMENT {
+        epoch_len = (10 * SEGMENT).min(positions);
+        epochs = positions / epoch_len;
+    }
+    let give_up_after = (epochs / 8).clamp(10, 100);
+    let window = SEGMENT - DMER + 1;
+    let mut dict = vec![0u8; size];
+    let mut free = size;
+    let (mut epoch, mut fruitless) = (0, 0);
+    while free > 0 {
+        let (begin, end) = (epoch * epoch_len, (epoch + 1) * epoch_len);
+        epoch = (epoch + 1) % epochs;
+        // The window whose distinct d-mers have the largest summed frequency.
+        let (mut score, mut best, mut best_range) = (0u64, 0u64, (0, 0));
+        let mut low = begin;
+        for high in begin..end {
+            prefetch(
+                &buckets,
+                dmers.get(high + AHEAD).map_or(usize::MAX, |&d| d as usize),
+            );
+            let entering = &mut buckets[dmers[high] as usize];
+            if entering.mark == 0 {
+                score += u64::from(entering.frequency);
+            }
+            entering.mark += 1;
+            if high + 1 - low > window {
+                let leaving = &mut buckets[dmers[low] as usize];
+                leaving.mark -= 1;
+                if leaving.mark == 0 {
+                    score -= u64::from(leaving.frequency);
+                }
+                low += 1;
+            }
+            if score > best {
+                best = score;
+                best_range = (low, high + 1);
+            }
+        }
+        for &d in &dmers[low..end] {
+            buckets[d as usize].mark -= 1; // zero again for the next epoch
+        }
+        if best == 0 {
+            fruitless += 1;
+            if fruitless >= give_up_after {
+                break;
+            }
+            continue;
+        }
+        fruitless = 0;
+        // Trim covered d-mers off both ends, then mark the rest covered.
+        let (mut first, mut last) = best_range;
+        while buckets[dmers[first] as usize].frequency == 0 {
+            first += 1;
+        }
+        while buckets[dmers[last - 1] as usize].frequency == 0 {
+            last -= 1;
+        }
+        for &d in &dmers[first..last] {
+            buckets[d as usize].frequency = 0;
+        }
+        let len = (last - first + DMER - 1).min(free);
+        free -= len;
+        dict[free..free + len].copy_from_slice(&data[first..first + len]);
+    }
+    dict.drain(..free);
+    dict
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::Compressor;
+
+    /// Documents that share phrases (as real text does) but no two alike.
+    fn corpus() -> Vec<Vec<u8>> {
+        const PHRASES: [&str; 8] = [
+            "the committee said on tuesday that ",
+            "shares in the company rose sharply ",
+            "according to the latest figures, ",
+            "the government is expected to announce ",
+            "a spokesman for the ministry declined to comment ",
+            "analysts had forecast a smaller rise ",
+            "in a statement released to the press ",
+            "the number of people out of work ",
+        ];
+        let mut seed = 7u64;
+        (0..2000)
+            .map(|i| {
+                let mut doc = format!("doc {i}: ");
+                for _ in 0..6 {
+                    seed = seed
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    doc.push_str(PHRASES[(seed >> 33) as usize % PHRASES.len()]);
+                    doc.push_str(&format!("{} ", seed >> 50));
+                }
+                doc.into_bytes()
+            })
+            .collect()
+    }
+
+    fn compressed_size(docs: &[Vec<u8>], dict: &[u8]) -> usize {
+        let compressor = Compressor::new(3, dict).unwrap();
+        docs.iter()
+            .map(|doc| {
+                let mut out = Vec::new();
+                compressor.compress(doc, &mut out);
+                out.len()
+            })
+            .sum()
+    }
+
+    #[test]
+    fn holds_segments_of_the_samples_within_its_size_and_is_deterministic() {
+        let docs = corpus();
+        let dict = train(docs.iter().map(Vec::as_slice), 4096);
+        assert!(!dict.is_empty() && dict.len() <= 4096);
+        assert_eq!(dict, train(docs.iter().map(Vec::as_slice), 4096));
+        // What the documents repeat is in it (in segments of about 32 bytes).
+        let text = String::from_utf8_lossy(&dict);
+        for phrase in [
+            "the ministry declined",
+            "the latest figures",
+            "the company rose",
+        ] {
+            assert!(text.contains(phrase), "{phrase:?} not in {text:?}");
+        }
+    }
+
+    #[test]
+    fn makes_documents_that_share_phrases_much_smaller() {
+        let docs = corpus();
+        let dict = train(docs.iter().map(Vec::as_slice), 4096);
+        let raw: usize = docs.iter().map(Vec::len).sum();
+        let alone = compressed_size(&docs, &[]);
+        let with_dict = compressed_size(&docs, &dict);
+        assert!(with_dict * 2 < alone, "{with_dict} vs {alone} of {raw}");
+    }
+
+    #[test]
+    fn small_or_empty_samples_give_a_small_dictionary() {
+        assert!(train(std::iter::empty(), 4096).is_empty());
+        let one: &[u8] = b"only a few bytes";
+        assert_eq!(train(std::iter::once(one), 4096), one);
+        assert_eq!(train(std::iter::once(one), 4), b"only");
+        let many = vec![b"abcdefgh".as_slice(); 10_000];
+        let dict = train(many.iter().copied(), 1024);
+        assert!(!dict.is_empty() && dict.len() <= 1024);
+    }
+}
