@@ -58,6 +58,9 @@ SYSTEM_NOTES = {
 
 def run_benchmarks(json_path: Path, docs: int | None, quick: bool, pytest_args: list[str]) -> int:
     env = dict(os.environ)
+    # OpenBLAS threads spin on the cores after numpy work: measured at 5-20% of a lookup profile.
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env.setdefault(var, "1")
     if docs is not None:
         env["DOCSTORE_BENCH_DOCS"] = str(docs)
     if quick:

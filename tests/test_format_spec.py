@@ -295,7 +295,9 @@ class SpecStore:
             else:
                 dtype = np.dtype(ARRAY_TYPES[code][1])
                 n, at = read_varint(raw, at)
-                values[name] = np.frombuffer(take(n * dtype.itemsize), dtype=dtype)
+                # Byte planes: byte b of element i is at b * n + i.
+                planes = np.frombuffer(take(n * dtype.itemsize), dtype=np.uint8)
+                values[name] = planes.reshape(dtype.itemsize, n).T.copy().view(dtype).reshape(n)
         if at != len(raw):
             raise SpecError("trailing bytes after the last field of a record")
         return values
@@ -538,7 +540,7 @@ def test_varint_and_zigzag_bytes(tmp_path: Path) -> None:
         + b"\x01"  # zigzag(i64::MIN) = 2**64 - 1
         + struct.pack("<d", -0.0)
         + b"\x02\xc3\xa9"  # "é" is 2 UTF-8 bytes
-        + b"\x02\x01\x00\xfe\xff"  # 2 elements, little-endian
+        + b"\x02\x01\xfe\x00\xff"  # 2 elements (1, -2 = 0x0001, 0xfffe): low bytes, then high bytes
     )
     assert spec.raw_record(0) == expected
     raw_len, compressed, payload = spec.blob_header(0)

@@ -16,33 +16,49 @@ pub fn to_python<'py>(py: Python<'py>, value: Value<'_>) -> PyResult<Bound<'py, 
         Value::Bytes(b) => PyBytes::new(py, b).into_any(),
         Value::Int64(v) => v.into_pyobject(py)?.into_any(),
         Value::Float64(v) => PyFloat::new(py, v).into_any(),
-        Value::Array(elem, bytes) => match elem {
-            ElemType::I8 => array_from_le::<i8>(py, bytes),
-            ElemType::U8 => array_from_le::<u8>(py, bytes),
-            ElemType::I16 => array_from_le::<i16>(py, bytes),
-            ElemType::U16 => array_from_le::<u16>(py, bytes),
-            ElemType::I32 => array_from_le::<i32>(py, bytes),
-            ElemType::U32 => array_from_le::<u32>(py, bytes),
-            ElemType::I64 => array_from_le::<i64>(py, bytes),
-            ElemType::U64 => array_from_le::<u64>(py, bytes),
-            ElemType::F32 => array_from_le::<f32>(py, bytes),
-            ElemType::F64 => array_from_le::<f64>(py, bytes),
-        },
+        Value::Array(elem, bytes) => new_array(py, elem, bytes, false),
+        Value::Planes(elem, bytes) => new_array(py, elem, bytes, true),
     })
 }
 
-/// A new numpy array holding a copy of little-endian `bytes` (the host is little-endian).
-fn array_from_le<'py, T: Element>(py: Python<'py>, bytes: &[u8]) -> Bound<'py, PyAny> {
-    let len = bytes.len() / std::mem::size_of::<T>();
-    // SAFETY: a fresh, C-contiguous array of `len` elements, fully written before it is shared;
-    // the byte copy needs no alignment of `bytes`.
+/// A new numpy array of `elem`s from little-endian `bytes`, or from their byte planes.
+fn new_array<'py>(
+    py: Python<'py>,
+    elem: ElemType,
+    bytes: &[u8],
+    planes: bool,
+) -> Bound<'py, PyAny> {
+    match elem {
+        ElemType::I8 => array_from::<i8>(py, bytes, planes),
+        ElemType::U8 => array_from::<u8>(py, bytes, planes),
+        ElemType::I16 => array_from::<i16>(py, bytes, planes),
+        ElemType::U16 => array_from::<u16>(py, bytes, planes),
+        ElemType::I32 => array_from::<i32>(py, bytes, planes),
+        ElemType::U32 => array_from::<u32>(py, bytes, planes),
+        ElemType::I64 => array_from::<i64>(py, bytes, planes),
+        ElemType::U64 => array_from::<u64>(py, bytes, planes),
+        ElemType::F32 => array_from::<f32>(py, bytes, planes),
+        ElemType::F64 => array_from::<f64>(py, bytes, planes),
+    }
+}
+
+/// A new numpy array holding the elements in `bytes`: little-endian elements (the host is
+/// little-endian) or, with `planes`, their byte planes, joined straight into the array.
+fn array_from<'py, T: Element>(py: Python<'py>, bytes: &[u8], planes: bool) -> Bound<'py, PyAny> {
+    let size = std::mem::size_of::<T>();
+    let len = bytes.len() / size;
+    // SAFETY: a fresh, C-contiguous array of `len` elements (`len * size` bytes), fully written
+    // before it is shared; writing its bytes needs no alignment of `bytes`.
     unsafe {
         let array = PyArray1::<T>::new(py, [len], false);
-        std::ptr::copy_nonoverlapping(
-            bytes.as_ptr(),
-            array.data().cast::<u8>(),
-            len * std::mem::size_of::<T>(),
-        );
+        if len > 0 {
+            let out = std::slice::from_raw_parts_mut(array.data().cast::<u8>(), len * size);
+            if planes {
+                docstore_core::planes::join(&bytes[..len * size], size, out);
+            } else {
+                out.copy_from_slice(&bytes[..len * size]);
+            }
+        }
         array.into_any()
     }
 }

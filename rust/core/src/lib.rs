@@ -9,6 +9,7 @@ pub mod format;
 mod keysort;
 mod pagecache;
 pub mod parallel;
+pub mod planes;
 mod prefetch;
 pub mod reader;
 pub mod record;

@@ -1,9 +1,11 @@
 //! Encoding of one document's fields into the raw (uncompressed) record bytes, and back.
 //!
 //! Fields are stored in schema order: `str`/`bytes` as varint length + bytes, `int64` as a
-//! zig-zag varint, `float64` as 8 bytes, arrays as varint element count + little-endian elements.
+//! zig-zag varint, `float64` as 8 bytes, arrays as varint element count + the elements' byte
+//! planes (see `planes`).
 
 use crate::error::{Error, Result};
+use crate::planes;
 use crate::schema::{ElemType, FieldType, Schema};
 use crate::varint;
 
@@ -11,7 +13,9 @@ use crate::varint;
 compile_error!("docstore stores arrays little-endian and supports little-endian hosts only");
 
 /// One field value, borrowed from the caller (writing) or from a decoded record (reading).
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// Values are equal when they hold the same data: an `Array` equals the `Planes` of its
+/// elements.
+#[derive(Clone, Copy, Debug)]
 pub enum Value<'a> {
     Str(&'a str),
     Bytes(&'a [u8]),
@@ -19,6 +23,39 @@ pub enum Value<'a> {
     Float64(f64),
     /// Little-endian elements; the length is a multiple of the element size.
     Array(ElemType, &'a [u8]),
+    /// An array as a record stores it: its elements' byte planes (what reading gives;
+    /// `to_elements` or `planes::join` turn them into elements).
+    Planes(ElemType, &'a [u8]),
+}
+
+impl Value<'_> {
+    /// The little-endian elements of an `Array` or `Planes` value.
+    pub fn to_elements(&self) -> Option<(ElemType, Vec<u8>)> {
+        match *self {
+            Value::Array(elem, bytes) => Some((elem, bytes.to_vec())),
+            Value::Planes(elem, bytes) => {
+                let mut elements = vec![0; bytes.len()];
+                planes::join(bytes, elem.size(), &mut elements);
+                Some((elem, elements))
+            }
+            _ => None,
+        }
+    }
+}
+
+impl PartialEq for Value<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Value::Str(a), Value::Str(b)) => a == b,
+            (Value::Bytes(a), Value::Bytes(b)) => a == b,
+            (Value::Int64(a), Value::Int64(b)) => a == b,
+            (Value::Float64(a), Value::Float64(b)) => a == b,
+            (Value::Array(..) | Value::Planes(..), Value::Array(..) | Value::Planes(..)) => {
+                self.to_elements() == other.to_elements()
+            }
+            _ => false,
+        }
+    }
 }
 
 impl Value<'_> {
@@ -28,7 +65,7 @@ impl Value<'_> {
             Value::Bytes(_) => "bytes".into(),
             Value::Int64(_) => "int64".into(),
             Value::Float64(_) => "float64".into(),
-            Value::Array(elem, _) => format!("{}[]", elem.name()),
+            Value::Array(elem, _) | Value::Planes(elem, _) => format!("{}[]", elem.name()),
         }
     }
 }
@@ -48,7 +85,9 @@ pub fn encode(schema: &Schema, values: &[Value<'_>], out: &mut Vec<u8>) -> Resul
             (FieldType::Bytes, Value::Bytes(b)) => put_bytes(out, b),
             (FieldType::Int64, Value::Int64(v)) => varint::put(out, varint::zigzag(*v)),
             (FieldType::Float64, Value::Float64(v)) => out.extend_from_slice(&v.to_le_bytes()),
-            (FieldType::Array(want), Value::Array(elem, bytes)) if want == *elem => {
+            (FieldType::Array(want), Value::Array(elem, bytes) | Value::Planes(elem, bytes))
+                if want == *elem =>
+            {
                 if bytes.len() % elem.size() != 0 {
                     return Err(Error::FieldType(format!(
                         "field {:?}: array byte length {} is not a multiple of {}",
@@ -58,7 +97,10 @@ pub fn encode(schema: &Schema, values: &[Value<'_>], out: &mut Vec<u8>) -> Resul
                     )));
                 }
                 varint::put(out, (bytes.len() / elem.size()) as u64);
-                out.extend_from_slice(bytes);
+                match value {
+                    Value::Planes(..) => out.extend_from_slice(bytes),
+                    _ => planes::split(bytes, elem.size(), out),
+                }
             }
             (ty, value) => {
                 return Err(Error::FieldType(format!(
@@ -201,7 +243,7 @@ fn read_value<'a>(ty: FieldType, raw: &'a [u8], pos: &mut usize) -> Result<Value
         }
         FieldType::Array(elem) => {
             let len = array_len(elem, raw, pos)?;
-            Value::Array(elem, take(raw, pos, len)?)
+            Value::Planes(elem, take(raw, pos, len)?)
         }
     })
 }
