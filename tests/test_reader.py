@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import pickle
 import random
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -144,8 +145,6 @@ TEXTS = [
 def test_str_fields_of_every_width_come_back_equal_and_compact(tmp_path):
     # Batch lookups make their str fields in the decoding threads; each must be the very str
     # written (equal, same hash) in CPython's most compact form (same size in memory).
-    import sys
-
     docs = {
         f"id-{i}": {"title": TEXTS[i % len(TEXTS)], "n": i, "text": TEXTS[(i * 5) % len(TEXTS)] * (i % 4)}
         for i in range(700)
@@ -186,6 +185,46 @@ def test_str_fields_of_every_width_come_back_equal_and_compact(tmp_path):
     for pos in positions[:50]:
         check(store.at(pos, field="title"), docs[ids[pos]]["title"])
     assert store.take(positions, field="n") == [docs[i]["n"] for i in request]
+
+
+def test_str_with_its_widest_character_anywhere_comes_back_equal(tmp_path):
+    # The widest character decides the str's width: put one of each width at every offset across
+    # two 16-byte blocks, and next to the characters on either side of each width's edge.
+    wide = ["é", "ÿ", "Ā", "\u07ff", "\u0800", "€", "\uffff", "\U00010000", "😀"]
+    texts = [("a" * k) + w + ("b" * (40 - k)) for w in wide for k in range(41)]
+    texts += ["ÿĀ", "\u07ff\u0800", "\uffff\U00010000", "é€😀", "a" * 200 + "😀", "a" * 200 + "é"]
+    docs = {f"t{i}": {"text": t} for i, t in enumerate(texts)}
+    store = write_store(tmp_path / "wide.docstore", docs, fields={"text": "str"})
+    ids = list(docs)
+    assert store.get_many(ids, field="text") == {i: docs[i]["text"] for i in ids}
+    assert store.take(range(len(ids)), field="text") == texts
+    assert [store[i].text for i in ids] == texts
+
+
+def test_str_field_that_is_not_utf8_raises_corrupt_store_error_on_every_read(tmp_path):
+    # Damage inside a document (found by verify(), which reads the data checksum, but not by
+    # lookups) must surface as CorruptStoreError, never as a wrong or malformed str.
+    docs = {f"d{i}": {"text": f"doc{i}-" + "é" * (i % 2) + "Zq9xK" * (i == 7)} for i in range(300)}
+    path = tmp_path / "damaged.docstore"
+    write_store(path, docs, fields={"text": "str"}, dict_size=0).close()
+    data = bytearray(path.read_bytes())
+    at = data.find(b"Zq9xK")  # stored as is: too short to compress without a dictionary
+    assert at > 0 and data.count(b"Zq9xK") == 1
+    data[at] = 0xFF  # never valid in UTF-8
+    path.write_bytes(bytes(data))
+    with docstore.open(path) as store:
+        for read in (
+            lambda: store["d7"],
+            lambda: store.get("d7", field="text"),
+            lambda: store.get_many(list(docs), field="text"),  # parallel: 300 ids
+            lambda: store.take([7]),
+            lambda: store.at(7, field="text"),
+        ):
+            with pytest.raises(docstore.CorruptStoreError, match="not UTF-8"):
+                read()
+        assert store.get("d6", field="text") == docs["d6"]["text"]
+        with pytest.raises(docstore.CorruptStoreError):
+            store.verify()
 
 
 def test_position_access(store, oracle):

@@ -47,16 +47,21 @@ fn new_array<'py>(
 fn array_from<'py, T: Element>(py: Python<'py>, bytes: &[u8], planes: bool) -> Bound<'py, PyAny> {
     let size = std::mem::size_of::<T>();
     let len = bytes.len() / size;
-    // SAFETY: a fresh, C-contiguous array of `len` elements (`len * size` bytes), fully written
-    // before it is shared; writing its bytes needs no alignment of `bytes`.
+    let bytes = &bytes[..len * size];
+    // SAFETY: a fresh, C-contiguous array of `len` elements: `len * size` bytes, not yet
+    // initialised (hence `MaybeUninit`), all written here before the array is shared. Writing
+    // them needs no alignment of `bytes`.
     unsafe {
         let array = PyArray1::<T>::new(py, [len], false);
         if len > 0 {
-            let out = std::slice::from_raw_parts_mut(array.data().cast::<u8>(), len * size);
+            let out = std::slice::from_raw_parts_mut(
+                array.data().cast::<std::mem::MaybeUninit<u8>>(),
+                bytes.len(),
+            );
             if planes {
-                docstore_core::planes::join(&bytes[..len * size], size, out);
+                docstore_core::planes::join_uninit(bytes, size, out);
             } else {
-                out.copy_from_slice(&bytes[..len * size]);
+                std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.as_mut_ptr().cast(), bytes.len());
             }
         }
         array.into_any()

@@ -324,10 +324,19 @@ fn raw_to_python<'py>(
     match (value, prepared) {
         (RawValue::Utf8(bytes), Some((layout, buffer))) => {
             let units = layout.units(bytes, buffer);
+            if units.len() != layout.chars * layout.width() {
+                return Err(new_error(
+                    py,
+                    "InternalError",
+                    "a prepared str has the wrong number of units".into(),
+                ));
+            }
             // SAFETY: PyUnicode_New(chars, max_char) makes a compact str of the width that
-            // `max_char` names, with room for exactly `units` (`chars` units of that width),
-            // filled here before anything else can see it; `max_char` is the exact largest
-            // code point of that width that the text needs, so the str is canonical.
+            // `max_char` selects, with room for `chars` units of that width: exactly `units`
+            // (checked above), filled here before anything else can see it. The str is
+            // canonical (CPython's other functions rely on it): `max_char` is 127 only for
+            // ASCII, and otherwise the text holds a character above the next narrower width
+            // (see `text::layout_of`).
             unsafe {
                 let obj = pyo3::ffi::PyUnicode_New(
                     layout.chars as pyo3::ffi::Py_ssize_t,
@@ -344,6 +353,8 @@ fn raw_to_python<'py>(
                 Ok(Bound::from_owned_ptr(py, obj))
             }
         }
+        // Not prepared (a lookup prepares every str field it converts; this stays correct
+        // for any that did not): CPython's decoder validates.
         (RawValue::Utf8(bytes), None) => {
             // SAFETY: a valid pointer and length; the result is checked for NULL.
             let obj = unsafe {
@@ -575,11 +586,11 @@ impl Reader {
             let out = PyDict::new(py);
             let mut objects = objects.iter();
             for (positions, decoded) in chunks.iter().zip(batches.iter()) {
-                let mut records = 0..decoded.records.len();
+                let mut indices = 0..decoded.records.len();
                 // `positions` first: zip stops on it without taking an id from the next chunk.
                 for (pos, object) in positions.iter().zip(objects.by_ref()) {
                     if pos.is_some() {
-                        let i = records.next().expect("one record per found key");
+                        let i = indices.next().expect("one record per found key");
                         let value = self.build(
                             py,
                             &store,

@@ -13,7 +13,7 @@ use std::ops::Range;
 #[derive(Clone, Debug, PartialEq)]
 pub enum Units {
     /// ASCII: the field's UTF-8 bytes are already the units.
-    Utf8,
+    Ascii,
     /// Transcoded, in the `Texts` buffer.
     Buffer(Range<usize>),
 }
@@ -28,10 +28,19 @@ pub struct Layout {
 }
 
 impl Layout {
+    /// Bytes per code unit: 1, 2 or 4.
+    pub fn width(&self) -> usize {
+        match self.max_char {
+            0..=0xFF => 1,
+            0x100..=0xFFFF => 2,
+            _ => 4,
+        }
+    }
+
     /// The code units, from the field's UTF-8 bytes or the buffer they were transcoded to.
     pub fn units<'a>(&self, utf8: &'a [u8], buffer: &'a [u8]) -> &'a [u8] {
         match &self.units {
-            Units::Utf8 => utf8,
+            Units::Ascii => utf8,
             Units::Buffer(range) => &buffer[range.clone()],
         }
     }
@@ -39,12 +48,12 @@ impl Layout {
 
 /// The layout of `utf8` as a `str`, its units appended to `buffer` unless it is ASCII;
 /// `None` when it is not valid UTF-8.
-pub fn prepare(utf8: &[u8], buffer: &mut Vec<u8>) -> Option<Layout> {
+fn layout_of(utf8: &[u8], buffer: &mut Vec<u8>) -> Option<Layout> {
     if utf8.is_ascii() {
         return Some(Layout {
             chars: utf8.len(),
             max_char: 127,
-            units: Units::Utf8,
+            units: Units::Ascii,
         });
     }
     let text = std::str::from_utf8(utf8).ok()?;
@@ -101,9 +110,13 @@ fn latin1(utf8: &[u8], chars: usize, buffer: &mut Vec<u8>) {
         let ascii = ascii_prefix(rest);
         buffer.extend_from_slice(&rest[..ascii]);
         rest = &rest[ascii..];
-        if let [lead, continuation, tail @ ..] = rest {
-            buffer.push(((lead & 0x03) << 6) | (continuation & 0x3F));
-            rest = tail;
+        match rest {
+            [lead, continuation, tail @ ..] => {
+                buffer.push(((lead & 0x03) << 6) | (continuation & 0x3F));
+                rest = tail;
+            }
+            [] => {}
+            [_] => unreachable!("valid UTF-8 ends no character after its lead byte"),
         }
     }
 }
@@ -132,42 +145,42 @@ pub trait Wants {
 #[derive(Default)]
 pub struct Texts {
     buffer: Vec<u8>,
-    /// `fields` entries per record: the layout of each wanted `str` field, else `None`.
+    /// `field_count` entries per record: the layout of each wanted `str` field, else `None`.
     layouts: Vec<Option<Layout>>,
-    fields: usize,
+    field_count: usize,
 }
 
 impl Texts {
     pub fn clear(&mut self) {
         self.buffer.clear();
         self.layouts.clear();
-        self.fields = 0;
+        self.field_count = 0;
     }
 
     pub fn capacity_bytes(&self) -> usize {
         self.buffer.capacity() + self.layouts.capacity() * std::mem::size_of::<Option<Layout>>()
     }
 
-    /// Prepares the `str` fields that `fields` wants (by field index) of every record of `batch`.
+    /// Prepares the `str` fields that `wanted` wants (by field index) of every record of `batch`.
     pub fn prepare(
         &mut self,
         schema: &Schema,
         batch: &RecordBatch,
-        fields: &impl Wants,
+        wanted: &impl Wants,
     ) -> docstore_core::Result<()> {
         self.clear();
-        let wanted =
-            |index: usize| fields.wants(index) && schema.fields[index].ty == FieldType::Str;
-        if !(0..schema.len()).any(wanted) {
+        let is_wanted_str =
+            |index: usize| wanted.wants(index) && schema.fields[index].ty == FieldType::Str;
+        if !(0..schema.len()).any(is_wanted_str) {
             return Ok(());
         }
-        self.fields = schema.len();
-        self.layouts.reserve(batch.len() * self.fields);
+        self.field_count = schema.len();
+        self.layouts.reserve(batch.len() * self.field_count);
         for i in 0..batch.len() {
             for (index, value) in record::raw_fields(schema, batch.get(i)).enumerate() {
                 self.layouts.push(match value? {
-                    RawValue::Utf8(utf8) if fields.wants(index) => {
-                        Some(prepare(utf8, &mut self.buffer).ok_or_else(|| {
+                    RawValue::Utf8(utf8) if wanted.wants(index) => {
+                        Some(layout_of(utf8, &mut self.buffer).ok_or_else(|| {
                             docstore_core::Error::Corrupt("str field is not UTF-8".into())
                         })?)
                     }
@@ -182,7 +195,7 @@ impl Texts {
     pub fn record(&self, i: usize) -> RecordTexts<'_> {
         let layouts = self
             .layouts
-            .get(i * self.fields..(i + 1) * self.fields)
+            .get(i * self.field_count..(i + 1) * self.field_count)
             .unwrap_or(&[]);
         RecordTexts {
             layouts,

@@ -1,7 +1,7 @@
 //! Per-document lz4 compression against a dictionary shared by the whole store.
 //!
 //! Each document is one independent lz4 block, so one document decodes without its neighbours.
-//! Short documents barely compress alone; a dictionary sampled from the corpus gives every block
+//! Short documents barely compress alone; a dictionary trained on the corpus gives every block
 //! a 64 KiB history to match against, and lz4's HC mode finds the longer matches. Decoding is the
 //! same plain `LZ4_decompress_safe_usingDict` whatever level wrote the block.
 //!
@@ -370,9 +370,20 @@ pub fn decompress_with<R>(
     })
 }
 
+/// Training reads at most this much of the sample: its time and memory (~6 bytes per sample
+/// byte) grow with it, and more than the default first batch (4 MiB) adds little.
+const MAX_TRAINING_BYTES: usize = 8 << 20;
+
 /// The dictionary for records like `records` (a sample of the corpus): at most `size` bytes
-/// (and 64 KiB, all lz4 can use), trained by `dictionary::train`. Deterministic.
+/// (and 64 KiB, all lz4 can use), trained by `dictionary::train` on the first 8 MiB.
+/// Deterministic.
 pub fn dictionary_for<'a>(records: impl Iterator<Item = &'a [u8]> + Clone, size: usize) -> Vec<u8> {
+    let mut budget = MAX_TRAINING_BYTES;
+    let records = records.map_while(move |record| {
+        let take = record.len().min(budget);
+        budget -= take;
+        (take > 0 || record.is_empty()).then(|| &record[..take])
+    });
     let total: usize = records.clone().map(<[u8]>::len).sum();
     // A dictionary larger than a quarter of the data costs more than it saves.
     let size = size.min(MAX_DICT_SIZE).min(total / 4);
@@ -424,7 +435,15 @@ mod tests {
             let total: usize = records[..10].iter().map(Vec::len).sum();
             assert!(few.len() <= total / 4, "{} of {total}", few.len());
         }
-        assert!(dictionary_for([b"tiny".as_slice()].into_iter(), MAX_DICT_SIZE).len() <= 1);
+        assert_eq!(
+            dictionary_for([b"tiny".as_slice()].into_iter(), MAX_DICT_SIZE),
+            b"t"
+        );
+        // Training reads the first MAX_TRAINING_BYTES only, cutting the record that crosses it.
+        let huge = vec![b'x'; MAX_TRAINING_BYTES + 1000];
+        let first = dictionary_for([&huge[..]].into_iter(), MAX_DICT_SIZE);
+        let cut = dictionary_for([&huge[..MAX_TRAINING_BYTES]].into_iter(), MAX_DICT_SIZE);
+        assert_eq!(first, cut);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! `rust/python` are a thin layer over this crate. The on-disk format is in docs/format.md.
 
 pub mod codec;
-pub mod dictionary;
+mod dictionary;
 pub mod error;
 pub mod format;
 mod keysort;

@@ -41,9 +41,9 @@ pub struct WriterOptions {
 impl Default for WriterOptions {
     fn default() -> Self {
         WriterOptions {
-            // HC level 3 with a trained dictionary: smaller than level 4 with the earlier sampled
-            // one, 1.2-1.3x faster to build; level 4 is ~2.5% smaller, level 9 ~4%, at 0.8x
-            // and 0.4x the speed (`benches/levels.py`).
+            // HC level 3 with the trained dictionary: English news at 0.49 of raw (<= 0.5 is the
+            // target); level 4 is ~2.5% smaller, level 9 ~4%, at ~0.85x and ~0.4x the build
+            // speed (`benches/levels.py`).
             level: 3,
             dict_size: codec::MAX_DICT_SIZE,
             batch_bytes: 4 << 20,
