@@ -28,6 +28,7 @@ import gc
 import json
 import os
 import random
+import struct
 import time
 
 import compare as C
@@ -392,12 +393,22 @@ def test_fio(benchmark, stores, corpus, iodepth):
     benchmark.pedantic(lambda: None, rounds=1, iterations=1)
 
 
+def _store_dictionary(path) -> bytes:
+    """Section 1 of a store: its offset and length are the second entry of the section table
+    at byte 64 (docs/format.md §3)."""
+    with open(path, "rb") as f:
+        f.seek(64 + 24)
+        offset, length = struct.unpack("<QQ", f.read(16))
+        f.seek(offset)
+        return f.read(length)
+
+
 @pytest.mark.benchmark(group="cmp:decode")
 def test_decode(benchmark, stores, corpus):
     """In-memory limits for the corpus's bytes, single thread: memcpy (numpy copy into a touched
-    buffer), lz4 block decompression
-    (HC level 4 with a 64 KiB dictionary, as docstore stores them) with python-lz4, and
-    docstore's own decode of every document (``take`` over all positions) with 1 and the
+    buffer), lz4 block decompression with python-lz4 of the documents as docstore stores them
+    (arrays as byte planes, HC at docstore's default level against the store's own dictionary),
+    and docstore's own decode of every document (``take`` over all positions) with 1 and the
     default number of threads."""
     lz4_block = pytest.importorskip("lz4.block", reason="lz4 is not installed (pip install lz4)")
     _require("docstore", corpus)
@@ -405,7 +416,12 @@ def test_decode(benchmark, stores, corpus):
 
     import docstore
 
-    blobs = [v.encode("utf-8") if isinstance(v, str) else v.tobytes() for v in corpus.values]
+    def stored_bytes(v) -> bytes:  # str as UTF-8, arrays as byte planes (docs/format.md §5)
+        if isinstance(v, str):
+            return v.encode("utf-8")
+        return np.ascontiguousarray(v.view(np.uint8).reshape(-1, v.itemsize).T).tobytes()
+
+    blobs = [stored_bytes(v) for v in corpus.values]
     total = sum(len(b) for b in blobs)
     src = np.frombuffer(b"".join(blobs), dtype=np.uint8)
     dst = np.empty_like(src)
@@ -416,8 +432,12 @@ def test_decode(benchmark, stores, corpus):
     memcpy_bps = 3 * total / (time.perf_counter() - t)
     del src, dst
     sample = blobs[: min(len(blobs), 200_000)]
-    dictionary = b"".join(random.Random(0).sample(sample, min(len(sample), 2000)))[-65536:]
-    comp = [lz4_block.compress(b, mode="high_compression", compression=4, dict=dictionary) for b in sample]
+    path, _ = _built(stores, "docstore", corpus)
+    dictionary = _store_dictionary(path / "store.docstore")
+    level = docstore.DEFAULT_LEVEL
+    comp = [
+        lz4_block.compress(b, mode="high_compression", compression=level, dict=dictionary) for b in sample
+    ]
     dec = lz4_block.decompress
     t = time.perf_counter()
     for c in comp:
@@ -427,7 +447,6 @@ def test_decode(benchmark, stores, corpus):
     lz4_bps = sum(len(b) for b in sample) / dt
     ratio = (sum(len(c) for c in comp) + len(dictionary)) / sum(len(b) for b in sample)
 
-    path, _ = _built(stores, "docstore", corpus)
     store = docstore.open(path / "store.docstore")
     field = corpus.field
     positions = list(range(corpus.n))
