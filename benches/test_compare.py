@@ -393,14 +393,15 @@ def test_fio(benchmark, stores, corpus, iodepth):
     benchmark.pedantic(lambda: None, rounds=1, iterations=1)
 
 
-def _store_dictionary(path) -> bytes:
-    """Section 1 of a store: its offset and length are the second entry of the section table
-    at byte 64 (docs/format.md §3)."""
+def _store_level_and_dictionary(path) -> tuple[int, bytes]:
+    """The compression level a store was written at (header byte 36) and its dictionary
+    (section 1, whose offset and length are the second entry of the section table at byte 64;
+    docs/format.md §3)."""
     with open(path, "rb") as f:
-        f.seek(64 + 24)
-        offset, length = struct.unpack("<QQ", f.read(16))
+        header = f.read(512)
+        (offset, length) = struct.unpack_from("<QQ", header, 64 + 24)
         f.seek(offset)
-        return f.read(length)
+        return header[36], f.read(length)
 
 
 @pytest.mark.benchmark(group="cmp:decode")
@@ -433,8 +434,7 @@ def test_decode(benchmark, stores, corpus):
     del src, dst
     sample = blobs[: min(len(blobs), 200_000)]
     path, _ = _built(stores, "docstore", corpus)
-    dictionary = _store_dictionary(path / "store.docstore")
-    level = docstore.DEFAULT_LEVEL
+    level, dictionary = _store_level_and_dictionary(path / "store.docstore")
     comp = [
         lz4_block.compress(b, mode="high_compression", compression=level, dict=dictionary) for b in sample
     ]
