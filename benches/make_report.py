@@ -103,13 +103,12 @@ WHY = {
 WHY_TARGET = {
     "size:lance": (
         "Lance (format 2.x) compresses pages of many rows together (FSST for strings plus a general "
-        "codec on mini-blocks), which beats one lz4 block per document even with docstore's 64 KiB "
-        "dictionary on short passages and on token ids; its price is random access by the page "
-        "(`take` of one row costs ~0.3 ms, hundreds of times docstore's hot lookup). To win on size "
-        "docstore would need "
-        "a stronger per-document codec (e.g. zstd with a trained dictionary: typically 20-35% smaller "
-        "than lz4 on short texts, decoding ~3x slower) or, for numeric arrays, a delta/varint or "
-        "bit-packing filter before lz4."
+        "codec on mini-blocks), which beats one lz4 block per document even with docstore's trained "
+        "64 KiB dictionary on short passages and on long documents; its price is random access by "
+        "the page (`take` of one row costs ~0.3 ms, hundreds of times docstore's hot lookup). On "
+        "token ids docstore's byte planes beat it. To win on text docstore would need a stronger "
+        "per-document codec (e.g. zstd with a trained dictionary: typically 20-35% smaller than lz4 "
+        "on short texts, decoding ~3x slower)."
     ),
     "size:arrow-ipc:lz4": (
         "Arrow IPC with lz4 compresses each 1024-row buffer as one frame (more context than one "
