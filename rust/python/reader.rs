@@ -14,9 +14,9 @@ use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple, PyType};
-use rayon::prelude::*;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Batches smaller than this decode on the calling thread: waking the pool's threads costs more
 /// than decoding a few dozen short documents (measured ~10x slower for 32 passages on a busy
@@ -215,7 +215,8 @@ impl Reader {
 
 /// `f` over chunks of `items`, each chunk with its own `scratch` (emptied first, grown as
 /// needed, left filled for the caller): on the calling thread for small batches (or when the
-/// pool is set to one thread or busy with another thread's batch), else in parallel on it.
+/// pool is set to one thread or busy with another thread's batch), else on the calling thread
+/// and the pool's together.
 fn in_chunks<T: Sync, S: Default + Clearable + Send, R: Send>(
     items: &[T],
     scratch: &mut Vec<S>,
@@ -245,14 +246,29 @@ fn in_chunks<T: Sync, S: Default + Clearable + Send, R: Send>(
             .map(|(items, s)| f(items, s))
             .collect();
     };
-    pool.install(|| {
-        items
-            .par_chunks(chunk)
-            .zip(scratch.par_iter_mut())
-            .map(|(items, s)| f(items, s))
-            .collect()
-    })
+    // Chunks are claimed in turn by the calling thread and the pool's, each with its scratch.
+    let slots: Vec<Slot<'_, S, R>> = scratch.iter_mut().map(|s| Mutex::new((s, None))).collect();
+    let next = AtomicUsize::new(0);
+    pool.run_with_caller(|| loop {
+        let k = next.fetch_add(1, Ordering::Relaxed);
+        let Some(slot) = slots.get(k) else { break };
+        // Never contended: each chunk index is claimed once.
+        let mut slot = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let (scratch, result) = &mut *slot;
+        let end = (k * chunk + chunk).min(items.len());
+        *result = Some(f(&items[k * chunk..end], scratch));
+    });
+    slots
+        .into_iter()
+        .map(|slot| {
+            let (_, result) = slot.into_inner().unwrap_or_else(|p| p.into_inner());
+            result.expect("every chunk ran")
+        })
+        .collect()
 }
+
+/// One chunk's scratch and, once it has run, its result.
+type Slot<'a, S, R> = Mutex<(&'a mut S, Option<docstore_core::Result<R>>)>;
 
 /// Per-chunk scratch that `in_chunks` empties before use.
 trait Clearable {
