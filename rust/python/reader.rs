@@ -186,9 +186,7 @@ impl Reader {
     ) -> PyResult<Vec<Vec<Option<u64>>>> {
         py.detach(|| {
             in_chunks(keys, batches, |chunk, out| {
-                let positions = store.read_many(chunk, &mut out.records)?;
-                out.texts.prepare(store.schema(), &out.records, select)?;
-                Ok(positions)
+                out.read_keys(store, chunk, select)
             })
         })
         .py_err(py)
@@ -204,8 +202,7 @@ impl Reader {
     ) -> PyResult<()> {
         py.detach(|| {
             in_chunks(positions, batches, |chunk, out| {
-                store.read_records(chunk, &mut out.records)?;
-                out.texts.prepare(store.schema(), &out.records, select)
+                out.read(store, chunk, select)
             })
         })
         .py_err(py)
@@ -638,13 +635,8 @@ impl Reader {
         guard(py, || {
             let mut batches = Batches::take();
             let decoded = batches.single();
-            py.detach(|| {
-                store.read_records(&[pos], &mut decoded.records)?;
-                decoded
-                    .texts
-                    .prepare(store.schema(), &decoded.records, &select)
-            })
-            .py_err(py)?;
+            py.detach(|| decoded.read(&store, &[pos], &select))
+                .py_err(py)?;
             self.build(
                 py,
                 &store,
@@ -751,13 +743,7 @@ impl Reader {
             let decoded = batches.single();
             let found = py
                 .detach(|| match store.position(text.as_bytes())? {
-                    Some(pos) => {
-                        store.read_records(&[pos], &mut decoded.records)?;
-                        decoded
-                            .texts
-                            .prepare(store.schema(), &decoded.records, select)?;
-                        Ok(true)
-                    }
+                    Some(pos) => decoded.read(&store, &[pos], select).map(|()| true),
                     None => Ok(false),
                 })
                 .py_err(py)?;

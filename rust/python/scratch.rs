@@ -1,12 +1,13 @@
-//! Decode buffers that a calling thread reuses from one batch lookup to the next.
+//! Decode buffers (raw records and their strs made ready for Python) that a calling thread reuses
+//! from one batch lookup to the next, and the reads that fill them.
 //!
 //! Fresh buffers for every call cost more than the decoding they hold: glibc serves allocations
 //! over 128 KiB with `mmap`, so every batch of long documents page-faulted (zero-filled) its
 //! whole output on first touch and unmapped it afterwards; measured, that ate the gain of
 //! decoding on two cores. Each thread keeps the batches of its last call instead.
 
-use crate::text::Texts;
-use docstore_core::RecordBatch;
+use crate::text::{Texts, Wants};
+use docstore_core::{Mmap, RecordBatch, Store};
 use std::cell::RefCell;
 use std::ops::{Deref, DerefMut};
 
@@ -22,6 +23,30 @@ pub struct Decoded {
 }
 
 impl Decoded {
+    /// The records at `positions`, their `str` fields that `wanted` wants made ready for Python.
+    pub fn read(
+        &mut self,
+        store: &Store<Mmap>,
+        positions: &[u64],
+        wanted: &impl Wants,
+    ) -> docstore_core::Result<()> {
+        store.read_records(positions, &mut self.records)?;
+        self.texts.prepare(store.schema(), &self.records, wanted)
+    }
+
+    /// Like `read`, by key: the position of each key (`None` when absent); only the records of
+    /// keys found are read.
+    pub fn read_keys(
+        &mut self,
+        store: &Store<Mmap>,
+        keys: &[&[u8]],
+        wanted: &impl Wants,
+    ) -> docstore_core::Result<Vec<Option<u64>>> {
+        let positions = store.read_many(keys, &mut self.records)?;
+        self.texts.prepare(store.schema(), &self.records, wanted)?;
+        Ok(positions)
+    }
+
     pub fn clear(&mut self) {
         self.records.clear();
         self.texts.clear();
