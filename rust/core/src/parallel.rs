@@ -46,10 +46,6 @@ fn default_threads() -> usize {
 pub struct Claim(&'static OwnedPool);
 
 impl Claim {
-    pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
-        self.0.pool.install(f)
-    }
-
     /// Runs `work` on the calling thread and on all but one of the pool's threads at once;
     /// returns when every run has. `work` shares its tasks out itself (an atomic counter, say),
     /// so the calling thread starts at once instead of waiting for sleeping workers to wake,
