@@ -393,6 +393,19 @@ pub fn dictionary_for<'a>(records: impl Iterator<Item = &'a [u8]> + Clone, size:
     crate::dictionary::train(records, size)
 }
 
+/// Bytes of `docs` compressed one by one at `level` against `dict` (for tests).
+#[cfg(test)]
+pub(crate) fn compressed_size(docs: &[Vec<u8>], level: i32, dict: &[u8]) -> usize {
+    let compressor = Compressor::new(level, dict).unwrap();
+    docs.iter()
+        .map(|doc| {
+            let mut blob = Vec::new();
+            compressor.compress(doc, &mut blob);
+            blob.len()
+        })
+        .sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -450,16 +463,7 @@ mod tests {
     fn dictionary_shrinks_short_documents() {
         let docs: Vec<Vec<u8>> = (0..2000).map(text).collect();
         let raw: usize = docs.iter().map(Vec::len).sum();
-        let size = |dict: &[u8]| {
-            let c = Compressor::new(9, dict).unwrap();
-            docs.iter()
-                .map(|d| {
-                    let mut blob = Vec::new();
-                    c.compress(d, &mut blob);
-                    blob.len()
-                })
-                .sum::<usize>()
-        };
+        let size = |dict: &[u8]| compressed_size(&docs, 9, dict);
         let dict = dictionary_for(docs.iter().map(Vec::as_slice), MAX_DICT_SIZE);
         let (plain, with_dict) = (size(&[]), size(&dict));
         assert!(

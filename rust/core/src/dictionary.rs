@@ -157,7 +157,7 @@ pub fn train<'a>(samples: impl Iterator<Item = &'a [u8]> + Clone, size: usize) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codec::Compressor;
+    use crate::codec::compressed_size;
 
     /// Documents that share phrases (as real text does) but no two alike.
     fn corpus() -> Vec<Vec<u8>> {
@@ -187,17 +187,6 @@ mod tests {
             .collect()
     }
 
-    fn compressed_size(docs: &[Vec<u8>], dict: &[u8]) -> usize {
-        let compressor = Compressor::new(3, dict).unwrap();
-        docs.iter()
-            .map(|doc| {
-                let mut out = Vec::new();
-                compressor.compress(doc, &mut out);
-                out.len()
-            })
-            .sum()
-    }
-
     #[test]
     fn holds_segments_of_the_samples_within_its_size_and_is_deterministic() {
         let docs = corpus();
@@ -220,8 +209,8 @@ mod tests {
         let docs = corpus();
         let dict = train(docs.iter().map(Vec::as_slice), 4096);
         let raw: usize = docs.iter().map(Vec::len).sum();
-        let alone = compressed_size(&docs, &[]);
-        let with_dict = compressed_size(&docs, &dict);
+        let alone = compressed_size(&docs, 3, &[]);
+        let with_dict = compressed_size(&docs, 3, &dict);
         assert!(with_dict * 2 < alone, "{with_dict} vs {alone} of {raw}");
     }
 
