@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 import random
 import sys
 import threading
 import time
+
+import pytest
 
 import docstore
 
@@ -181,3 +184,34 @@ def test_lookups_release_the_gil(tmp_path):
         # The other thread gets a core only when the machine has one free: compare with the
         # control rather than with an absolute share.
         assert share > max(0.1, 3 * control), (share, control)
+
+
+def test_switching_thread_counts_reuses_pools(store):
+    """One pool per thread count: switching back and forth starts no new threads."""
+
+    def threads() -> int:
+        return len(os.listdir("/proc/self/task"))
+
+    positions = [i % len(store) for i in range(512)]  # enough for the pool to be used
+    try:
+        for n in (2, 3):
+            docstore.set_num_threads(n)
+            store.take(positions)
+        before = threads()
+        for i in range(20):
+            docstore.set_num_threads(2 + i % 2)
+            assert docstore.get_num_threads() == 2 + i % 2
+            store.take(positions)
+        assert threads() == before
+    finally:
+        docstore.set_num_threads(0)
+
+
+@pytest.mark.parametrize(
+    ("n", "error"), [(-1, ValueError), (10**6, ValueError), (True, TypeError), (2.0, TypeError)]
+)
+def test_bad_thread_counts_are_refused(n, error):
+    before = docstore.get_num_threads()
+    with pytest.raises(error):
+        docstore.set_num_threads(n)
+    assert docstore.get_num_threads() == before

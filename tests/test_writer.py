@@ -367,3 +367,84 @@ def test_fields_in_schema_order_are_reported(tmp_path):
     assert w.fields == {"b": "str", "a": "int64"}
     w.abort()
     assert FIELDS  # the shared schema is non-empty
+
+
+@pytest.mark.parametrize("bad", ["type", "missing id", "duplicate", "bad id"])
+def test_a_rejected_add_many_adds_nothing(tmp_path, bad):
+    """A batch is checked whole before any row goes in, so the corrected batch can be retried."""
+    path = tmp_path / "s"
+    ids, text, n = ["c", "d", "e"], ["C", "D", "E"], [1, 2, 3]
+    if bad == "type":
+        n = [1, "x", 3]
+    elif bad == "missing id":
+        ids = ["c", None, "e"]
+    elif bad == "duplicate":
+        ids = ["c", "d", "c"]
+    else:
+        ids = ["c", "", "e"]
+    error = {"type": docstore.FieldTypeError, "duplicate": docstore.DuplicateKeyError}.get(
+        bad, docstore.InvalidKeyError
+    )
+    with docstore.Writer(path, fields={"text": "str", "n": "int64"}) as w:
+        w.add_many(["a", "b"], {"text": ["A", "B"], "n": [1, 2]})
+        with pytest.raises(error) as info:
+            w.add_many(ids, {"text": text, "n": n})
+        assert w.count == 2 and not w.closed
+        w.add_many(["c", "d", "e"], {"text": ["C", "D", "E"], "n": [3, 4, 5]})
+    if bad == "duplicate":
+        assert info.value.doc_id == "c"
+    assert list(docstore.open(path).keys()) == ["a", "b", "c", "d", "e"]
+
+
+@pytest.mark.parametrize("bad", ["duplicate", "empty id", "invalid utf-8"])
+def test_a_rejected_arrow_batch_adds_nothing(tmp_path, bad):
+    pa = pytest.importorskip("pyarrow")
+    path = tmp_path / "s"
+    ids = pa.array(["c", "d", "c" if bad == "duplicate" else "e"])
+    if bad == "empty id":
+        ids = pa.array(["c", "", "e"])
+    text = pa.array(["C", "D", "E"])
+    if bad == "invalid utf-8":  # Arrow does not check the bytes of a string array built from buffers
+        data = pa.py_buffer(b"CD\xffE")
+        offsets = pa.py_buffer(np.array([0, 1, 3, 4], dtype=np.int32).tobytes())
+        text = pa.Array.from_buffers(pa.string(), 3, [None, offsets, data])
+    error = {
+        "duplicate": docstore.DuplicateKeyError,
+        "empty id": docstore.InvalidKeyError,
+        "invalid utf-8": docstore.SchemaError,
+    }[bad]
+    with docstore.Writer(path, fields={"text": "str"}, batch_bytes=1) as w:
+        w.add_many(pa.array(["a", "b"]), pa.table({"text": ["A", "B"]}))
+        with pytest.raises(error):
+            w.add_many(ids, pa.table({"text": text}))
+        assert w.count == 2
+        w.add_many(pa.array(["c", "d", "e"]), pa.table({"text": ["C", "D", "E"]}))
+    assert [d.text for d in docstore.open(path).values()] == ["A", "B", "C", "D", "E"]
+
+
+def test_a_forked_child_cannot_use_or_remove_its_parents_writer(tmp_path):
+    """The child's copy of a writer has no compression thread and shares the parent's scratch
+    directory: using it fails clearly, dropping it touches nothing, and the parent finishes."""
+    path = tmp_path / "s"
+    w = docstore.Writer(path, fields={"text": "str"})
+    for i in range(1000):
+        w.add(f"k{i}", text="x" * 100)
+    pid = os.fork()
+    if pid == 0:  # the child: report through the exit code, never return into pytest
+        code = 1
+        try:
+            try:
+                w.finish()
+            except docstore.ClosedError as e:
+                code = 0 if "forked child" in str(e) else 2
+            w.abort()
+            del w
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    w.add("last", text="y")
+    w.finish()
+    store = docstore.open(path)
+    assert len(store) == 1001 and store["last"].text == "y"
+    assert leftovers(tmp_path) == ["s"]

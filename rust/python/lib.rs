@@ -12,8 +12,22 @@ use pyo3::prelude::*;
 
 /// Sets the number of threads used for parallel compression and batch decoding (0 = all cores).
 #[pyfunction]
-fn set_num_threads(n: usize) {
-    docstore_core::parallel::set_num_threads(n);
+fn set_num_threads(n: &Bound<'_, PyAny>) -> PyResult<()> {
+    use pyo3::exceptions::{PyTypeError, PyValueError};
+    if n.is_instance_of::<pyo3::types::PyBool>() {
+        return Err(PyTypeError::new_err(
+            "the number of threads must be an int, got bool",
+        ));
+    }
+    let n: i64 = n.extract()?;
+    let max = docstore_core::parallel::MAX_THREADS;
+    let n = usize::try_from(n)
+        .ok()
+        .filter(|&n| n <= max)
+        .ok_or_else(|| {
+            PyValueError::new_err(format!("threads must be 0 (all cores) to {max}, got {n}"))
+        })?;
+    docstore_core::parallel::set_num_threads(n).map_err(|e| PyValueError::new_err(e.to_string()))
 }
 
 /// The number of threads used for parallel work.

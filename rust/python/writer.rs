@@ -3,10 +3,13 @@
 
 use crate::convert::{from_python, Holder};
 use crate::errors::{guard, new_error, IntoPy};
-use docstore_core::{Field, FieldType, Schema, Value, Writer as CoreWriter, WriterOptions};
+use docstore_core::{
+    Field, FieldType, Schema, Value, Writer as CoreWriter, WriterOptions, MAX_DOCS,
+};
 use numpy::PyReadonlyArray1;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -39,29 +42,30 @@ impl Writer {
         py: Python<'py>,
         doc_id: &Bound<'py, PyAny>,
         holder: &mut Holder<'py>,
-        mut lookup: impl FnMut(usize, &str) -> PyResult<Option<Bound<'py, PyAny>>>,
+        lookup: impl FnMut(usize, &str) -> PyResult<Option<Bound<'py, PyAny>>>,
     ) -> PyResult<()> {
-        let key = doc_id.cast::<PyString>().map_err(|_| {
-            let got = doc_id
-                .get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_default();
-            new_error(
-                py,
-                "InvalidKeyError",
-                format!("doc ids must be str, got {got} {doc_id}"),
-            )
-        })?;
-        let key = key.to_str().map_err(|_| {
-            new_error(
-                py,
-                "InvalidKeyError",
-                format!("doc id {doc_id} is not valid Unicode"),
-            )
-        })?;
-        let objects = self
-            .schema
+        let key = key_of(py, doc_id)?;
+        let objects = self.objects_of(py, key, lookup)?;
+        holder.clear();
+        // Values borrow from `objects` and `holder`; they are dropped before either is touched again.
+        let values = convert_all(&self.schema, &objects, holder, key)?;
+        let writer = self.inner(py)?;
+        writer.add(key, &values).py_err(py)?;
+        drop(values);
+        if writer.needs_flush() {
+            self.flush(py)?;
+        }
+        Ok(())
+    }
+
+    /// The Python value of each field, in schema order, from `lookup(index, name)`.
+    fn objects_of<'py>(
+        &self,
+        py: Python<'py>,
+        key: &str,
+        mut lookup: impl FnMut(usize, &str) -> PyResult<Option<Bound<'py, PyAny>>>,
+    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        self.schema
             .fields
             .iter()
             .enumerate()
@@ -74,15 +78,41 @@ impl Writer {
                     )
                 })
             })
-            .collect::<PyResult<Vec<_>>>()?;
-        holder.clear();
-        // Values borrow from `objects` and `holder`; they are dropped before either is touched again.
-        let values = convert_all(&self.schema, &objects, holder, key)?;
-        let writer = self.inner(py)?;
-        writer.add(key, &values).py_err(py)?;
-        drop(values);
-        if writer.needs_flush() {
-            self.flush(py)?;
+            .collect()
+    }
+
+    /// Checks `rows` documents of a batch as `add_one` would, without adding any, so that a bad
+    /// one leaves the writer as it was; also finds an id repeated within the batch.
+    fn check_rows<'py>(
+        &mut self,
+        py: Python<'py>,
+        doc_ids: &[Bound<'py, PyAny>],
+        holder: &mut Holder<'py>,
+        mut lookup: impl FnMut(usize, usize) -> PyResult<Option<Bound<'py, PyAny>>>,
+    ) -> PyResult<()> {
+        self.check_room(py, doc_ids.len())?;
+        let mut seen = HashSet::with_capacity(doc_ids.len());
+        for (row, doc_id) in doc_ids.iter().enumerate() {
+            let key = key_of(py, doc_id)?;
+            if !seen.insert(key) {
+                return Err(docstore_core::Error::DuplicateKey(key.to_owned())).py_err(py);
+            }
+            let objects = self.objects_of(py, key, |i, _| lookup(row, i))?;
+            holder.clear();
+            convert_all(&self.schema, &objects, holder, key)?;
+        }
+        Ok(())
+    }
+
+    /// Fails unless `rows` more documents fit in the store.
+    fn check_room(&mut self, py: Python<'_>, rows: usize) -> PyResult<()> {
+        let count = self.inner(py)?.len();
+        if count.saturating_add(rows as u64) > MAX_DOCS {
+            return Err(new_error(
+                py,
+                "SchemaError",
+                format!("a store holds at most {MAX_DOCS} documents"),
+            ));
         }
         Ok(())
     }
@@ -126,6 +156,35 @@ impl Writer {
                 ),
             )),
         }
+    }
+}
+
+/// The id of a document: a non-empty str, valid Unicode (no lone surrogates).
+fn key_of<'a>(py: Python<'_>, doc_id: &'a Bound<'_, PyAny>) -> PyResult<&'a str> {
+    let key = doc_id.cast::<PyString>().map_err(|_| {
+        let got = doc_id
+            .get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default();
+        new_error(
+            py,
+            "InvalidKeyError",
+            format!("doc ids must be str, got {got} {doc_id}"),
+        )
+    })?;
+    match key.to_str() {
+        Ok("") => Err(new_error(
+            py,
+            "InvalidKeyError",
+            "doc ids must be non-empty strings".into(),
+        )),
+        Ok(key) => Ok(key),
+        Err(_) => Err(new_error(
+            py,
+            "InvalidKeyError",
+            format!("doc id {doc_id:?} is not valid Unicode"),
+        )),
     }
 }
 
@@ -338,10 +397,14 @@ impl Writer {
                 ));
             }
         }
+        let ids: Vec<Bound<'py, PyAny>> = doc_ids.iter().collect();
         let mut holder = Holder::default();
         guard(py, || {
-            for (row, doc_id) in doc_ids.iter().enumerate() {
-                self.add_one(py, &doc_id, &mut holder, |index, _| {
+            self.check_rows(py, &ids, &mut holder, |row, index| {
+                columns[index].get_item(row).map(Some)
+            })?;
+            for (row, doc_id) in ids.iter().enumerate() {
+                self.add_one(py, doc_id, &mut holder, |index, _| {
                     columns[index].get_item(row).map(Some)
                 })?;
             }
@@ -390,6 +453,10 @@ impl Writer {
             .map(|f| (f.ty == FieldType::Str, f.name.clone()))
             .collect();
         guard(py, || {
+            // Every row is checked before any is added, so a bad one leaves the writer as it was.
+            self.check_room(py, ids.len())?;
+            py.detach(|| check_text_rows(&ids, &text, &kinds))
+                .py_err(py)?;
             let mut row = 0;
             while row < ids.len() {
                 let writer = self.inner(py)?;
@@ -398,15 +465,16 @@ impl Writer {
                     .detach(|| -> docstore_core::Result<usize> {
                         let mut values = Vec::with_capacity(text.len());
                         while row < ids.len() && !writer.needs_flush() {
-                            let key = ids.str(row, "doc id")?;
                             values.clear();
-                            for ((is_str, name), column) in kinds.iter().zip(&text) {
+                            for ((is_str, _), column) in kinds.iter().zip(&text) {
                                 values.push(match is_str {
-                                    true => Value::Str(column.str(row, name)?),
+                                    // SAFETY: checked to be UTF-8 by `check_text_rows`.
+                                    true => Value::Str(unsafe { column.str_unchecked(row) }),
                                     false => Value::Bytes(column.get(row)),
                                 });
                             }
-                            writer.add(key, &values)?;
+                            // SAFETY: as above.
+                            writer.add(unsafe { ids.str_unchecked(row) }, &values)?;
                             row += 1;
                         }
                         Ok(row)
@@ -441,6 +509,33 @@ impl Writer {
     }
 }
 
+/// What `Writer::add` would reject in text columns: ids that are empty, repeated or not UTF-8,
+/// `str` values that are not UTF-8.
+fn check_text_rows(
+    ids: &TextColumn<'_>,
+    columns: &[TextColumn<'_>],
+    kinds: &[(bool, String)],
+) -> docstore_core::Result<()> {
+    let mut seen = HashSet::with_capacity(ids.len());
+    for row in 0..ids.len() {
+        let key = ids.str(row, "doc id")?;
+        if key.is_empty() {
+            return Err(docstore_core::Error::InvalidKey(format!(
+                "the doc id of row {row} is empty"
+            )));
+        }
+        if !seen.insert(key) {
+            return Err(docstore_core::Error::DuplicateKey(key.to_owned()));
+        }
+        for ((is_str, name), column) in kinds.iter().zip(columns) {
+            if *is_str {
+                column.str(row, name)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A column of strings as Arrow lays them out: `offsets[i]..offsets[i + 1]` in `data`.
 struct TextColumn<'a> {
     offsets: &'a [i64],
@@ -471,6 +566,13 @@ impl<'a> TextColumn<'a> {
 
     fn get(&self, row: usize) -> &'a [u8] {
         &self.data[self.offsets[row] as usize..self.offsets[row + 1] as usize]
+    }
+
+    /// # Safety
+    /// Row `row` must be valid UTF-8 (`str` said so).
+    unsafe fn str_unchecked(&self, row: usize) -> &'a str {
+        // SAFETY: the caller's promise.
+        unsafe { std::str::from_utf8_unchecked(self.get(row)) }
     }
 
     fn str(&self, row: usize, what: &str) -> docstore_core::Result<&'a str> {

@@ -22,4 +22,4 @@ pub use memmap2::Mmap;
 pub use reader::{DataAccess, RecordBatch, Store};
 pub use record::Value;
 pub use schema::{ElemType, Field, FieldType, Schema};
-pub use writer::{Summary, Writer, WriterOptions};
+pub use writer::{Summary, Writer, WriterOptions, MAX_DOCS};

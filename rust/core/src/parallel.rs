@@ -5,6 +5,10 @@
 //! classic DataLoader hang). Each pool remembers the pid that created it; a process that finds a
 //! pool of another pid builds its own and leaks the inherited one (dropping it would talk to
 //! threads that are not there). No lock is held across calls, so a fork can never inherit one.
+//!
+//! There is one pool per thread count, kept for the life of the process: switching the count
+//! back and forth reuses pools instead of starting threads each time, and a pool is never freed
+//! while another thread may still be inside it.
 
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
@@ -18,7 +22,12 @@ struct OwnedPool {
     claimed: AtomicBool,
 }
 
-static POOL: AtomicPtr<OwnedPool> = AtomicPtr::new(ptr::null_mut());
+/// The most threads a pool may have.
+pub const MAX_THREADS: usize = 1024;
+
+/// `POOLS[n]`: the pool of `n` threads, if built.
+static POOLS: [AtomicPtr<OwnedPool>; MAX_THREADS + 1] =
+    [const { AtomicPtr::new(ptr::null_mut()) }; MAX_THREADS + 1];
 /// 0 means "decide from the environment".
 static REQUESTED_THREADS: AtomicUsize = AtomicUsize::new(0);
 
@@ -39,6 +48,7 @@ fn default_threads() -> usize {
             .and_then(|v| v.trim().parse().ok())
             .filter(|n: &usize| *n > 0)
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .min(MAX_THREADS)
     })
 }
 
@@ -83,9 +93,16 @@ pub fn claim() -> Option<Claim> {
         .map(|_| Claim(owned))
 }
 
-/// Sets the number of threads of the pool (0 returns to the default). Takes effect on next use.
-pub fn set_num_threads(n: usize) {
+/// Sets the number of threads of the pool (0 returns to the default, at most `MAX_THREADS`).
+/// Takes effect on next use.
+pub fn set_num_threads(n: usize) -> crate::Result<()> {
+    if n > MAX_THREADS {
+        return Err(crate::Error::Schema(format!(
+            "at most {MAX_THREADS} threads, got {n}"
+        )));
+    }
     REQUESTED_THREADS.store(n, Ordering::Relaxed);
+    Ok(())
 }
 
 /// This process's pool, built on first use (and again after a fork or a thread count change).
@@ -96,8 +113,9 @@ pub fn pool() -> &'static rayon::ThreadPool {
 fn owned_pool() -> &'static OwnedPool {
     let pid = std::process::id();
     let threads = num_threads();
+    let slot = &POOLS[threads];
     loop {
-        let current = POOL.load(Ordering::Acquire);
+        let current = slot.load(Ordering::Acquire);
         // SAFETY: pools are leaked, never freed, so any pointer ever stored stays valid.
         if let Some(owned) = unsafe { current.as_ref() } {
             if owned.pid == pid && owned.threads == threads {
@@ -115,9 +133,8 @@ fn owned_pool() -> &'static OwnedPool {
             pool,
             claimed: AtomicBool::new(false),
         }));
-        match POOL.compare_exchange(current, fresh, Ordering::AcqRel, Ordering::Acquire) {
-            // The replaced pool is leaked: in a child its threads do not exist, and in the parent
-            // another thread may still be inside it.
+        match slot.compare_exchange(current, fresh, Ordering::AcqRel, Ordering::Acquire) {
+            // The replaced pool (a parent's, after a fork) is leaked: its threads do not exist.
             Ok(_) => return unsafe { &*fresh },
             // Another thread installed one first: ours was never shared, so it can go.
             Err(_) => drop(unsafe { Box::from_raw(fresh) }),
@@ -134,13 +151,18 @@ mod tests {
     fn pool_follows_thread_count_and_serves_one_batch_at_a_time() {
         let sum: u64 = pool().install(|| (0..1000u64).into_par_iter().sum());
         assert_eq!(sum, 499_500);
-        set_num_threads(3);
+        set_num_threads(3).unwrap();
+        let three: *const rayon::ThreadPool = pool();
         assert_eq!(pool().current_num_threads(), 3);
-        set_num_threads(0);
+        set_num_threads(0).unwrap();
         assert_eq!(pool().current_num_threads(), num_threads());
+        set_num_threads(3).unwrap();
+        assert!(std::ptr::eq(three, pool()), "a pool per count, reused");
+        assert!(set_num_threads(MAX_THREADS + 1).is_err());
+        assert_eq!(num_threads(), 3, "a refused count changes nothing");
 
         // One test, not two: tests run in parallel and the thread count is process-wide.
-        set_num_threads(2);
+        set_num_threads(2).unwrap();
         let first = claim().expect("a free pool");
         assert!(claim().is_none(), "the pool is held by the first batch");
         let second = std::thread::spawn(|| claim().is_none()).join().unwrap();
@@ -150,8 +172,8 @@ mod tests {
         );
         drop(first);
         assert!(claim().is_some(), "released when the claim is dropped");
-        set_num_threads(1);
+        set_num_threads(1).unwrap();
         assert!(claim().is_none(), "one thread: always the calling thread");
-        set_num_threads(0);
+        set_num_threads(0).unwrap();
     }
 }

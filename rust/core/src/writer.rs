@@ -19,11 +19,15 @@ use memmap2::MmapMut;
 use rayon::prelude::*;
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, SyncSender};
 use std::thread::JoinHandle;
 use tempfile::TempDir;
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
+
+/// The most documents a store holds (positions are u32, and one value is kept free).
+pub const MAX_DOCS: u64 = u32::MAX as u64 - 1;
 
 #[derive(Clone, Debug)]
 pub struct WriterOptions {
@@ -158,13 +162,17 @@ pub struct Writer {
     schema: Schema,
     options: WriterOptions,
     target: PathBuf,
-    scratch: TempDir,
+    /// Removed when the writer is dropped, except in a forked child (see `Drop`).
+    scratch: ManuallyDrop<TempDir>,
     count: u64,
     raw_bytes: u64,
     batch: Batch,
     keys: KeySorter,
     sender: Option<SyncSender<Batch>>,
     worker: Option<JoinHandle<Result<DataWritten>>>,
+    /// The process that created the writer: a forked child inherits the writer but not its
+    /// compression thread, and its scratch directory is the parent's.
+    pid: u32,
 }
 
 impl Writer {
@@ -223,14 +231,28 @@ impl Writer {
             schema,
             options,
             target,
-            scratch,
+            scratch: ManuallyDrop::new(scratch),
             count: 0,
             raw_bytes: 0,
             batch: Batch::with_capacity(batch_bytes),
             keys,
             sender: Some(sender),
             worker: Some(worker),
+            pid: std::process::id(),
         })
+    }
+
+    /// Refuses work in a forked child: its compression thread exists only in the parent.
+    fn check_process(&self) -> Result<()> {
+        if std::process::id() == self.pid {
+            return Ok(());
+        }
+        Err(Error::Closed(format!(
+            "the writer of {} belongs to the process that created it (pid {}), not to this \
+             forked child",
+            self.target.display(),
+            self.pid
+        )))
     }
 
     pub fn schema(&self) -> &Schema {
@@ -253,10 +275,10 @@ impl Writer {
                 "doc ids must be non-empty strings".into(),
             ));
         }
-        if self.count >= u64::from(u32::MAX) - 1 {
-            return Err(Error::Schema(
-                "a store holds at most 4294967294 documents".into(),
-            ));
+        if self.count >= MAX_DOCS {
+            return Err(Error::Schema(format!(
+                "a store holds at most {MAX_DOCS} documents"
+            )));
         }
         if key.len() > u32::MAX as usize {
             return Err(Error::InvalidKey("doc ids are at most 4 GiB long".into()));
@@ -280,6 +302,7 @@ impl Writer {
     /// Hands the batch to the compression thread (blocks while two batches are already queued)
     /// and spills the keys when their buffer is full.
     pub fn flush(&mut self) -> Result<()> {
+        self.check_process()?;
         if !self.batch.ends.is_empty() {
             // The next batch gets its full size at once: growing it by doubling would copy it.
             let next = Batch::with_capacity(self.options.batch_bytes);
@@ -320,6 +343,7 @@ impl Writer {
 
     /// Completes the store and moves it to the target path.
     pub fn finish(mut self) -> Result<Summary> {
+        self.check_process()?;
         self.flush()?;
         self.sender = None; // ends the worker's loop
         let written = match self.worker.take().map(JoinHandle::join) {
@@ -458,11 +482,18 @@ impl Writer {
 
 impl Drop for Writer {
     /// An unfinished writer leaves nothing behind: the worker stops and the scratch dir goes.
+    /// In a forked child both are the parent's, so they are left alone.
     fn drop(&mut self) {
+        if std::process::id() != self.pid {
+            std::mem::forget(self.worker.take());
+            return;
+        }
         self.sender = None;
         if let Some(worker) = self.worker.take() {
             let _ = worker.join();
         }
+        // SAFETY: dropped once, here; never used again.
+        unsafe { ManuallyDrop::drop(&mut self.scratch) };
     }
 }
 
