@@ -120,6 +120,21 @@ def test_info_get_verify(tmp_path):
         ("dups", ["build", "{tmp}/dups.jsonl", "-o", "{tmp}/x", "--id-field", "nope"], "no id field"),
         (None, ["build", "{tmp}/in.txt", "-o", "{tmp}/x"], "--format"),
         ("mixed", ["build", "{tmp}/mixed.jsonl", "-o", "{tmp}/x"], 'field "n" is int64, got str'),
+        (
+            "null",
+            ["build", "{tmp}/null.jsonl", "-o", "{tmp}/x"],
+            "null.jsonl:2: a record must be a JSON object",
+        ),
+        (
+            "list",
+            ["build", "{tmp}/list.jsonl", "-o", "{tmp}/x"],
+            "list.jsonl:1: a record must be a JSON object",
+        ),
+        (
+            "truncated",
+            ["build", "{tmp}/cut.jsonl.gz", "-o", "{tmp}/x"],
+            "cut.jsonl.gz: cannot read it as jsonl",
+        ),
     ],
 )
 def test_user_mistakes_print_one_line_and_exit_nonzero(tmp_path, setup, args, message):
@@ -131,6 +146,13 @@ def test_user_mistakes_print_one_line_and_exit_nonzero(tmp_path, setup, args, me
         (tmp_path / "bad.jsonl").write_text('{"doc_id": "a", "t": "x"}\n{not json\n')
     elif setup == "mixed":
         write_jsonl(tmp_path / "mixed.jsonl", [{"doc_id": "a", "n": 1}, {"doc_id": "b", "n": "2"}])
+    elif setup == "null":
+        (tmp_path / "null.jsonl").write_text('{"doc_id": "a", "t": "x"}\nnull\n')
+    elif setup == "list":
+        (tmp_path / "list.jsonl").write_text("[1, 2]\n")
+    elif setup == "truncated":
+        whole = gzip.compress("".join(json.dumps(r) + "\n" for r in RECORDS).encode())
+        (tmp_path / "cut.jsonl.gz").write_bytes(whole[: len(whole) // 2])
     out = cli(*(a.format(tmp=tmp_path) for a in args))
     assert out.returncode == 1
     assert message in out.stderr
@@ -142,3 +164,60 @@ def test_demo_runs_on_a_small_corpus(tmp_path):
     out = cli("demo", "--docs", "3000", "--dir", str(tmp_path))
     assert out.returncode == 0, out.stderr
     assert "docstore" in out.stdout and "lookups/s" in out.stdout
+
+
+def test_export_then_build_with_the_stores_fields_round_trips_every_type(tmp_path):
+    """`info --fields` gives `build --fields` what JSON cannot say (bytes, array dtypes); NaN and
+    infinities go out as strings, so the export is strict JSON, and come back as floats."""
+    import numpy as np
+
+    records = [
+        {
+            "id": f"k{i}",
+            "b": bytes([i, 0, 255]),
+            "t": np.array([i, 65535], np.uint16),
+            "f": np.array([0.1, float("nan") if i % 2 else float("-inf")], np.float32),
+            "x": float("inf") if i == 3 else i / 3,
+        }
+        for i in range(50)
+    ]
+    docstore.build(tmp_path / "a", records, id_field="id")
+    exported = cli("export", str(tmp_path / "a"), "--id-field", "id")
+    assert exported.returncode == 0, exported.stderr
+    lines = [
+        json.loads(line, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+        for line in exported.stdout.splitlines()
+    ]
+    assert lines[3]["id"] == "k3" and lines[3]["x"] == "inf" and list(lines[0]) == ["id", "b", "t", "f", "x"]
+    (tmp_path / "a.jsonl").write_text(exported.stdout, encoding="utf-8")
+    spec = cli("info", str(tmp_path / "a"), "--fields")
+    assert spec.stdout.strip() == "b:bytes,t:uint16[],f:float32[],x:float64"
+    built = cli(
+        "build",
+        str(tmp_path / "a.jsonl"),
+        "-o",
+        str(tmp_path / "b"),
+        "--id-field",
+        "id",
+        "--fields",
+        spec.stdout.strip(),
+    )
+    assert built.returncode == 0, built.stderr
+    a, b = docstore.open(tmp_path / "a"), docstore.open(tmp_path / "b")
+    assert a.fields == b.fields and list(a.keys()) == list(b.keys())
+    for x, y in zip(a.values(), b.values()):
+        assert (x.b, x.t.tolist(), x.x) == (y.b, y.t.tolist(), y.x)
+        np.testing.assert_array_equal(x.f, y.f)
+    assert cli("export", str(tmp_path / "a"), "--id-field", "b").returncode == 1
+
+
+def test_csv_with_a_byte_order_mark(tmp_path):
+    (tmp_path / "bom.csv").write_bytes("\ufeffdoc_id,text\na,x\nb,y\n".encode())
+    out = cli("build", str(tmp_path / "bom.csv"), "-o", str(tmp_path / "s"))
+    assert out.returncode == 0, out.stderr
+    assert docstore.open(tmp_path / "s")["b"].text == "y"
+
+
+def test_demo_needs_at_least_one_document(tmp_path):
+    out = cli("demo", "--docs", "0", "--dir", str(tmp_path))
+    assert out.returncode == 2 and "must be at least 1" in out.stderr and "Traceback" not in out.stderr

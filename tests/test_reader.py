@@ -336,6 +336,18 @@ def test_pickles_as_its_path_before_and_after_use(store_path, oracle):
     assert again[doc_id].text == oracle[doc_id]["text"]
 
 
+def test_a_store_opened_by_a_relative_path_unpickles_from_any_directory(
+    store_path, oracle, monkeypatch, tmp_path
+):
+    store_path = Path(store_path)
+    monkeypatch.chdir(store_path.parent)
+    store = docstore.open(store_path.name)
+    assert store.path == store_path
+    monkeypatch.chdir(tmp_path)  # e.g. a training script that moves to its output directory
+    again = pickle.loads(pickle.dumps(store))
+    assert len(again) == len(oracle) and again.path == store_path
+
+
 def test_open_errors_are_clear(tmp_path):
     with pytest.raises(docstore.StoreNotFoundError):
         docstore.open(tmp_path / "nothing-here")

@@ -8,9 +8,11 @@ import csv
 import gzip
 import io
 import json
+import math
 import os
 import sys
 import time
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -42,9 +44,10 @@ def _detect_format(path: str) -> str:
 def _open_text(path: str) -> io.TextIOBase:
     if path == "-":
         return sys.stdin  # type: ignore[return-value]
+    # utf-8-sig: a byte-order mark (Excel, many exporters) is not part of the first column's name
     if path.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8", newline="")  # type: ignore[return-value]
-    return open(path, encoding="utf-8", newline="")
+        return gzip.open(path, "rt", encoding="utf-8-sig", newline="")  # type: ignore[return-value]
+    return open(path, encoding="utf-8-sig", newline="")
 
 
 def _read_records(path: str, fmt: str, columns: list[str] | None) -> Iterator[dict[str, Any]]:
@@ -61,9 +64,13 @@ def _read_records(path: str, fmt: str, columns: list[str] | None) -> Iterator[di
             for line_no, line in enumerate(f, 1):
                 if line.strip():
                     try:
-                        yield json.loads(line)
+                        record = json.loads(line)
                     except json.JSONDecodeError as exc:
                         raise UsageError(f"{path}:{line_no}: invalid JSON: {exc}") from None
+                    if not isinstance(record, dict):
+                        got = "null" if record is None else type(record).__name__
+                        raise UsageError(f"{path}:{line_no}: a record must be a JSON object, got {got}")
+                    yield record
             return
         delimiter = "\t" if fmt == "tsv" else ","
         # MS MARCO-style TSV has no quoting: quotes are part of the text.
@@ -92,7 +99,10 @@ def _parse_fields(spec: str | None) -> dict[str, str] | None:
 
 
 def _coerce(value: Any, ty: str) -> Any:
-    """Values from text formats (and base64 bytes from JSON) into their field's type."""
+    """Values from text formats (and from JSON: base64 bytes, non-finite floats written as
+    strings by ``export``) into their field's type."""
+    if isinstance(value, list) and ty in ("float32[]", "float64[]"):
+        return [float(v) if isinstance(v, str) else v for v in value]
     if not isinstance(value, str) or ty == "str":
         return value
     if ty == "bytes":
@@ -124,8 +134,11 @@ def cmd_build(args: argparse.Namespace) -> int:
     def records() -> Iterator[tuple[dict[str, Any], str]]:
         for path in args.inputs:
             fmt = args.format or _detect_format(path)
-            for record in _read_records(path, fmt, columns):
-                yield record, fmt
+            try:
+                for record in _read_records(path, fmt, columns):
+                    yield record, fmt
+            except (EOFError, zlib.error, csv.Error, UnicodeDecodeError) as exc:  # a broken file
+                raise UsageError(f"{path}: cannot read it as {fmt}: {exc}") from None
 
     iterator = records()
     first = next(iterator, None)
@@ -142,7 +155,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     coerce = {
         "tsv": {n: t for n, t in fields.items() if t != "str"},
         "csv": {n: t for n, t in fields.items() if t != "str"},
-        "jsonl": {n: t for n, t in fields.items() if t == "bytes"},
+        "jsonl": {n: t for n, t in fields.items() if t in ("bytes", "float64", "float32[]", "float64[]")},
         "parquet": {},
     }
     count = 0
@@ -179,20 +192,35 @@ def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
     yield from rest
 
 
+def _finite(x: float) -> float | str:
+    """JSON has no NaN or infinities: they go out as the strings Python's ``float()`` reads."""
+    return x if math.isfinite(x) else str(x)
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, np.ndarray):
+        if value.dtype.kind == "f" and not np.isfinite(value).all():
+            return [_finite(x) for x in value.tolist()]
         return value.tolist()
     if isinstance(value, bytes):
         return base64.b64encode(value).decode("ascii")
+    if isinstance(value, float):
+        return _finite(value)
     return value
 
 
-def _doc_json(doc: Any) -> str:
-    return json.dumps({k: _jsonable(v) for k, v in doc._asdict().items()}, ensure_ascii=False)
+def _doc_json(doc: Any, id_field: str = "doc_id") -> str:
+    record = {k: _jsonable(v) for k, v in doc._asdict().items()}
+    if id_field != "doc_id":
+        record = {id_field: record.pop("doc_id"), **record}
+    return json.dumps(record, ensure_ascii=False, allow_nan=False)
 
 
 def cmd_info(args: argparse.Namespace) -> int:
     info = open_store(args.store).info()
+    if args.fields:  # the form `build --fields` takes
+        print(",".join(f"{name}:{ty}" for name, ty in info["fields"].items()))
+        return 0
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
@@ -234,8 +262,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     store = open_store(args.store)
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
     try:
+        if args.id_field in store.fields:
+            raise UsageError(f"--id-field {args.id_field!r} is already a field of the store")
         for doc in store.values():
-            out.write(_doc_json(doc))
+            out.write(_doc_json(doc, args.id_field))
             out.write("\n")
     finally:
         if out is not sys.stdout:
@@ -248,6 +278,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     run(docs=args.docs, directory=args.dir)
     return 0
+
+
+def _positive(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -269,6 +306,11 @@ def make_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("info", help="count, fields, sizes and codec of a store")
     p.add_argument("store")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument(
+        "--fields",
+        action="store_true",
+        help="print only the field types, as `build --fields` takes them (to rebuild an export)",
+    )
     p.set_defaults(func=cmd_info)
 
     p = sub.add_parser("get", help="print documents by id as JSON lines")
@@ -280,13 +322,18 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("store")
     p.set_defaults(func=cmd_verify)
 
-    p = sub.add_parser("export", help="print every document as JSON lines, in insertion order")
+    p = sub.add_parser(
+        "export",
+        help="print every document as JSON lines, in insertion order (bytes as base64, "
+        "NaN and infinities as strings)",
+    )
     p.add_argument("store")
     p.add_argument("-o", "--output", help="write to a file instead of stdout")
+    p.add_argument("--id-field", default="doc_id", help="name of the id in each record (default: doc_id)")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("demo", help="build a sample corpus and compare lookups with a dict and ir_datasets")
-    p.add_argument("--docs", type=int, default=200_000, help="documents in the sample corpus")
+    p.add_argument("--docs", type=_positive, default=200_000, help="documents in the sample corpus")
     p.add_argument("--dir", help="where to put the files (default: a temporary directory)")
     p.set_defaults(func=cmd_demo)
     return parser

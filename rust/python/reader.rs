@@ -412,6 +412,9 @@ impl Reader {
                 )))
             }
         };
+        // Absolute, so that a pickled store reopens the same file whatever the working directory
+        // of the process that unpickles it (or of this one, later).
+        let path = std::path::absolute(&path).unwrap_or(path);
         guard(py, || {
             let store = py
                 .detach(|| Store::open_with(&path, access))
@@ -442,7 +445,7 @@ impl Reader {
         })
     }
 
-    /// The path the store was opened from.
+    /// The path the store was opened from, made absolute.
     #[getter]
     fn path(&self) -> PathBuf {
         self.path.clone()
