@@ -65,6 +65,8 @@ def test_field_selection_returns_plain_values(store, oracle):
     assert store.take([3, 1], field="score") == [oracle[ids[3]]["score"], oracle[ids[1]]["score"]]
     with pytest.raises(docstore.SchemaError, match="no field .nope."):
         store.get(doc_id, field="nope")
+    assert store.get(doc_id, field="doc_id") == doc_id and store.at(1, field="doc_id") == ids[1]
+    assert store.take([2, 0], field="doc_id") == [ids[2], ids[0]]
 
 
 def test_several_fields_come_back_as_tuples(store, oracle):
@@ -89,6 +91,18 @@ def test_positions_of_many_ids(store, oracle):
     assert got.dtype == np.int64
     assert got.tolist() == [5, -1, 0, -1, len(ids) - 1, *range(100, 1100)]
     assert store.positions([]).tolist() == []
+
+
+def test_one_str_where_ids_are_expected_is_refused(store, oracle):
+    """A str is an iterable of characters: read as ids, it would silently find nothing."""
+    doc_id = next(iter(oracle))
+    for call in (store.get_many, store.positions, lambda i: list(store.get_many_iter(i))):
+        with pytest.raises(TypeError, match="one str"):
+            call(doc_id)
+    assert list(store.get_many_iter([doc_id], fields=["doc_id", "label"])) == [
+        (doc_id, oracle[doc_id]["label"])
+    ]
+    assert next(store.values(fields=["doc_id"])) == (doc_id,)
 
 
 def test_get_many_keeps_request_order_and_omits_missing(store, oracle):
@@ -237,6 +251,7 @@ def test_position_access(store, oracle):
     positions = [5, 0, 5, len(ids) - 1, -2]
     assert [d.doc_id for d in store.take(positions)] == [ids[p] for p in positions]
     assert [d.doc_id for d in store.take(np.arange(40, 140))] == ids[40:140]
+    assert store.take((p for p in (3, 1)), field="doc_id") == [ids[3], ids[1]]  # any iterable
     with pytest.raises(IndexError):
         store.at(len(ids))
     with pytest.raises(IndexError):

@@ -6,6 +6,7 @@ import copy
 import multiprocessing
 import pickle
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -137,6 +138,9 @@ def test_rejects_unknown_fields_and_bad_arguments(store_path):
         DocDataset(store_path + ".missing")
     with pytest.raises(TypeError):
         DocDataset(42)
+    with pytest.raises(TypeError):
+        PairDataset(store_path, fields="text")
+    assert DocDataset(store_path, field="doc_id")[1] == docstore.open(store_path).at(1).doc_id
 
 
 # --------------------------------------------------------------------------------------------
@@ -398,6 +402,11 @@ def test_triplet_errors(store_path, triplet_data):
         TripletDataset(store_path, queries, qrels, negatives="bm25")
     with pytest.raises(ValueError):
         TripletDataset(store_path, queries, {})
+    one = docstore.build(
+        Path(store_path).parent / "one-doc", [{"doc_id": "d", "text": "x"}], overwrite=True
+    )  # the only negative would be the positive
+    with pytest.raises(ValueError, match="at least 2 documents"):
+        TripletDataset(one.path, {"q": "x"}, {"q": ["d"]})
     with pytest.raises(IndexError):
         TripletDataset(store_path, queries, qrels).positions([10_000])
 
@@ -532,6 +541,11 @@ def test_token_dataset_arguments(token_store):
         TokenDataset(token_store, stride=2)
     with pytest.raises(ValueError):
         TokenDataset(token_store, seq_len=0)
+    for bad in ({"seq_len": 4.5}, {"seq_len": 4, "stride": 2.5}):  # at construction, not in a worker
+        with pytest.raises(TypeError):
+            TokenDataset(token_store, **bad)
+    with pytest.raises(TypeError, match="no numpy equivalent"):
+        TokenDataset(token_store, dtype=torch.bfloat16)
     packed = TokenDataset(token_store, seq_len=4, pack=True, sep=65535)
     assert packed.__getitems__([]) == []
     with pytest.raises(IndexError):

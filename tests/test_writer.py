@@ -84,6 +84,10 @@ def test_arrays_accept_lists_and_other_dtypes_when_lossless(tmp_path):
         ({"t": "int32[]"}, [[1, 2]], "one dimension"),
         ({"t": "int32[]"}, 5, "got int"),
         ({"t": "int32[]"}, ["a"], "elements of type"),
+        ({"t": "int32[]"}, [[1], [1, 2]], "numpy cannot read"),
+        ({"t": "float32[]"}, [1e300, 0.5], "too large for float32"),
+        ({"t": "float64[]"}, [2**60 + 1], "cannot hold exactly"),
+        ({"t": "float32[]"}, np.array([2**24 + 1]), "cannot hold exactly"),
     ],
 )
 def test_wrong_types_are_field_type_errors_naming_doc_and_field(tmp_path, fields, value, message):
@@ -448,3 +452,23 @@ def test_a_forked_child_cannot_use_or_remove_its_parents_writer(tmp_path):
     store = docstore.open(path)
     assert len(store) == 1001 and store["last"].text == "y"
     assert leftovers(tmp_path) == ["s"]
+
+
+def test_build_rejects_none_records_and_mappings_instead_of_dropping_them(tmp_path):
+    with pytest.raises(docstore.SchemaError, match="got NoneType"):
+        docstore.build(tmp_path / "a", [None, {"doc_id": "a", "t": "x"}], fields={"t": "str"})
+    with pytest.raises(TypeError, match="not a mapping"):
+        docstore.build(tmp_path / "b", {"a": {"doc_id": "a", "t": "x"}})
+    assert leftovers(tmp_path) == []
+
+
+def test_add_takes_any_mapping_and_add_many_refuses_one_str(tmp_path):
+    import types
+
+    with docstore.Writer(tmp_path / "s", fields={"t": "str"}) as w:
+        w.add("a", types.MappingProxyType({"t": "x"}))
+        with pytest.raises(TypeError, match="dict of field values"):
+            w.add("b", 5)
+        with pytest.raises(TypeError, match="one str"):
+            w.add_many("rs", {"t": ["R", "S"]})
+    assert list(docstore.open(tmp_path / "s").keys()) == ["a"]

@@ -1,7 +1,9 @@
 """Conversion of array-like field values to the exact numpy dtype of their field.
 
 Rust takes numpy arrays of the exact dtype without copying; anything else comes here. Values are
-converted only when nothing is lost: floats never go into integer fields, and integers must fit.
+converted only when nothing is lost: floats never go into integer fields, integers must fit (in a
+float field, exactly), and floats must not overflow float32. Rounding a float64 to the nearest
+float32 is the one loss allowed: it is what a float32 field is for.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ from .errors import FieldTypeError
 def as_array(value: Any, dtype: str, doc_id: str, field: str) -> np.ndarray:
     target = np.dtype(dtype)
     where = f"doc {doc_id!r}: field {field!r} is {dtype}[]"
-    if isinstance(value, (str, bytes, bytearray, dict)) or np.ndim(value) == 0:
+    if isinstance(value, (str, bytes, bytearray, dict)):
         raise FieldTypeError(f"{where}, got {type(value).__name__}")
     try:
         array = np.asarray(value)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError) as exc:  # ragged lists, among others
         raise FieldTypeError(f"{where}, got a value numpy cannot read: {exc}") from None
+    if array.ndim == 0:
+        raise FieldTypeError(f"{where}, got {type(value).__name__}")
     if array.ndim != 1:
         raise FieldTypeError(f"{where}, got an array of shape {array.shape} (one dimension expected)")
     if array.size == 0:
@@ -36,4 +40,13 @@ def as_array(value: Any, dtype: str, doc_id: str, field: str) -> np.ndarray:
         info = np.iinfo(target)
         if array.min() < info.min or array.max() > info.max:
             raise FieldTypeError(f"{where}, got elements outside [{info.min}, {info.max}]")
-    return np.ascontiguousarray(array, dtype=target)
+        return np.ascontiguousarray(array, dtype=target)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is detected below
+        converted = np.ascontiguousarray(array, dtype=target)
+        if array.dtype.kind in "iu":
+            exact = np.isfinite(converted).all() and np.array_equal(converted.astype(array.dtype), array)
+            if not exact:
+                raise FieldTypeError(f"{where}, got integers that {dtype} cannot hold exactly")
+        elif np.isinf(converted).sum() != np.isinf(array).sum():
+            raise FieldTypeError(f"{where}, got elements too large for {dtype}")
+    return converted

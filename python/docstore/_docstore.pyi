@@ -3,7 +3,7 @@
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, SupportsIndex
 
 import numpy as np
 import numpy.typing as npt
@@ -51,7 +51,11 @@ class Reader:
     ) -> dict[str, Any]: ...
     def at(self, index: int, *, field: str | None = None, fields: Sequence[str] | None = None) -> Any: ...
     def take(
-        self, positions: Sequence[int], *, field: str | None = None, fields: Sequence[str] | None = None
+        self,
+        positions: Iterable[SupportsIndex],
+        *,
+        field: str | None = None,
+        fields: Sequence[str] | None = None,
     ) -> list[Any]: ...
     def keys_range(self, start: int, stop: int) -> list[str]: ...
     def _info(self) -> dict[str, int]: ...

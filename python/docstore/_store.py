@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterable, Iterator, KeysView, Mapping
+from collections.abc import Iterable, Iterator, KeysView, Mapping, Sequence
 from typing import Any
 
 from ._docstore import Reader
@@ -43,26 +43,31 @@ class DocStore(Reader):
         """Doc ids in insertion order (a live view: ``len``, ``in`` and iteration)."""
         return KeysView(self)  # type: ignore[arg-type]
 
-    def values(self, *, field: str | None = None) -> Iterator[Any]:
-        """Documents (or one field's values) in insertion order, decoded in parallel chunks."""
+    def values(self, *, field: str | None = None, fields: Sequence[str] | None = None) -> Iterator[Any]:
+        """Documents (or one field's values, or tuples of fields) in insertion order, decoded in
+        parallel chunks."""
         for start in range(0, len(self), _CHUNK):
-            yield from self.take(range(start, min(start + _CHUNK, len(self))), field=field)
+            yield from self.take(range(start, min(start + _CHUNK, len(self))), field=field, fields=fields)
 
     def items(self) -> Iterator[tuple[str, Any]]:
         """``(doc_id, doc)`` pairs in insertion order."""
         for doc in self.values():
             yield doc.doc_id, doc
 
-    def get_many_iter(self, doc_ids: Iterable[str], *, field: str | None = None) -> Iterator[Any]:
+    def get_many_iter(
+        self, doc_ids: Iterable[str], *, field: str | None = None, fields: Sequence[str] | None = None
+    ) -> Iterator[Any]:
         """Documents of ``doc_ids`` in request order, missing ids skipped (ir_datasets-style)."""
+        if isinstance(doc_ids, str):
+            raise TypeError("expected a collection of doc ids, got one str (for one id, use get() or [])")
         batch: list[str] = []
         for doc_id in doc_ids:
             batch.append(doc_id)
             if len(batch) == _CHUNK:
-                yield from self.get_many(batch, field=field).values()
+                yield from self.get_many(batch, field=field, fields=fields).values()
                 batch = []
         if batch:
-            yield from self.get_many(batch, field=field).values()
+            yield from self.get_many(batch, field=field, fields=fields).values()
 
     def info(self) -> dict[str, Any]:
         """Count, fields, raw and stored bytes, compression ratio, codec and format version."""

@@ -67,6 +67,8 @@ class Writer(_Writer):
         (a 2-D array for an array field gives one row per document) or pyarrow arrays. A pyarrow
         ``RecordBatch`` or ``Table`` works as ``columns``, or alone with its ids in ``id_field``.
         """
+        if isinstance(doc_ids, (str, bytes)):
+            raise TypeError("add_many takes a collection of doc ids, got one str; use add() for one document")
         if columns is None:
             if not _is_arrow_table(doc_ids):
                 raise SchemaError("add_many needs columns, or a pyarrow Table/RecordBatch with an id column")
@@ -198,18 +200,23 @@ def build(
     Field types are inferred from the first record when ``fields`` is not given. ``options`` go to
     :class:`Writer` (``overwrite``, ``level``, ``dict_size`` ...).
     """
+    if isinstance(records, Mapping):
+        raise TypeError("build() takes an iterable of records, not a mapping; pass its .values()")
     iterator = iter(records)
-    first = next(iterator, None)
+    first = next(iterator, _NONE)
     if fields is None:
-        if first is None:
+        if first is _NONE:
             raise SchemaError("cannot infer fields from no records; pass fields={...}")
         sample = _as_dict(first)
         if id_field not in sample:
             raise SchemaError(f"record has no id field {id_field!r}: {sample!r:.200}")
         fields = {k: infer_type(k, v) for k, v in sample.items() if k != id_field}
     with Writer(path, dict(fields), **options) as writer:
-        if first is not None:
+        if first is not _NONE:
             add = writer.add_record
             for record in itertools.chain([first], iterator):
                 add(record if type(record) is dict else _as_dict(record), id_field)
     return open_store(path)
+
+
+_NONE = object()  # no first record (None is a record, if a bad one)

@@ -225,7 +225,7 @@ class DocDataset(_StoreDataset):
             raise ValueError("give field= or fields=, not both")
         if isinstance(fields, str):
             raise TypeError("fields must be a sequence of names; use field= for one field")
-        self.field = None if field is None else self._check_field(field)
+        self.field = field if field in (None, "doc_id") else self._check_field(field)
         if fields is not None:
             fields = tuple(f if f == "doc_id" else self._check_field(f) for f in fields)
         self.fields = fields
@@ -446,6 +446,8 @@ class TripletDataset(_StoreDataset):
         if isinstance(negatives, str):
             if negatives != "random":
                 raise ValueError(f"negatives must be 'random' or a mapping, got {negatives!r}")
+            if len(self._pair_pos) and len(store) < 2:
+                raise ValueError("random negatives need a store of at least 2 documents")
             self.negatives = "random"
             self._hard_offsets: np.ndarray | None = None
             self._hard_pos = np.zeros(0, dtype=np.int64)
@@ -547,6 +549,8 @@ class PairDataset(_StoreDataset):
         input_example: bool | None = None,
     ) -> None:
         super().__init__(store_or_path)
+        if isinstance(fields, str):
+            raise TypeError("fields must be a sequence of names, e.g. ('sentence1', 'sentence2')")
         self.fields = tuple(self._check_field(f) for f in fields)
         self.label_field = None if label_field is None else self._check_field(label_field)
         if input_example is None:
@@ -576,7 +580,10 @@ class PairDataset(_StoreDataset):
 def _numpy_dtype(dtype: torch.dtype | None) -> np.dtype | None:
     if dtype is None:
         return None
-    return torch.empty(0, dtype=dtype).numpy().dtype
+    try:
+        return torch.empty(0, dtype=dtype).numpy().dtype
+    except TypeError:  # bfloat16, complex32 ...
+        raise TypeError(f"dtype={dtype} has no numpy equivalent; use an integer or float dtype") from None
 
 
 def _scan_lengths(store: DocStore, field: str) -> np.ndarray:
@@ -637,6 +644,10 @@ class TokenDataset(_StoreDataset):
         self.field = self._check_field(field, _NUMERIC_ARRAY)
         self.dtype = dtype
         self._np_dtype = _numpy_dtype(dtype)
+        # Checked here, not in a DataLoader worker at the first batch.
+        seq_len = None if seq_len is None else operator.index(seq_len)
+        stride = None if stride is None else operator.index(stride)
+        sep = None if sep is None or isinstance(sep, bool) else operator.index(sep)
         self.seq_len = seq_len
         self.partial = partial
         self.pack = pack

@@ -27,6 +27,8 @@ const CHUNK: usize = 64;
 
 enum Select {
     Doc,
+    /// `field="doc_id"`.
+    Key,
     One(usize),
     /// Field indices; `None` is the doc id.
     Many(Vec<Option<usize>>),
@@ -37,6 +39,7 @@ impl Wants for Select {
     fn wants(&self, index: usize) -> bool {
         match self {
             Select::Doc => true,
+            Select::Key => false,
             Select::One(one) => *one == index,
             Select::Many(indices) => indices.contains(&Some(index)),
         }
@@ -92,6 +95,7 @@ impl Reader {
                 "SchemaError",
                 "give field= or fields=, not both".into(),
             )),
+            (Some("doc_id"), None) => Ok(Select::Key),
             (Some(name), None) => Ok(Select::One(self.field_index(py, name)?)),
             (None, Some(names)) => {
                 let indices = names
@@ -119,6 +123,7 @@ impl Reader {
     ) -> PyResult<Bound<'py, PyAny>> {
         let schema = store.schema();
         match select {
+            Select::Key => key(),
             Select::One(index) => raw_to_python(
                 py,
                 record::raw_field(schema, raw, *index).py_err(py)?,
@@ -208,6 +213,16 @@ impl Reader {
         .py_err(py)
         .map(drop)
     }
+}
+
+/// The items of a collection of doc ids; one str is refused (it would be read as its characters).
+fn ids_of<'py>(doc_ids: &Bound<'py, PyAny>) -> PyResult<Bound<'py, pyo3::types::PyIterator>> {
+    if doc_ids.is_instance_of::<PyString>() {
+        return Err(pyo3::exceptions::PyTypeError::new_err(
+            "expected a collection of doc ids, got one str (for one id, use get() or [])",
+        ));
+    }
+    doc_ids.try_iter()
 }
 
 /// `f` over chunks of `items`, each chunk with its own `scratch` (emptied first, grown as
@@ -549,7 +564,7 @@ impl Reader {
         doc_ids: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyArray1<i64>>> {
         let store = self.store(py)?;
-        let objects: Vec<Bound<'py, PyAny>> = doc_ids.try_iter()?.collect::<PyResult<_>>()?;
+        let objects: Vec<Bound<'py, PyAny>> = ids_of(doc_ids)?.collect::<PyResult<_>>()?;
         let keys: Vec<&[u8]> = objects
             .iter()
             .map(|o| {
@@ -588,8 +603,7 @@ impl Reader {
         let store = self.store(py)?;
         let select = self.select(py, field, fields)?;
         // Keep the id objects: they become the dict keys and doc.doc_id without new strings.
-        let objects: Vec<Bound<'py, PyString>> = doc_ids
-            .try_iter()?
+        let objects: Vec<Bound<'py, PyString>> = ids_of(doc_ids)?
             .filter_map(|id| id.map(|id| id.cast_into::<PyString>().ok()).transpose())
             .collect::<PyResult<_>>()?;
         let keys: Vec<&[u8]> = objects
@@ -656,12 +670,20 @@ impl Reader {
     fn take<'py>(
         &self,
         py: Python<'py>,
-        positions: Vec<i64>,
+        positions: &Bound<'py, PyAny>,
         field: Option<&str>,
         fields: Option<Vec<String>>,
     ) -> PyResult<Bound<'py, PyList>> {
         let store = self.store(py)?;
         let select = self.select(py, field, fields)?;
+        let positions = match positions.extract::<Vec<i64>>() {
+            Ok(positions) => positions,
+            // Any other iterable of ints: a generator, a torch tensor ...
+            Err(_) => positions
+                .try_iter()?
+                .map(|i| i?.extract::<i64>())
+                .collect::<PyResult<_>>()?,
+        };
         let positions = positions
             .into_iter()
             .map(|i| Self::resolve_position(&store, i))

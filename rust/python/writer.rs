@@ -188,6 +188,22 @@ fn key_of<'a>(py: Python<'_>, doc_id: &'a Bound<'_, PyAny>) -> PyResult<&'a str>
     }
 }
 
+/// A dict of field values, or any other mapping copied into one.
+fn as_dict<'py>(fields: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
+    if let Ok(dict) = fields.cast::<PyDict>() {
+        return Ok(dict.clone());
+    }
+    let mapping = fields.cast::<pyo3::types::PyMapping>().map_err(|_| {
+        pyo3::exceptions::PyTypeError::new_err(format!(
+            "fields must be a dict of field values, got {}",
+            fields.get_type()
+        ))
+    })?;
+    let dict = PyDict::new(fields.py());
+    dict.update(mapping)?;
+    Ok(dict)
+}
+
 fn convert_all<'a, 'py>(
     schema: &Schema,
     objects: &'a [Bound<'py, PyAny>],
@@ -304,10 +320,11 @@ impl Writer {
         &mut self,
         py: Python<'py>,
         doc_id: &Bound<'py, PyAny>,
-        fields: Option<&Bound<'py, PyDict>>,
+        fields: Option<&Bound<'py, PyAny>>,
         kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<()> {
-        let source = match (fields, kwargs) {
+        let fields = fields.map(as_dict).transpose()?;
+        let source = match (fields.as_ref(), kwargs) {
             (Some(_), Some(_)) => {
                 return Err(new_error(
                     py,
