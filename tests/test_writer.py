@@ -6,6 +6,8 @@ import collections
 import dataclasses
 import os
 import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -214,7 +216,35 @@ def test_a_killed_build_leaves_no_store_at_the_target(tmp_path):
     assert proc.returncode == -signal.SIGKILL
     assert not path.exists()
     # Only the hidden scratch directory may remain; it is never mistaken for a store.
-    assert all(name.startswith(".killed.docstore.") for name in leftovers(tmp_path))
+    dead = leftovers(tmp_path)
+    assert len(dead) == 1 and dead[0].startswith(".killed.docstore.")
+
+    # The next writer of the same target removes it, but not the scratch of a live writer.
+    live = subprocess.Popen(
+        [sys.executable, "-c", WRITER_THAT_WAITS.format(path=str(path))],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert live.stdout.readline().strip() == "ready"
+        with docstore.Writer(path, fields={"t": "str"}) as w:
+            w.add("a", t="x")
+            scratch = [n for n in leftovers(tmp_path) if n.endswith(".docstore-tmp")]
+            assert len(scratch) == 2 and dead[0] not in scratch  # its own and the live one's
+    finally:
+        live.communicate("", timeout=60)
+    assert live.returncode == 0
+    assert leftovers(tmp_path) == ["killed.docstore"]
+
+
+WRITER_THAT_WAITS = """
+import sys, docstore
+w = docstore.Writer({path!r}, fields={{"t": "str"}}, overwrite=True)
+print("ready", flush=True)
+sys.stdin.read()  # until the test closes stdin
+w.abort()
+"""
 
 
 def test_empty_store(tmp_path):

@@ -20,6 +20,7 @@ use rayon::prelude::*;
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::mem::ManuallyDrop;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, SyncSender};
 use std::thread::JoinHandle;
@@ -173,6 +174,8 @@ pub struct Writer {
     /// The process that created the writer: a forked child inherits the writer but not its
     /// compression thread, and its scratch directory is the parent's.
     pid: u32,
+    /// Locked while the writer lives (see `lock_scratch`).
+    _scratch_lock: File,
 }
 
 impl Writer {
@@ -207,10 +210,12 @@ impl Writer {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
+        sweep_dead_scratch(&parent, &name);
         let scratch = tempfile::Builder::new()
             .prefix(&format!(".{name}."))
-            .suffix(".docstore-tmp")
+            .suffix(SCRATCH_SUFFIX)
             .tempdir_in(&parent)?;
+        let scratch_lock = lock_scratch(scratch.path())?;
         // Read and write: the ranks section is filled through a mapping of this file.
         let file = File::options()
             .read(true)
@@ -239,6 +244,7 @@ impl Writer {
             sender: Some(sender),
             worker: Some(worker),
             pid: std::process::id(),
+            _scratch_lock: scratch_lock,
         })
     }
 
@@ -494,6 +500,58 @@ impl Drop for Writer {
         }
         // SAFETY: dropped once, here; never used again.
         unsafe { ManuallyDrop::drop(&mut self.scratch) };
+    }
+}
+
+const SCRATCH_SUFFIX: &str = ".docstore-tmp";
+/// A file in the scratch directory, `flock`ed by its writer for as long as the writer lives and
+/// holding the writer's pid once locked. The kernel drops the lock when the process dies, so a
+/// scratch directory whose lock can be taken, and whose lock file has been written, belongs to a
+/// killed writer.
+const SCRATCH_LOCK: &str = "lock";
+
+fn flock(file: &File, operation: libc::c_int) -> bool {
+    // SAFETY: flock on a descriptor this `File` owns.
+    unsafe { libc::flock(file.as_raw_fd(), operation) == 0 }
+}
+
+fn lock_scratch(dir: &Path) -> Result<File> {
+    let mut file = File::create(dir.join(SCRATCH_LOCK))?;
+    // Blocking: a sweeping writer may hold it for a moment, before it sees that it is empty.
+    if !flock(&file, libc::LOCK_EX) {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    write!(file, "{}", std::process::id())?;
+    Ok(file)
+}
+
+/// Removes the scratch directories that killed writers of `name` left in `parent`. Best effort:
+/// anything unexpected leaves a directory alone.
+fn sweep_dead_scratch(parent: &Path, name: &str) {
+    let prefix = format!(".{name}.");
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some(dir_name) = file_name.to_str() else {
+            continue;
+        };
+        if !dir_name.starts_with(&prefix) || !dir_name.ends_with(SCRATCH_SUFFIX) {
+            continue;
+        }
+        let dir = entry.path();
+        let Ok(mut lock) = File::open(dir.join(SCRATCH_LOCK)) else {
+            continue;
+        };
+        let mut pid = String::new();
+        // An empty lock file: its writer is between creating and locking it.
+        let dead = flock(&lock, libc::LOCK_EX | libc::LOCK_NB)
+            && lock.read_to_string(&mut pid).is_ok()
+            && !pid.is_empty();
+        if dead {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
     }
 }
 
