@@ -215,3 +215,27 @@ def test_bad_thread_counts_are_refused(n, error):
     with pytest.raises(error):
         docstore.set_num_threads(n)
     assert docstore.get_num_threads() == before
+
+
+def test_a_writer_shared_by_threads_takes_their_calls_in_turn(tmp_path):
+    """Threads may feed one writer (say, each parsing its own files): calls take turns, and a
+    thread waiting for its turn releases the GIL, so the one in turn can flush."""
+    path = tmp_path / "s"
+    w = docstore.Writer(path, fields={"text": "str"}, batch_bytes=4096)  # many flushes
+
+    def feed(t: int) -> None:
+        for i in range(3000):
+            w.add(f"{t}-{i}", text=f"text {t} {i}")
+        w.add_many([f"{t}-m{i}" for i in range(500)], {"text": ["many"] * 500})
+
+    threads = [threading.Thread(target=feed, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    w.finish()
+    store = docstore.open(path)
+    assert len(store) == 4 * 3500
+    assert all(
+        store[f"{t}-2999"].text == f"text {t} 2999" and store[f"{t}-m0"].text == "many" for t in range(4)
+    )

@@ -11,10 +11,16 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
-#[pyclass(subclass, module = "docstore._docstore")]
+/// `docstore._docstore.Writer`. One writer may be shared by threads: its calls take turns (a
+/// thread waiting for its turn releases Python, so the one in turn can flush without it).
+#[pyclass(subclass, frozen, module = "docstore._docstore")]
 pub struct Writer {
+    state: Mutex<State>,
+}
+
+struct State {
     inner: Option<CoreWriter>,
     schema: Schema,
     path: PathBuf,
@@ -25,6 +31,22 @@ pub struct Writer {
 }
 
 impl Writer {
+    /// The writer's state, once no other thread is using it.
+    fn lock(&self, py: Python<'_>) -> MutexGuard<'_, State> {
+        loop {
+            match self.state.try_lock() {
+                Ok(state) => return state,
+                // A panic in a call is caught inside it (`guard`), so this is not expected; the
+                // state is then as the call left it, which `inner` reports if it matters.
+                Err(TryLockError::Poisoned(poisoned)) => return poisoned.into_inner(),
+                // Wait without Python: the thread in turn may need it to finish its call.
+                Err(TryLockError::WouldBlock) => py.detach(|| drop(self.state.lock())),
+            }
+        }
+    }
+}
+
+impl State {
     fn inner(&mut self, py: Python<'_>) -> PyResult<&mut CoreWriter> {
         let path = &self.path;
         self.inner.as_mut().ok_or_else(|| {
@@ -223,12 +245,9 @@ fn convert_all<'a, 'py>(
     Ok(values)
 }
 
-#[pymethods]
-impl Writer {
-    #[new]
-    #[pyo3(signature = (path, fields, *, overwrite=false, level=None, dict_size=None, batch_bytes=None, key_buffer_bytes=None))]
+impl State {
     #[allow(clippy::too_many_arguments)]
-    fn new(
+    fn create(
         py: Python<'_>,
         path: PathBuf,
         fields: &Bound<'_, PyAny>,
@@ -242,6 +261,8 @@ impl Writer {
             dict.iter()
                 .map(|(k, v)| Ok((k.extract()?, v.extract()?)))
                 .collect::<PyResult<_>>()
+        } else if let Ok(mapping) = fields.cast::<pyo3::types::PyMapping>() {
+            mapping.items().and_then(|items| items.extract())
         } else {
             fields.extract()
         }
@@ -279,7 +300,7 @@ impl Writer {
             .iter()
             .map(|f| PyString::intern(py, &f.name).unbind())
             .collect();
-        Ok(Writer {
+        Ok(State {
             inner: Some(inner),
             schema,
             path,
@@ -288,13 +309,10 @@ impl Writer {
         })
     }
 
-    #[getter]
     fn path(&self) -> PathBuf {
         self.path.clone()
     }
 
-    /// Field names mapped to their types, in schema order.
-    #[getter]
     fn fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let dict = PyDict::new(py);
         for field in &self.schema.fields {
@@ -303,19 +321,14 @@ impl Writer {
         Ok(dict)
     }
 
-    /// Documents added so far.
-    #[getter]
     fn count(&self) -> u64 {
         self.inner.as_ref().map_or(0, CoreWriter::len)
     }
 
-    #[getter]
     fn closed(&self) -> bool {
         self.inner.is_none()
     }
 
-    /// Adds one document: `add("id", text="...")` or `add("id", {"text": "..."})`.
-    #[pyo3(signature = (doc_id, fields=None, /, **kwargs))]
     fn add<'py>(
         &mut self,
         py: Python<'py>,
@@ -351,7 +364,6 @@ impl Writer {
         })
     }
 
-    /// Adds a record dict that holds its own id under `id_field` (used by `docstore.build`).
     fn add_record<'py>(
         &mut self,
         py: Python<'py>,
@@ -387,8 +399,7 @@ impl Writer {
         })
     }
 
-    /// Adds documents column by column: `columns` holds one list per field, in schema order.
-    fn _add_columns<'py>(
+    fn add_columns<'py>(
         &mut self,
         py: Python<'py>,
         doc_ids: &Bound<'py, PyList>,
@@ -429,10 +440,7 @@ impl Writer {
         })
     }
 
-    /// Adds documents whose id and every field are Arrow-style string/binary columns, given as
-    /// (int64 offsets, uint8 data) pairs: no Python object per value, and Python released for the
-    /// whole batch. `str` values (and ids) are checked to be UTF-8.
-    fn _add_text_columns(
+    fn add_text_columns(
         &mut self,
         py: Python<'_>,
         doc_ids: (PyReadonlyArray1<'_, i64>, PyReadonlyArray1<'_, u8>),
@@ -505,7 +513,6 @@ impl Writer {
         })
     }
 
-    /// Completes the store and moves it into place. Returns a summary dict.
     fn finish<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let writer = self.inner(py)?;
         let _ = writer;
@@ -518,11 +525,118 @@ impl Writer {
         Ok(out)
     }
 
-    /// Abandons the store: nothing is written at the target path. Safe to call twice.
     fn abort(&mut self, py: Python<'_>) {
         if let Some(writer) = self.inner.take() {
             py.detach(|| drop(writer));
         }
+    }
+}
+
+#[pymethods]
+impl Writer {
+    #[new]
+    #[pyo3(signature = (path, fields, *, overwrite=false, level=None, dict_size=None, batch_bytes=None, key_buffer_bytes=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        fields: &Bound<'_, PyAny>,
+        overwrite: bool,
+        level: Option<i32>,
+        dict_size: Option<usize>,
+        batch_bytes: Option<usize>,
+        key_buffer_bytes: Option<usize>,
+    ) -> PyResult<Self> {
+        let state = State::create(
+            py,
+            path,
+            fields,
+            overwrite,
+            level,
+            dict_size,
+            batch_bytes,
+            key_buffer_bytes,
+        )?;
+        Ok(Writer {
+            state: Mutex::new(state),
+        })
+    }
+
+    #[getter]
+    fn path(&self, py: Python<'_>) -> PathBuf {
+        self.lock(py).path()
+    }
+
+    /// Field names mapped to their types, in schema order.
+    #[getter]
+    fn fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        self.lock(py).fields(py)
+    }
+
+    /// Documents added so far.
+    #[getter]
+    fn count(&self, py: Python<'_>) -> u64 {
+        self.lock(py).count()
+    }
+
+    #[getter]
+    fn closed(&self, py: Python<'_>) -> bool {
+        self.lock(py).closed()
+    }
+
+    /// Adds one document: `add("id", text="...")` or `add("id", {"text": "..."})`.
+    #[pyo3(signature = (doc_id, fields=None, /, **kwargs))]
+    fn add<'py>(
+        &self,
+        py: Python<'py>,
+        doc_id: &Bound<'py, PyAny>,
+        fields: Option<&Bound<'py, PyAny>>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<()> {
+        self.lock(py).add(py, doc_id, fields, kwargs)
+    }
+
+    /// Adds a record dict that holds its own id under `id_field` (used by `docstore.build`).
+    fn add_record<'py>(
+        &self,
+        py: Python<'py>,
+        record: &Bound<'py, PyDict>,
+        id_field: &str,
+    ) -> PyResult<()> {
+        self.lock(py).add_record(py, record, id_field)
+    }
+
+    /// Adds documents column by column: `columns` holds one list per field, in schema order.
+    /// The whole batch is checked before any of it is added.
+    fn _add_columns<'py>(
+        &self,
+        py: Python<'py>,
+        doc_ids: &Bound<'py, PyList>,
+        columns: Vec<Bound<'py, PyList>>,
+    ) -> PyResult<()> {
+        self.lock(py).add_columns(py, doc_ids, columns)
+    }
+
+    /// Adds documents whose id and every field are Arrow-style string/binary columns, given as
+    /// (int64 offsets, uint8 data) pairs: no Python object per value, and Python released for the
+    /// whole batch. `str` values (and ids) are checked to be UTF-8, all before any is added.
+    fn _add_text_columns(
+        &self,
+        py: Python<'_>,
+        doc_ids: (PyReadonlyArray1<'_, i64>, PyReadonlyArray1<'_, u8>),
+        columns: Vec<(PyReadonlyArray1<'_, i64>, PyReadonlyArray1<'_, u8>)>,
+    ) -> PyResult<()> {
+        self.lock(py).add_text_columns(py, doc_ids, columns)
+    }
+
+    /// Completes the store and moves it into place. Returns a summary dict.
+    fn finish<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        self.lock(py).finish(py)
+    }
+
+    /// Abandons the store: nothing is written at the target path. Safe to call twice.
+    fn abort(&self, py: Python<'_>) {
+        self.lock(py).abort(py)
     }
 }
 
