@@ -387,6 +387,10 @@ def test_newer_format_version_is_rejected_with_a_clear_error(tmp_path, store_pat
     newer.write_bytes(bytes(data))
     with pytest.raises(docstore.UnsupportedVersionError, match="version 2 is not supported"):
         docstore.open(newer)
+    data[8] = 0
+    newer.write_bytes(bytes(data))
+    with pytest.raises(docstore.UnsupportedVersionError, match="version 0 is older .* rebuild the store"):
+        docstore.open(newer)
 
 
 def test_thread_count_is_configurable():

@@ -46,10 +46,15 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Corrupt(msg) => write!(f, "corrupt store: {msg}"),
-            Error::UnsupportedVersion { found, supported } => write!(
+            Error::UnsupportedVersion { found, supported } if found > supported => write!(
                 f,
                 "store format version {found} is not supported by this docstore \
                  (it reads version {supported}); upgrade docstore"
+            ),
+            Error::UnsupportedVersion { found, supported } => write!(
+                f,
+                "store format version {found} is older than the version this docstore reads \
+                 ({supported}); rebuild the store"
             ),
             Error::DuplicateKey(key) => write!(f, "duplicate doc id {key:?}"),
             Error::InvalidKey(msg) => write!(f, "invalid doc id: {msg}"),
