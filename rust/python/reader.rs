@@ -16,7 +16,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple, PyType};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, TryLockError};
 
 /// Batches smaller than this decode on the calling thread: waking the pool's threads costs more
 /// than decoding a few dozen short documents (measured ~10x slower for 32 passages on a busy
@@ -178,41 +178,6 @@ impl Reader {
         }
         Ok(pos as u64)
     }
-
-    /// Looks up many keys with Python released, in parallel for large batches: per chunk of
-    /// keys, their positions (`None` when absent); the records of those found go to the chunk's
-    /// batch, the str fields `select` wants prepared.
-    fn lookup_many(
-        py: Python<'_>,
-        store: &Store<Mmap>,
-        keys: &[&[u8]],
-        select: &Select,
-        batches: &mut Vec<Decoded>,
-    ) -> PyResult<Vec<Vec<Option<u64>>>> {
-        py.detach(|| {
-            in_chunks(keys, batches, |chunk, out| {
-                out.read_keys(store, chunk, select)
-            })
-        })
-        .py_err(py)
-    }
-
-    /// The records at `positions`, into one batch per chunk, the str fields `select` wants prepared.
-    fn records_at(
-        py: Python<'_>,
-        store: &Store<Mmap>,
-        positions: &[u64],
-        select: &Select,
-        batches: &mut Vec<Decoded>,
-    ) -> PyResult<()> {
-        py.detach(|| {
-            in_chunks(positions, batches, |chunk, out| {
-                out.read(store, chunk, select)
-            })
-        })
-        .py_err(py)
-        .map(drop)
-    }
 }
 
 /// The items of a collection of doc ids; one str is refused (it would be read as its characters).
@@ -277,6 +242,100 @@ fn in_chunks<T: Sync, S: Default + Clearable + Send, R: Send>(
             result.expect("every chunk ran")
         })
         .collect()
+}
+
+/// `f` over chunks of `items` as `in_chunks` does (with Python released), then `then` on each
+/// chunk's scratch and result, in order, with Python held. With the pool, the calling thread
+/// hands a chunk to `then` as soon as it and those before it are done, between decoding chunks
+/// of its own: making the Python objects, which only one thread can do, overlaps the pool's
+/// decoding instead of waiting for all of it.
+fn in_chunks_then<T: Sync, S: Default + Clearable + Send, R: Send>(
+    py: Python<'_>,
+    items: &[T],
+    scratch: &mut Vec<S>,
+    f: impl Fn(&[T], &mut S) -> docstore_core::Result<R> + Sync,
+    mut then: impl FnMut(&S, R) -> PyResult<()>,
+) -> PyResult<()> {
+    let pool = if items.len() < PARALLEL_MIN {
+        None
+    } else {
+        parallel::claim()
+    };
+    let Some(pool) = pool else {
+        let results = py.detach(|| in_chunks(items, scratch, &f)).py_err(py)?;
+        return scratch
+            .iter()
+            .zip(results)
+            .try_for_each(|(s, r)| then(s, r));
+    };
+    let chunks = items.len().div_ceil(CHUNK);
+    if scratch.len() < chunks {
+        scratch.resize_with(chunks, S::default);
+    }
+    scratch.iter_mut().for_each(Clearable::clear);
+    let slots: Vec<Slot<'_, S, R>> = scratch[..chunks]
+        .iter_mut()
+        .map(|s| Mutex::new((s, None)))
+        .collect();
+    let next = AtomicUsize::new(0);
+    // Claims the next chunk and runs `f` on it, its slot locked meanwhile; false when none is left.
+    let decode_one = || {
+        let k = next.fetch_add(1, Ordering::Relaxed);
+        let Some(slot) = slots.get(k) else {
+            return false;
+        };
+        let mut slot = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let (scratch, result) = &mut *slot;
+        let end = (k * CHUNK + CHUNK).min(items.len());
+        *result = Some(f(&items[k * CHUNK..end], scratch));
+        true
+    };
+    // Hands chunk `k` to `then` if it is done (`wait`: once it is); false if it is not.
+    let mut hand_over = |k: usize, wait: bool| -> Option<PyResult<()>> {
+        let mut slot = loop {
+            let slot = match slots[k].try_lock() {
+                Ok(slot) => slot,
+                Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+                Err(TryLockError::WouldBlock) if !wait => return None,
+                // Being decoded: wait for it without Python.
+                Err(TryLockError::WouldBlock) => {
+                    py.detach(|| drop(slots[k].lock()));
+                    continue;
+                }
+            };
+            if slot.1.is_some() {
+                break slot;
+            }
+            // Claimed but not locked yet (or not claimed yet, while the caller decodes).
+            drop(slot);
+            if !wait {
+                return None;
+            }
+            py.detach(std::thread::yield_now);
+        };
+        let (scratch, result) = &mut *slot;
+        let result = result.take().expect("checked above");
+        Some(result.py_err(py).and_then(|r| then(scratch, r)))
+    };
+    pool.run_beside(
+        || while decode_one() {},
+        || {
+            let mut handed = 0;
+            loop {
+                let more = py.detach(decode_one);
+                while handed < chunks {
+                    match hand_over(handed, !more) {
+                        Some(Ok(())) => handed += 1,
+                        Some(Err(err)) => return Err(err),
+                        None => break,
+                    }
+                }
+                if !more && handed == chunks {
+                    return Ok(());
+                }
+            }
+        },
+    )
 }
 
 /// One chunk's scratch and, once it has run, its result.
@@ -612,10 +671,12 @@ impl Reader {
             .collect();
         guard(py, || {
             let mut batches = Batches::take();
-            let chunks = Self::lookup_many(py, &store, &keys, &select, &mut batches)?;
             let out = PyDict::new(py);
             let mut objects = objects.iter();
-            for (positions, decoded) in chunks.iter().zip(batches.iter()) {
+            // Per chunk of keys: the positions of those found, whose records `decoded` holds.
+            let read =
+                |keys: &[&[u8]], decoded: &mut Decoded| decoded.read_keys(&store, keys, &select);
+            in_chunks_then(py, &keys, &mut batches, read, |decoded, positions| {
                 let mut indices = 0..decoded.records.len();
                 // `positions` first: zip stops on it without taking an id from the next chunk.
                 for (pos, object) in positions.iter().zip(objects.by_ref()) {
@@ -632,7 +693,8 @@ impl Reader {
                         out.set_item(object, value)?;
                     }
                 }
-            }
+                Ok(())
+            })?;
             Ok(out)
         })
     }
@@ -690,25 +752,22 @@ impl Reader {
             .collect::<PyResult<Vec<u64>>>()?;
         guard(py, || {
             let mut batches = Batches::take();
-            Self::records_at(py, &store, &positions, &select, &mut batches)?;
-            let records = batches.iter().flat_map(|decoded| {
-                (0..decoded.records.len())
-                    .map(move |i| (decoded.records.get(i), decoded.texts.record(i)))
-            });
-            let items = positions
-                .iter()
-                .zip(records)
-                .map(|(&pos, (raw, texts))| {
-                    self.build(
+            let mut items = Vec::with_capacity(positions.len());
+            let mut at = positions.iter();
+            let read = |chunk: &[u64], decoded: &mut Decoded| decoded.read(&store, chunk, &select);
+            in_chunks_then(py, &positions, &mut batches, read, |decoded, ()| {
+                for (i, &pos) in (0..decoded.records.len()).zip(at.by_ref()) {
+                    items.push(self.build(
                         py,
                         &store,
                         &select,
                         || Self::key_object(py, &store, pos),
-                        raw,
-                        texts,
-                    )
-                })
-                .collect::<PyResult<Vec<_>>>()?;
+                        decoded.records.get(i),
+                        decoded.texts.record(i),
+                    )?);
+                }
+                Ok(())
+            })?;
             PyList::new(py, items)
         })
     }

@@ -61,13 +61,20 @@ impl Claim {
     /// so the calling thread starts at once instead of waiting for sleeping workers to wake,
     /// which on a busy VM costs more than a batch of short documents takes to decode.
     pub fn run_with_caller(&self, work: impl Fn() + Sync) {
+        self.run_beside(&work, &work);
+    }
+
+    /// Runs `helper` on all but one of the pool's threads while `caller` runs on the calling
+    /// thread (which may hold what cannot be sent to another thread); returns `caller`'s result
+    /// once every run has finished.
+    pub fn run_beside<R>(&self, helper: impl Fn() + Sync, caller: impl FnOnce() -> R) -> R {
         let helpers = self.0.threads.saturating_sub(1);
         self.0.pool.in_place_scope(|scope| {
             for _ in 0..helpers {
-                scope.spawn(|_| work());
+                scope.spawn(|_| helper());
             }
-            work();
-        });
+            caller()
+        })
     }
 }
 
