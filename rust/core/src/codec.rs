@@ -5,9 +5,15 @@
 //! a 64 KiB history to match against, and lz4's HC mode finds the longer matches. Decoding is the
 //! same plain `LZ4_decompress_safe_usingDict` whatever level wrote the block.
 //!
+//! At the default level (3) with a dictionary, blocks come from docstore's own encoder
+//! (`encoder`): lz4 HC's level-3 parse over a read-only index of the dictionary, ~1.35x faster
+//! than liblz4's at the same size. Every block it writes is decoded and compared before it is
+//! kept; liblz4 compresses the document instead should one ever not round-trip.
+//!
 //! A stored blob is `varint(raw_len << 1 | compressed)` followed by the lz4 block, or by the raw
 //! record when compression would not shrink it.
 
+use crate::encoder::{DictIndex, Encoder};
 use crate::error::{Error, Result};
 use crate::varint;
 use std::borrow::Cow;
@@ -79,6 +85,8 @@ const MAX_INPUT: usize = 0x7E00_0000;
 pub const MAX_DICT_SIZE: usize = 64 * 1024;
 /// Highest lz4 HC level.
 pub const MAX_LEVEL: i32 = 12;
+/// The level at which docstore's encoder replaces liblz4's (it ports HC's level-3 parse).
+const ENCODER_LEVEL: i32 = 3;
 
 /// How documents are compressed: `level` 0 is lz4's fast mode, 1..=12 its HC levels.
 pub struct Compressor {
@@ -86,11 +94,13 @@ pub struct Compressor {
     dict: Arc<DictStreams>,
 }
 
-/// The dictionary, loaded once into an lz4 state of each mode, then shared read-only by all threads.
+/// The dictionary, loaded once into an lz4 state of each mode (and, at `ENCODER_LEVEL`, indexed
+/// for docstore's encoder), then shared read-only by all threads.
 struct DictStreams {
     bytes: Box<[u8]>,
     hc: NonNull<ffi::StreamHC>,
     fast: NonNull<ffi::Stream>,
+    index: Option<DictIndex>,
 }
 
 // SAFETY: after `new` the dictionary states are only read (attached to per-thread working states),
@@ -109,7 +119,14 @@ impl DictStreams {
             ffi::LZ4_resetStreamHC_fast(hc.as_ptr(), level.max(1));
             ffi::LZ4_loadDictHC(hc.as_ptr(), bytes.as_ptr().cast(), bytes.len() as c_int);
             ffi::LZ4_loadDict(fast.as_ptr(), bytes.as_ptr().cast(), bytes.len() as c_int);
-            DictStreams { bytes, hc, fast }
+            let index =
+                (level == ENCODER_LEVEL && !bytes.is_empty()).then(|| DictIndex::new(&bytes));
+            DictStreams {
+                bytes,
+                hc,
+                fast,
+                index,
+            }
         }
     }
 }
@@ -128,6 +145,9 @@ impl Drop for DictStreams {
 struct WorkStreams {
     hc: NonNull<ffi::StreamHC>,
     fast: NonNull<ffi::Stream>,
+    encoder: Encoder,
+    /// Where blocks of `encoder` are decoded again, to be checked.
+    check: Vec<u8>,
 }
 
 impl WorkStreams {
@@ -137,6 +157,8 @@ impl WorkStreams {
             WorkStreams {
                 hc: NonNull::new(ffi::LZ4_createStreamHC()).expect("lz4: out of memory"),
                 fast: NonNull::new(ffi::LZ4_createStream()).expect("lz4: out of memory"),
+                encoder: Encoder::new(),
+                check: Vec::new(),
             }
         }
     }
@@ -185,49 +207,16 @@ impl Compressor {
         varint::put(out, (raw.len() as u64) << 1 | 1);
         let header_len = out.len() - start;
         if raw.len() <= MAX_INPUT {
-            // SAFETY: bounded by LZ4_MAX_INPUT_SIZE, so this never fails or overflows.
-            let bound = unsafe { ffi::LZ4_compressBound(raw.len() as c_int) } as usize;
-            out.reserve(bound);
+            let block = out.len();
             let written = WORK.with(|cell| {
                 let mut work = cell.borrow_mut();
                 let work = work.get_or_insert_with(WorkStreams::new);
-                // SAFETY: `dst` has `bound` bytes of spare capacity; the dictionary states live in
-                // `self.dict` for the whole call; working states are this thread's own.
-                unsafe {
-                    let src = raw.as_ptr().cast::<c_char>();
-                    let dst = out.as_mut_ptr().add(out.len()).cast::<c_char>();
-                    let dict_attached = !self.dict.bytes.is_empty();
-                    if self.level == 0 {
-                        ffi::LZ4_resetStream_fast(work.fast.as_ptr());
-                        if dict_attached {
-                            ffi::LZ4_attach_dictionary(work.fast.as_ptr(), self.dict.fast.as_ptr());
-                        }
-                        ffi::LZ4_compress_fast_continue(
-                            work.fast.as_ptr(),
-                            src,
-                            dst,
-                            raw.len() as c_int,
-                            bound as c_int,
-                            1,
-                        )
-                    } else {
-                        ffi::LZ4_resetStreamHC_fast(work.hc.as_ptr(), self.level);
-                        if dict_attached {
-                            ffi::LZ4_attach_HC_dictionary(work.hc.as_ptr(), self.dict.hc.as_ptr());
-                        }
-                        ffi::LZ4_compress_HC_continue(
-                            work.hc.as_ptr(),
-                            src,
-                            dst,
-                            raw.len() as c_int,
-                            bound as c_int,
-                        )
-                    }
+                match &self.dict.index {
+                    Some(index) if work.encode_checked(index, raw, out) => out.len() - block,
+                    _ => self.liblz4(work, raw, out),
                 }
             });
-            if written > 0 && (written as usize) < raw.len() {
-                // SAFETY: lz4 initialised `written` bytes of the reserved capacity.
-                unsafe { out.set_len(out.len() + written as usize) };
+            if written > 0 && written < raw.len() {
                 return;
             }
         }
@@ -236,6 +225,89 @@ impl Compressor {
         varint::put(out, (raw.len() as u64) << 1);
         debug_assert!(out.len() - start <= header_len);
         out.extend_from_slice(raw);
+    }
+
+    /// Appends liblz4's block of `raw` (at most `MAX_INPUT` bytes) to `out`; its length, 0 if
+    /// it failed.
+    fn liblz4(&self, work: &mut WorkStreams, raw: &[u8], out: &mut Vec<u8>) -> usize {
+        // SAFETY: bounded by LZ4_MAX_INPUT_SIZE, so this never fails or overflows.
+        let bound = unsafe { ffi::LZ4_compressBound(raw.len() as c_int) } as usize;
+        out.reserve(bound);
+        // SAFETY: `dst` has `bound` bytes of spare capacity; the dictionary states live in
+        // `self.dict` for the whole call; working states are this thread's own.
+        let written = unsafe {
+            let src = raw.as_ptr().cast::<c_char>();
+            let dst = out.as_mut_ptr().add(out.len()).cast::<c_char>();
+            let dict_attached = !self.dict.bytes.is_empty();
+            if self.level == 0 {
+                ffi::LZ4_resetStream_fast(work.fast.as_ptr());
+                if dict_attached {
+                    ffi::LZ4_attach_dictionary(work.fast.as_ptr(), self.dict.fast.as_ptr());
+                }
+                ffi::LZ4_compress_fast_continue(
+                    work.fast.as_ptr(),
+                    src,
+                    dst,
+                    raw.len() as c_int,
+                    bound as c_int,
+                    1,
+                )
+            } else {
+                ffi::LZ4_resetStreamHC_fast(work.hc.as_ptr(), self.level);
+                if dict_attached {
+                    ffi::LZ4_attach_HC_dictionary(work.hc.as_ptr(), self.dict.hc.as_ptr());
+                }
+                ffi::LZ4_compress_HC_continue(
+                    work.hc.as_ptr(),
+                    src,
+                    dst,
+                    raw.len() as c_int,
+                    bound as c_int,
+                )
+            }
+        };
+        if written <= 0 {
+            return 0;
+        }
+        // SAFETY: lz4 initialised `written` bytes of the reserved capacity.
+        unsafe { out.set_len(out.len() + written as usize) };
+        written as usize
+    }
+}
+
+impl WorkStreams {
+    /// Appends docstore's encoder's block of `raw` to `out` if liblz4 decodes it back to `raw`;
+    /// otherwise leaves `out` as it was and returns false (a bug there must not reach a store).
+    fn encode_checked(&mut self, index: &DictIndex, raw: &[u8], out: &mut Vec<u8>) -> bool {
+        let block = out.len();
+        self.encoder.compress(index, raw, out);
+        let dict = index.dictionary();
+        self.check.clear();
+        self.check.reserve(raw.len());
+        // SAFETY: `check` has room for `raw.len()` bytes, all written on success.
+        let decoded = unsafe {
+            lz4_decode(
+                &out[block..],
+                raw.len(),
+                self.check.as_mut_ptr(),
+                dict.as_ptr(),
+                dict.len(),
+            )
+            .is_ok()
+        };
+        if decoded {
+            // SAFETY: lz4 wrote all `raw.len()` bytes.
+            unsafe { self.check.set_len(raw.len()) };
+        }
+        let ok = decoded && self.check == raw;
+        debug_assert!(
+            ok,
+            "docstore's lz4 encoder wrote a block that does not round-trip"
+        );
+        if !ok {
+            out.truncate(block);
+        }
+        ok
     }
 }
 
@@ -275,7 +347,7 @@ fn parse(blob: &[u8]) -> Result<Blob<'_>> {
 ///
 /// # Safety
 /// `out` must have room for `raw_len` bytes and `dict` must point at `dict_len` readable bytes.
-unsafe fn lz4_decode(
+pub(crate) unsafe fn lz4_decode(
     payload: &[u8],
     raw_len: usize,
     out: *mut u8,

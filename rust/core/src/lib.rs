@@ -4,6 +4,7 @@
 
 pub mod codec;
 mod dictionary;
+mod encoder;
 pub mod error;
 pub mod format;
 mod keysort;
