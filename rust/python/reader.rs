@@ -295,6 +295,15 @@ fn in_chunks_then<T: Sync, S: Default + Clearable + Send, R: Send>(
         let mut slot = loop {
             let slot = match slots[k].try_lock() {
                 Ok(slot) => slot,
+                // A decoding thread panicked holding it: its chunk will never be done (the panic
+                // itself resurfaces when the pool's scope ends, and `guard` reports it).
+                Err(TryLockError::Poisoned(poisoned)) if poisoned.get_ref().1.is_none() => {
+                    return Some(Err(new_error(
+                        py,
+                        "InternalError",
+                        "a decoding thread failed".into(),
+                    )));
+                }
                 Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
                 Err(TryLockError::WouldBlock) if !wait => return None,
                 // Being decoded: wait for it without Python.
