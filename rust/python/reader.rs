@@ -16,7 +16,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple, PyType};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, TryLockError};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 /// Batches smaller than this decode on the calling thread: waking the pool's threads costs more
 /// than decoding a few dozen short documents (measured ~10x slower for 32 passages on a busy
@@ -248,7 +248,8 @@ fn in_chunks<T: Sync, S: Default + Clearable + Send, R: Send>(
 /// chunk's scratch and result, in order, with Python held. With the pool, the calling thread
 /// hands a chunk to `then` as soon as it and those before it are done, between decoding chunks
 /// of its own: making the Python objects, which only one thread can do, overlaps the pool's
-/// decoding instead of waiting for all of it.
+/// decoding instead of waiting for all of it. Python is held only while `then` runs, so waiting
+/// for the pool (which may be busy with another thread's work) never blocks other Python threads.
 fn in_chunks_then<T: Sync, S: Default + Clearable + Send, R: Send>(
     py: Python<'_>,
     items: &[T],
@@ -290,65 +291,88 @@ fn in_chunks_then<T: Sync, S: Default + Clearable + Send, R: Send>(
         *result = Some(f(&items[k * CHUNK..end], scratch));
         true
     };
-    // Hands chunk `k` to `then` if it is done (`wait`: once it is); false if it is not.
-    let mut hand_over = |k: usize, wait: bool| -> Option<PyResult<()>> {
-        let mut slot = loop {
-            let slot = match slots[k].try_lock() {
-                Ok(slot) => slot,
-                // A decoding thread panicked holding it: its chunk will never be done (the panic
-                // itself resurfaces when the pool's scope ends, and `guard` reports it).
-                Err(TryLockError::Poisoned(poisoned)) if poisoned.get_ref().1.is_none() => {
-                    return Some(Err(new_error(
-                        py,
-                        "InternalError",
-                        "a decoding thread failed".into(),
-                    )));
-                }
-                Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-                Err(TryLockError::WouldBlock) if !wait => return None,
-                // Being decoded: wait for it without Python.
-                Err(TryLockError::WouldBlock) => {
-                    py.detach(|| drop(slots[k].lock()));
-                    continue;
-                }
-            };
-            if slot.1.is_some() {
-                break slot;
-            }
-            // Claimed but not locked yet (or not claimed yet, while the caller decodes).
-            drop(slot);
-            if !wait {
-                return None;
-            }
-            py.detach(std::thread::yield_now);
-        };
-        let (scratch, result) = &mut *slot;
-        let result = result.take().expect("checked above");
-        Some(result.py_err(py).and_then(|r| then(scratch, r)))
-    };
-    pool.run_beside(
-        || while decode_one() {},
-        || {
-            let mut handed = 0;
-            loop {
-                let more = py.detach(decode_one);
-                while handed < chunks {
-                    match hand_over(handed, !more) {
-                        Some(Ok(())) => handed += 1,
-                        Some(Err(err)) => return Err(err),
-                        None => break,
+    let then = OnThisThread(&mut then);
+    py.detach(|| {
+        pool.run_beside(
+            || while decode_one() {},
+            || {
+                let then = then; // the whole wrapper, not its field
+                let mut handed = 0;
+                let mut hand_over = || loop {
+                    let more = decode_one();
+                    while handed < chunks {
+                        let Some(mut slot) = finished(&slots[handed], !more) else {
+                            break;
+                        };
+                        let (scratch, result) = &mut *slot;
+                        let result = result.take();
+                        Python::attach(|py| match result {
+                            Some(result) => result.py_err(py).and_then(|r| (then.0)(scratch, r)),
+                            // Its decoding thread panicked (the panic resurfaces as the pool's
+                            // scope ends, and `guard` reports it).
+                            None => Err(new_error(
+                                py,
+                                "InternalError",
+                                "a decoding thread failed".into(),
+                            )),
+                        })?;
+                        handed += 1;
                     }
-                }
-                if !more && handed == chunks {
-                    return Ok(());
-                }
-            }
-        },
-    )
+                    if !more && handed == chunks {
+                        return Ok(());
+                    }
+                };
+                let outcome = hand_over();
+                // Whatever is left (after an error) is no one's: helpers yet to start stop at once.
+                next.store(chunks, Ordering::Relaxed);
+                outcome
+            },
+        )
+    })
 }
 
+/// The slot of a chunk once decoded, locked; `None` if it is not yet (unless `wait`: then once
+/// it is). A slot whose decoding thread panicked counts as decoded, with no result.
+fn finished<'a, 's, S, R>(
+    slot: &'a Slot<'s, S, R>,
+    wait: bool,
+) -> Option<MutexGuard<'a, SlotState<'s, S, R>>> {
+    loop {
+        let guard = match slot.try_lock() {
+            Ok(guard) => guard,
+            Err(TryLockError::Poisoned(poisoned)) => return Some(poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) if !wait => return None,
+            // Being decoded: wait until its thread lets go.
+            Err(TryLockError::WouldBlock) => {
+                drop(slot.lock());
+                continue;
+            }
+        };
+        if guard.1.is_some() {
+            return Some(guard);
+        }
+        // Claimed but not yet locked by its thread (or not claimed yet, while this thread decodes).
+        drop(guard);
+        if !wait {
+            return None;
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// What holds Python objects (a closure over them, say), carried by the thread that owns it
+/// through a section where Python is released, to be used again only on that thread and only
+/// with Python held (`Python::attach`). It is never sent to another thread.
+struct OnThisThread<T>(T);
+
+// SAFETY: see above: the value never leaves the thread that made it, and is only used with
+// Python held; `Send` is claimed only to pass it into `Python::detach`, which runs its closure on
+// the calling thread.
+unsafe impl<T> Send for OnThisThread<T> {}
+
 /// One chunk's scratch and, once it has run, its result.
-type Slot<'a, S, R> = Mutex<(&'a mut S, Option<docstore_core::Result<R>>)>;
+type Slot<'a, S, R> = Mutex<SlotState<'a, S, R>>;
+type SlotState<'a, S, R> = (&'a mut S, Option<docstore_core::Result<R>>);
 
 /// Per-chunk scratch that `in_chunks` empties before use.
 trait Clearable {
