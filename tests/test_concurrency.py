@@ -239,3 +239,29 @@ def test_a_writer_shared_by_threads_takes_their_calls_in_turn(tmp_path):
     assert all(
         store[f"{t}-2999"].text == f"text {t} 2999" and store[f"{t}-m0"].text == "many" for t in range(4)
     )
+
+
+def test_a_call_that_comes_back_into_its_writer_fails_instead_of_waiting_for_itself(tmp_path):
+    """The error message of a bad id shows the id's repr; here that repr calls the writer."""
+    proc = run_python(
+        f"""
+        import docstore
+
+        w = docstore.Writer({str(tmp_path / "s")!r}, fields={{"text": "str"}})
+
+        class Sneaky:
+            def __repr__(self):
+                return repr(w)  # re-enters the writer from inside w.add
+
+        try:
+            w.add(Sneaky(), text="x")
+        except docstore.InvalidKeyError:
+            pass
+        w.add("a", text="x")
+        w.finish()
+        print(len(docstore.open({str(tmp_path / "s")!r})))
+        """,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "1"

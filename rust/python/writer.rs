@@ -7,10 +7,13 @@ use docstore_core::{
     Field, FieldType, Schema, Value, Writer as CoreWriter, WriterOptions, MAX_DOCS,
 };
 use numpy::PyReadonlyArray1;
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 use std::collections::HashSet;
+use std::ops::{Deref, DerefMut};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 /// `docstore._docstore.Writer`. One writer may be shared by threads: its calls take turns (a
@@ -18,6 +21,41 @@ use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 #[pyclass(subclass, frozen, module = "docstore._docstore")]
 pub struct Writer {
     state: Mutex<State>,
+    /// The thread whose call holds `state` (`this_thread()`), 0 when none: a call that comes
+    /// back into the writer on that thread (from a value's `__repr__`, say) must fail, not wait
+    /// for itself.
+    owner: AtomicUsize,
+}
+
+/// A number for the calling thread, unique among live threads: the address of a thread-local.
+fn this_thread() -> usize {
+    thread_local!(static MARK: u8 = const { 0 });
+    MARK.with(|mark| mark as *const u8 as usize)
+}
+
+/// The writer's state for one call; gives it back when dropped.
+struct Turn<'a> {
+    state: MutexGuard<'a, State>,
+    owner: &'a AtomicUsize,
+}
+
+impl Deref for Turn<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.state
+    }
+}
+
+impl DerefMut for Turn<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.state
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        self.owner.store(0, Ordering::Release);
+    }
 }
 
 struct State {
@@ -32,16 +70,32 @@ struct State {
 
 impl Writer {
     /// The writer's state, once no other thread is using it.
-    fn lock(&self, py: Python<'_>) -> MutexGuard<'_, State> {
+    fn lock(&self, py: Python<'_>) -> PyResult<Turn<'_>> {
         loop {
-            match self.state.try_lock() {
-                Ok(state) => return state,
+            let state = match self.state.try_lock() {
+                Ok(state) => state,
                 // A panic in a call is caught inside it (`guard`), so this is not expected; the
                 // state is then as the call left it, which `inner` reports if it matters.
-                Err(TryLockError::Poisoned(poisoned)) => return poisoned.into_inner(),
+                Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+                Err(TryLockError::WouldBlock)
+                    if self.owner.load(Ordering::Acquire) == this_thread() =>
+                {
+                    return Err(PyRuntimeError::new_err(
+                        "the writer was called again from inside one of its own calls \
+                         (by a value's __repr__ or __eq__, say)",
+                    ));
+                }
                 // Wait without Python: the thread in turn may need it to finish its call.
-                Err(TryLockError::WouldBlock) => py.detach(|| drop(self.state.lock())),
-            }
+                Err(TryLockError::WouldBlock) => {
+                    py.detach(|| drop(self.state.lock()));
+                    continue;
+                }
+            };
+            self.owner.store(this_thread(), Ordering::Release);
+            return Ok(Turn {
+                state,
+                owner: &self.owner,
+            });
         }
     }
 }
@@ -559,29 +613,30 @@ impl Writer {
         )?;
         Ok(Writer {
             state: Mutex::new(state),
+            owner: AtomicUsize::new(0),
         })
     }
 
     #[getter]
-    fn path(&self, py: Python<'_>) -> PathBuf {
-        self.lock(py).path()
+    fn path(&self, py: Python<'_>) -> PyResult<PathBuf> {
+        Ok(self.lock(py)?.path())
     }
 
     /// Field names mapped to their types, in schema order.
     #[getter]
     fn fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        self.lock(py).fields(py)
+        self.lock(py)?.fields(py)
     }
 
     /// Documents added so far.
     #[getter]
-    fn count(&self, py: Python<'_>) -> u64 {
-        self.lock(py).count()
+    fn count(&self, py: Python<'_>) -> PyResult<u64> {
+        Ok(self.lock(py)?.count())
     }
 
     #[getter]
-    fn closed(&self, py: Python<'_>) -> bool {
-        self.lock(py).closed()
+    fn closed(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.lock(py)?.closed())
     }
 
     /// Adds one document: `add("id", text="...")` or `add("id", {"text": "..."})`.
@@ -593,7 +648,7 @@ impl Writer {
         fields: Option<&Bound<'py, PyAny>>,
         kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<()> {
-        self.lock(py).add(py, doc_id, fields, kwargs)
+        self.lock(py)?.add(py, doc_id, fields, kwargs)
     }
 
     /// Adds a record dict that holds its own id under `id_field` (used by `docstore.build`).
@@ -603,7 +658,7 @@ impl Writer {
         record: &Bound<'py, PyDict>,
         id_field: &str,
     ) -> PyResult<()> {
-        self.lock(py).add_record(py, record, id_field)
+        self.lock(py)?.add_record(py, record, id_field)
     }
 
     /// Adds documents column by column: `columns` holds one list per field, in schema order.
@@ -614,7 +669,7 @@ impl Writer {
         doc_ids: &Bound<'py, PyList>,
         columns: Vec<Bound<'py, PyList>>,
     ) -> PyResult<()> {
-        self.lock(py).add_columns(py, doc_ids, columns)
+        self.lock(py)?.add_columns(py, doc_ids, columns)
     }
 
     /// Adds documents whose id and every field are Arrow-style string/binary columns, given as
@@ -626,17 +681,18 @@ impl Writer {
         doc_ids: (PyReadonlyArray1<'_, i64>, PyReadonlyArray1<'_, u8>),
         columns: Vec<(PyReadonlyArray1<'_, i64>, PyReadonlyArray1<'_, u8>)>,
     ) -> PyResult<()> {
-        self.lock(py).add_text_columns(py, doc_ids, columns)
+        self.lock(py)?.add_text_columns(py, doc_ids, columns)
     }
 
     /// Completes the store and moves it into place. Returns a summary dict.
     fn finish<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        self.lock(py).finish(py)
+        self.lock(py)?.finish(py)
     }
 
     /// Abandons the store: nothing is written at the target path. Safe to call twice.
-    fn abort(&self, py: Python<'_>) {
-        self.lock(py).abort(py)
+    fn abort(&self, py: Python<'_>) -> PyResult<()> {
+        self.lock(py)?.abort(py);
+        Ok(())
     }
 }
 
