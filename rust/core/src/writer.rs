@@ -519,25 +519,38 @@ fn lock_scratch(dir: &Path) -> Result<File> {
     let mut file = File::create(dir.join(SCRATCH_LOCK))?;
     // Blocking: a sweeping writer may hold it for a moment, before it sees that it is empty.
     if !flock(&file, libc::LOCK_EX) {
-        return Err(std::io::Error::last_os_error().into());
+        // A file system without flock: the lock file stays empty, so no writer ever takes this
+        // directory for a dead one (nor sweeps the dead ones here).
+        return Ok(file);
     }
     write!(file, "{}", std::process::id())?;
     Ok(file)
 }
 
+/// Whether `dir_name` is a scratch directory of target `name`: `.{name}.XXXXXX.docstore-tmp`,
+/// the six characters being tempfile's random alphanumerics (so `.corpus.v2.…` is not `corpus`'s).
+fn is_scratch_of(dir_name: &str, name: &str) -> bool {
+    let middle = dir_name
+        .strip_prefix('.')
+        .and_then(|rest| rest.strip_prefix(name))
+        .and_then(|rest| rest.strip_prefix('.'))
+        .and_then(|rest| rest.strip_suffix(SCRATCH_SUFFIX));
+    middle.is_some_and(|m| m.len() == 6 && m.bytes().all(|b| b.is_ascii_alphanumeric()))
+}
+
 /// Removes the scratch directories that killed writers of `name` left in `parent`. Best effort:
 /// anything unexpected leaves a directory alone.
 fn sweep_dead_scratch(parent: &Path, name: &str) {
-    let prefix = format!(".{name}.");
     let Ok(entries) = std::fs::read_dir(parent) else {
         return;
     };
+    let me = std::process::id().to_string();
     for entry in entries.flatten() {
         let file_name = entry.file_name();
         let Some(dir_name) = file_name.to_str() else {
             continue;
         };
-        if !dir_name.starts_with(&prefix) || !dir_name.ends_with(SCRATCH_SUFFIX) {
+        if !is_scratch_of(dir_name, name) {
             continue;
         }
         let dir = entry.path();
@@ -545,10 +558,13 @@ fn sweep_dead_scratch(parent: &Path, name: &str) {
             continue;
         };
         let mut pid = String::new();
-        // An empty lock file: its writer is between creating and locking it.
+        // An empty lock file: its writer is between creating and locking it (or cannot lock).
+        // This process's own pid: a live writer of this process, whose lock some file systems
+        // (NFS) do not hold against the rest of the process.
         let dead = flock(&lock, libc::LOCK_EX | libc::LOCK_NB)
             && lock.read_to_string(&mut pid).is_ok()
-            && !pid.is_empty();
+            && !pid.is_empty()
+            && pid != me;
         if dead {
             let _ = std::fs::remove_dir_all(&dir);
         }
@@ -640,4 +656,19 @@ fn write_data(
         dictionary,
         data,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_scratch_of;
+
+    #[test]
+    fn scratch_directories_are_told_apart_by_their_whole_name() {
+        assert!(is_scratch_of(".corpus.a1B2c3.docstore-tmp", "corpus"));
+        assert!(is_scratch_of(".c.v2.ABCDEF.docstore-tmp", "c.v2"));
+        assert!(!is_scratch_of(".corpus.v2.a1B2c3.docstore-tmp", "corpus"));
+        assert!(!is_scratch_of(".corpus.a1B2c.docstore-tmp", "corpus"));
+        assert!(!is_scratch_of(".corpus.a1B2c3.docstore-tmp", "corpu"));
+        assert!(!is_scratch_of("corpus.a1B2c3.docstore-tmp", "corpus"));
+    }
 }
