@@ -87,6 +87,8 @@ pub const MAX_DICT_SIZE: usize = 64 * 1024;
 pub const MAX_LEVEL: i32 = 12;
 /// The level at which docstore's encoder replaces liblz4's (it ports HC's level-3 parse).
 const ENCODER_LEVEL: i32 = 3;
+/// The most a thread keeps of the buffer that checks the encoder's blocks.
+const KEEP_CHECK_BYTES: usize = 16 << 20;
 
 /// How documents are compressed: `level` 0 is lz4's fast mode, 1..=12 its HC levels.
 pub struct Compressor {
@@ -280,7 +282,15 @@ impl WorkStreams {
     /// otherwise leaves `out` as it was and returns false (a bug there must not reach a store).
     fn encode_checked(&mut self, index: &DictIndex, raw: &[u8], out: &mut Vec<u8>) -> bool {
         let block = out.len();
-        self.encoder.compress(index, raw, out);
+        // An assertion of the encoder failing is a bug there too: liblz4 takes over.
+        let encoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.encoder.compress(index, raw, out)
+        }));
+        if encoded.is_err() {
+            self.encoder = Encoder::new();
+            out.truncate(block);
+            return false;
+        }
         let dict = index.dictionary();
         self.check.clear();
         self.check.reserve(raw.len());
@@ -300,6 +310,9 @@ impl WorkStreams {
             unsafe { self.check.set_len(raw.len()) };
         }
         let ok = decoded && self.check == raw;
+        if self.check.capacity() > KEEP_CHECK_BYTES {
+            self.check = Vec::new(); // a rare huge document: not kept for the thread's life
+        }
         debug_assert!(
             ok,
             "docstore's lz4 encoder wrote a block that does not round-trip"
