@@ -299,53 +299,44 @@ fn convert_all<'a, 'py>(
     Ok(values)
 }
 
+/// The schema of `Writer(path, fields)`: a mapping (or pairs) of field names to type names.
+fn schema_of(py: Python<'_>, fields: &Bound<'_, PyAny>) -> PyResult<Schema> {
+    let pairs: Vec<(String, String)> = if let Ok(dict) = fields.cast::<PyDict>() {
+        dict.iter()
+            .map(|(k, v)| Ok((k.extract()?, v.extract()?)))
+            .collect::<PyResult<_>>()
+    } else if let Ok(mapping) = fields.cast::<pyo3::types::PyMapping>() {
+        mapping.items().and_then(|items| items.extract())
+    } else {
+        fields.extract()
+    }
+    .map_err(|_| {
+        new_error(
+            py,
+            "SchemaError",
+            "fields must map field names to type names, e.g. {\"text\": \"str\"}".into(),
+        )
+    })?;
+    let fields = pairs
+        .into_iter()
+        .map(|(name, ty)| {
+            Ok(Field {
+                name,
+                ty: ty.parse()?,
+            })
+        })
+        .collect::<Result<Vec<_>, docstore_core::Error>>()
+        .py_err(py)?;
+    Schema::new(fields).py_err(py)
+}
+
 impl State {
-    #[allow(clippy::too_many_arguments)]
     fn create(
         py: Python<'_>,
         path: PathBuf,
-        fields: &Bound<'_, PyAny>,
-        overwrite: bool,
-        level: Option<i32>,
-        dict_size: Option<usize>,
-        batch_bytes: Option<usize>,
-        key_buffer_bytes: Option<usize>,
+        schema: Schema,
+        options: WriterOptions,
     ) -> PyResult<Self> {
-        let pairs: Vec<(String, String)> = if let Ok(dict) = fields.cast::<PyDict>() {
-            dict.iter()
-                .map(|(k, v)| Ok((k.extract()?, v.extract()?)))
-                .collect::<PyResult<_>>()
-        } else if let Ok(mapping) = fields.cast::<pyo3::types::PyMapping>() {
-            mapping.items().and_then(|items| items.extract())
-        } else {
-            fields.extract()
-        }
-        .map_err(|_| {
-            new_error(
-                py,
-                "SchemaError",
-                "fields must map field names to type names, e.g. {\"text\": \"str\"}".into(),
-            )
-        })?;
-        let fields = pairs
-            .into_iter()
-            .map(|(name, ty)| {
-                Ok(Field {
-                    name,
-                    ty: ty.parse()?,
-                })
-            })
-            .collect::<Result<Vec<_>, docstore_core::Error>>()
-            .py_err(py)?;
-        let schema = Schema::new(fields).py_err(py)?;
-        let defaults = WriterOptions::default();
-        let options = WriterOptions {
-            level: level.unwrap_or(defaults.level),
-            dict_size: dict_size.unwrap_or(defaults.dict_size),
-            batch_bytes: batch_bytes.unwrap_or(defaults.batch_bytes),
-            key_buffer_bytes: key_buffer_bytes.unwrap_or(defaults.key_buffer_bytes),
-            overwrite,
-        };
         let inner = guard(py, || {
             CoreWriter::create(&path, schema.clone(), options).py_err(py)
         })?;
@@ -601,16 +592,16 @@ impl Writer {
         batch_bytes: Option<usize>,
         key_buffer_bytes: Option<usize>,
     ) -> PyResult<Self> {
-        let state = State::create(
-            py,
-            path,
-            fields,
+        let schema = schema_of(py, fields)?;
+        let defaults = WriterOptions::default();
+        let options = WriterOptions {
+            level: level.unwrap_or(defaults.level),
+            dict_size: dict_size.unwrap_or(defaults.dict_size),
+            batch_bytes: batch_bytes.unwrap_or(defaults.batch_bytes),
+            key_buffer_bytes: key_buffer_bytes.unwrap_or(defaults.key_buffer_bytes),
             overwrite,
-            level,
-            dict_size,
-            batch_bytes,
-            key_buffer_bytes,
-        )?;
+        };
+        let state = State::create(py, path, schema, options)?;
         Ok(Writer {
             state: Mutex::new(state),
             owner: AtomicUsize::new(0),
