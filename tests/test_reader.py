@@ -31,8 +31,10 @@ def test_missing_ids_raise_keyerror_or_return_the_default(store):
     with pytest.raises(KeyError) as info:
         store["missing-id"]
     assert info.value.args == ("missing-id",)
-    with pytest.raises(KeyError):
-        store[123]
+    for key in (123, None, ("a", "b")):  # the exception carries the key as given
+        with pytest.raises(KeyError) as info:
+            store[key]
+        assert info.value.args == (key,)
     assert store.get("missing-id") is None
     assert store.get("missing-id", "fallback") == "fallback"
     assert store.get("missing-id", field="text") is None

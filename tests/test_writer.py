@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -151,6 +152,8 @@ def test_bad_schemas_fail_before_any_file_exists(tmp_path, fields, message):
 def test_bad_options(tmp_path):
     with pytest.raises(docstore.SchemaError, match="compression level"):
         docstore.Writer(tmp_path / "s", fields={"t": "str"}, level=13)
+    with pytest.raises(docstore.SchemaError, match="dict_size must be 0 .* to 65536 bytes"):
+        docstore.Writer(tmp_path / "s", fields={"t": "str"}, dict_size=65537)
     with pytest.raises(FileNotFoundError, match="directory .*such/dir does not exist"):
         docstore.Writer(tmp_path / "no" / "such" / "dir" / "s", fields={"t": "str"})
     with pytest.raises(docstore.StoreIOError, match="is a directory"):
@@ -502,3 +505,41 @@ def test_add_takes_any_mapping_and_add_many_refuses_one_str(tmp_path):
         with pytest.raises(TypeError, match="one str"):
             w.add_many("rs", {"t": ["R", "S"]})
     assert list(docstore.open(tmp_path / "s").keys()) == ["a"]
+
+
+def test_a_child_forked_while_a_thread_was_inside_the_writer_fails_instead_of_hanging(tmp_path):
+    """The thread that held the writer's lock at the fork does not exist in the child, so the
+    child's copy must refuse work without waiting for that lock."""
+    inside, release = threading.Event(), threading.Event()
+
+    class Blocking:  # an int64 value whose conversion parks the adding thread inside `add`
+        def __index__(self) -> int:
+            inside.set()
+            release.wait()
+            return 7
+
+    w = docstore.Writer(tmp_path / "s", fields={"n": "int64"})
+    adder = threading.Thread(target=w.add, args=("a",), kwargs={"n": Blocking()})
+    adder.start()
+    inside.wait()
+    pid = os.fork()
+    if pid == 0:  # the child: report through the exit code, never return into pytest
+        code = 1
+        try:
+            signal.alarm(20)  # a hang kills the child, which fails the test
+            try:
+                w.add("b", n=1)
+            except docstore.ClosedError as e:
+                code = 0 if "forked child" in str(e) else 2
+            if code == 0 and not (w.closed and "docstore.Writer" in repr(w)):
+                code = 3
+            w.abort()  # nothing to abandon here: the store is the parent's
+        finally:
+            os._exit(code)
+    release.set()
+    adder.join()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    w.add("b", n=2)
+    w.finish()
+    assert [d.n for d in docstore.open(tmp_path / "s").values()] == [7, 2]

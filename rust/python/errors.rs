@@ -51,7 +51,8 @@ pub fn to_pyerr(py: Python<'_>, err: Error) -> PyErr {
 }
 
 pub fn key_error(key: &Bound<'_, PyAny>) -> PyErr {
-    PyKeyError::new_err(key.clone().unbind())
+    // In a 1-tuple: a tuple key would otherwise become the exception's args, and None no args.
+    PyKeyError::new_err((key.clone().unbind(),))
 }
 
 /// Runs `f`, turning a panic into `InternalError` so that no Rust bug brings the interpreter down.

@@ -25,6 +25,10 @@ pub struct Writer {
     /// back into the writer on that thread (from a value's `__repr__`, say) must fail, not wait
     /// for itself.
     owner: AtomicUsize,
+    /// The process that created the writer. A forked child's copy must not wait for `state`:
+    /// a thread of the parent may have held it at the fork, and that thread does not exist here.
+    pid: u32,
+    path: PathBuf,
 }
 
 /// A number for the calling thread, unique among live threads: the address of a thread-local.
@@ -69,8 +73,21 @@ struct State {
 }
 
 impl Writer {
+    fn in_forked_child(&self) -> bool {
+        std::process::id() != self.pid
+    }
+
     /// The writer's state, once no other thread is using it.
     fn lock(&self, py: Python<'_>) -> PyResult<Turn<'_>> {
+        if self.in_forked_child() {
+            let message = format!(
+                "the writer of {} belongs to the process that created it (pid {}), not to \
+                 this forked child",
+                self.path.display(),
+                self.pid
+            );
+            return Err(new_error(py, "ClosedError", message));
+        }
         loop {
             let state = match self.state.try_lock() {
                 Ok(state) => state,
@@ -354,10 +371,6 @@ impl State {
         })
     }
 
-    fn path(&self) -> PathBuf {
-        self.path.clone()
-    }
-
     fn fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let dict = PyDict::new(py);
         for field in &self.schema.fields {
@@ -601,16 +614,18 @@ impl Writer {
             key_buffer_bytes: key_buffer_bytes.unwrap_or(defaults.key_buffer_bytes),
             overwrite,
         };
-        let state = State::create(py, path, schema, options)?;
+        let state = State::create(py, path.clone(), schema, options)?;
         Ok(Writer {
+            path,
             state: Mutex::new(state),
             owner: AtomicUsize::new(0),
+            pid: std::process::id(),
         })
     }
 
     #[getter]
-    fn path(&self, py: Python<'_>) -> PyResult<PathBuf> {
-        Ok(self.lock(py)?.path())
+    fn path(&self) -> PathBuf {
+        self.path.clone()
     }
 
     /// Field names mapped to their types, in schema order.
@@ -625,8 +640,13 @@ impl Writer {
         Ok(self.lock(py)?.count())
     }
 
+    /// True once the writer takes no more documents (finished, failed, aborted, or inherited by
+    /// a forked child).
     #[getter]
     fn closed(&self, py: Python<'_>) -> PyResult<bool> {
+        if self.in_forked_child() {
+            return Ok(true);
+        }
         Ok(self.lock(py)?.closed())
     }
 
@@ -680,8 +700,12 @@ impl Writer {
         self.lock(py)?.finish(py)
     }
 
-    /// Abandons the store: nothing is written at the target path. Safe to call twice.
+    /// Abandons the store: nothing is written at the target path. Safe to call twice. In a
+    /// forked child it does nothing: the store being written is the parent's.
     fn abort(&self, py: Python<'_>) -> PyResult<()> {
+        if self.in_forked_child() {
+            return Ok(());
+        }
         self.lock(py)?.abort(py);
         Ok(())
     }

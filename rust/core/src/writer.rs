@@ -194,8 +194,15 @@ impl Writer {
                 target.display()
             ))));
         }
-        // Validates the level before any file exists.
+        // Validates the options before any file exists.
         Compressor::new(options.level, &[])?;
+        if options.dict_size > codec::MAX_DICT_SIZE {
+            return Err(Error::Schema(format!(
+                "dict_size must be 0 (no dictionary) to {} bytes (all lz4 can reach back), got {}",
+                codec::MAX_DICT_SIZE,
+                options.dict_size
+            )));
+        }
         let parent = match target.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
