@@ -79,12 +79,6 @@ NOTES = [
     "process (`/proc/self/smaps`, batches of 16 items), the store's mapping held 0 MB after "
     "construction, 51 MB after 110 batches and 52 MB after 1,000 (of a 1.43 GiB file); processes "
     "that map the same pages share them in PSS.",
-    "samples/s are not stable from run to run on this 2-core machine: two consecutive full runs on "
-    "2026-11-22 (this one, and one just before a fix to how the benchmark pickles its own datasets "
-    "into workers) differed by a median 15% and up to 37% per configuration among those that ran "
-    "with no other load, so most exceptions to the speed target are within that noise. The "
-    "fetch-only figures time 300 batches (4,800 samples, well under a second per loader) and varied "
-    "more (docstore 31k and 59k samples/s, ir_datasets 5.1k and 8.9k in those two runs).",
     "Before each configuration the loader's files are read once from the parent process (outside "
     "the run's cgroup), so every configuration runs with a warm page cache.",
 ]
@@ -518,31 +512,67 @@ def run_config(cfg: dict[str, Any], mem_limit: int, timeout: float) -> dict[str,
 # Fetch-only comparison: one rank, batch sampler, no workers, no tokenisation
 
 
-def fetch_only(data_dir: Path, loaders: list[str], batches: int) -> dict[str, float]:
-    """samples/s of the bare fetch path (``DataLoader(batch_sampler=...)``, num_workers=0)."""
+def fetch_only(data_dir: Path, loaders: list[str], batches: int, rounds: int) -> dict[str, float]:
+    """samples/s of the bare fetch path (``DataLoader(batch_sampler=...)``, num_workers=0): the
+    median of ``rounds`` timings per loader, the loaders taking turns so drift hits them alike."""
     import torch
     from loader_datasets import list_collate, make_dataset
     from torch.utils.data import BatchSampler, DataLoader, RandomSampler
 
     torch.set_num_threads(1)
-    out = {}
-    for name in loaders:
-        if name == "dict":
-            continue  # its memory cost is the point, not its speed; it is in the main table
+    # the dict's memory cost is the point, not its speed; it is in the main table
+    names = [x for x in loaders if x != "dict"]
+    iters = {}
+    for name in names:
         ds = make_dataset(name, data_dir)
-        bs = BatchSampler(
-            RandomSampler(ds, generator=torch.Generator().manual_seed(0)), BATCH, drop_last=True
+        sampler = RandomSampler(
+            ds, replacement=True, num_samples=2**62, generator=torch.Generator().manual_seed(0)
         )
-        loader = DataLoader(ds, batch_sampler=bs, num_workers=0, collate_fn=list_collate)
-        it = iter(loader)
+        loader = DataLoader(
+            ds,
+            batch_sampler=BatchSampler(sampler, BATCH, drop_last=True),
+            num_workers=0,
+            collate_fn=list_collate,
+        )
+        iters[name] = it = iter(loader)
         for _ in range(20):
             next(it)
-        t0 = time.perf_counter()
-        for _ in range(batches):
-            next(it)
-        out[name] = batches * BATCH / (time.perf_counter() - t0)
-        log(f"fetch-only {name}: {out[name]:,.0f} samples/s")
-        del it, loader, ds
+    runs: dict[str, list[float]] = {name: [] for name in names}
+    for k in range(rounds):
+        for name in names[k % len(names) :] + names[: k % len(names)]:
+            it = iters[name]
+            t0 = time.perf_counter()
+            for _ in range(batches):
+                next(it)
+            runs[name].append(batches * BATCH / (time.perf_counter() - t0))
+    out = {name: float(np.median(v)) for name, v in runs.items()}
+    for name, v in runs.items():
+        log(f"fetch-only {name}: {out[name]:,.0f} samples/s (runs: {', '.join(f'{x:,.0f}' for x in v)})")
+    return out
+
+
+def combine(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (loader, ranks, workers) from the rounds' runs: the median samples/s and load
+    time of the runs that finished (each run's figures kept in ``runs``), the largest PSS and
+    process count; a configuration no run of which finished keeps its first run's status."""
+    groups: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
+    for r in results:
+        groups.setdefault((r["loader"], r["ranks"], r["workers"]), []).append(r)
+    out = []
+    for rows in groups.values():
+        ok = [r for r in rows if r["status"] == "ok"]
+        if not ok:
+            out.append(rows[0])
+            continue
+        row = dict(ok[0])
+        row["runs"] = sorted(r["samples_per_s"] for r in ok)
+        row["failed_runs"] = len(rows) - len(ok)
+        row["samples_per_s"] = float(np.median(row["runs"]))
+        row["load_s"] = float(np.median([r.get("load_s", 0.0) for r in ok]))
+        for k in ("pss_bytes", "procs", "other_cpu_cores"):
+            values = [r[k] for r in ok if r.get(k) is not None]
+            row[k] = max(values) if values else None
+        out.append(row)
     return out
 
 
@@ -590,9 +620,10 @@ def targets(results: list[dict[str, Any]], fetch: dict[str, float]) -> list[tupl
                 continue
             compared += 1
             if o["samples_per_s"] >= ds["samples_per_s"]:
+                overlap = min(o.get("runs") or [0]) <= max(ds.get("runs") or [0])
                 lost.append(
                     f"{rk} ranks x {w} workers: {name} {o['samples_per_s']:,.0f} >= "
-                    f"docstore {ds['samples_per_s']:,.0f}"
+                    f"docstore {ds['samples_per_s']:,.0f}" + (" (their runs overlap)" if overlap else "")
                 )
     out.append(
         (
@@ -738,14 +769,19 @@ def write_report(meta: dict[str, Any], results: list[dict[str, Any]], fetch: dic
         "samples / the slowest rank's time. Memory = sum of `Pss:` (`/proc/<pid>/smaps_rollup`) over "
         "every rank and DataLoader worker, sampled every 0.25 s during the timed window and once more "
         "at its end (workers alive); the max is reported. Never RSS.",
+        f"* Rounds: every configuration runs {meta.get('rounds', 1)} time(s), in rounds over all "
+        "configurations; within a configuration the loaders run back to back, in an order rotated "
+        "every round. samples/s = the median of the runs (each listed); PSS and processes = the "
+        "largest of the runs; a configuration that was OOM-killed once is not run again.",
         f"* Each configuration runs in its own memory cgroup ({_gb(meta['mem_limit'])} GiB, no swap) with "
         f"a {meta['timeout']:.0f} s timeout: **OOM** = the kernel OOM-killed a process of the run "
         "in its cgroup (`oom_kill` count), **timeout** = killed at the timeout.",
         "",
         "## Results",
         "",
-        "| loader | ranks | workers | samples/s | total PSS (GiB) | processes | load (s) | status |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
+        "| loader | ranks | workers | samples/s | runs (samples/s) | total PSS (GiB) | processes "
+        "| load (s) | status |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for name in LOADERS + EXTRA:
         for rk in meta["ranks"]:
@@ -756,6 +792,7 @@ def write_report(meta: dict[str, Any], results: list[dict[str, Any]], fetch: dic
                 if r["status"] == "ok":
                     cells = [
                         f"{r['samples_per_s']:,.0f}",
+                        _runs(r),
                         _gb(r.get("pss_bytes")),
                         str(r.get("procs", "-")),
                         f"{r.get('load_s', 0):.1f}",
@@ -763,7 +800,7 @@ def write_report(meta: dict[str, Any], results: list[dict[str, Any]], fetch: dic
                     ]
                 else:
                     st = r["status"]
-                    cells = [f"**{st}**", f"**{st}**", "-", "-", _status_note(r)]
+                    cells = [f"**{st}**", "-", f"**{st}**", "-", "-", _status_note(r)]
                 lines.append(f"| {LOADER_LABEL[name]} | {rk} | {w} | " + " | ".join(cells) + " |")
     lines += [
         "",
@@ -811,6 +848,22 @@ def write_report(meta: dict[str, Any], results: list[dict[str, Any]], fetch: dic
             + "samples/s of neighbouring rows also vary with the scheduling of up to 20 processes on "
             f"{os.cpu_count()} cores.",
         )
+    spreads = [
+        (max(r["runs"]) - min(r["runs"])) / r["samples_per_s"]
+        for r in results
+        if len(r.get("runs") or []) > 1
+    ]
+    if spreads:
+        notes.append(
+            f"samples/s are not stable from run to run on this {os.cpu_count()}-core machine: the runs "
+            f"of one configuration spread (fastest - slowest, over the median) by a median "
+            f"{100 * float(np.median(spreads)):.0f}% and up to {100 * max(spreads):.0f}% across the "
+            f"{len(spreads)} configurations that finished more than once; differences between "
+            "loaders smaller than that are noise, which is why every configuration is run several "
+            "times and reported as a median. The fetch-only figures are medians too, of "
+            f"{meta.get('rounds', 1)} timings of {meta.get('fetch_batches', 1000):,} batches per loader, "
+            "the loaders taking turns."
+        )
     b1, b4 = by.get(("baseline", 1, 0)), by.get(("baseline", 4, 2))
     if b1 and b4 and b1["status"] == b4["status"] == "ok" and b1.get("pss_bytes") and b4.get("pss_bytes"):
         notes.append(
@@ -824,6 +877,12 @@ def write_report(meta: dict[str, Any], results: list[dict[str, Any]], fetch: dic
     DOC.parent.mkdir(parents=True, exist_ok=True)
     DOC.write_text("\n".join(lines) + "\n")
     log(f"wrote {DOC}")
+
+
+def _runs(r: dict[str, Any]) -> str:
+    runs = r.get("runs") or [r["samples_per_s"]]
+    text = " / ".join(f"{x:,.0f}" for x in runs)
+    return text + (f" ({r['failed_runs']} failed)" if r.get("failed_runs") else "")
 
 
 def _status_note(r: dict[str, Any]) -> str:
@@ -903,8 +962,13 @@ def main() -> None:
     ap.add_argument("--loaders", default=",".join(LOADERS))
     ap.add_argument("--ranks", help="comma list (default 1,2,4; --quick: 1x0, 1x2, 4x2)")
     ap.add_argument("--workers", help="comma list (default 0,1,2,4; --quick 0,2)")
-    ap.add_argument("--batches", type=int, help="timed batches per rank (default 100, --quick 40)")
+    ap.add_argument("--batches", type=int, help="timed batches per rank (default 200, --quick 40)")
     ap.add_argument("--warmup", type=int, help="warm-up batches per rank (default 10, --quick 5)")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        help="runs of every configuration, reported as their median (default 3, --quick 1)",
+    )
     ap.add_argument("--mem-limit", default="12G", help="memory cgroup limit per configuration")
     ap.add_argument("--timeout", type=float, help="seconds per configuration (default 240, --quick 90)")
     ap.add_argument("--extra", default=",".join(EXTRA), help=f"also run at {EXTRA_CONFIGS}")
@@ -926,8 +990,9 @@ def main() -> None:
     workers = [int(x) for x in (args.workers or ("0,2" if q else "0,1,2,4")).split(",")]
     loaders = [x for x in args.loaders.split(",") if x]
     extra = [x for x in args.extra.split(",") if x]
-    batches = args.batches or (40 if q else 100)
+    batches = args.batches or (40 if q else 200)
     warmup = args.warmup or (5 if q else 10)
+    rounds = args.rounds or (1 if q else 3)
     timeout = args.timeout or (90 if q else 240)
     mem_limit = _size(args.mem_limit)
     mode = "quick" if q else "full"
@@ -955,6 +1020,8 @@ def main() -> None:
         "workers": workers,
         "batches": batches,
         "warmup": warmup,
+        "rounds": rounds,
+        "fetch_batches": 100 if q else 1000,
         "timeout": timeout,
         "mem_limit": mem_limit,
         "machine": machine(),
@@ -972,19 +1039,24 @@ def main() -> None:
     if args.report_only:
         saved = json.loads(res_file.read_text())
         meta, results = saved["meta"], saved["results"]
-        fetch = saved.get("fetch") or fetch_only(data_dir, loaders, 100 if q else 300)
+        fetch = saved.get("fetch") or fetch_only(data_dir, loaders, 100 if q else 1000, rounds)
         meta["notes"] = NOTES
         res_file.write_text(json.dumps({"meta": meta, "results": results, "fetch": fetch}, indent=1))
-        write_report(meta, results, fetch)
-        plot(meta, results)
+        write_report(meta, combine(results), fetch)
+        plot(meta, combine(results))
         return
     configs = [(rk, w) for rk in ranks for w in workers]
     if q and not (args.ranks or args.workers):
         configs = [(1, 0), (4, 2)]  # enough for every target
         ranks, workers = [1, 4], [0, 2]
-    plan = [(c, x) for c in configs for x in loaders]
-    plan += [(c, x) for c in configs for x in extra if c in EXTRA_CONFIGS]
-    for (rk, w), name in plan:
+    # Round after round, each configuration's loaders back to back (the no-corpus baseline among
+    # them), their order rotated every round: drift on this shared machine hits them alike.
+    plan = []
+    for k in range(rounds):
+        for c in configs:
+            names = loaders + [x for x in extra if c in EXTRA_CONFIGS]
+            plan += [(k, c, x) for x in names[k % len(names) :] + names[: k % len(names)]]
+    for k, (rk, w), name in plan:
         cfg = {
             "loader": name,
             "ranks": rk,
@@ -994,6 +1066,12 @@ def main() -> None:
             "batches": batches,
             "warmup": warmup,
         }
+        if any(
+            x["loader"] == name and (x["ranks"], x["workers"]) == (rk, w)
+            for x in results
+            if x["status"] == "OOM"
+        ):
+            continue  # OOM in an earlier round: it would only be again
         prior = [x for x in results if x["loader"] == name and x["ranks"] == rk and x["status"] == "OOM"]
         if prior and not args.run_implied:
             # more workers only add processes (and memory) to a run that already OOMed
@@ -1001,28 +1079,29 @@ def main() -> None:
             r["implied_by"] = f"{rk} ranks x {prior[0]['workers']} workers"
         else:
             r = run_config(cfg, mem_limit, timeout)
+        r["round"] = k
         results.append(r)
         if r["status"] == "ok":
             log(
-                f"{name:12s} {rk} ranks x {w} workers: {r['samples_per_s']:8,.0f} samples/s, "
+                f"round {k + 1}: {name:12s} {rk} ranks x {w} workers: {r['samples_per_s']:8,.0f} samples/s, "
                 f"PSS {_gb(r.get('pss_bytes'))} GiB ({r.get('procs')} procs), load {r['load_s']:.1f} s, "
                 f"wall {r['wall_s']:.0f} s"
             )
         else:
-            log(f"{name:12s} {rk} ranks x {w} workers: {r['status']} ({_status_note(r)})")
+            log(f"round {k + 1}: {name:12s} {rk} ranks x {w} workers: {r['status']} ({_status_note(r)})")
         meta["total_s"] = time.perf_counter() - t_start
         res_file.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
         if not args.no_report:  # a report at every step: it exists whatever happens later
-            write_report(meta, results, fetch)
-            plot(meta, results)
-    fetch = fetch_only(data_dir, loaders, 100 if q else 300)
+            write_report(meta, combine(results), fetch)
+            plot(meta, combine(results))
+    fetch = fetch_only(data_dir, loaders, meta["fetch_batches"], rounds)
     total = meta["total_s"] = time.perf_counter() - t_start
 
     res_file.write_text(json.dumps({"meta": meta, "results": results, "fetch": fetch}, indent=1))
     if not args.no_report:
-        write_report(meta, results, fetch)
-        plot(meta, results)
-    for name, ok, detail in targets(results, fetch):
+        write_report(meta, combine(results), fetch)
+        plot(meta, combine(results))
+    for name, ok, detail in targets(combine(results), fetch):
         print(("PASS" if ok else "FAIL" if ok is False else "N/A ") + f"  {name}: {detail}")
     log(f"total {total / 60:.1f} min")
 
