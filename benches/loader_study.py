@@ -1072,7 +1072,11 @@ def main() -> None:
             if x["status"] == "OOM"
         ):
             continue  # OOM in an earlier round: it would only be again
-        prior = [x for x in results if x["loader"] == name and x["ranks"] == rk and x["status"] == "OOM"]
+        prior = [
+            x
+            for x in results
+            if x["loader"] == name and x["ranks"] == rk and x["workers"] < w and x["status"] == "OOM"
+        ]
         if prior and not args.run_implied:
             # more workers only add processes (and memory) to a run that already OOMed
             r = {**{k: cfg[k] for k in ("loader", "ranks", "workers")}, "status": "OOM", "implied": True}
