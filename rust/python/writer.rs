@@ -28,6 +28,7 @@ pub struct Writer {
     /// The process that created the writer. A forked child's copy must not wait for `state`:
     /// a thread of the parent may have held it at the fork, and that thread does not exist here.
     pid: u32,
+    /// The target path, which needs no turn to read (`repr` works in a forked child too).
     path: PathBuf,
 }
 
