@@ -302,13 +302,18 @@ def _mix(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
+def _mix_int(x: int) -> int:
+    """``_mix`` of one number, in Python ints (numpy's per-call overhead dwarfs the work here)."""
+    x = (x + 0x9E3779B97F4A7C15) & _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
 def _uniform(seed: int, epoch: int, indices: np.ndarray, attempt: int) -> np.ndarray:
     """Floats in [0, 1) that depend on (seed, epoch, index, attempt) only."""
-    with np.errstate(over="ignore"):
-        key = _mix(np.array([seed & _M64], dtype=np.uint64))
-        key = _mix(key ^ np.uint64(epoch & _M64))
-        key = _mix(key ^ np.uint64(attempt))
-        x = _mix(indices.astype(np.uint64) ^ key)
+    key = _mix_int(_mix_int(_mix_int(seed & _M64) ^ (epoch & _M64)) ^ attempt)
+    x = _mix(indices.astype(np.uint64) ^ np.uint64(key))
     return (x >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
 
 
@@ -520,8 +525,10 @@ class TripletDataset(_StoreDataset):
             keys = self._query_keys[query].tolist()
             query_texts = self._query_store.get().take(keys, field=self.query_field)
         else:
-            blob, offsets = self._query_keys, self._query_offsets
-            query_texts = [blob[offsets[q] : offsets[q + 1]].tobytes().decode() for q in query.tolist()]
+            starts = self._query_offsets[query].tolist()
+            ends = self._query_offsets[query + 1].tolist()
+            blob = memoryview(self._query_keys)
+            query_texts = [str(blob[a:b], "utf-8") for a, b in zip(starts, ends)]
         m = len(index)
         return list(zip(query_texts, texts[:m], texts[m:]))
 
