@@ -351,6 +351,27 @@ def test_triplet_sampling_depends_on_seed_epoch_and_index_only(store_path, tripl
     assert b.epoch == 5
 
 
+def test_random_draws_are_splitmix64_of_seed_epoch_attempt_and_index():
+    """The draws are part of what a user reproduces across versions: pinned to splitmix64's
+    finaliser written out on Python ints (key = mix(mix(mix(seed) ^ epoch) ^ attempt), then
+    mix(index ^ key), top 53 bits)."""
+    from docstore.torch import _uniform
+
+    m64 = (1 << 64) - 1
+
+    def mix(x: int) -> int:
+        x = (x + 0x9E3779B97F4A7C15) & m64
+        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & m64
+        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & m64
+        return x ^ (x >> 31)
+
+    indices = np.array([-3, 0, 1, 7919, 2**40, 2**62], dtype=np.int64)
+    for seed, epoch, attempt in [(0, 0, 0), (1, 5, 3), (2**70, 2**65, 31), (-1, 7, 1)]:
+        key = mix(mix(mix(seed & m64) ^ (epoch & m64)) ^ attempt)
+        expected = [(mix((int(i) & m64) ^ key) >> 11) / (1 << 53) for i in indices]
+        assert _uniform(seed, epoch, indices, attempt).tolist() == expected
+
+
 def test_hard_negatives(store_path, oracle, triplet_data):
     queries, qrels, hard = triplet_data
     ids = list(oracle)
