@@ -75,7 +75,7 @@ struct State {
 
 impl Writer {
     fn in_forked_child(&self) -> bool {
-        std::process::id() != self.pid
+        docstore_core::process::id() != self.pid
     }
 
     /// The writer's state, once no other thread is using it.
@@ -620,7 +620,7 @@ impl Writer {
             path,
             state: Mutex::new(state),
             owner: AtomicUsize::new(0),
-            pid: std::process::id(),
+            pid: docstore_core::process::id(),
         })
     }
 

@@ -12,6 +12,7 @@ mod pagecache;
 pub mod parallel;
 pub mod planes;
 mod prefetch;
+pub mod process;
 pub mod reader;
 pub mod record;
 pub mod schema;

@@ -118,7 +118,7 @@ pub fn pool() -> &'static rayon::ThreadPool {
 }
 
 fn owned_pool() -> &'static OwnedPool {
-    let pid = std::process::id();
+    let pid = crate::process::id();
     let threads = num_threads();
     let slot = &POOLS[threads];
     loop {

@@ -250,14 +250,14 @@ impl Writer {
             keys,
             sender: Some(sender),
             worker: Some(worker),
-            pid: std::process::id(),
+            pid: crate::process::id(),
             _scratch_lock: scratch_lock,
         })
     }
 
     /// Refuses work in a forked child: its compression thread exists only in the parent.
     fn check_process(&self) -> Result<()> {
-        if std::process::id() == self.pid {
+        if crate::process::id() == self.pid {
             return Ok(());
         }
         Err(Error::Closed(format!(
@@ -497,7 +497,7 @@ impl Drop for Writer {
     /// An unfinished writer leaves nothing behind: the worker stops and the scratch dir goes.
     /// In a forked child both are the parent's, so they are left alone.
     fn drop(&mut self) {
-        if std::process::id() != self.pid {
+        if crate::process::id() != self.pid {
             std::mem::forget(self.worker.take());
             return;
         }
