@@ -591,6 +591,44 @@ fn fill_ranks(ranks: &mut MmapMut, key_index: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Compressed records, concatenated, and where each ends.
+type Chunk = (Vec<u8>, Vec<usize>);
+
+/// Compresses `records` in parallel, in chunks that each fill one buffer (few allocations),
+/// returned in order.
+fn compress_chunks(compressor: &Compressor, records: &[&[u8]]) -> Vec<Chunk> {
+    records
+        .par_chunks(64)
+        .map(|chunk| {
+            let mut out = Vec::new();
+            let mut ends = Vec::with_capacity(chunk.len());
+            for raw in chunk {
+                compressor.compress(raw, &mut out);
+                ends.push(out.len());
+            }
+            (out, ends)
+        })
+        .collect()
+}
+
+/// Appends compressed chunks to the data section and their records' offsets to `offsets`.
+fn write_chunks(
+    file: &mut SectionWriter,
+    offsets: &mut impl Write,
+    chunks: Vec<Chunk>,
+) -> Result<()> {
+    for (out, ends) in chunks {
+        let base = file.pos - file.start;
+        let mut start = 0;
+        for end in ends {
+            offsets.write_all(&(base + start as u64).to_le_bytes())?;
+            start = end;
+        }
+        file.write(&out)?;
+    }
+    Ok(())
+}
+
 /// The compression thread: header space, schema, dictionary (from the first batch), then the
 /// data section; blob offsets go to `offsets`.
 fn write_data(
@@ -618,6 +656,9 @@ fn write_data(
         file.begin()?;
         Compressor::new(options.level, dict)
     };
+    // While the pool compresses a batch, this thread writes the one before it: the pool never
+    // waits for the file.
+    let mut compressed: Option<Vec<Chunk>> = None;
     for batch in batches {
         let compressor = match &compressor {
             Some(c) => c,
@@ -627,30 +668,17 @@ fn write_data(
             }
         };
         let records: Vec<&[u8]> = batch.records().collect();
-        // Chunks of records compress into one buffer each: few allocations, ordered output.
-        let chunks: Vec<(Vec<u8>, Vec<usize>)> = parallel::pool().install(|| {
-            records
-                .par_chunks(64)
-                .map(|chunk| {
-                    let mut out = Vec::new();
-                    let mut ends = Vec::with_capacity(chunk.len());
-                    for raw in chunk {
-                        compressor.compress(raw, &mut out);
-                        ends.push(out.len());
-                    }
-                    (out, ends)
-                })
-                .collect()
-        });
-        for (out, ends) in chunks {
-            let base = file.pos - file.start;
-            let mut start = 0;
-            for end in ends {
-                offsets.write_all(&(base + start as u64).to_le_bytes())?;
-                start = end;
-            }
-            file.write(&out)?;
-        }
+        let mut next = None;
+        parallel::pool().in_place_scope(|scope| {
+            scope.spawn(|_| next = Some(compress_chunks(compressor, &records)));
+            compressed.take().map_or(Ok(()), |chunks| {
+                write_chunks(&mut file, &mut offsets, chunks)
+            })
+        })?;
+        compressed = next;
+    }
+    if let Some(chunks) = compressed {
+        write_chunks(&mut file, &mut offsets, chunks)?;
     }
     if compressor.is_none() {
         start_data(&mut file, &[])?;
