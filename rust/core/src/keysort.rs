@@ -103,7 +103,7 @@ impl KeySorter {
         });
         if let Some(pair) = entries.windows(2).find(|w| same(&w[0], &w[1])) {
             return Err(Error::DuplicateKey(
-                String::from_utf8_lossy(key(&pair[0])).into_owned(),
+                String::from_utf8_lossy(self.key(&pair[0])).into_owned(),
             ));
         }
         self.entries = entries;
@@ -267,6 +267,17 @@ mod tests {
             let err = sorted(&["a", "b", "c", "d", "e", "b", "f"], limit).unwrap_err();
             assert!(
                 matches!(err, Error::DuplicateKey(ref k) if k == "b"),
+                "{err}"
+            );
+            // Named whole, though sorting skips the prefix all keys share.
+            let err = sorted(&["doc-a", "doc-b", "doc-c", "doc-b"], limit).unwrap_err();
+            assert!(
+                matches!(err, Error::DuplicateKey(ref k) if k == "doc-b"),
+                "{err}"
+            );
+            let err = sorted(&["0", "0"], limit).unwrap_err();
+            assert!(
+                matches!(err, Error::DuplicateKey(ref k) if k == "0"),
                 "{err}"
             );
         }
