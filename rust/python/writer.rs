@@ -3,6 +3,7 @@
 
 use crate::convert::{from_python, Holder};
 use crate::errors::{guard, new_error, IntoPy};
+use docstore_core::repeats::first_repeat;
 use docstore_core::{
     Field, FieldType, Schema, Value, Writer as CoreWriter, WriterOptions, MAX_DOCS,
 };
@@ -10,7 +11,6 @@ use numpy::PyReadonlyArray1;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
-use std::collections::HashSet;
 use std::ops::{Deref, DerefMut};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -185,17 +185,18 @@ impl State {
         mut lookup: impl FnMut(usize, usize) -> PyResult<Option<Bound<'py, PyAny>>>,
     ) -> PyResult<()> {
         self.check_room(py, doc_ids.len())?;
-        let mut seen = HashSet::with_capacity(doc_ids.len());
+        let mut keys = Vec::with_capacity(doc_ids.len());
         for (row, doc_id) in doc_ids.iter().enumerate() {
             let key = key_of(py, doc_id)?;
-            if !seen.insert(key) {
-                return Err(docstore_core::Error::DuplicateKey(key.to_owned())).py_err(py);
-            }
             let objects = self.objects_of(py, key, |i, _| lookup(row, i))?;
             holder.clear();
             convert_all(&self.schema, &objects, holder, key)?;
+            keys.push(key);
         }
-        Ok(())
+        match py.detach(|| first_repeat(&keys)) {
+            Some(row) => Err(docstore_core::Error::DuplicateKey(keys[row].to_owned())).py_err(py),
+            None => Ok(()),
+        }
     }
 
     /// Fails unless `rows` more documents fit in the store.
@@ -712,14 +713,14 @@ impl Writer {
     }
 }
 
-/// What `Writer::add` would reject in text columns: ids that are empty, repeated or not UTF-8,
-/// `str` values that are not UTF-8.
+/// What `Writer::add` would reject in text columns: ids that are empty or not UTF-8, `str` values
+/// that are not UTF-8, then ids repeated within the batch.
 fn check_text_rows(
     ids: &TextColumn<'_>,
     columns: &[TextColumn<'_>],
     kinds: &[(bool, String)],
 ) -> docstore_core::Result<()> {
-    let mut seen = HashSet::with_capacity(ids.len());
+    let mut keys = Vec::with_capacity(ids.len());
     for row in 0..ids.len() {
         let key = ids.str(row, "doc id")?;
         if key.is_empty() {
@@ -727,16 +728,17 @@ fn check_text_rows(
                 "the doc id of row {row} is empty"
             )));
         }
-        if !seen.insert(key) {
-            return Err(docstore_core::Error::DuplicateKey(key.to_owned()));
-        }
+        keys.push(key);
         for ((is_str, name), column) in kinds.iter().zip(columns) {
             if *is_str {
                 column.str(row, name)?;
             }
         }
     }
-    Ok(())
+    match first_repeat(&keys) {
+        Some(row) => Err(docstore_core::Error::DuplicateKey(keys[row].to_owned())),
+        None => Ok(()),
+    }
 }
 
 /// A column of strings as Arrow lays them out: `offsets[i]..offsets[i + 1]` in `data`.

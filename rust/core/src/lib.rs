@@ -15,6 +15,7 @@ mod prefetch;
 pub mod process;
 pub mod reader;
 pub mod record;
+pub mod repeats;
 pub mod schema;
 mod varint;
 pub mod writer;
