@@ -2,11 +2,11 @@
 
 Usage (from the repository root)::
 
-    python benches/report.py                      # full run: 1M passages (slow; minutes)
-    python benches/report.py --quick              # 100k passages
+    python benches/report.py                      # full run: 1M passages, 3 runs (~8 min)
+    python benches/report.py --quick --runs 1     # 100k passages, one run
     python benches/report.py --docs 50000         # any size
-    python benches/report.py --json results.json  # only report on an earlier
-                                                  #   pytest benches --benchmark-json=results.json
+    python benches/report.py --json a.json b.json # only report on earlier runs of
+                                                  #   pytest benches --benchmark-json=a.json
     python benches/report.py --quick --save-json out.json --out report.md -- -k "not build"
 
 Arguments after ``--`` go to pytest. pytest's own output goes to stderr; the Markdown
@@ -15,6 +15,11 @@ report goes to stdout (and to ``--out`` if given). ``--strict`` exits 1 if a tar
 Throughput = operations per round / median round time (lookups/s for ``get``, docs/s
 for ``get_many``, ``build`` and ``threads``). "docstore x" = docstore's throughput divided
 by the system's (>1: docstore is faster).
+
+The machine these run on is shared, and one run's ratios move by up to 2x (other work, and
+ir_datasets' own speed, drift during a run). So the suite runs ``--runs`` times (3 by default):
+tables show each system's median over the runs, and a target's ratio is the median of the
+ratios measured side by side within each run, with every run's ratio listed.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -94,6 +100,20 @@ def load(json_path: Path) -> tuple[dict, dict]:
             key = (info["system"], info["threads"])
         res[b["group"]][info["corpus"]][key] = b
     return res, data
+
+
+def merge(runs: list[dict]) -> dict:
+    """One result set whose rounds' median is, per benchmark, the median over ``runs``."""
+    merged: dict = defaultdict(lambda: defaultdict(dict))
+    for group in {g for res in runs for g in res}:
+        for corpus in {c for res in runs for c in res.get(group, {})}:
+            keys = {k for res in runs for k in res.get(group, {}).get(corpus, {})}
+            for key in keys:
+                benches = [b for res in runs if (b := res.get(group, {}).get(corpus, {}).get(key))]
+                first = benches[0]
+                stats = dict(first["stats"], median=statistics.median(b["stats"]["median"] for b in benches))
+                merged[group][corpus][key] = dict(first, stats=stats)
+    return merged
 
 
 def thr(b: dict | None) -> float | None:
@@ -201,17 +221,31 @@ def threads_table(res, corpora: list[str]) -> str:
     return table(headers, rows)
 
 
-def targets(res, corpora: list[str]) -> list[tuple[str, str, str]]:
-    """-> [(target, corpus, 'PASS'|'FAIL'|'N/A' + detail)]."""
+def targets(runs: list[dict], corpora: list[str]) -> list[tuple[str, str, str]]:
+    """-> [(target, corpus, 'PASS'|'FAIL'|'N/A' + detail)]: each ratio is the median of the ratios
+    measured within each run."""
     out = []
+    res = runs[0]  # sizes: the same in every run
+
+    def per_run(group, a, b, c):
+        values = []
+        for run in runs:
+            ta, tb = thr(run[group].get(c, {}).get(a)), thr(run[group].get(c, {}).get(b))
+            if ta and tb:
+                values.append(ta / tb)
+        return values
 
     def ratio(group, a, b, c):
-        ta, tb = thr(res[group].get(c, {}).get(a)), thr(res[group].get(c, {}).get(b))
-        return ta / tb if (ta and tb) else None
+        return per_run(group, a, b, c) or None
 
     def add(name, c, value, ok, detail=None):
+        runs_note = ""
+        if isinstance(value, list):
+            if len(value) > 1:
+                runs_note = "; runs " + " / ".join(fmt_ratio(v) for v in value)
+            value = statistics.median(value)
         word = "N/A" if value is None else ("INFO" if ok is None else ("PASS" if ok(value) else "FAIL"))
-        out.append((name, c, f"{word} ({detail if detail is not None else fmt_ratio(value)})"))
+        out.append((name, c, f"{word} ({detail if detail is not None else fmt_ratio(value)}{runs_note})"))
 
     for c in corpora:
         add(
@@ -269,20 +303,20 @@ def targets(res, corpora: list[str]) -> list[tuple[str, str, str]]:
                 lambda r: r <= 0.5,
                 "missing" if x is None else f"{x:.3f}x raw",
             )
-        g = res["threads"].get(c, {})
         # docstore:t1 decodes in each calling thread: one thread uses one core, as the target
         # means. With the default pool one calling thread already uses every core.
-        t1, t2 = thr(g.get(("docstore:t1", 1))), thr(g.get(("docstore:t1", 2)))
         add(
             "two threads of batch lookups >= 1.6x one thread (`set_num_threads(1)`)",
             c,
-            t2 / t1 if (t1 and t2) else None,
+            ratio("threads", ("docstore:t1", 2), ("docstore:t1", 1), c),
             lambda r: r >= 1.6,
         )
     return out
 
 
-def render(res, data) -> tuple[str, bool]:
+def render(runs: list[dict], datas: list[dict]) -> tuple[str, bool]:
+    res = merge(runs)
+    data = datas[0]
     corpora = corpora_in(res)
     mi = data.get("machine_info", {})
     ci = data.get("commit_info", {})
@@ -296,23 +330,33 @@ def render(res, data) -> tuple[str, bool]:
         f"Python {mi.get('python_version', '?')}; commit {str(ci.get('id', '?'))[:10]}"
         f"{' (dirty)' if ci.get('dirty') else ''}; {data.get('datetime', '')}"
     )
-    lines.append("- throughput from the median round; page cache warm (stores were just built)")
+    lines.append(
+        f"- {len(runs)} run(s) of the suite; throughput from the median round, then the median over the "
+        "runs; target ratios are the median of each run's side-by-side ratio; page cache warm "
+        "(stores were just built)"
+    )
     db = mi.get("docstore_bench", {})
     if db.get("docstore_num_threads"):
         lines.append(
             f"- docstore decodes batches (`get_many`) and compresses builds on its own pool of "
             f"{db['docstore_num_threads']} threads; the other systems run on one"
         )
-    load = db.get("loadavg_at_start")
-    if load:
-        ncpu = db.get("cpu_count") or 1
-        end = db.get("loadavg_at_end") or [0]
-        lines.append(f"- 1-min load average: {load[0]:.2f} at start, {end[0]:.2f} at end ({ncpu} CPUs)")
-        if load[0] > 0.5 * ncpu or end[0] > ncpu + 0.75:  # the run itself adds ~1-2
+    busy = False
+    for i, d in enumerate(datas, 1):
+        info = d.get("machine_info", {}).get("docstore_bench", {})
+        load, end = info.get("loadavg_at_start"), info.get("loadavg_at_end") or [0]
+        if load:
+            ncpu = info.get("cpu_count") or 1
+            run = f"run {i}: " if len(datas) > 1 else ""
             lines.append(
-                "- **warning: the machine was busy with other work; timings, and the threads "
-                "ratio most of all, are not reliable**"
+                f"- {run}1-min load average {load[0]:.2f} at start, {end[0]:.2f} at end ({ncpu} CPUs)"
             )
+            busy |= load[0] > 0.5 * ncpu or end[0] > ncpu + 0.75  # the run itself adds ~1-2
+    if busy:
+        lines.append(
+            "- **warning: the machine was busy with other work; timings, and the threads "
+            "ratio most of all, are not reliable**"
+        )
     sections = [
         ("Single lookup by id (`get`, 1000 random ids per round)", "get", "lookups/s"),
         ("Batch lookup (`get_many` of 1000 random distinct ids)", "get_many", "docs/s"),
@@ -325,7 +369,7 @@ def render(res, data) -> tuple[str, bool]:
         lines += ["", "## Size on disk", "", size_table(res, corpora)]
     if res.get("threads"):
         lines += ["", "## Threads: batch lookups, one thread vs two", "", threads_table(res, corpora)]
-    tg = targets(res, corpora)
+    tg = targets(runs, corpora)
     lines += ["", "## Targets", "", table(["target", "corpus", "result"], [list(t) for t in tg])]
     ok = all(not v.startswith("FAIL") for _, _, v in tg)
     n_pass = sum(v.startswith("PASS") for _, _, v in tg)
@@ -342,26 +386,36 @@ def main(argv: list[str] | None = None) -> int:
         i = argv.index("--")
         argv, extra = argv[:i], argv[i + 1 :]
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--json", type=Path, help="report on this pytest-benchmark JSON instead of running")
+    ap.add_argument(
+        "--json", type=Path, nargs="+", help="report on these pytest-benchmark JSONs instead of running"
+    )
     ap.add_argument("--docs", type=int, help="msmarco_like size (DOCSTORE_BENCH_DOCS)")
     ap.add_argument("--quick", action="store_true", help="100k passages (DOCSTORE_BENCH_QUICK=1)")
-    ap.add_argument("--save-json", type=Path, help="keep the benchmark JSON here")
+    ap.add_argument("--runs", type=int, default=3, help="runs of the suite (default 3); medians are reported")
+    ap.add_argument("--save-json", type=Path, help="keep the benchmark JSON here (run i > 1: NAME.i.json)")
     ap.add_argument("--out", type=Path, help="also write the Markdown here")
     ap.add_argument("--strict", action="store_true", help="exit 1 if any target FAILs")
     args = ap.parse_args(argv)
+    if args.runs < 1:
+        ap.error("--runs must be at least 1")
 
     if args.json:
-        json_path = args.json
+        json_paths = args.json
     else:
-        json_path = args.save_json or Path(tempfile.mkstemp(prefix="docstore-bench-", suffix=".json")[1])
-        rc = run_benchmarks(json_path, args.docs, args.quick, extra)
-        if rc not in (0,) and (not json_path.exists() or json_path.stat().st_size == 0):
-            print(f"pytest failed (exit {rc}) and wrote no results", file=sys.stderr)
-            return rc or 1
-        if rc != 0:
-            print(f"warning: pytest exited {rc}; reporting what was measured", file=sys.stderr)
-    res, data = load(json_path)
-    md, ok = render(res, data)
+        base = args.save_json or Path(tempfile.mkstemp(prefix="docstore-bench-", suffix=".json")[1])
+        json_paths = []
+        for i in range(1, args.runs + 1):
+            path = base if i == 1 else base.with_name(f"{base.stem}.{i}{base.suffix}")
+            print(f"run {i} of {args.runs}", file=sys.stderr, flush=True)
+            rc = run_benchmarks(path, args.docs, args.quick, extra)
+            if rc not in (0,) and (not path.exists() or path.stat().st_size == 0):
+                print(f"pytest failed (exit {rc}) and wrote no results", file=sys.stderr)
+                return rc or 1
+            if rc != 0:
+                print(f"warning: pytest exited {rc}; reporting what was measured", file=sys.stderr)
+            json_paths.append(path)
+    loaded = [load(p) for p in json_paths]
+    md, ok = render([r for r, _ in loaded], [d for _, d in loaded])
     print(md)
     if args.out:
         args.out.write_text(md)
