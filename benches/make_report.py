@@ -6,6 +6,8 @@ Usage (from the repository root)::
     python benches/make_report.py --quick         # small corpora, short rounds (a few minutes)
     python benches/make_report.py --json cmp.json # only render an earlier
                                                   #   pytest benches/test_compare.py --benchmark-json=cmp.json
+    python benches/make_report.py --json full.json lookups2.json lookups3.json
+                                                  # figures measured in several runs: their median
     python benches/make_report.py --save-json cmp.json -- -k "not loader"   # args after -- go to pytest
 
 Sizes and subsets come from the environment (``DOCSTORE_BENCH_CMP_DOCS``, ``..._LONG_DOCS``,
@@ -28,6 +30,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
+
+from report import merge  # noqa: E402  (benches/ is on the path only from here)
 
 CORPORA = ("msmarco_like", "english_news", "long_docs", "token_arrays")
 SYSTEMS = [
@@ -797,6 +801,16 @@ def render(res, data, img_dir: Path, md_path: Path, cmd: str) -> tuple[str, bool
         "Regenerate with `python benches/make_report.py` (full) or `--quick`; the suite alone is "
         "`pytest benches/test_compare.py` (see `benches/compare.py` for sizes and subsets)."
     )
+    runs = {g: max((b.get("runs", 1) for d in res[g].values() for b in d.values()), default=1) for g in res}
+    if any(n > 1 for n in runs.values()):
+        merged = ", ".join(f"`{g}` {n}" for g, n in sorted(runs.items()) if n > 1)
+        L += [
+            "",
+            f"Several runs merged (`--json`): each figure is the median of the runs that measured it "
+            f"(runs per group: {merged}; every other group is from the first run). One run of this "
+            "shared machine can move a system's figure up to 2x, so a row decided by one run is "
+            "decided by chance.",
+        ]
     L += ["", "## Machine", ""]
     if machine:
         L.append(
@@ -1017,7 +1031,13 @@ def main(argv: list[str] | None = None) -> int:
         i = argv.index("--")
         argv, extra = argv[:i], argv[i + 1 :]
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--json", type=Path, help="render this pytest-benchmark JSON instead of running")
+    ap.add_argument(
+        "--json",
+        type=Path,
+        nargs="+",
+        help="render these pytest-benchmark JSONs instead of running (the first names the run; each "
+        "figure is the median of the runs that measured it)",
+    )
     ap.add_argument("--quick", action="store_true", help="DOCSTORE_BENCH_QUICK=1")
     ap.add_argument("--save-json", type=Path, help="keep the benchmark JSON here")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
@@ -1030,7 +1050,7 @@ def main(argv: list[str] | None = None) -> int:
         (env + " " if env else "") + "python benches/make_report.py" + (" --quick" if args.quick else "")
     )
     if args.json:
-        json_path = args.json
+        json_paths = args.json
     else:
         json_path = args.save_json or Path(tempfile.mkstemp(prefix="docstore-cmp-", suffix=".json")[1])
         rc = run_suite(json_path, args.quick, extra)
@@ -1039,7 +1059,10 @@ def main(argv: list[str] | None = None) -> int:
             return rc or 1
         if rc != 0:
             print(f"warning: pytest exited {rc}; reporting what was measured", file=sys.stderr)
-    res, data = load(json_path)
+        json_paths = [json_path]
+    loaded = [load(p) for p in json_paths]
+    data = loaded[0][1]
+    res = loaded[0][0] if len(loaded) == 1 else merge([r for r, _ in loaded], extra=("docs_per_s",))
     md, ok = render(res, data, args.img, args.out, shown)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(md)

@@ -102,8 +102,9 @@ def load(json_path: Path) -> tuple[dict, dict]:
     return res, data
 
 
-def merge(runs: list[dict]) -> dict:
-    """One result set whose rounds' median is, per benchmark, the median over ``runs``."""
+def merge(runs: list[dict], extra: tuple[str, ...] = ()) -> dict:
+    """One result set (``res[group][corpus][key] = bench``) whose rounds' median is, per benchmark,
+    the median over the ``runs`` that measured it; so are the ``extra`` figures of ``extra_info``."""
     merged: dict = defaultdict(lambda: defaultdict(dict))
     for group in {g for res in runs for g in res}:
         for corpus in {c for res in runs for c in res.get(group, {})}:
@@ -112,7 +113,12 @@ def merge(runs: list[dict]) -> dict:
                 benches = [b for res in runs if (b := res.get(group, {}).get(corpus, {}).get(key))]
                 first = benches[0]
                 stats = dict(first["stats"], median=statistics.median(b["stats"]["median"] for b in benches))
-                merged[group][corpus][key] = dict(first, stats=stats)
+                info = dict(first.get("extra_info", {}))
+                for name in extra:
+                    values = [v for b in benches if (v := b.get("extra_info", {}).get(name)) is not None]
+                    if values:
+                        info[name] = statistics.median(values)
+                merged[group][corpus][key] = dict(first, stats=stats, extra_info=info, runs=len(benches))
     return merged
 
 
