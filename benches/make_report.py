@@ -945,8 +945,8 @@ def render(res, data, img_dir: Path, md_path: Path, cmd: str) -> tuple[str, bool
             "",
             "Single-threaded, the whole corpus in memory: memcpy (`numpy.copyto` into a touched "
             "buffer), python-lz4 block "
-            "decompression of each document (compressed with lz4 HC level 4 against a 64 KiB "
-            "dictionary, as docstore stores them; one Python call per document), docstore's `take` "
+            "decompression of each document (compressed by liblz4 at the store's level against the "
+            "store's dictionary, as docstore stores them; one Python call per document), docstore's `take` "
             "over every position, and docstore's hot batch of 1024 positions as a fraction of the "
             "lz4 rate.",
             "",
