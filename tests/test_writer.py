@@ -433,6 +433,40 @@ def test_a_rejected_add_many_adds_nothing(tmp_path, bad):
     assert list(docstore.open(path).keys()) == ["a", "b", "c", "d", "e"]
 
 
+@pytest.mark.parametrize(
+    ("ids", "n", "error"),
+    [
+        (["c", "c", "e"], [1, 2, "x"], "DuplicateKeyError"),  # repeat at row 1, bad value at 2
+        (["c", "d", "c"], [1, 2, "x"], "DuplicateKeyError"),  # both at row 2: the id comes first
+        (["c", "d", "e", "c"], [1, "x", 3, 4], "FieldTypeError"),  # bad value at 1, repeat at 3
+        (["c", "d", "", "c"], [1, 2, 3, 4], "InvalidKeyError"),  # empty id at 2, repeat at 3
+        (["c", "c", "", "e"], [1, 2, 3, 4], "DuplicateKeyError"),  # repeat at 1, empty id at 2
+    ],
+)
+def test_a_batch_with_several_problems_reports_the_first_in_row_order(tmp_path, ids, n, error):
+    with docstore.Writer(tmp_path / "s", fields={"n": "int64"}) as w:
+        with pytest.raises(getattr(docstore, error)):
+            w.add_many(ids, {"n": n})
+        assert w.count == 0
+        w.abort()
+
+
+@pytest.mark.parametrize(
+    ("ids", "error"),
+    [
+        (["c", "c", ""], "DuplicateKeyError"),
+        (["c", "", "c"], "InvalidKeyError"),
+    ],
+)
+def test_an_arrow_batch_with_several_problems_reports_the_first_in_row_order(tmp_path, ids, error):
+    pa = pytest.importorskip("pyarrow")
+    with docstore.Writer(tmp_path / "s", fields={"text": "str"}) as w:
+        with pytest.raises(getattr(docstore, error)):
+            w.add_many(pa.array(ids), pa.table({"text": ["A", "B", "C"]}))
+        assert w.count == 0
+        w.abort()
+
+
 @pytest.mark.parametrize("bad", ["duplicate", "empty id", "invalid utf-8"])
 def test_a_rejected_arrow_batch_adds_nothing(tmp_path, bad):
     pa = pytest.importorskip("pyarrow")

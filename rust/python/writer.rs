@@ -176,7 +176,8 @@ impl State {
     }
 
     /// Checks `rows` documents of a batch as `add_one` would, without adding any, so that a bad
-    /// one leaves the writer as it was; also finds an id repeated within the batch.
+    /// one leaves the writer as it was; also finds an id repeated within the batch. The first
+    /// problem in row order is the one reported.
     fn check_rows<'py>(
         &mut self,
         py: Python<'py>,
@@ -186,16 +187,32 @@ impl State {
     ) -> PyResult<()> {
         self.check_room(py, doc_ids.len())?;
         let mut keys = Vec::with_capacity(doc_ids.len());
+        let mut checked = Ok(());
         for (row, doc_id) in doc_ids.iter().enumerate() {
-            let key = key_of(py, doc_id)?;
-            let objects = self.objects_of(py, key, |i, _| lookup(row, i))?;
-            holder.clear();
-            convert_all(&self.schema, &objects, holder, key)?;
+            let key = match key_of(py, doc_id) {
+                Ok(key) => key,
+                Err(err) => {
+                    checked = Err(err);
+                    break;
+                }
+            };
             keys.push(key);
+            let converted = self
+                .objects_of(py, key, |i, _| lookup(row, i))
+                .and_then(|objects| {
+                    holder.clear();
+                    convert_all(&self.schema, &objects, holder, key).map(drop)
+                });
+            if let Err(err) = converted {
+                checked = Err(err);
+                break;
+            }
         }
-        match py.detach(|| first_repeat(&keys)) {
+        // Python stays held: the rows are the caller's lists, which other threads could change
+        // between this check and the adding.
+        match first_repeat(&keys) {
             Some(row) => Err(docstore_core::Error::DuplicateKey(keys[row].to_owned())).py_err(py),
-            None => Ok(()),
+            None => checked,
         }
     }
 
@@ -713,15 +730,15 @@ impl Writer {
     }
 }
 
-/// What `Writer::add` would reject in text columns: ids that are empty or not UTF-8, `str` values
-/// that are not UTF-8, then ids repeated within the batch.
+/// What `Writer::add` would reject in text columns: ids that are empty, not UTF-8 or repeated
+/// within the batch, `str` values that are not UTF-8. The first problem in row order is reported.
 fn check_text_rows(
     ids: &TextColumn<'_>,
     columns: &[TextColumn<'_>],
     kinds: &[(bool, String)],
 ) -> docstore_core::Result<()> {
     let mut keys = Vec::with_capacity(ids.len());
-    for row in 0..ids.len() {
+    let mut check_row = |row: usize| -> docstore_core::Result<()> {
         let key = ids.str(row, "doc id")?;
         if key.is_empty() {
             return Err(docstore_core::Error::InvalidKey(format!(
@@ -734,10 +751,13 @@ fn check_text_rows(
                 column.str(row, name)?;
             }
         }
-    }
+        Ok(())
+    };
+    let checked = (0..ids.len()).try_for_each(&mut check_row);
+    // Repeats among the rows before a bad one (and its id) come first in row order.
     match first_repeat(&keys) {
         Some(row) => Err(docstore_core::Error::DuplicateKey(keys[row].to_owned())),
-        None => Ok(()),
+        None => checked,
     }
 }
 

@@ -36,7 +36,9 @@ pub struct WriterOptions {
     pub level: i32,
     /// Bytes of dictionary trained on the first batch (0 disables it; at most 64 KiB).
     pub dict_size: usize,
-    /// Raw bytes per compression batch (the dictionary is trained on the first one).
+    /// Raw bytes per compression batch (the dictionary is trained on the first one). A writer
+    /// holds up to five: the one being filled, two queued, the one being compressed, and the one
+    /// before it, compressed, being written.
     pub batch_bytes: usize,
     /// Memory for keys before a sorted run is spilled to disk.
     pub key_buffer_bytes: usize,
@@ -656,8 +658,8 @@ fn write_data(
         file.begin()?;
         Compressor::new(options.level, dict)
     };
-    // While the pool compresses a batch, this thread writes the one before it: the pool never
-    // waits for the file.
+    // While the pool compresses batch k, this thread writes batch k-1 (compressed): the pool no
+    // longer idles through every write, at the cost of holding one compressed batch more.
     let mut compressed: Option<Vec<Chunk>> = None;
     for batch in batches {
         let compressor = match &compressor {
