@@ -187,27 +187,13 @@ impl State {
     ) -> PyResult<()> {
         self.check_room(py, doc_ids.len())?;
         let mut keys = Vec::with_capacity(doc_ids.len());
-        let mut checked = Ok(());
-        for (row, doc_id) in doc_ids.iter().enumerate() {
-            let key = match key_of(py, doc_id) {
-                Ok(key) => key,
-                Err(err) => {
-                    checked = Err(err);
-                    break;
-                }
-            };
+        let checked = doc_ids.iter().enumerate().try_for_each(|(row, doc_id)| {
+            let key = key_of(py, doc_id)?;
             keys.push(key);
-            let converted = self
-                .objects_of(py, key, |i, _| lookup(row, i))
-                .and_then(|objects| {
-                    holder.clear();
-                    convert_all(&self.schema, &objects, holder, key).map(drop)
-                });
-            if let Err(err) = converted {
-                checked = Err(err);
-                break;
-            }
-        }
+            let objects = self.objects_of(py, key, |i, _| lookup(row, i))?;
+            holder.clear();
+            convert_all(&self.schema, &objects, holder, key).map(drop)
+        });
         // Python stays held: the rows are the caller's lists, which other threads could change
         // between this check and the adding.
         match first_repeat(&keys) {
