@@ -160,6 +160,18 @@ def test_user_mistakes_print_one_line_and_exit_nonzero(tmp_path, setup, args, me
     assert not (tmp_path / "x").exists()
 
 
+def test_build_keeps_an_existing_store_unless_told_to_overwrite(tmp_path):
+    write_jsonl(tmp_path / "a.jsonl", [{"doc_id": "a", "t": "old"}])
+    write_jsonl(tmp_path / "b.jsonl", [{"doc_id": "b", "t": "new"}])
+    assert cli("build", str(tmp_path / "a.jsonl"), "-o", str(tmp_path / "s"), "-q").returncode == 0
+    refused = cli("build", str(tmp_path / "b.jsonl"), "-o", str(tmp_path / "s"), "-q")
+    assert refused.returncode == 1 and "already exists (pass --overwrite" in refused.stderr
+    assert list(docstore.open(tmp_path / "s").keys()) == ["a"]
+    replaced = cli("build", str(tmp_path / "b.jsonl"), "-o", str(tmp_path / "s"), "-q", "--overwrite")
+    assert replaced.returncode == 0, replaced.stderr
+    assert list(docstore.open(tmp_path / "s").keys()) == ["b"]
+
+
 def test_demo_runs_on_a_small_corpus(tmp_path):
     out = cli("demo", "--docs", "3000", "--dir", str(tmp_path))
     assert out.returncode == 0, out.stderr

@@ -159,6 +159,8 @@ def cmd_build(args: argparse.Namespace) -> int:
         "parquet": {},
     }
     count = 0
+    if not args.overwrite and os.path.lexists(args.output):
+        raise UsageError(f"{args.output} already exists (pass --overwrite to replace it)")
     with Writer(args.output, fields, overwrite=args.overwrite, level=args.level) as writer:
         bar = tqdm(unit=" docs", unit_scale=True, disable=args.quiet or None, file=sys.stderr)
         add = writer.add_record
