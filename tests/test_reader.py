@@ -258,6 +258,16 @@ def test_position_access(store, oracle):
         store.at(len(ids))
     with pytest.raises(IndexError):
         store.take([0, -len(ids) - 1])
+    # Beyond 64 bits is out of range too, as for a list (not an OverflowError).
+    for huge in (2**63, -(2**63) - 1, 2**100):
+        with pytest.raises(IndexError):
+            store.at(huge)
+        with pytest.raises(IndexError):
+            store.take([0, huge])
+        with pytest.raises(IndexError):
+            store.take(iter([huge]))
+    with pytest.raises(TypeError):
+        store.at("0")
     with pytest.raises(KeyError):
         store.position("missing")
 

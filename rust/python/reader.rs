@@ -10,7 +10,7 @@ use docstore_core::record::{self, RawValue};
 use docstore_core::Mmap;
 use docstore_core::{parallel, DataAccess, Store};
 use numpy::PyArray1;
-use pyo3::exceptions::{PyIndexError, PyValueError};
+use pyo3::exceptions::{PyIndexError, PyOverflowError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple, PyType};
@@ -178,6 +178,18 @@ impl Reader {
         }
         Ok(pos as u64)
     }
+}
+
+/// A position argument: an int beyond 64 bits is out of range for any store (`IndexError`, as a
+/// list says), not an `OverflowError`.
+fn position_arg(index: &Bound<'_, PyAny>) -> PyResult<i64> {
+    index.extract::<i64>().map_err(|err| {
+        if err.is_instance_of::<PyOverflowError>(index.py()) {
+            PyIndexError::new_err(format!("position {index} out of range"))
+        } else {
+            err
+        }
+    })
 }
 
 /// The items of a collection of doc ids; one str is refused (it would be read as its characters).
@@ -737,13 +749,13 @@ impl Reader {
     fn at<'py>(
         &self,
         py: Python<'py>,
-        index: i64,
+        index: &Bound<'py, PyAny>,
         field: Option<&str>,
         fields: Option<Vec<String>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let store = self.store(py)?;
         let select = self.select(py, field, fields)?;
-        let pos = Self::resolve_position(&store, index)?;
+        let pos = Self::resolve_position(&store, position_arg(index)?)?;
         guard(py, || {
             let mut batches = Batches::take();
             let decoded = batches.single();
@@ -776,7 +788,7 @@ impl Reader {
             // Any other iterable of ints: a generator, a torch tensor ...
             Err(_) => positions
                 .try_iter()?
-                .map(|i| i?.extract::<i64>())
+                .map(|i| position_arg(&i?))
                 .collect::<PyResult<_>>()?,
         };
         let positions = positions

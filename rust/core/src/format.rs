@@ -191,6 +191,29 @@ impl Header {
     }
 }
 
+/// Recomputes the checksums of a store file in place: each section's that lies inside `file`,
+/// then the header's. For tests and fuzzing: checksums catch accidents, not crafted files, so the
+/// reader must be safe on any bytes that carry valid ones, and this makes such bytes.
+pub fn reseal(file: &mut [u8]) {
+    if file.len() < HEADER_SIZE {
+        return;
+    }
+    for i in 0..Section::COUNT {
+        let at = TABLE_AT + i * 24;
+        let (offset, len) = (u64_at(file, at), u64_at(file, at + 8));
+        if let Some(section) = offset
+            .checked_add(len)
+            .filter(|&end| end <= file.len() as u64)
+            .map(|end| &file[offset as usize..end as usize])
+        {
+            let checksum = xxh3_64(section);
+            file[at + 16..at + 24].copy_from_slice(&checksum.to_le_bytes());
+        }
+    }
+    let checksum = xxh3_64(&file[..CHECKSUM_AT]);
+    file[CHECKSUM_AT..HEADER_SIZE].copy_from_slice(&checksum.to_le_bytes());
+}
+
 /// The first 8 bytes of `rest` as a big-endian number, zero-padded: ordering these numbers orders
 /// the keys (ties are resolved by comparing whole keys).
 pub fn key_prefix(rest: &[u8]) -> u64 {

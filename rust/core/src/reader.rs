@@ -569,7 +569,7 @@ impl<B: AsRef<[u8]>> Store<B> {
         let offsets = self.section(Section::DocOffsets);
         for group in positions.chunks(GROUP) {
             for &pos in group {
-                prefetch(offsets, pos as usize * 8);
+                prefetch(offsets, (pos as usize).saturating_mul(8));
             }
             for &pos in group {
                 if pos < self.len() && self.data_file.is_none() {

@@ -1,0 +1,190 @@
+//! What the fuzz targets do with their input, shared with the stable smoke test
+//! (`rust/core/tests/fuzz.rs`) and the seed writer (`examples/fuzz_seeds.rs`), which include
+//! this file by path.
+//!
+//! A store's checksums catch accidents, not crafted files: `reseal` gives any bytes valid
+//! checksums, so that the reader's own checks, not the checksums, are what the fuzzer meets.
+
+#![allow(dead_code)] // each includer uses its part
+
+use docstore_core::format::reseal;
+use docstore_core::record::{self, Value};
+use docstore_core::{
+    ElemType, Field, FieldType, RecordBatch, Schema, Store, Writer, WriterOptions,
+};
+use std::path::Path;
+
+/// Records read per store: enough to reach every section, few enough to keep runs fast.
+const MAX_PROBED: u64 = 64;
+
+/// How far a run got into a store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Reached {
+    /// `open` refused it.
+    Refused,
+    /// It opened, and `verify()` found it corrupt.
+    Opened,
+    /// It opened and passed `verify()`.
+    Verified,
+}
+
+/// Seals `bytes` as a store and reads it every way the API allows. Panics only on a defect:
+/// a panic inside the core, or a store that `verify()` accepts but that reads inconsistently.
+pub fn fuzz_store(bytes: &[u8]) -> Reached {
+    let mut file = bytes.to_vec();
+    reseal(&mut file);
+    read_everything(&file)
+}
+
+/// Opens `file` as it is and reads it every way the API allows (see `fuzz_store`).
+pub fn read_everything(file: &[u8]) -> Reached {
+    let Ok(store) = Store::from_bytes(file) else {
+        return Reached::Refused;
+    };
+    let verified = store.verify().is_ok();
+    let schema = store.schema();
+    let n = store.len();
+    let probed: Vec<u64> = (0..n.min(MAX_PROBED))
+        .chain([n, n.saturating_add(1), u64::MAX])
+        .collect();
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    for &pos in &probed {
+        let key = store.key_at(pos).map(str::to_owned);
+        let raw = store.record(pos).map(|raw| raw.into_owned());
+        if let Ok(raw) = &raw {
+            read_fields(schema, raw);
+        }
+        let _ = store.with_record(pos, |raw| raw.len());
+        if verified && pos < n {
+            let key = key.as_deref().expect("a verified store reads its keys");
+            let raw = raw.as_ref().expect("a verified store reads its records");
+            record::decode(schema, raw).expect("a verified store's records decode");
+            assert_eq!(
+                store.position(key.as_bytes()).unwrap(),
+                Some(pos),
+                "a verified store finds its keys where they are"
+            );
+        }
+        if let Ok(key) = key {
+            keys.push(key.into_bytes());
+        }
+    }
+    // Keys that are not in the store: none at all, a high byte, and near misses of stored keys.
+    let mut misses = vec![Vec::new(), vec![0xFF], vec![0x00]];
+    for key in &keys {
+        misses.push(key[..key.len() / 2].to_vec());
+        misses.push([key.as_slice(), b"\0"].concat());
+        let mut bumped = key.clone();
+        if let Some(last) = bumped.last_mut() {
+            *last = last.wrapping_add(1);
+        }
+        misses.push(bumped);
+    }
+    for key in keys.iter().chain(&misses) {
+        let _ = store.position(key);
+        let _ = store.get(key);
+    }
+    let all: Vec<&[u8]> = keys.iter().chain(&misses).map(Vec::as_slice).collect();
+    let _ = store.positions(&all);
+    let mut batch = RecordBatch::default();
+    let _ = store.read_records(&probed, &mut batch);
+    let found = store.read_many(&all, &mut batch);
+    if verified {
+        let found = found.expect("a verified store reads a batch of keys");
+        for (key, pos) in keys.iter().zip(found) {
+            assert_eq!(pos, store.position(key).unwrap(), "batch and single agree");
+        }
+        return Reached::Verified;
+    }
+    Reached::Opened
+}
+
+/// Decodes a record every way the API offers: whole, field by field, and raw.
+fn read_fields(schema: &Schema, raw: &[u8]) {
+    let _ = record::decode(schema, raw);
+    for value in record::raw_fields(schema, raw) {
+        if value.is_err() {
+            break;
+        }
+    }
+    for index in 0..schema.len() {
+        let _ = record::decode_field(schema, raw, index);
+        let _ = record::raw_field(schema, raw, index);
+    }
+}
+
+/// Small stores that cover the format: every field type, with and without a dictionary, fast
+/// and HC levels, keys sharing long prefixes, no document and one document.
+pub fn seed_stores(dir: &Path) -> Vec<Vec<u8>> {
+    let every_type = Schema::new(vec![
+        field("text", FieldType::Str),
+        field("blob", FieldType::Bytes),
+        field("n", FieldType::Int64),
+        field("x", FieldType::Float64),
+        field("tokens", FieldType::Array(ElemType::I32)),
+        field("weights", FieldType::Array(ElemType::F32)),
+    ])
+    .unwrap();
+    let text_only = Schema::new(vec![field("text", FieldType::Str)]).unwrap();
+    let small_dict = WriterOptions {
+        dict_size: 256,
+        ..Default::default()
+    };
+    let fast = WriterOptions {
+        level: 0,
+        dict_size: 0,
+        ..Default::default()
+    };
+    let specs = [
+        ("every_type", &every_type, 24, small_dict.clone()),
+        ("every_type_fast", &every_type, 24, fast.clone()),
+        ("text_prefixed_keys", &text_only, 40, small_dict),
+        ("text_fast", &text_only, 8, fast),
+        ("one", &text_only, 1, WriterOptions::default()),
+        ("empty", &every_type, 0, WriterOptions::default()),
+    ];
+    specs
+        .into_iter()
+        .map(|(name, schema, count, options)| {
+            let path = dir.join(name);
+            let mut writer = Writer::create(&path, schema.clone(), options).unwrap();
+            for i in 0..count {
+                let key = if name.contains("prefixed") {
+                    format!("collection/shared/prefix/{i:04}")
+                } else {
+                    format!("d{i}")
+                };
+                let text = format!("document {i}: {}", "the river meets the sea ".repeat(i % 7));
+                let tokens: Vec<u8> = (0..(i % 5) as i32)
+                    .flat_map(|t| (t * 7).to_le_bytes())
+                    .collect();
+                let weights: Vec<u8> = (0..(i % 3))
+                    .flat_map(|t| (t as f32 / 3.0).to_le_bytes())
+                    .collect();
+                let blob = [i as u8; 3];
+                let values: Vec<Value> = schema
+                    .fields
+                    .iter()
+                    .map(|f| match f.ty {
+                        FieldType::Str => Value::Str(&text),
+                        FieldType::Bytes => Value::Bytes(&blob),
+                        FieldType::Int64 => Value::Int64(i as i64 - 3),
+                        FieldType::Float64 => Value::Float64(i as f64 / 8.0),
+                        FieldType::Array(ElemType::I32) => Value::Array(ElemType::I32, &tokens),
+                        FieldType::Array(_) => Value::Array(ElemType::F32, &weights),
+                    })
+                    .collect();
+                writer.push(&key, &values).unwrap();
+            }
+            writer.finish().unwrap();
+            std::fs::read(&path).unwrap()
+        })
+        .collect()
+}
+
+fn field(name: &str, ty: FieldType) -> Field {
+    Field {
+        name: name.to_owned(),
+        ty,
+    }
+}
