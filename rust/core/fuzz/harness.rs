@@ -7,6 +7,7 @@
 
 #![allow(dead_code)] // each includer uses its part
 
+use docstore_core::codec::{self, Compressor};
 use docstore_core::format::reseal;
 use docstore_core::record::{self, Value};
 use docstore_core::{
@@ -99,6 +100,24 @@ pub fn read_everything(file: &[u8]) -> Reached {
     Reached::Opened
 }
 
+/// Compresses the document in `bytes` with the level and dictionary they also give, at every
+/// writer path (docstore's encoder at level 3 with a dictionary, liblz4 otherwise), and checks
+/// that it decodes back. The target builds with debug assertions, so the encoder's own check
+/// (`encode_checked`) panics instead of quietly handing the block to liblz4.
+pub fn fuzz_compress(bytes: &[u8]) {
+    let [level, dict_hi, dict_lo, rest @ ..] = bytes else {
+        return;
+    };
+    let level = i32::from(*level % 13);
+    let dict_len = (usize::from(*dict_hi) << 8 | usize::from(*dict_lo)).min(rest.len());
+    let (dict, doc) = rest.split_at(dict_len);
+    let compressor = Compressor::new(level, dict).expect("levels 0-12 are valid");
+    let mut blob = Vec::new();
+    compressor.compress(doc, &mut blob);
+    let decoded = codec::decompress(&blob, compressor.dictionary()).expect("a blob decodes");
+    assert_eq!(&*decoded, doc, "a blob decodes to its document");
+}
+
 /// Decodes a record every way the API offers: whole, field by field, and raw.
 fn read_fields(schema: &Schema, raw: &[u8]) {
     let _ = record::decode(schema, raw);
@@ -180,6 +199,29 @@ pub fn seed_stores(dir: &Path) -> Vec<Vec<u8>> {
             std::fs::read(&path).unwrap()
         })
         .collect()
+}
+
+/// Inputs for `fuzz_compress`: English-like documents with and without a dictionary drawn from
+/// the same text, at the default level (docstore's encoder), at level 0 and at a high HC level.
+pub fn seed_compress_inputs() -> Vec<Vec<u8>> {
+    let text = "the river meets the sea where the government of the town met on the bank; \
+                a document about rivers, towns and the sea, and the people of the town. "
+        .repeat(12)
+        .into_bytes();
+    let input = |level: u8, dict: &[u8], doc: &[u8]| {
+        let mut input = vec![level, (dict.len() >> 8) as u8, dict.len() as u8];
+        input.extend_from_slice(dict);
+        input.extend_from_slice(doc);
+        input
+    };
+    vec![
+        input(3, &text[..600], &text[300..900]),
+        input(3, &text[..600], &text[..600]),
+        input(3, &[], &text[..400]),
+        input(0, &text[..200], &text[100..500]),
+        input(9, &text[..300], &text[50..700]),
+        input(3, &text[..64], b"short"),
+    ]
 }
 
 fn field(name: &str, ty: FieldType) -> Field {

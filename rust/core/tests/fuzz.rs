@@ -1,6 +1,7 @@
 //! The fuzz targets' harness (`rust/core/fuzz/`) on stable Rust: deterministic mutations of
-//! small stores, checksums resealed, every read the API offers. libFuzzer explores further
-//! (`rust/core/fuzz/README.md`); this runs in every `cargo test` and replays what it found.
+//! small stores, checksums resealed, every read the API offers; the compression seeds at every
+//! level. libFuzzer explores further (`rust/core/fuzz/README.md`); this runs in every
+//! `cargo test` and replays the inputs it found.
 
 #[path = "../fuzz/harness.rs"]
 mod harness;
@@ -109,9 +110,30 @@ fn mutated_stores_with_valid_checksums_are_errors_or_consistent_never_crashes() 
 const RUNS: usize = 30_000;
 
 #[test]
+fn documents_compress_and_decode_back_at_every_level() {
+    for input in harness::seed_compress_inputs() {
+        for level in 0..=12 {
+            let mut input = input.clone();
+            input[0] = level;
+            harness::fuzz_compress(&input);
+        }
+    }
+}
+
+#[test]
 fn inputs_the_fuzzer_found_stay_fixed() {
     let found = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions");
-    for entry in std::fs::read_dir(found).unwrap() {
-        harness::fuzz_store(&std::fs::read(entry.unwrap().path()).unwrap());
+    let targets: [(&str, fn(&[u8])); 2] = [
+        ("store", |bytes| drop(harness::fuzz_store(bytes))),
+        ("compress", harness::fuzz_compress),
+    ];
+    for (target, run) in targets {
+        // A target with nothing found yet has no folder (git keeps no empty ones).
+        let Ok(entries) = std::fs::read_dir(found.join(target)) else {
+            continue;
+        };
+        for entry in entries {
+            run(&std::fs::read(entry.unwrap().path()).unwrap());
+        }
     }
 }
