@@ -122,18 +122,20 @@ fn documents_compress_and_decode_back_at_every_level() {
 
 #[test]
 fn inputs_the_fuzzer_found_stay_fixed() {
+    replay("store", |bytes| {
+        harness::fuzz_store(bytes);
+    });
+    replay("compress", harness::fuzz_compress);
+}
+
+/// Runs `target`'s harness on every input kept in `fuzz/regressions/<target>/`.
+fn replay(target: &str, run: impl Fn(&[u8])) {
     let found = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions");
-    let targets: [(&str, fn(&[u8])); 2] = [
-        ("store", |bytes| drop(harness::fuzz_store(bytes))),
-        ("compress", harness::fuzz_compress),
-    ];
-    for (target, run) in targets {
-        // A target with nothing found yet has no folder (git keeps no empty ones).
-        let Ok(entries) = std::fs::read_dir(found.join(target)) else {
-            continue;
-        };
-        for entry in entries {
-            run(&std::fs::read(entry.unwrap().path()).unwrap());
-        }
+    // A target with nothing found yet has no folder (git keeps no empty ones).
+    let Ok(entries) = std::fs::read_dir(found.join(target)) else {
+        return;
+    };
+    for entry in entries {
+        run(&std::fs::read(entry.unwrap().path()).unwrap());
     }
 }
