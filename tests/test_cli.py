@@ -172,6 +172,20 @@ def test_build_keeps_an_existing_store_unless_told_to_overwrite(tmp_path):
     assert list(docstore.open(tmp_path / "s").keys()) == ["b"]
 
 
+def test_export_never_truncates_the_store_or_an_output_it_refuses(tmp_path):
+    write_jsonl(tmp_path / "a.jsonl", [{"doc_id": "a", "t": "x"}])
+    assert cli("build", str(tmp_path / "a.jsonl"), "-o", str(tmp_path / "s"), "-q").returncode == 0
+    (tmp_path / "link").symlink_to(tmp_path / "s")
+    for target in ("s", "link"):
+        out = cli("export", str(tmp_path / "s"), "-o", str(tmp_path / target))
+        assert out.returncode == 1 and "is the store being exported" in out.stderr, out.stderr
+        assert cli("verify", str(tmp_path / "s")).returncode == 0
+    (tmp_path / "keep.txt").write_text("keep\n")
+    out = cli("export", str(tmp_path / "s"), "-o", str(tmp_path / "keep.txt"), "--id-field", "t")
+    assert out.returncode == 1 and "already a field" in out.stderr
+    assert (tmp_path / "keep.txt").read_text() == "keep\n"
+
+
 def test_demo_runs_on_a_small_corpus(tmp_path):
     out = cli("demo", "--docs", "3000", "--dir", str(tmp_path))
     assert out.returncode == 0, out.stderr

@@ -121,6 +121,13 @@ def test_get_many_keeps_request_order_and_omits_missing(store, oracle):
     assert list(store.get_many([ids[0], ids[0], 5, None])) == [ids[0]]
     got = [d.doc_id for d in store.get_many_iter([*ids[:10], "missing"])]
     assert got == ids[:10]
+    # One document per id asked, duplicates included, wherever the hidden chunks split the ids.
+    from docstore._store import _CHUNK
+
+    for gap in (_CHUNK - 2, _CHUNK - 1, _CHUNK):
+        request = [ids[0], *(["missing"] * gap), ids[0], 5]
+        assert store.get_many_iter(request, field="doc_id").__next__() == ids[0]
+        assert list(store.get_many_iter(request, field="doc_id")) == [ids[0], ids[0]]
 
 
 def test_decode_buffers_reused_across_calls_never_leak_earlier_records(store, oracle):

@@ -70,6 +70,16 @@ def test_arrays_accept_lists_and_other_dtypes_when_lossless(tmp_path):
     assert store["d"].t.tolist() == [1, 0]
 
 
+def test_lists_of_ints_beyond_int64_keep_every_digit(tmp_path):
+    # numpy reads such lists as floats (or objects): they must not be rounded, nor refused as floats.
+    big = [2**64 - 1, 1, 2**63]
+    with docstore.Writer(tmp_path / "s", fields={"u": "uint64[]", "f": "float64[]"}) as w:
+        w.add("a", u=big, f=[2**64, 3])
+    store = docstore.open(tmp_path / "s")
+    assert store["a"].u.tolist() == big and store["a"].u.dtype == np.uint64
+    assert store["a"].f.tolist() == [2.0**64, 3.0]
+
+
 @pytest.mark.parametrize(
     ("fields", "value", "message"),
     [
@@ -91,6 +101,10 @@ def test_arrays_accept_lists_and_other_dtypes_when_lossless(tmp_path):
         ({"t": "float32[]"}, [1e300, 0.5], "too large for float32"),
         ({"t": "float64[]"}, [2**60 + 1], "cannot hold exactly"),
         ({"t": "float32[]"}, np.array([2**24 + 1]), "cannot hold exactly"),
+        ({"t": "uint64[]"}, [-1, 2**64 - 1], "outside"),
+        ({"t": "int64[]"}, [-1, 2**63], "outside"),
+        ({"t": "float64[]"}, [2**64 + 1, 2**70], "cannot hold exactly"),
+        ({"t": "float64[]"}, [1.5, None], "None"),
     ],
 )
 def test_wrong_types_are_field_type_errors_naming_doc_and_field(tmp_path, fields, value, message):
@@ -301,6 +315,13 @@ def test_add_many_with_lists_numpy_and_pyarrow(tmp_path):
         w.add_many(ids, {"text": texts[:5], "label": labels, "tokens": tokens})
     with pytest.raises(docstore.SchemaError, match="id column"):
         w.add_many(table.drop_columns(["doc_id"]))
+    # A null inside a list column is refused by name (numpy would have made it a NaN).
+    for dtype, values in (("float32", [1.0, None]), ("int32", [1, None])):
+        nulls = pa.table({"doc_id": ["n"], "v": pa.array([values], pa.list_(pa.type_for_alias(dtype)))})
+        with docstore.Writer(tmp_path / "nulls", fields={"v": f"{dtype}[]"}) as w2:
+            with pytest.raises(docstore.FieldTypeError, match="doc 'n'.*None"):
+                w2.add_many(nulls)
+            w2.abort()
     w.abort()
 
 

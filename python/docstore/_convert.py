@@ -30,8 +30,12 @@ def as_array(value: Any, dtype: str, doc_id: str, field: str) -> np.ndarray:
         raise FieldTypeError(f"{where}, got an array of shape {array.shape} (one dimension expected)")
     if array.size == 0:
         return np.empty(0, dtype=target)
+    if array.dtype.kind in "fO" and isinstance(value, (list, tuple)) and all(_is_int(v) for v in value):
+        return _from_ints(value, target, where)  # ints beyond int64 that numpy read as floats
     if array.dtype.kind == "b":
         array = array.astype(np.uint8)
+    if array.dtype.kind == "O" and any(v is None for v in array):
+        raise FieldTypeError(f"{where}, got None (null) elements")
     if array.dtype.kind not in "iuf":
         raise FieldTypeError(f"{where}, got elements of type {array.dtype}")
     if target.kind in "iu":
@@ -49,4 +53,26 @@ def as_array(value: Any, dtype: str, doc_id: str, field: str) -> np.ndarray:
                 raise FieldTypeError(f"{where}, got integers that {dtype} cannot hold exactly")
         elif np.isinf(converted).sum() != np.isinf(array).sum():
             raise FieldTypeError(f"{where}, got elements too large for {dtype}")
+    return converted
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _from_ints(ints: list[int] | tuple[int, ...], target: np.dtype, where: str) -> np.ndarray:
+    """A list of Python ints as ``target``, refused unless every value fits exactly (numpy reads
+    a list holding ints beyond int64 as floats or objects, and would round them)."""
+    ints = [int(v) for v in ints]
+    if target.kind in "iu":
+        info = np.iinfo(target)
+        if min(ints) < info.min or max(ints) > info.max:
+            raise FieldTypeError(f"{where}, got elements outside [{info.min}, {info.max}]")
+        return np.array(ints, dtype=target)
+    try:
+        converted = np.array([float(v) for v in ints], dtype=target)
+    except OverflowError:
+        raise FieldTypeError(f"{where}, got integers that {target} cannot hold exactly") from None
+    if not np.isfinite(converted).all() or any(int(c) != v for c, v in zip(converted.tolist(), ints)):
+        raise FieldTypeError(f"{where}, got integers that {target} cannot hold exactly")
     return converted

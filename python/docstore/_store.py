@@ -57,17 +57,22 @@ class DocStore(Reader):
     def get_many_iter(
         self, doc_ids: Iterable[str], *, field: str | None = None, fields: Sequence[str] | None = None
     ) -> Iterator[Any]:
-        """Documents of ``doc_ids`` in request order, missing ids skipped (ir_datasets-style)."""
+        """Documents of ``doc_ids`` in request order, one per id found (an id asked twice comes
+        twice; missing ids are skipped), read ``_CHUNK`` ids at a time (ir_datasets-style)."""
         if isinstance(doc_ids, str):
             raise TypeError("expected a collection of doc ids, got one str (for one id, use get() or [])")
         batch: list[str] = []
         for doc_id in doc_ids:
             batch.append(doc_id)
             if len(batch) == _CHUNK:
-                yield from self.get_many(batch, field=field, fields=fields).values()
+                yield from self._found(batch, field, fields)
                 batch = []
         if batch:
-            yield from self.get_many(batch, field=field, fields=fields).values()
+            yield from self._found(batch, field, fields)
+
+    def _found(self, doc_ids: list[str], field: str | None, fields: Sequence[str] | None) -> list[Any]:
+        positions = self.positions(doc_ids)
+        return self.take(positions[positions >= 0], field=field, fields=fields)
 
     def info(self) -> dict[str, Any]:
         """Count, fields, raw and stored bytes, compression ratio, codec and format version."""

@@ -145,8 +145,13 @@ def _as_list(column: Any) -> list[Any]:
         import pyarrow as pa
 
         if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
-            # One numpy array per row instead of lists of Python ints.
-            return list(column.to_numpy(zero_copy_only=False))
+            import pyarrow.compute as pc
+
+            # One numpy array per row instead of lists of Python ints; but numpy turns null
+            # elements into NaN, so a column holding any goes as Python lists, and its rows with
+            # a None are refused by name like any other bad value.
+            if pc.list_flatten(column).null_count == 0:
+                return list(column.to_numpy(zero_copy_only=False))
         return column.to_pylist()
     return list(column)
 

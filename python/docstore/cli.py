@@ -262,17 +262,23 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     store = open_store(args.store)
-    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
-    try:
-        if args.id_field in store.fields:
-            raise UsageError(f"--id-field {args.id_field!r} is already a field of the store")
-        for doc in store.values():
-            out.write(_doc_json(doc, args.id_field))
-            out.write("\n")
-    finally:
-        if out is not sys.stdout:
-            out.close()
+    # Every check before the output is opened: opening it truncates it.
+    if args.id_field in store.fields:
+        raise UsageError(f"--id-field {args.id_field!r} is already a field of the store")
+    if not args.output:
+        _write_docs(store, sys.stdout, args.id_field)
+        return 0
+    if os.path.exists(args.output) and os.path.samefile(args.output, args.store):
+        raise UsageError(f"{args.output} is the store being exported: export to another file")
+    with open(args.output, "w", encoding="utf-8") as out:
+        _write_docs(store, out, args.id_field)
     return 0
+
+
+def _write_docs(store: Any, out: Any, id_field: str) -> None:
+    for doc in store.values():
+        out.write(_doc_json(doc, id_field))
+        out.write("\n")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
