@@ -9,6 +9,8 @@ import signal
 import subprocess
 import sys
 import threading
+from decimal import Decimal
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -70,6 +72,17 @@ def test_arrays_accept_lists_and_other_dtypes_when_lossless(tmp_path):
     assert store["d"].t.tolist() == [1, 0]
 
 
+def test_float_fields_take_any_number_they_hold_exactly(tmp_path):
+    values = [2**53, True, np.float32(0.1), np.int64(7), Decimal("0.5"), Fraction(1, 2), -0.0, float("inf")]
+    with docstore.Writer(tmp_path / "s", fields={"x": "float64"}) as w:
+        for i, value in enumerate(values):
+            w.add(f"d{i}", x=value)
+        w.add("nan", x=np.float64("nan"))
+    store = docstore.open(tmp_path / "s")
+    assert [store[f"d{i}"].x for i in range(len(values))] == [float(v) for v in values]
+    assert np.isnan(store["nan"].x)
+
+
 def test_lists_of_ints_beyond_int64_keep_every_digit(tmp_path):
     # numpy reads such lists as floats (or objects): they must not be rounded, nor refused as floats.
     big = [2**64 - 1, 1, 2**63]
@@ -88,7 +101,10 @@ def test_lists_of_ints_beyond_int64_keep_every_digit(tmp_path):
         ({"t": "bytes"}, "x", "is bytes, got str"),
         ({"t": "int64"}, 1.5, "is int64, got float"),
         ({"t": "int64"}, "1", "is int64, got str"),
-        ({"t": "int64"}, 2**64, "is int64, got int"),
+        ({"t": "int64"}, 2**64, "is int64, got 18446744073709551616: outside its range"),
+        ({"t": "float64"}, 2**53 + 1, "cannot hold exactly"),
+        ({"t": "float64"}, np.int64(2**53 + 1), "cannot hold exactly"),
+        ({"t": "float64"}, Decimal("0.1"), "cannot hold exactly"),
         ({"t": "float64"}, "1.0", "is float64, got str"),
         ({"t": "int32[]"}, [1.5], "floating-point"),
         ({"t": "int32[]"}, [2**40], "outside"),

@@ -7,7 +7,7 @@ use numpy::{
 };
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyByteArray, PyBytes, PyFloat, PyString};
+use pyo3::types::{PyByteArray, PyBytes, PyFloat, PyInt, PyString};
 
 /// A decoded value as a Python object: `str`, `bytes`, `int`, `float` or a 1-D numpy array.
 pub fn to_python<'py>(py: Python<'py>, value: Value<'_>) -> PyResult<Bound<'py, PyAny>> {
@@ -179,13 +179,29 @@ pub fn from_python<'a, 'py>(
             if obj.is_instance_of::<PyFloat>() || obj.is_instance_of::<PyString>() {
                 return Err(wrong());
             }
-            Value::Int64(obj.extract::<i64>().map_err(|_| wrong())?)
+            Value::Int64(obj.extract::<i64>().map_err(|_| {
+                if obj.is_instance_of::<PyInt>() {
+                    let message = format!(
+                        "doc {doc_id:?}: field {field:?} is int64, got {obj}: outside its range"
+                    );
+                    new_error(py, "FieldTypeError", message)
+                } else {
+                    wrong()
+                }
+            })?)
         }
         FieldType::Float64 => {
             if obj.is_instance_of::<PyString>() || obj.is_instance_of::<PyBytes>() {
                 return Err(wrong());
             }
-            Value::Float64(obj.extract::<f64>().map_err(|_| wrong())?)
+            let x = obj.extract::<f64>().map_err(|_| wrong())?;
+            if !obj.is_exact_instance_of::<PyFloat>() && !x.is_nan() && !equals_exactly(obj, x)? {
+                let message = format!(
+                    "doc {doc_id:?}: field {field:?} is float64, got {obj}, which float64 cannot hold exactly"
+                );
+                return Err(new_error(py, "FieldTypeError", message));
+            }
+            Value::Float64(x)
         }
         FieldType::Array(elem) => {
             let source = match holder.converted.get(index) {
@@ -195,6 +211,21 @@ pub fn from_python<'a, 'py>(
             Value::Array(elem, exact_array(source, elem).ok_or_else(wrong)?)
         }
     })
+}
+
+/// Whether `obj` (an int, a numpy number, a `Decimal` ...) is exactly the float64 `x` it converts
+/// to. Python compares ints and Decimals with floats exactly; numpy rounds its integers to float
+/// first, so integers are compared as Python ints.
+fn equals_exactly(obj: &Bound<'_, PyAny>, x: f64) -> PyResult<bool> {
+    let py = obj.py();
+    // SAFETY: PyNumber_Index returns a new reference, or null with an exception set.
+    let value = match unsafe {
+        Bound::from_owned_ptr_or_err(py, pyo3::ffi::PyNumber_Index(obj.as_ptr()))
+    } {
+        Ok(int) => int,
+        Err(_) => obj.clone(), // not an integer
+    };
+    value.eq(x)
 }
 
 /// The bytes of `obj` if it is a 1-D, C-contiguous, little-endian numpy array of exactly `elem`.
