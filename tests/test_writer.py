@@ -142,6 +142,11 @@ def test_missing_and_extra_fields_and_bad_ids(tmp_path):
         w.add("a", text="x")
     with pytest.raises(docstore.SchemaError, match="unknown field"):
         w.add("a", text="x", n=1, extra=2)
+    # As many names as fields, one of them unknown: the unknown one is named, not the missing one.
+    with pytest.raises(docstore.SchemaError, match='doc "a": unknown field "extra"'):
+        w.add("a", text="x", extra=2)
+    with pytest.raises(docstore.SchemaError, match='unknown field "extra"'):
+        w.add_record({"doc_id": "a", "text": "x", "extra": 2}, "doc_id")
     with pytest.raises(docstore.SchemaError, match="either as a dict or as keywords"):
         w.add("a", {"text": "x"}, n=1)
     with pytest.raises(docstore.InvalidKeyError, match="non-empty"):
@@ -188,7 +193,19 @@ def test_bad_options(tmp_path):
         docstore.Writer(tmp_path / "no" / "such" / "dir" / "s", fields={"t": "str"})
     with pytest.raises(docstore.StoreIOError, match="is a directory"):
         docstore.Writer(tmp_path, fields={"t": "str"}, overwrite=True)
-    assert leftovers(tmp_path) == []
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(docstore.StoreIOError, match="a-file is not a directory"):
+        docstore.Writer(tmp_path / "a-file" / "s", fields={"t": "str"})
+    for no_name in ("", tmp_path / ".."):
+        with pytest.raises(docstore.StoreIOError, match="does not name a file"):
+            docstore.Writer(no_name, fields={"t": "str"})
+    for option in ("level", "dict_size", "batch_bytes", "key_buffer_bytes"):
+        for bad in (-1, 2**40 if option == "level" else 2**62):
+            if option == "key_buffer_bytes" and bad > 0:
+                continue  # a limit, not an allocation: any size is valid
+            with pytest.raises(docstore.SchemaError, match=option):
+                docstore.Writer(tmp_path / "s", fields={"t": "str"}, **{option: bad})
+    assert leftovers(tmp_path) == ["a-file"]
 
 
 @pytest.mark.parametrize("key_buffer_bytes", [64 << 20, 200])

@@ -542,7 +542,10 @@ impl Reader {
                         py,
                         docstore_core::Error::Io(std::io::Error::new(
                             io.kind(),
-                            format!("{}: {io}", path.display()),
+                            match path.as_os_str().is_empty() {
+                                true => format!("'' (an empty path): {io}"),
+                                false => format!("{}: {io}", path.display()),
+                            },
                         )),
                     ),
                     e => crate::errors::to_pyerr(py, e),

@@ -245,7 +245,9 @@ impl State {
                 py,
                 "SchemaError",
                 format!(
-                    "doc {doc_id}: unknown field {key}; the store's fields are {:?}",
+                    "doc {}: unknown field {}; the store's fields are {:?}",
+                    quoted(doc_id),
+                    quoted(key),
                     self.schema
                         .fields
                         .iter()
@@ -420,11 +422,18 @@ impl State {
         }
         let mut holder = Holder::default();
         let names = self.names.clone();
-        guard(py, || {
+        let added = guard(py, || {
             self.add_one(py, doc_id, &mut holder, |i, _| {
                 source.map_or(Ok(None), |d| d.get_item(names[i].bind(py)))
             })
-        })
+        });
+        // As many names as fields, one missing: then one is unknown, the likelier mistake to name.
+        if let (Err(_), Some(source)) = (&added, source) {
+            for key in source.keys() {
+                self.check_extra(py, &key, doc_id, None)?;
+            }
+        }
+        added
     }
 
     fn add_record<'py>(
@@ -455,11 +464,17 @@ impl State {
         }
         let mut holder = Holder::default();
         let names = self.names.clone();
-        guard(py, || {
+        let added = guard(py, || {
             self.add_one(py, &doc_id, &mut holder, |i, _| {
                 record.get_item(names[i].bind(py))
             })
-        })
+        });
+        if added.is_err() {
+            for key in record.keys() {
+                self.check_extra(py, &key, &doc_id, Some(id_field))?;
+            }
+        }
+        added
     }
 
     fn add_columns<'py>(
@@ -595,6 +610,28 @@ impl State {
     }
 }
 
+/// A str as the other messages show it (`"b"`), anything else as Python prints it.
+fn quoted(obj: &Bound<'_, PyAny>) -> String {
+    obj.extract::<String>()
+        .map(|s| format!("{s:?}"))
+        .unwrap_or_else(|_| obj.to_string())
+}
+
+/// A writer option as the core takes it (`default` when not given); a negative or huge value is
+/// a `SchemaError` naming the option, as the core's own range checks are.
+fn option<T: TryFrom<i64>>(
+    py: Python<'_>,
+    name: &str,
+    value: Option<i64>,
+    default: T,
+) -> PyResult<T> {
+    match value {
+        None => Ok(default),
+        Some(v) => T::try_from(v)
+            .map_err(|_| new_error(py, "SchemaError", format!("{name}={v} is out of range"))),
+    }
+}
+
 #[pymethods]
 impl Writer {
     #[new]
@@ -605,18 +642,23 @@ impl Writer {
         path: PathBuf,
         fields: &Bound<'_, PyAny>,
         overwrite: bool,
-        level: Option<i32>,
-        dict_size: Option<usize>,
-        batch_bytes: Option<usize>,
-        key_buffer_bytes: Option<usize>,
+        level: Option<i64>,
+        dict_size: Option<i64>,
+        batch_bytes: Option<i64>,
+        key_buffer_bytes: Option<i64>,
     ) -> PyResult<Self> {
         let schema = schema_of(py, fields)?;
         let defaults = WriterOptions::default();
         let options = WriterOptions {
-            level: level.unwrap_or(defaults.level),
-            dict_size: dict_size.unwrap_or(defaults.dict_size),
-            batch_bytes: batch_bytes.unwrap_or(defaults.batch_bytes),
-            key_buffer_bytes: key_buffer_bytes.unwrap_or(defaults.key_buffer_bytes),
+            level: option(py, "level", level, defaults.level)?,
+            dict_size: option(py, "dict_size", dict_size, defaults.dict_size)?,
+            batch_bytes: option(py, "batch_bytes", batch_bytes, defaults.batch_bytes)?,
+            key_buffer_bytes: option(
+                py,
+                "key_buffer_bytes",
+                key_buffer_bytes,
+                defaults.key_buffer_bytes,
+            )?,
             overwrite,
         };
         let state = State::create(py, path.clone(), schema, options)?;

@@ -27,6 +27,9 @@ use std::thread::JoinHandle;
 use tempfile::TempDir;
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
+/// The largest `WriterOptions::batch_bytes`: a writer allocates a batch of that size up front.
+pub const MAX_BATCH_BYTES: usize = 1 << 30;
+
 /// The most documents a store holds (positions are u32, and one value is kept free).
 pub const MAX_DOCS: u64 = u32::MAX as u64 - 1;
 
@@ -187,6 +190,12 @@ impl Writer {
         options: WriterOptions,
     ) -> Result<Writer> {
         let target = path.as_ref().to_path_buf();
+        let Some(name) = target.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+            return Err(Error::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{:?} does not name a file", target.display().to_string()),
+            )));
+        };
         if !options.overwrite && target.exists() {
             return Err(Error::AlreadyExists(target));
         }
@@ -198,6 +207,12 @@ impl Writer {
         }
         // Validates the options before any file exists.
         Compressor::new(options.level, &[])?;
+        if options.batch_bytes > MAX_BATCH_BYTES {
+            return Err(Error::Schema(format!(
+                "batch_bytes must be at most {MAX_BATCH_BYTES} (a writer holds five batches), got {}",
+                options.batch_bytes
+            )));
+        }
         if options.dict_size > codec::MAX_DICT_SIZE {
             return Err(Error::Schema(format!(
                 "dict_size must be 0 (no dictionary) to {} bytes (all lz4 can reach back), got {}",
@@ -210,15 +225,18 @@ impl Writer {
             _ => PathBuf::from("."),
         };
         if !parent.is_dir() {
-            return Err(Error::Io(std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                format!("directory {} does not exist", parent.display()),
-            )));
+            let (kind, message) = match parent.exists() {
+                true => (
+                    std::io::ErrorKind::NotADirectory,
+                    format!("{} is not a directory", parent.display()),
+                ),
+                false => (
+                    std::io::ErrorKind::NotFound,
+                    format!("directory {} does not exist", parent.display()),
+                ),
+            };
+            return Err(Error::Io(std::io::Error::new(kind, message)));
         }
-        let name = target
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
         sweep_dead_scratch(&parent, &name);
         let scratch = tempfile::Builder::new()
             .prefix(&format!(".{name}."))
