@@ -186,6 +186,18 @@ def test_export_never_truncates_the_store_or_an_output_it_refuses(tmp_path):
     assert (tmp_path / "keep.txt").read_text() == "keep\n"
 
 
+def test_stdin_is_json_lines_unless_told_otherwise_and_read_once(tmp_path):
+    lines = '{"doc_id": "a", "text": "x"}\n{"doc_id": "b", "text": "y"}\n'
+    out = cli("build", "-", "-o", str(tmp_path / "s"), "-q", stdin=lines)
+    assert out.returncode == 0, out.stderr
+    assert list(docstore.open(tmp_path / "s").keys()) == ["a", "b"]
+    twice = cli("build", "-", "-", "-o", str(tmp_path / "t"), stdin=lines)
+    assert twice.returncode == 1 and "more than once" in twice.stderr
+    odd = cli("build", "-", "-o", str(tmp_path / "u"), stdin='{"doc_id": "a", "v": {"x": 1}}\n')
+    assert odd.returncode == 1 and "pass --fields" in odd.stderr and "fields={" not in odd.stderr
+    assert not (tmp_path / "t").exists() and not (tmp_path / "u").exists()
+
+
 def test_demo_runs_on_a_small_corpus(tmp_path):
     out = cli("demo", "--docs", "3000", "--dir", str(tmp_path))
     assert out.returncode == 0, out.stderr

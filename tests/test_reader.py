@@ -287,6 +287,10 @@ def test_iteration_keys_values_items_in_insertion_order(store, oracle):
     assert [k for k, _ in store.items()] == list(oracle)
     assert list(store.values(field="label")) == [d["label"] for d in oracle.values()]
     assert isinstance(store, Mapping)
+    assert list(reversed(store)) == list(oracle)[::-1]
+    ids = list(oracle)
+    for start, stop in [(0, 5), (-3, len(ids) + 10), (-len(ids) - 5, 2), (5, 2), (-1, -3), (10, -10)]:
+        assert store.keys_range(start, stop) == ids[start:stop], (start, stop)
 
 
 def test_fields_info_and_repr(store, oracle):

@@ -39,6 +39,11 @@ class DocStore(Reader):
         for start in range(0, len(self), _CHUNK):
             yield from self.keys_range(start, start + _CHUNK)
 
+    def __reversed__(self) -> Iterator[str]:
+        """Doc ids in reverse insertion order (as ``reversed`` gives a dict's keys)."""
+        for stop in range(len(self), 0, -_CHUNK):
+            yield from reversed(self.keys_range(max(0, stop - _CHUNK), stop))
+
     def keys(self) -> KeysView[str]:
         """Doc ids in insertion order (a live view: ``len``, ``in`` and iteration)."""
         return KeysView(self)  # type: ignore[arg-type]

@@ -32,6 +32,8 @@ class UsageError(Exception):
 
 
 def _detect_format(path: str) -> str:
+    if path == "-":
+        return "jsonl"
     name = path[:-3] if path.endswith(".gz") else path
     ext = os.path.splitext(name)[1].lower().lstrip(".")
     if ext in ("jsonl", "json", "ndjson"):
@@ -129,6 +131,10 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     columns = args.columns.split(",") if args.columns else None
     fields = _parse_fields(args.fields)
+    if args.inputs.count("-") > 1:
+        raise UsageError("'-' (stdin) is given more than once; it can be read only once")
+    if "-" in args.inputs and args.format == "parquet":
+        raise UsageError("parquet cannot be read from stdin ('-'): give its path")
     start = time.perf_counter()
 
     def records() -> Iterator[tuple[dict[str, Any], str]]:
@@ -150,7 +156,10 @@ def cmd_build(args: argparse.Namespace) -> int:
             raise UsageError(
                 f"records have no id field {args.id_field!r} (fields: {list(sample)}); use --id-field"
             )
-        fields = {k: infer_type(k, v) for k, v in sample.items() if k != args.id_field}
+        try:
+            fields = {k: infer_type(k, v) for k, v in sample.items() if k != args.id_field}
+        except SchemaError as exc:
+            raise UsageError(f"{str(exc).split('; ')[0]}; pass --fields, e.g. --fields text:str,n:int64") from None
     # Text formats carry every value as a string; JSON carries bytes as base64 strings.
     coerce = {
         "tsv": {n: t for n, t in fields.items() if t != "str"},
@@ -300,7 +309,7 @@ def make_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("build", help="build a store from JSONL, TSV, CSV or Parquet files")
-    p.add_argument("inputs", nargs="+", metavar="INPUT", help="input files ('-' reads stdin; .gz is fine)")
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help="input files ('-' reads JSON lines from stdin, or --format; .gz is fine)")
     p.add_argument("-o", "--output", required=True, metavar="STORE", help="the store to create")
     p.add_argument("--id-field", default="doc_id", help="field holding the doc id (default: doc_id)")
     p.add_argument("--format", choices=FORMATS, help="input format (default: from the extension)")

@@ -820,15 +820,18 @@ impl Reader {
         })
     }
 
-    /// Doc ids of positions `start..stop` (clamped), in insertion order.
+    /// Doc ids of positions `start..stop`, in insertion order; as a slice does, negative bounds
+    /// count from the end and both are clamped to the store.
     fn keys_range<'py>(
         &self,
         py: Python<'py>,
-        start: u64,
-        stop: u64,
+        start: i64,
+        stop: i64,
     ) -> PyResult<Bound<'py, PyList>> {
         let store = self.store(py)?;
-        let stop = stop.min(store.len());
+        let n = store.len() as i64;
+        let clamp = |i: i64| (if i < 0 { i + n } else { i }).clamp(0, n) as u64;
+        let (start, stop) = (clamp(start), clamp(stop));
         guard(py, || {
             let keys = (start.min(stop)..stop)
                 .map(|pos| store.key_at(pos).map(|k| PyString::new(py, k)))
