@@ -159,7 +159,8 @@ def cmd_build(args: argparse.Namespace) -> int:
         try:
             fields = {k: infer_type(k, v) for k, v in sample.items() if k != args.id_field}
         except SchemaError as exc:
-            raise UsageError(f"{str(exc).split('; ')[0]}; pass --fields, e.g. --fields text:str,n:int64") from None
+            what = str(exc).split("; ")[0]
+            raise UsageError(f"{what}; pass --fields, e.g. --fields text:str,n:int64") from None
     # Text formats carry every value as a string; JSON carries bytes as base64 strings.
     coerce = {
         "tsv": {n: t for n, t in fields.items() if t != "str"},
@@ -309,7 +310,12 @@ def make_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("build", help="build a store from JSONL, TSV, CSV or Parquet files")
-    p.add_argument("inputs", nargs="+", metavar="INPUT", help="input files ('-' reads JSON lines from stdin, or --format; .gz is fine)")
+    p.add_argument(
+        "inputs",
+        nargs="+",
+        metavar="INPUT",
+        help="input files ('-' reads stdin: JSON lines unless --format says otherwise; .gz is fine)",
+    )
     p.add_argument("-o", "--output", required=True, metavar="STORE", help="the store to create")
     p.add_argument("--id-field", default="doc_id", help="field holding the doc id (default: doc_id)")
     p.add_argument("--format", choices=FORMATS, help="input format (default: from the extension)")
