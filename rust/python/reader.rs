@@ -542,9 +542,10 @@ impl Reader {
                         py,
                         docstore_core::Error::Io(std::io::Error::new(
                             io.kind(),
-                            match path.as_os_str().is_empty() {
-                                true => format!("'' (an empty path): {io}"),
-                                false => format!("{}: {io}", path.display()),
+                            if path.as_os_str().is_empty() {
+                                format!("'' (an empty path): {io}")
+                            } else {
+                                format!("{}: {io}", path.display())
                             },
                         )),
                     ),

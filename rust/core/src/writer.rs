@@ -225,15 +225,16 @@ impl Writer {
             _ => PathBuf::from("."),
         };
         if !parent.is_dir() {
-            let (kind, message) = match parent.exists() {
-                true => (
+            let (kind, message) = if parent.exists() {
+                (
                     std::io::ErrorKind::NotADirectory,
                     format!("{} is not a directory", parent.display()),
-                ),
-                false => (
+                )
+            } else {
+                (
                     std::io::ErrorKind::NotFound,
                     format!("directory {} does not exist", parent.display()),
-                ),
+                )
             };
             return Err(Error::Io(std::io::Error::new(kind, message)));
         }
