@@ -104,7 +104,7 @@ def test_one_str_where_ids_are_expected_is_refused(store, oracle):
     assert list(store.get_many_iter([doc_id], fields=["doc_id", "label"])) == [
         (doc_id, oracle[doc_id]["label"])
     ]
-    assert next(store.values(fields=["doc_id"])) == (doc_id,)
+    assert next(iter(store.values(fields=["doc_id"]))) == (doc_id,)
 
 
 def test_get_many_keeps_request_order_and_omits_missing(store, oracle):
@@ -288,6 +288,14 @@ def test_iteration_keys_values_items_in_insertion_order(store, oracle):
     assert list(store.values(field="label")) == [d["label"] for d in oracle.values()]
     assert isinstance(store, Mapping)
     assert list(reversed(store)) == list(oracle)[::-1]
+    # values() and items() are views, as a Mapping's are: len, in, and iteration as often as wanted.
+    labels = store.values(field="label")
+    assert len(labels) == len(oracle) and list(labels) == list(labels)
+    assert next(iter(oracle.values()))["label"] in labels and "not a label" not in labels
+    items = store.items()
+    first_id = next(iter(oracle))
+    assert len(items) == len(oracle) and (first_id, store[first_id]) in items and ("missing", 1) not in items
+    assert [k for k, _ in items] == [k for k, _ in items] == list(oracle)
     ids = list(oracle)
     for start, stop in [(0, 5), (-3, len(ids) + 10), (-len(ids) - 5, 2), (5, 2), (-1, -3), (10, -10)]:
         assert store.keys_range(start, stop) == ids[start:stop], (start, stop)

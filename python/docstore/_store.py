@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterable, Iterator, KeysView, Mapping, Sequence
+from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, Sequence, ValuesView
 from typing import Any
+
+import numpy as np
 
 from ._docstore import Reader
 
@@ -48,16 +50,18 @@ class DocStore(Reader):
         """Doc ids in insertion order (a live view: ``len``, ``in`` and iteration)."""
         return KeysView(self)  # type: ignore[arg-type]
 
-    def values(self, *, field: str | None = None, fields: Sequence[str] | None = None) -> Iterator[Any]:
+    def values(self, *, field: str | None = None, fields: Sequence[str] | None = None) -> ValuesView[Any]:
         """Documents (or one field's values, or tuples of fields) in insertion order, decoded in
-        parallel chunks."""
+        parallel chunks (a view: ``len`` and iteration, as many times as wanted)."""
+        return _Values(self, field, fields)
+
+    def items(self) -> ItemsView[str, Any]:
+        """``(doc_id, doc)`` pairs in insertion order (a view: ``len``, ``in`` and iteration)."""
+        return _Items(self)
+
+    def _chunks(self, field: str | None, fields: Sequence[str] | None) -> Iterator[Any]:
         for start in range(0, len(self), _CHUNK):
             yield from self.take(range(start, min(start + _CHUNK, len(self))), field=field, fields=fields)
-
-    def items(self) -> Iterator[tuple[str, Any]]:
-        """``(doc_id, doc)`` pairs in insertion order."""
-        for doc in self.values():
-            yield doc.doc_id, doc
 
     def get_many_iter(
         self, doc_ids: Iterable[str], *, field: str | None = None, fields: Sequence[str] | None = None
@@ -120,3 +124,42 @@ def open(path: str | os.PathLike[str], *, read: str = "mmap") -> DocStore:
       long-lived reader processes (``docstore.torch`` datasets use it).
     """
     return DocStore(path, read=read)
+
+
+class _Values(ValuesView):
+    """``store.values(field=..., fields=...)``: decodes a chunk at a time on each iteration."""
+
+    def __init__(self, store: DocStore, field: str | None, fields: Sequence[str] | None) -> None:
+        super().__init__(store)  # type: ignore[arg-type]
+        self._field, self._fields = field, fields
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._mapping._chunks(self._field, self._fields)  # type: ignore[attr-defined]
+
+    def __contains__(self, value: object) -> bool:
+        return any(_same(v, value) for v in self)
+
+
+class _Items(ItemsView):
+    """``store.items()``: ``(doc_id, doc)`` pairs, a chunk of documents decoded at a time."""
+
+    def __iter__(self) -> Iterator[tuple[str, Any]]:
+        for doc in self._mapping._chunks(None, None):  # type: ignore[attr-defined]
+            yield doc.doc_id, doc
+
+    def __contains__(self, item: object) -> bool:
+        if not isinstance(item, tuple) or len(item) != 2:
+            return False
+        doc = self._mapping.get(item[0])
+        return doc is not None and _same(doc, item[1])
+
+
+def _same(a: Any, b: Any) -> bool:
+    """``a == b`` for values that may be or hold numpy arrays (which compare element-wise)."""
+    if a is b:
+        return True
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and np.array_equal(a, b)
+    if isinstance(a, tuple) and isinstance(b, tuple):  # Docs and tuples of fields
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return bool(a == b)
