@@ -167,6 +167,9 @@ def test_build_keeps_an_existing_store_unless_told_to_overwrite(tmp_path):
     refused = cli("build", str(tmp_path / "b.jsonl"), "-o", str(tmp_path / "s"), "-q")
     assert refused.returncode == 1 and "already exists (pass --overwrite" in refused.stderr
     assert list(docstore.open(tmp_path / "s").keys()) == ["a"]
+    clobber = cli("build", str(tmp_path / "b.jsonl"), "-o", str(tmp_path / "b.jsonl"), "--overwrite")
+    assert clobber.returncode == 1 and "is also an input" in clobber.stderr
+    assert (tmp_path / "b.jsonl").read_text().startswith('{"doc_id": "b"')
     replaced = cli("build", str(tmp_path / "b.jsonl"), "-o", str(tmp_path / "s"), "-q", "--overwrite")
     assert replaced.returncode == 0, replaced.stderr
     assert list(docstore.open(tmp_path / "s").keys()) == ["b"]

@@ -135,6 +135,10 @@ def cmd_build(args: argparse.Namespace) -> int:
         raise UsageError("'-' (stdin) is given more than once; it can be read only once")
     if "-" in args.inputs and args.format == "parquet":
         raise UsageError("parquet cannot be read from stdin ('-'): give its path")
+    if os.path.exists(args.output):
+        for path in args.inputs:
+            if path != "-" and os.path.exists(path) and os.path.samefile(path, args.output):
+                raise UsageError(f"{args.output} is also an input: the store would replace it")
     start = time.perf_counter()
 
     def records() -> Iterator[tuple[dict[str, Any], str]]:
