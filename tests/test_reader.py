@@ -275,8 +275,34 @@ def test_position_access(store, oracle):
             store.take(iter([huge]))
     with pytest.raises(TypeError):
         store.at("0")
+    # Integer arrays of any width are positions; a boolean array is a mask, not positions, and
+    # floats are not positions either.
+    expected = [ids[p] for p in (5, 0, len(ids) - 1)]
+    for positions in (
+        np.array([5, 0, -1], dtype=np.int32),
+        np.array([5, 0, len(ids) - 1], dtype=np.uint16),
+        np.array([9, 5, 7, 0, 3, -1])[1::2],
+    ):
+        assert store.take(positions, field="doc_id") == expected
+    with pytest.raises(TypeError, match="boolean array"):
+        store.take(np.array([True, False]))
+    for bad in (np.array([1.0]), np.array([[1, 2]])):
+        with pytest.raises(TypeError, match="1-D sequence of ints"):
+            store.take(bad)
+    with pytest.raises(IndexError):
+        store.take(np.array([2**64 - 1], dtype=np.uint64))
     with pytest.raises(KeyError):
         store.position("missing")
+
+
+def test_torch_tensors_are_positions_read_as_arrays(store, oracle):
+    torch = pytest.importorskip("torch")
+    ids = list(oracle)
+    assert store.take(torch.tensor([5, 0, -1]), field="doc_id") == [ids[5], ids[0], ids[-1]]
+    with pytest.raises(TypeError, match="boolean array"):
+        store.take(torch.tensor([True, False]))
+    with pytest.raises(TypeError, match="1-D sequence of ints"):
+        store.take(torch.tensor([1.5]))
 
 
 def test_iteration_keys_values_items_in_insertion_order(store, oracle):

@@ -9,8 +9,8 @@ use arc_swap::ArcSwapOption;
 use docstore_core::record::{self, RawValue};
 use docstore_core::Mmap;
 use docstore_core::{parallel, DataAccess, Store};
-use numpy::PyArray1;
-use pyo3::exceptions::{PyIndexError, PyOverflowError, PyValueError};
+use numpy::{PyArray1, PyArrayDescrMethods, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
+use pyo3::exceptions::{PyIndexError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple, PyType};
@@ -190,6 +190,51 @@ fn position_arg(index: &Bound<'_, PyAny>) -> PyResult<i64> {
             err
         }
     })
+}
+
+/// Positions from a list, tuple or range of ints, a 1-D integer array (numpy, or what numpy reads
+/// without a copy, such as a CPU torch tensor) or any other iterable of ints. A boolean array is
+/// refused: it is a mask, not positions.
+fn positions_arg(positions: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
+    let py = positions.py();
+    if let Ok(array) = positions.cast::<PyArray1<i64>>() {
+        return Ok(array.readonly().as_array().to_vec());
+    }
+    if positions.hasattr(pyo3::intern!(py, "__array__"))? {
+        let numpy = py.import(pyo3::intern!(py, "numpy"))?;
+        if let Ok(array) = numpy.call_method1(pyo3::intern!(py, "asarray"), (positions,)) {
+            let array = array.cast_into::<PyUntypedArray>()?;
+            let kind = array.dtype().kind();
+            if array.ndim() != 1 || !matches!(kind, b'i' | b'u' | b'b') {
+                return Err(PyTypeError::new_err(format!(
+                    "positions must be a 1-D sequence of ints, got an array of {} with shape {:?}",
+                    array.dtype(),
+                    array.shape()
+                )));
+            }
+            if kind == b'b' {
+                return Err(PyTypeError::new_err(
+                    "positions must be ints, got a boolean array (a mask? use its nonzero() positions)",
+                ));
+            }
+            if kind == b'i' || array.dtype().itemsize() < 8 {
+                let array = array.call_method1(pyo3::intern!(py, "astype"), ("int64",))?;
+                return positions_arg(&array); // now an int64 array
+            }
+            // uint64, through Python ints: a value beyond int64 is then out of range.
+            return array
+                .call_method0(pyo3::intern!(py, "tolist"))?
+                .extract::<Vec<Bound<'_, PyAny>>>()?
+                .iter()
+                .map(position_arg)
+                .collect();
+        }
+    }
+    match positions.extract::<Vec<i64>>() {
+        Ok(positions) => Ok(positions),
+        // Any other iterable of ints: a generator, a CUDA tensor ...
+        Err(_) => positions.try_iter()?.map(|i| position_arg(&i?)).collect(),
+    }
 }
 
 /// The items of a collection of doc ids; one str is refused (it would be read as its characters).
@@ -787,14 +832,7 @@ impl Reader {
     ) -> PyResult<Bound<'py, PyList>> {
         let store = self.store(py)?;
         let select = self.select(py, field, fields)?;
-        let positions = match positions.extract::<Vec<i64>>() {
-            Ok(positions) => positions,
-            // Any other iterable of ints: a generator, a torch tensor ...
-            Err(_) => positions
-                .try_iter()?
-                .map(|i| position_arg(&i?))
-                .collect::<PyResult<_>>()?,
-        };
+        let positions = positions_arg(positions)?;
         let positions = positions
             .into_iter()
             .map(|i| Self::resolve_position(&store, i))
