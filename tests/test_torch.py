@@ -389,6 +389,13 @@ def test_hard_negatives(store_path, oracle, triplet_data):
                 assert 0 <= n < len(ids)
     items = dataset.__getitems__([0, 1, 2])
     assert [n for _, _, n in items] == [oracle[ids[p]]["text"] for p in dataset.positions([0, 1, 2])[1]]
+    # One hard negative may be given as a str, as one positive may in qrels.
+    qid = next(q for q, docs in hard.items() if set(docs) - {d for p, d in pairs if p == q})
+    one = next(d for d in hard[qid] if d not in {d for p, d in pairs if p == qid})
+    single = TripletDataset(store_path, queries, qrels, negatives={qid: one}, seed=3)
+    for (q, _), n in zip(pairs, single.positions(range(len(single)))[1]):
+        if q == qid:
+            assert ids[n] == one
 
 
 def test_triplets_from_a_query_store_and_qrel_records(store_path, oracle, tmp_path, triplet_data):
@@ -396,7 +403,8 @@ def test_triplets_from_a_query_store_and_qrel_records(store_path, oracle, tmp_pa
     query_store = docstore.build(
         tmp_path / "queries.docstore", [{"doc_id": q, "text": t} for q, t in queries.items()]
     )
-    records = [(qid, did, 1) for qid, did in _expected_pairs(qrels)] + [("q0", next(iter(oracle)), 0)]
+    # Relevance as text, as a TREC qrels file gives it.
+    records = [(qid, did, "1") for qid, did in _expected_pairs(qrels)] + [("q0", next(iter(oracle)), "0")]
     from_records = TripletDataset(store_path, query_store, records, seed=4)
     from_mapping = TripletDataset(store_path, queries, qrels, seed=4)
     assert len(from_records) == len(from_mapping)
@@ -457,6 +465,33 @@ def test_set_epoch_reaches_persistent_workers(store_path, triplet_data, start_me
     assert per_epoch[1] == per_epoch[3]
 
 
+def test_set_epoch_reaches_workers_started_before_it_in_a_copy(store_path, triplet_data, start_method):
+    """A copy (as a DDP rank receives the dataset) whose persistent workers start before its first
+    set_epoch: every later epoch must still reach them, and the copy's epochs are its own."""
+    if not _available(start_method):
+        pytest.skip(f"{start_method} is not available")
+    queries, qrels, _ = triplet_data
+    original = TripletDataset(store_path, queries, qrels, seed=9)
+    original.set_epoch(2)
+    dataset = pickle.loads(pickle.dumps(original))
+    loader = DataLoader(
+        torch.utils.data.Subset(dataset, range(len(dataset))),  # set_epoch finds it inside
+        batch_size=8,
+        collate_fn=list_collate,
+        num_workers=2,
+        persistent_workers=True,
+        multiprocessing_context=start_method,
+    )
+    next(iter(loader))  # the workers start now, before any set_epoch in this process
+    reference = TripletDataset(store_path, queries, qrels, seed=9)
+    everything = list(range(len(dataset)))
+    for epoch in (0, 1):
+        set_epoch(loader, epoch)
+        reference.set_epoch(epoch)
+        assert [item for batch in loader for item in batch] == reference.__getitems__(everything), epoch
+    assert original.epoch == 2
+
+
 # --------------------------------------------------------------------------------------------
 # PairDataset (the end-to-end SentenceTransformers run is in test_torch_sentence_transformers.py)
 
@@ -503,9 +538,16 @@ def _windows_oracle(docs, k, stride, partial):
         while o + k + 1 <= len(t):
             out.append((d, t[o : o + k + 1]))
             o += stride
-        if partial and o < len(t) - 1:
+        if partial and _tail_needed(o, k, stride, len(t)):
             out.append((d, t[o:]))
     return out
+
+
+def _tail_needed(o, k, stride, length):
+    """A tail window at offset ``o`` (after the full ones) when a target token is left over: the
+    last full window's targets end at its offset + k."""
+    reached = o - stride + k if o > 0 else 0
+    return reached < length - 1 and o < length - 1
 
 
 def _packed_oracle(docs, k, stride, partial, sep):
@@ -520,13 +562,22 @@ def _packed_oracle(docs, k, stride, partial, sep):
     while o + k + 1 <= len(stream):
         out.append(stream[o : o + k + 1])
         o += stride
-    if partial and o < len(stream) - 1:
+    if partial and _tail_needed(o, k, stride, len(stream)):
         out.append(stream[o:])
     return out
 
 
 @pytest.mark.parametrize(
-    ("k", "stride", "partial"), [(8, None, False), (8, None, True), (5, 3, True), (4, 7, False)]
+    ("k", "stride", "partial"),
+    [
+        (8, None, False),
+        (8, None, True),
+        (5, 3, True),
+        (4, 1, True),
+        (6, 2, True),
+        (4, 7, False),
+        (3, 5, True),
+    ],
 )
 def test_token_windows_within_documents(token_store, token_docs, k, stride, partial):
     dataset = TokenDataset(token_store, seq_len=k, stride=stride, partial=partial)
@@ -542,7 +593,9 @@ def test_token_windows_within_documents(token_store, token_docs, k, stride, part
     assert [t.tolist() for t in dataset[-1]] == [t.tolist() for t in got[-1]]
 
 
-@pytest.mark.parametrize(("k", "stride", "partial", "sep"), [(16, None, False, None), (7, 5, True, 65535)])
+@pytest.mark.parametrize(
+    ("k", "stride", "partial", "sep"), [(16, None, False, None), (7, 5, True, 65535), (6, 1, True, None)]
+)
 def test_token_windows_packed_across_documents(token_store, token_docs, k, stride, partial, sep):
     dataset = TokenDataset(token_store, seq_len=k, stride=stride, partial=partial, pack=True, sep=sep)
     expected = _packed_oracle(token_docs, k, stride or k, partial, sep)
@@ -558,6 +611,8 @@ def test_token_dataset_arguments(token_store):
         TokenDataset(token_store, seq_len=4, pack=True, sep=-1)  # uint16 tokens
     with pytest.raises(ValueError, match="pack=True"):
         TokenDataset(token_store, seq_len=4, sep=0)
+    with pytest.raises(TypeError, match="got a bool"):
+        TokenDataset(token_store, seq_len=4, pack=True, sep=True)
     with pytest.raises(ValueError, match="need seq_len"):
         TokenDataset(token_store, stride=2)
     with pytest.raises(ValueError):
@@ -594,6 +649,11 @@ def test_whole_documents_and_pad_collate(token_store, token_docs):
     mask = batch["attention_mask"].bool()
     assert (batch["labels"][~mask] == -100).all() and (batch["input_ids"][~mask] == 3).all()
     assert (batch["labels"][mask] != -100).all()
+    # Stored uint16 tokens (dtype=None) cannot hold -100: the labels come as int64.
+    unsigned = TokenDataset(token_store, seq_len=8, partial=True, dtype=None)
+    batch = pad_collate(unsigned.__getitems__(list(range(len(unsigned)))))
+    assert batch["input_ids"].dtype == torch.uint16 and batch["labels"].dtype == torch.int64
+    assert (batch["labels"][~batch["attention_mask"].bool()] == -100).all()
 
 
 @pytest.mark.parametrize("start_method", ["fork", "spawn"])

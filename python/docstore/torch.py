@@ -42,8 +42,11 @@ import bisect
 import importlib.util
 import multiprocessing
 import multiprocessing.context
+import multiprocessing.reduction
+import multiprocessing.sharedctypes
 import operator
 import os
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Callable
 
@@ -251,20 +254,22 @@ class DocDataset(_StoreDataset):
 
 
 class _EpochCounter:
-    """An epoch number that the process calling ``set`` shares with the workers it starts.
+    """An epoch number that the process calling ``set`` shares with the DataLoader workers it starts.
 
     It lives in a ``multiprocessing`` shared-memory value: forked workers inherit the mapping,
-    and spawn/forkserver workers receive it while they are being started. Pickled any other way
-    (``copy.deepcopy``, ``pickle.dumps``), it becomes a plain number. A process that did not
-    create the counter (a DDP rank that received the dataset) gets its own on its first ``set``,
-    so ranks never see each other's epochs.
+    and spawn/forkserver workers receive it while they are being started. A process owns the
+    value its workers follow from the moment it sets an epoch or starts workers (a fork, or a
+    pickle for a spawn), whichever comes first; a copy (``copy.deepcopy``, ``pickle``, a DDP rank
+    that received the dataset) makes its own then, so ranks never see each other's epochs and
+    workers started before the first ``set`` still see every later one. DataLoader workers never
+    make their own: they follow the process that started them.
     """
 
     def __init__(self, epoch: int = 0) -> None:
-        self._value = epoch
+        self._value = operator.index(epoch)
         self._shared: Any = None
         self._owner: int | None = None
-        self.set(epoch)
+        _COUNTERS.add(self)
 
     def get(self) -> int:
         return int(self._shared.value) if self._shared is not None else self._value
@@ -272,19 +277,49 @@ class _EpochCounter:
     def set(self, epoch: int) -> None:
         epoch = operator.index(epoch)
         self._value = epoch
-        if self._shared is None or self._owner != os.getpid():
-            self._shared = multiprocessing.RawValue("q", epoch)
-            self._owner = os.getpid()
-        else:
-            self._shared.value = epoch
+        self._own(force=True)
+        self._shared.value = epoch
+
+    def _own(self, force: bool = False) -> None:
+        """Makes the shared value this process's own, unless it is already, or this process is a
+        DataLoader worker (which follows its parent) and ``force`` is not given."""
+        if self._owner == os.getpid() and self._shared is not None:
+            return
+        if not force and torch.utils.data.get_worker_info() is not None:
+            return
+        self._shared = multiprocessing.RawValue("q", self.get())
+        self._owner = os.getpid()
 
     def __getstate__(self) -> dict[str, Any]:
         spawning = multiprocessing.context.get_spawning_popen() is not None
+        if spawning:
+            self._own()  # the workers being started follow this process from now on
         shared = self._shared if spawning else None
         return {"_value": self.get(), "_shared": shared, "_owner": self._owner if spawning else None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        _COUNTERS.add(self)
+
+
+# A shared value pickles as shared memory only once its ctypes type is registered with the
+# pickler, which multiprocessing does when it makes the first one of that type. A counter makes
+# its value while the first spawn worker is being pickled, too late for that pickler: register
+# the type now.
+multiprocessing.reduction.ForkingPickler.register(
+    multiprocessing.sharedctypes.typecode_to_type["q"], multiprocessing.sharedctypes.reduce_ctype
+)
+
+# Every counter of this process, so that a fork gives the children one their parent owns.
+_COUNTERS: weakref.WeakSet[_EpochCounter] = weakref.WeakSet()
+
+
+def _own_counters_before_fork() -> None:
+    for counter in list(_COUNTERS):
+        counter._own()
+
+
+os.register_at_fork(before=_own_counters_before_fork)
 
 
 # --------------------------------------------------------------------------------------------
@@ -333,7 +368,7 @@ def _positive_pairs(qrels: Any) -> list[tuple[str, str]]:
             if isinstance(docs, str):
                 pairs.append((qid, docs))
             elif isinstance(docs, Mapping):
-                pairs.extend((qid, did) for did, rel in docs.items() if rel > 0)
+                pairs.extend((qid, did) for did, rel in docs.items() if _relevance(rel, qid, did) > 0)
             else:
                 pairs.extend((qid, did) for did in docs)
         return pairs
@@ -343,9 +378,17 @@ def _positive_pairs(qrels: Any) -> list[tuple[str, str]]:
         else:
             qid, did, *rest = record
             rel = rest[0] if rest else 1
-        if rel > 0:
+        if _relevance(rel, qid, did) > 0:
             pairs.append((qid, did))
     return pairs
+
+
+def _relevance(rel: Any, qid: str, did: str) -> float:
+    """A relevance grade as a number: TREC qrels files give them as text ("1")."""
+    try:
+        return float(rel)
+    except (TypeError, ValueError):
+        raise ValueError(f"query {qid!r}, doc {did!r}: relevance must be a number, got {rel!r}") from None
 
 
 def _utf8(text: Any, qid: str) -> bytes:
@@ -461,7 +504,9 @@ class TripletDataset(_StoreDataset):
             counts = np.zeros(len(qids), dtype=np.int64)
             chunks = []
             for q, qid in enumerate(qids):
-                found = _positions(store, negatives.get(qid, ()), f"hard negatives of query {qid!r}")
+                hard = negatives.get(qid, ())
+                hard = (hard,) if isinstance(hard, str) else hard  # one id, as qrels may give
+                found = _positions(store, hard, f"hard negatives of query {qid!r}")
                 if len(found):
                     found = found[~_in_sorted(q * n + found, self._positive_keys)]
                 counts[q] = len(found)
@@ -560,9 +605,12 @@ class PairDataset(_StoreDataset):
             raise TypeError("fields must be a sequence of names, e.g. ('sentence1', 'sentence2')")
         self.fields = tuple(self._check_field(f) for f in fields)
         self.label_field = None if label_field is None else self._check_field(label_field)
-        if input_example is None:
-            input_example = importlib.util.find_spec("sentence_transformers") is not None
-        self.input_example = bool(input_example)
+        installed = importlib.util.find_spec("sentence_transformers") is not None
+        if input_example and not installed:
+            raise ImportError(
+                "input_example=True needs sentence_transformers: pip install sentence-transformers"
+            )
+        self.input_example = installed if input_example is None else bool(input_example)
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
         docs = self.store.take(_as_positions(indices))
@@ -608,7 +656,10 @@ def _window_count(length: np.ndarray | int, seq_len: int, stride: int, partial: 
     length = np.asarray(length, dtype=np.int64)
     full = np.where(length >= seq_len + 1, (length - seq_len - 1) // stride + 1, 0)
     if partial:
-        full = full + ((full * stride) < (length - 1))
+        # A tail window when some target token (1 .. length-1) lies past the last full window's
+        # (whose targets end at (full-1)*stride + seq_len), and the tail has one to predict.
+        reached = np.where(full > 0, (full - 1) * stride + seq_len, 0)
+        full = full + ((reached < length - 1) & (full * stride < length - 1))
     return full
 
 
@@ -654,7 +705,9 @@ class TokenDataset(_StoreDataset):
         # Checked here, not in a DataLoader worker at the first batch.
         seq_len = None if seq_len is None else operator.index(seq_len)
         stride = None if stride is None else operator.index(stride)
-        sep = None if sep is None or isinstance(sep, bool) else operator.index(sep)
+        if isinstance(sep, bool):
+            raise TypeError("sep is a token id (an int), got a bool")
+        sep = None if sep is None else operator.index(sep)
         self.seq_len = seq_len
         self.partial = partial
         self.pack = pack
@@ -773,7 +826,10 @@ def pad_collate(batch: Sequence[Any], pad_id: int = 0, label_pad_id: int = -100)
     mask = (torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)).long()
     out = {"input_ids": pad(inputs, batch_first=True, padding_value=pad_id), "attention_mask": mask}
     if pairs:
-        out["labels"] = pad([item[1] for item in batch], batch_first=True, padding_value=label_pad_id)
+        labels = [item[1] for item in batch]
+        if label_pad_id < 0 and not labels[0].dtype.is_signed:  # uint16 tokens cannot hold -100
+            labels = [t.long() for t in labels]
+        out["labels"] = pad(labels, batch_first=True, padding_value=label_pad_id)
     return out
 
 
@@ -845,7 +901,7 @@ def set_epoch(loader: Any, epoch: int) -> None:
         getattr(loader, "sampler", None),
         getattr(loader, "batch_sampler", None),
         getattr(getattr(loader, "batch_sampler", None), "sampler", None),
-        getattr(loader, "dataset", None),
+        *_wrapped(getattr(loader, "dataset", None)),
     ]
     for obj in candidates:
         if obj is None or any(obj is s for s in seen):
@@ -854,3 +910,13 @@ def set_epoch(loader: Any, epoch: int) -> None:
         method = getattr(obj, "set_epoch", None)
         if callable(method):
             method(epoch)
+
+
+def _wrapped(dataset: Any, depth: int = 0) -> Iterable[Any]:
+    """``dataset`` and the datasets it wraps (``Subset``, ``random_split``, ``ConcatDataset``)."""
+    if dataset is None or depth > 16:
+        return
+    yield dataset
+    yield from _wrapped(getattr(dataset, "dataset", None), depth + 1)
+    for inner in getattr(dataset, "datasets", None) or ():
+        yield from _wrapped(inner, depth + 1)
