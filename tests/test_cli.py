@@ -107,6 +107,8 @@ def test_info_get_verify(tmp_path):
     )
     ok = cli("verify", str(tmp_path / "s"))
     assert ok.returncode == 0 and ok.stdout.startswith("OK")
+    both = cli("info", str(tmp_path / "s"), "--json", "--fields")
+    assert both.returncode == 2 and "not allowed with" in both.stderr
 
 
 @pytest.mark.parametrize(
@@ -194,6 +196,19 @@ def test_stdin_is_json_lines_unless_told_otherwise_and_read_once(tmp_path):
     out = cli("build", "-", "-o", str(tmp_path / "s"), "-q", stdin=lines)
     assert out.returncode == 0, out.stderr
     assert list(docstore.open(tmp_path / "s").keys()) == ["a", "b"]
+    # Gzipped input is recognised by its first bytes, on stdin and whatever a file's name says.
+    (tmp_path / "misnamed.jsonl").write_bytes(gzip.compress(lines.encode()))
+    out = cli("build", str(tmp_path / "misnamed.jsonl"), "-o", str(tmp_path / "g"), "-q")
+    assert out.returncode == 0, out.stderr
+    assert list(docstore.open(tmp_path / "g").keys()) == ["a", "b"]
+    gz = subprocess.run(
+        [sys.executable, "-m", "docstore.cli", "build", "-", "-o", str(tmp_path / "h"), "-q"],
+        input=gzip.compress(lines.encode()),
+        capture_output=True,
+        timeout=300,
+    )
+    assert gz.returncode == 0, gz.stderr
+    assert list(docstore.open(tmp_path / "h").keys()) == ["a", "b"]
     twice = cli("build", "-", "-", "-o", str(tmp_path / "t"), stdin=lines)
     assert twice.returncode == 1 and "more than once" in twice.stderr
     odd = cli("build", "-", "-o", str(tmp_path / "u"), stdin='{"doc_id": "a", "v": {"x": 1}}\n')

@@ -43,11 +43,20 @@ def _detect_format(path: str) -> str:
     raise UsageError(f"cannot tell the format of {path!r} from its extension; pass --format")
 
 
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
 def _open_text(path: str) -> io.TextIOBase:
-    if path == "-":
-        return sys.stdin  # type: ignore[return-value]
+    """The file (stdin for ``-``) as text, gunzipped when it starts as gzip does, whatever its name."""
     # utf-8-sig: a byte-order mark (Excel, many exporters) is not part of the first column's name
-    if path.endswith(".gz"):
+    if path == "-":
+        raw: Any = sys.stdin.buffer
+        if raw.peek(2)[:2] == _GZIP_MAGIC:
+            raw = gzip.GzipFile(fileobj=raw, mode="rb")
+        return io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
+    with open(path, "rb") as f:
+        gzipped = f.read(2) == _GZIP_MAGIC
+    if gzipped:
         return gzip.open(path, "rt", encoding="utf-8-sig", newline="")  # type: ignore[return-value]
     return open(path, encoding="utf-8-sig", newline="")
 
@@ -332,8 +341,9 @@ def make_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("info", help="count, fields, sizes and codec of a store")
     p.add_argument("store")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.add_argument(
+    shape = p.add_mutually_exclusive_group()
+    shape.add_argument("--json", action="store_true", help="print JSON")
+    shape.add_argument(
         "--fields",
         action="store_true",
         help="print only the field types, as `build --fields` takes them (to rebuild an export)",
