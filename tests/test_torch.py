@@ -468,8 +468,6 @@ def test_set_epoch_reaches_persistent_workers(store_path, triplet_data, start_me
 def test_set_epoch_reaches_workers_started_before_it_in_a_copy(store_path, triplet_data, start_method):
     """A copy (as a DDP rank receives the dataset) whose persistent workers start before its first
     set_epoch: every later epoch must still reach them, and the copy's epochs are its own."""
-    if not _available(start_method):
-        pytest.skip(f"{start_method} is not available")
     queries, qrels, _ = triplet_data
     original = TripletDataset(store_path, queries, qrels, seed=9)
     original.set_epoch(2)
