@@ -355,7 +355,7 @@ def test_random_draws_are_splitmix64_of_seed_epoch_attempt_and_index():
     """The draws are part of what a user reproduces across versions: pinned to splitmix64's
     finaliser written out on Python ints (key = mix(mix(mix(seed) ^ epoch) ^ attempt), then
     mix(index ^ key), top 53 bits)."""
-    from docstore.torch import _uniform
+    from docstore.torch._random import uniform as _uniform
 
     m64 = (1 << 64) - 1
 

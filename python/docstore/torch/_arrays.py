@@ -1,0 +1,44 @@
+"""``ArrayDataset``: numeric rows (bag-of-words counts, embeddings) as float tensors."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from ._base import NUMERIC_ARRAY, NUMERIC_SCALAR, StoreDataset, as_positions, numpy_dtype
+
+
+class ArrayDataset(StoreDataset):
+    """Numeric rows (bag-of-words counts, embeddings) as float tensors, indexed by position.
+
+    ``field`` is an array field (one 1-D tensor per document) or an int64/float64 one (a 0-d
+    tensor). Items are tensors of ``dtype`` (float32 by default), or ``(tensor, label)`` with
+    ``label_field`` (the stored value; ``default_collate`` makes a tensor of a batch of them).
+    """
+
+    def __init__(
+        self,
+        store_or_path: Any,
+        field: str,
+        *,
+        label_field: str | None = None,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        super().__init__(store_or_path)
+        self.field = self._check_field(field, NUMERIC_ARRAY + NUMERIC_SCALAR)
+        self.label_field = None if label_field is None else self._check_field(label_field)
+        self.dtype = dtype
+        self._np_dtype = numpy_dtype(dtype)
+
+    def _tensor(self, value: Any) -> torch.Tensor:
+        return torch.from_numpy(np.asarray(value, dtype=self._np_dtype))
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+        positions = as_positions(indices)
+        if self.label_field is None:
+            return [self._tensor(v) for v in self.store.take(positions, field=self.field)]
+        rows = self.store.take(positions, fields=(self.field, self.label_field))
+        return [(self._tensor(value), label) for value, label in rows]

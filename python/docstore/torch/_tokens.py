@@ -1,0 +1,209 @@
+"""``TokenDataset``: token-id arrays as tensors, whole or in training windows; ``pad_collate``."""
+
+from __future__ import annotations
+
+import bisect
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from .._store import DocStore
+from ._base import NUMERIC_ARRAY, StoreDataset, as_positions, numpy_dtype
+
+# Rows decoded per ``take`` while scanning a whole store (the window index).
+_SCAN_CHUNK = 8192
+
+
+def _scan_lengths(store: DocStore, field: str) -> np.ndarray:
+    """Length of every document's array in ``field`` (decodes the whole store once)."""
+    n = len(store)
+    lengths = np.empty(n, dtype=np.int64)
+    for start in range(0, n, _SCAN_CHUNK):
+        stop = min(start + _SCAN_CHUNK, n)
+        lengths[start:stop] = [len(a) for a in store.take(range(start, stop), field=field)]
+    return lengths
+
+
+def _window_count(length: np.ndarray | int, seq_len: int, stride: int, partial: bool) -> np.ndarray:
+    """Windows over ``length`` tokens: full ones at 0, stride, ..., then the tail if ``partial``."""
+    length = np.asarray(length, dtype=np.int64)
+    full = np.where(length >= seq_len + 1, (length - seq_len - 1) // stride + 1, 0)
+    if partial:
+        # A tail window when some target token (1 .. length-1) lies past the last full window's
+        # (whose targets end at (full-1)*stride + seq_len), and the tail has one to predict.
+        reached = np.where(full > 0, (full - 1) * stride + seq_len, 0)
+        full = full + ((reached < length - 1) & (full * stride < length - 1))
+    return full
+
+
+class TokenDataset(StoreDataset):
+    """Token-id arrays (an integer array field) as tensors, whole or in training windows.
+
+    Without ``seq_len``, item ``i`` is document ``i``'s tokens as a 1-D tensor (use
+    :func:`pad_collate` to batch them). With ``seq_len=k``, items are ``(x, y)`` with
+    ``x = t[o:o+k]`` and ``y = t[o+1:o+k+1]``, windows at offsets ``o = 0, stride, 2*stride, ...``
+    (``stride`` defaults to ``k``: non-overlapping windows).
+
+    Window numbering, deterministic: documents in position order, and within a document windows
+    in offset order; window ``w`` is window ``w - first[d]`` of the document ``d`` whose windows
+    include it. Only full windows by default (fixed shapes, plain ``default_collate``); with
+    ``partial=True`` a document's tail that no full window reaches is one more, shorter window
+    (batch those with :func:`pad_collate`). Documents of fewer than ``k + 1`` tokens give no full
+    window. With ``pack=True`` the documents are instead read as one stream, in position order,
+    each followed by ``sep`` when given (an end-of-text id), and windows cross document
+    boundaries (GPT-style packing): window ``w`` starts at stream offset ``w * stride``.
+
+    Windowing needs every document's length: the constructor decodes the store once to count
+    them, and keeps 8 bytes per document (pickled to spawn workers).
+    Tensors have ``dtype`` (int64 by default, what ``nn.Embedding`` and losses take; ``None``
+    keeps the stored type).
+    """
+
+    def __init__(
+        self,
+        store_or_path: Any,
+        field: str = "tokens",
+        seq_len: int | None = None,
+        *,
+        stride: int | None = None,
+        partial: bool = False,
+        pack: bool = False,
+        sep: int | None = None,
+        dtype: torch.dtype | None = torch.long,
+    ) -> None:
+        super().__init__(store_or_path)
+        self.field = self._check_field(field, NUMERIC_ARRAY)
+        self.dtype = dtype
+        self._np_dtype = numpy_dtype(dtype)
+        # Checked here, not in a DataLoader worker at the first batch.
+        seq_len = None if seq_len is None else operator.index(seq_len)
+        stride = None if stride is None else operator.index(stride)
+        if isinstance(sep, bool):
+            raise TypeError("sep is a token id (an int), got a bool")
+        sep = None if sep is None else operator.index(sep)
+        self.seq_len = seq_len
+        self.partial = partial
+        self.pack = pack
+        self.sep = sep
+        self.stride = 0
+        self._starts = np.zeros(1, dtype=np.int64)
+        self._count = 0
+        if seq_len is None:
+            if stride is not None or pack or partial or sep is not None:
+                raise ValueError("stride, partial, pack and sep need seq_len")
+            return
+        if seq_len < 1:
+            raise ValueError(f"seq_len must be >= 1, got {seq_len}")
+        self.stride = seq_len if stride is None else stride
+        if self.stride < 1:
+            raise ValueError(f"stride must be >= 1, got {self.stride}")
+        if sep is not None:
+            if not pack:
+                raise ValueError("sep is for pack=True")
+            stored = np.dtype(self.store.fields[self.field][:-2])
+            if not np.can_cast(np.min_scalar_type(sep), stored):
+                raise ValueError(f"sep={sep} does not fit the field's type {stored}")
+        lengths = _scan_lengths(self.store, self.field)
+        if pack:
+            if sep is not None:
+                lengths += 1
+            # Stream offset of each document, and the end of the stream.
+            self._starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+            self._count = int(_window_count(int(self._starts[-1]), seq_len, self.stride, partial))
+        else:
+            # Index of each document's first window, and the number of windows.
+            counts = _window_count(lengths, seq_len, self.stride, partial)
+            self._starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+            self._count = int(self._starts[-1])
+
+    def __len__(self) -> int:
+        return len(self.store) if self.seq_len is None else self._count
+
+    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+        if self._np_dtype is not None and array.dtype != self._np_dtype:
+            array = array.astype(self._np_dtype)
+        return torch.from_numpy(array)
+
+    def window(self, index: int) -> tuple[int, int]:
+        """``(document position, token offset)`` of window ``index`` (stream offset if ``pack``)."""
+        if self.seq_len is None:
+            raise ValueError("windows need seq_len")
+        index = operator.index(index)
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(f"window {index} out of range for {len(self)} windows")
+        if self.pack:
+            offset = index * self.stride
+            return bisect.bisect_right(self._starts, offset) - 1, offset
+        doc = bisect.bisect_right(self._starts, index) - 1
+        return doc, (index - int(self._starts[doc])) * self.stride
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+        positions = as_positions(indices)
+        if self.seq_len is None:
+            return [self._tensor(a) for a in self.store.take(positions, field=self.field)]
+        if not positions:
+            return []
+        count = len(self)
+        index = np.asarray(positions, dtype=np.int64)
+        if index.size and (index.min() < -count or index.max() >= count):
+            raise IndexError(f"index out of range for {count} windows")
+        index = np.where(index < 0, index + count, index)
+        k = int(self.seq_len)
+        if not self.pack:
+            docs = np.searchsorted(self._starts, index, side="right") - 1
+            offsets = (index - self._starts[docs]) * self.stride
+            arrays = self.store.take(docs.tolist(), field=self.field)
+            out = []
+            for array, o in zip(arrays, offsets.tolist()):
+                chunk = self._tensor(array[o : o + k + 1])
+                out.append((chunk[:-1], chunk[1:]))
+            return out
+        # Packed stream: fetch every document that any window of the batch touches, in one call.
+        total = int(self._starts[-1])
+        begin = index * self.stride
+        end = np.minimum(begin + k + 1, total)
+        first = np.searchsorted(self._starts, begin, side="right") - 1
+        last = np.searchsorted(self._starts, end - 1, side="right") - 1
+        needed = np.unique(np.concatenate([np.arange(a, b + 1) for a, b in zip(first, last)]))
+        fetched = dict(zip(needed.tolist(), self.store.take(needed.tolist(), field=self.field)))
+        sep = None if self.sep is None else np.array([self.sep], dtype=next(iter(fetched.values())).dtype)
+        out = []
+        for a, b, s, e in zip(first.tolist(), last.tolist(), begin.tolist(), end.tolist()):
+            parts = []
+            for d in range(a, b + 1):
+                parts.append(fetched[d])
+                if sep is not None:
+                    parts.append(sep)
+            base = int(self._starts[a])
+            chunk = self._tensor(np.concatenate(parts)[s - base : e - base])
+            out.append((chunk[:-1], chunk[1:]))
+        return out
+
+
+def pad_collate(batch: Sequence[Any], pad_id: int = 0, label_pad_id: int = -100) -> dict[str, torch.Tensor]:
+    """Pads a batch of 1-D tensors, or of ``(x, y)`` pairs, to the longest (right padding).
+
+    Returns ``{"input_ids", "attention_mask"}`` (plus ``"labels"`` for pairs, padded with
+    ``label_pad_id``, the value ``cross_entropy`` ignores); the mask is 1 on tokens, 0 on
+    padding, int64 as Hugging Face models expect. Use ``functools.partial`` for other pad ids.
+    """
+    if not batch:
+        raise ValueError("pad_collate got an empty batch")
+    pad = torch.nn.utils.rnn.pad_sequence
+    pairs = isinstance(batch[0], (tuple, list))
+    inputs = [item[0] for item in batch] if pairs else list(batch)
+    lengths = torch.tensor([len(t) for t in inputs])
+    width = int(lengths.max()) if len(lengths) else 0
+    mask = (torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)).long()
+    out = {"input_ids": pad(inputs, batch_first=True, padding_value=pad_id), "attention_mask": mask}
+    if pairs:
+        labels = [item[1] for item in batch]
+        if label_pad_id < 0 and not labels[0].dtype.is_signed:  # uint16 tokens cannot hold -100
+            labels = [t.long() for t in labels]
+        out["labels"] = pad(labels, batch_first=True, padding_value=label_pad_id)
+    return out
