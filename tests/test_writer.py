@@ -382,11 +382,18 @@ def test_arrow_text_columns_are_read_from_arrow_buffers(tmp_path):
     assert store.take(range(3000), fields=["text", "raw"]) == list(zip(texts, raws))
 
     w = docstore.Writer(tmp_path / "bad", fields=fields)
-    bad_utf8 = pa.table(
-        {"doc_id": ["a", "b"], "text": pa.array([b"ok", b"\xff"], pa.binary()), "raw": [b"", b""]}
-    )
+    # Arrow validates strings only when asked: one built from raw buffers is checked here.
+    offsets = pa.py_buffer(np.array([0, 2, 3], dtype=np.int32).tobytes())
+    unchecked = pa.Array.from_buffers(pa.string(), 2, [None, offsets, pa.py_buffer(b"ok\xff")])
+    bad_utf8 = pa.table({"doc_id": ["a", "b"], "text": unchecked, "raw": [b"", b""]})
     with pytest.raises(docstore.DocstoreError, match="row 1 is not valid UTF-8"):
         w.add_many(bad_utf8)
+    # A column's type must be the field's, as a value's must be for add(): binary is not text,
+    # and a string column is not bytes (the bytes would otherwise be its UTF-8, silently).
+    with pytest.raises(docstore.FieldTypeError, match='doc "a": field "text" is str, got bytes'):
+        w.add_many(pa.table({"doc_id": ["a"], "text": pa.array([b"ok"], pa.binary()), "raw": [b""]}))
+    with pytest.raises(docstore.FieldTypeError, match='doc "a": field "raw" is bytes, got str'):
+        w.add_many(pa.table({"doc_id": ["a"], "text": ["ok"], "raw": pa.array(["x"], pa.large_string())}))
     with pytest.raises(docstore.InvalidKeyError):
         w.add_many(pa.table({"doc_id": [""], "text": ["x"], "raw": [b""]}))
     with pytest.raises(docstore.FieldTypeError):  # a null takes the per-value path and its checks

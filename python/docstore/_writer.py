@@ -103,8 +103,10 @@ def _is_arrow_table(obj: Any) -> bool:
     return type(obj).__module__.startswith("pyarrow") and hasattr(obj, "schema") and hasattr(obj, "column")
 
 
-def _arrow_text(column: Any) -> tuple[np.ndarray, np.ndarray] | None:
-    """(int64 offsets, uint8 data) of a pyarrow string/binary column without nulls, else None."""
+def _arrow_text(column: Any, field_type: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """(int64 offsets, uint8 data) of a pyarrow column without nulls whose type is that of
+    ``field_type`` (string for ``str``, binary for ``bytes``), else None: other columns take the
+    value-by-value path, which refuses a mismatch by name as ``add`` does."""
     import pyarrow as pa
 
     if isinstance(column, pa.ChunkedArray):
@@ -112,9 +114,13 @@ def _arrow_text(column: Any) -> tuple[np.ndarray, np.ndarray] | None:
     if not isinstance(column, pa.Array) or column.null_count:
         return None
     kind = column.type
-    if pa.types.is_string(kind) or pa.types.is_binary(kind):
+    if field_type == "str":
+        small, large = pa.types.is_string(kind), pa.types.is_large_string(kind)
+    else:
+        small, large = pa.types.is_binary(kind), pa.types.is_large_binary(kind)
+    if small:
         width = np.int32
-    elif pa.types.is_large_string(kind) or pa.types.is_large_binary(kind):
+    elif large:
         width = np.int64
     else:
         return None
@@ -130,7 +136,8 @@ def _arrow_text_columns(doc_ids: Any, columns: list[Any], fields: Mapping[str, s
         t not in ("str", "bytes") for t in fields.values()
     ):
         return None
-    parts = [_arrow_text(c) for c in (doc_ids, *columns)]
+    types = ["str", *fields.values()]
+    parts = [_arrow_text(c, t) for c, t in zip((doc_ids, *columns), types)]
     if any(p is None for p in parts):
         return None
     return parts[0], parts[1:]
