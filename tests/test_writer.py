@@ -200,7 +200,7 @@ def test_bad_options(tmp_path):
         with pytest.raises(docstore.StoreIOError, match="does not name a file"):
             docstore.Writer(no_name, fields={"t": "str"})
     for option in ("level", "dict_size", "batch_bytes", "key_buffer_bytes"):
-        for bad in (-1, 2**40 if option == "level" else 2**62):
+        for bad in (-2, 2**40) if option == "level" else (-1, 2**62):
             if option == "key_buffer_bytes" and bad > 0:
                 continue  # a limit, not an allocation: any size is valid
             with pytest.raises(docstore.SchemaError, match=option):
@@ -438,13 +438,25 @@ def test_build_from_dicts_namedtuples_dataclasses(tmp_path):
 def test_compression_options_change_size_not_content(tmp_path):
     docs = make_docs(2000, seed=3)
     sizes = {}
-    for level, dict_size in [(0, 0), (0, 65536), (9, 65536), (12, 65536)]:
+    for level, dict_size in [(-1, 65536), (0, 0), (0, 65536), (9, 65536), (12, 65536)]:
         store = write_store(tmp_path / f"l{level}-{dict_size}", docs, level=level, dict_size=dict_size)
         sizes[level, dict_size] = store.info()["stored_bytes"]
         for doc_id in list(docs)[::97]:
             assert_doc_equal(store[doc_id], doc_id, docs[doc_id])
-    assert sizes[0, 65536] < sizes[0, 0]
+        assert store.take(range(len(docs)), field="text") == [d["text"] for d in docs.values()]
+    assert sizes[0, 65536] < sizes[0, 0] < sizes[-1, 65536]
     assert sizes[9, 65536] < sizes[0, 65536]
+
+
+def test_level_minus_one_stores_documents_uncompressed(tmp_path):
+    docs = make_docs(500, seed=4)
+    store = write_store(tmp_path / "none", docs, level=-1)
+    info = store.info()
+    assert info["codec"] == "none"  # and no dictionary: there is nothing to compress against
+    assert info["stored_bytes"] > info["raw_bytes"]
+    store.verify()
+    for doc_id, doc in zip(docs, store.take(range(500))):
+        assert_doc_equal(doc, doc_id, docs[doc_id])
 
 
 def test_documents_larger_than_16_mib(tmp_path):

@@ -37,9 +37,10 @@ class Writer(_Writer):
 
     ``fields`` maps names to types: ``str``, ``bytes``, ``int64``, ``float64`` or a 1-D array
     ``int8[]`` ... ``uint64[]``, ``float32[]``, ``float64[]``. Options: ``overwrite`` (replace an
-    existing store), ``level`` (0 = lz4 fast, 1-12 = lz4 HC; default 3), ``dict_size`` (bytes of
-    shared dictionary, 0 = none, default and most 64 KiB), ``batch_bytes`` (raw bytes per compression
-    batch), ``key_buffer_bytes`` (memory for ids before sorted runs spill to disk).
+    existing store), ``level`` (0 = lz4 fast, 1-12 = lz4 HC; default 3; -1 = no compression: the
+    largest file, and lookups that decode nothing), ``dict_size`` (bytes of shared dictionary,
+    0 = none, default and most 64 KiB), ``batch_bytes`` (raw bytes per compression batch),
+    ``key_buffer_bytes`` (memory for ids before sorted runs spill to disk).
     Leaving the ``with`` block by an exception, or calling ``abort()``, leaves no store behind.
     """
 

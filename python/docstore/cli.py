@@ -334,7 +334,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=FORMATS, help="input format (default: from the extension)")
     p.add_argument("--fields", help="field types, e.g. text:str,label:int64 (default: inferred)")
     p.add_argument("--columns", help="column names of header-less TSV/CSV, e.g. doc_id,text")
-    p.add_argument("--level", type=int, help=f"0 = lz4 fast, 1-12 = lz4 HC (default {DEFAULT_LEVEL})")
+    p.add_argument(
+        "--level", type=int, help=f"0 = lz4 fast, 1-12 = lz4 HC, -1 = none (default {DEFAULT_LEVEL})"
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing store")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_build)

@@ -108,10 +108,14 @@ pub fn fuzz_compress(bytes: &[u8]) {
     let [level, dict_hi, dict_lo, rest @ ..] = bytes else {
         return;
     };
-    let level = i32::from(*level % 13);
+    // 0xFF is "none" (as in the header); other bytes pick 0 (fast) to 12 (HC).
+    let level = match *level {
+        0xFF => codec::LEVEL_NONE,
+        byte => i32::from(byte % 13),
+    };
     let dict_len = (usize::from(*dict_hi) << 8 | usize::from(*dict_lo)).min(rest.len());
     let (dict, doc) = rest.split_at(dict_len);
-    let compressor = Compressor::new(level, dict).expect("levels 0-12 are valid");
+    let compressor = Compressor::new(level, dict).expect("levels -1 to 12 are valid");
     let mut blob = Vec::new();
     compressor.compress(doc, &mut blob);
     let decoded = codec::decompress(&blob, compressor.dictionary()).expect("a blob decodes");
@@ -154,11 +158,16 @@ pub fn seed_stores(dir: &Path) -> Vec<Vec<u8>> {
         dict_size: 0,
         ..Default::default()
     };
+    let uncompressed = WriterOptions {
+        level: codec::LEVEL_NONE,
+        ..Default::default()
+    };
     let specs = [
         ("every_type", &every_type, 24, small_dict.clone()),
         ("every_type_fast", &every_type, 24, fast.clone()),
         ("text_prefixed_keys", &text_only, 40, small_dict),
         ("text_fast", &text_only, 8, fast),
+        ("text_uncompressed", &text_only, 8, uncompressed),
         ("one", &text_only, 1, WriterOptions::default()),
         ("empty", &every_type, 0, WriterOptions::default()),
     ];
@@ -202,7 +211,8 @@ pub fn seed_stores(dir: &Path) -> Vec<Vec<u8>> {
 }
 
 /// Inputs for `fuzz_compress`: English-like documents with and without a dictionary drawn from
-/// the same text, at the default level (docstore's encoder), at level 0 and at a high HC level.
+/// the same text, at the default level (docstore's encoder), at level 0, at a high HC level and
+/// uncompressed.
 pub fn seed_compress_inputs() -> Vec<Vec<u8>> {
     let text = "the river meets the sea where the government of the town met on the bank; \
                 a document about rivers, towns and the sea, and the people of the town. "
@@ -221,6 +231,7 @@ pub fn seed_compress_inputs() -> Vec<Vec<u8>> {
         input(0, &text[..200], &text[100..500]),
         input(9, &text[..300], &text[50..700]),
         input(3, &text[..64], b"short"),
+        input(0xFF, &text[..64], &text[..300]),
     ]
 }
 

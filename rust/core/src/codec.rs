@@ -85,12 +85,16 @@ const MAX_INPUT: usize = 0x7E00_0000;
 pub const MAX_DICT_SIZE: usize = 64 * 1024;
 /// Highest lz4 HC level.
 pub const MAX_LEVEL: i32 = 12;
+/// The level that stores every record as it is: the largest files, and lookups that decode
+/// nothing (a record is read straight from the mapped file).
+pub const LEVEL_NONE: i32 = -1;
 /// The level at which docstore's encoder replaces liblz4's (it ports HC's level-3 parse).
 const ENCODER_LEVEL: i32 = 3;
 /// The most a thread keeps of the buffer that checks the encoder's blocks.
 const KEEP_CHECK_BYTES: usize = 16 << 20;
 
-/// How documents are compressed: `level` 0 is lz4's fast mode, 1..=12 its HC levels.
+/// How documents are compressed: `level` 0 is lz4's fast mode, 1..=12 its HC levels,
+/// `LEVEL_NONE` none at all.
 pub struct Compressor {
     level: i32,
     dict: Arc<DictStreams>,
@@ -181,14 +185,19 @@ thread_local! {
 }
 
 impl Compressor {
-    /// `dict` is cut to its last 64 KiB (all lz4 can reach).
+    /// `dict` is cut to its last 64 KiB (all lz4 can reach); `LEVEL_NONE` ignores it.
     pub fn new(level: i32, dict: &[u8]) -> Result<Compressor> {
-        if !(0..=MAX_LEVEL).contains(&level) {
+        if !(LEVEL_NONE..=MAX_LEVEL).contains(&level) {
             return Err(Error::Schema(format!(
-                "compression level must be 0 (fast) to {MAX_LEVEL} (smallest), got {level}"
+                "compression level must be {LEVEL_NONE} (none), 0 (fast) or 1 to {MAX_LEVEL} \
+                 (lz4 HC, smallest at {MAX_LEVEL}), got {level}"
             )));
         }
-        let dict = &dict[dict.len().saturating_sub(MAX_DICT_SIZE)..];
+        let dict = if level == LEVEL_NONE {
+            &[]
+        } else {
+            &dict[dict.len().saturating_sub(MAX_DICT_SIZE)..]
+        };
         Ok(Compressor {
             level,
             dict: Arc::new(DictStreams::new(dict, level)),
@@ -205,6 +214,9 @@ impl Compressor {
 
     /// Appends the stored blob of `raw` to `out`.
     pub fn compress(&self, raw: &[u8], out: &mut Vec<u8>) {
+        if self.level == LEVEL_NONE {
+            return put_stored(raw, out);
+        }
         let start = out.len();
         varint::put(out, (raw.len() as u64) << 1 | 1);
         let header_len = out.len() - start;
@@ -224,9 +236,8 @@ impl Compressor {
         }
         // Incompressible (or too large for one lz4 block): store it as it is.
         out.truncate(start);
-        varint::put(out, (raw.len() as u64) << 1);
-        debug_assert!(out.len() - start <= header_len);
-        out.extend_from_slice(raw);
+        put_stored(raw, out);
+        debug_assert!(out.len() - start - raw.len() <= header_len);
     }
 
     /// Appends liblz4's block of `raw` (at most `MAX_INPUT` bytes) to `out`; its length, 0 if
@@ -322,6 +333,12 @@ impl WorkStreams {
         }
         ok
     }
+}
+
+/// Appends the blob that holds `raw` as it is.
+fn put_stored(raw: &[u8], out: &mut Vec<u8>) {
+    varint::put(out, (raw.len() as u64) << 1);
+    out.extend_from_slice(raw);
 }
 
 /// A stored blob split into its parts, lengths checked.
@@ -583,5 +600,24 @@ mod tests {
         }
         assert!(decompress(&[0xff, 0xff, 0xff, 0xff, 0x0f, 0], b"").is_err());
         assert!(Compressor::new(13, b"").is_err());
+        assert!(Compressor::new(LEVEL_NONE - 1, b"").is_err());
+    }
+
+    #[test]
+    fn level_none_stores_records_as_they_are_and_ignores_the_dictionary() {
+        let docs: Vec<Vec<u8>> = (0..50).map(text).collect();
+        let dict = dictionary_for(docs.iter().map(Vec::as_slice), 4096);
+        let c = Compressor::new(LEVEL_NONE, &dict).unwrap();
+        assert!(c.dictionary().is_empty());
+        for doc in docs.iter().chain([&Vec::new()]) {
+            let mut blob = Vec::new();
+            c.compress(doc, &mut blob);
+            let mut want = Vec::new();
+            varint::put(&mut want, (doc.len() as u64) << 1);
+            want.extend_from_slice(doc);
+            assert_eq!(blob, want);
+            // Read in place: no copy, no decoding.
+            assert!(matches!(decompress(&blob, b""), Ok(Cow::Borrowed(raw)) if raw == &doc[..]));
+        }
     }
 }

@@ -85,7 +85,8 @@ pub struct Header {
     pub count: u64,
     /// Sum of the raw (uncompressed) record sizes.
     pub raw_bytes: u64,
-    /// Compression level the writer used (informational; decoding does not depend on it).
+    /// Compression level the writer used, 0xFF for none (informational; decoding does not
+    /// depend on it).
     pub level: u8,
     /// Length of the byte prefix shared by every key (skipped by the key index prefixes).
     pub common_prefix: u32,

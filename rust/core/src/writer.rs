@@ -35,7 +35,7 @@ pub const MAX_DOCS: u64 = u32::MAX as u64 - 1;
 
 #[derive(Clone, Debug)]
 pub struct WriterOptions {
-    /// 0 = lz4 fast, 1..=12 = lz4 HC levels.
+    /// 0 = lz4 fast, 1..=12 = lz4 HC levels, `codec::LEVEL_NONE` (-1) = stored uncompressed.
     pub level: i32,
     /// Bytes of dictionary trained on the first batch (0 disables it; at most 64 KiB).
     pub dict_size: usize,
@@ -476,6 +476,7 @@ impl Writer {
         let header = Header {
             count,
             raw_bytes: self.raw_bytes,
+            // -1 (none) is 0xFF.
             level: self.options.level as u8,
             common_prefix: common_prefix as u32,
             sections,
@@ -684,7 +685,11 @@ fn write_data(
         let compressor = match &compressor {
             Some(c) => c,
             None => {
-                let dict = codec::dictionary_for(batch.records(), options.dict_size);
+                let dict = if options.level == codec::LEVEL_NONE {
+                    Vec::new() // nothing to train for
+                } else {
+                    codec::dictionary_for(batch.records(), options.dict_size)
+                };
                 compressor.insert(start_data(&mut file, &dict)?)
             }
         };

@@ -127,6 +127,26 @@ fn empty_store_and_single_document() {
 }
 
 #[test]
+fn uncompressed_store_holds_records_as_they_are() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("none");
+    let options = WriterOptions {
+        level: docstore_core::codec::LEVEL_NONE,
+        ..WriterOptions::default()
+    };
+    let summary = build(&path, 3000, options);
+    let store = Store::open(&path).unwrap();
+    check_all(&store, 3000);
+    store.verify().unwrap();
+    assert_eq!(store.header().level, 0xFF);
+    assert!(store.dictionary().is_empty(), "no dictionary to train");
+    // Each record costs its bytes and a varint of its length: nothing is compressed.
+    assert!(summary.file_bytes > summary.raw_bytes);
+    let compressed = build(&dir.path().join("lz4"), 3000, WriterOptions::default());
+    assert!(compressed.file_bytes < summary.file_bytes / 2);
+}
+
+#[test]
 fn duplicate_keys_leave_no_store() {
     let dir = tempfile::tempdir().unwrap();
     for key_buffer_bytes in [1 << 20, 64] {
