@@ -63,7 +63,7 @@ NOTES = [
     "earlier version used `np.isin`, which re-sorted all 200k keys on every batch.",
     "A batch here is 32 short passages (16 positives, 16 negatives) in one `store.take`. The "
     "bindings decode batches of fewer than 256 items on the calling thread (`PARALLEL_MIN` in "
-    "`rust/python/reader.rs`), so docstore's thread pool plays no part in these fetches, with or "
+    "`rust/python/chunks.rs`), so docstore's thread pool plays no part in these fetches, with or "
     "without DataLoader workers (an earlier run of this study found the pool path ~10x slower than "
     "one thread for such batches on this 2-core machine under load). The pool is used once per rank, when "
     "`TripletDataset` resolves the 200k positive ids (`store.positions`).",

@@ -1,11 +1,15 @@
 //! `docstore._docstore`: the Python extension module, a thin pyo3 layer over docstore-core.
 //! Everything users see is re-exported and documented by the `docstore` Python package.
 
+mod args;
+mod chunks;
 mod convert;
+mod doc;
 mod errors;
 mod reader;
 mod scratch;
 mod text;
+mod text_columns;
 mod writer;
 
 use pyo3::prelude::*;

@@ -1,20 +1,21 @@
 //! `docstore._docstore.Writer`: builds a store from Python values. The Python class
-//! `docstore.Writer` subclasses it (context manager, pyarrow input).
+//! `docstore.Writer` subclasses it (context manager, pyarrow input). How calls take turns at it
+//! is in `turn`, its arguments are read in `args`, text columns in `text_columns`.
 
+mod turn;
+
+use crate::args::{as_dict, key_of, option, schema_of};
 use crate::convert::{from_python, Holder};
 use crate::errors::{guard, new_error, IntoPy};
+use crate::text_columns::{check_text_rows, TextColumn};
 use docstore_core::repeats::first_repeat;
-use docstore_core::{
-    Field, FieldType, Schema, Value, Writer as CoreWriter, WriterOptions, MAX_DOCS,
-};
+use docstore_core::{FieldType, Schema, Value, Writer as CoreWriter, WriterOptions, MAX_DOCS};
 use numpy::PyReadonlyArray1;
-use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
-use std::ops::{Deref, DerefMut};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex};
 
 /// `docstore._docstore.Writer`. One writer may be shared by threads: its calls take turns (a
 /// thread waiting for its turn releases Python, so the one in turn can flush without it).
@@ -32,37 +33,6 @@ pub struct Writer {
     path: PathBuf,
 }
 
-/// A number for the calling thread, unique among live threads: the address of a thread-local.
-fn this_thread() -> usize {
-    thread_local!(static MARK: u8 = const { 0 });
-    MARK.with(|mark| mark as *const u8 as usize)
-}
-
-/// The writer's state for one call; gives it back when dropped.
-struct Turn<'a> {
-    state: MutexGuard<'a, State>,
-    owner: &'a AtomicUsize,
-}
-
-impl Deref for Turn<'_> {
-    type Target = State;
-    fn deref(&self) -> &State {
-        &self.state
-    }
-}
-
-impl DerefMut for Turn<'_> {
-    fn deref_mut(&mut self) -> &mut State {
-        &mut self.state
-    }
-}
-
-impl Drop for Turn<'_> {
-    fn drop(&mut self) {
-        self.owner.store(0, Ordering::Release);
-    }
-}
-
 struct State {
     inner: Option<CoreWriter>,
     schema: Schema,
@@ -71,51 +41,6 @@ struct State {
     names: Arc<[Py<PyString>]>,
     /// The id field of `add_record`, kept between calls for the same reason.
     id_key: Option<(String, Py<PyString>)>,
-}
-
-impl Writer {
-    fn in_forked_child(&self) -> bool {
-        docstore_core::process::id() != self.pid
-    }
-
-    /// The writer's state, once no other thread is using it.
-    fn lock(&self, py: Python<'_>) -> PyResult<Turn<'_>> {
-        if self.in_forked_child() {
-            let message = format!(
-                "the writer of {} belongs to the process that created it (pid {}), not to \
-                 this forked child",
-                self.path.display(),
-                self.pid
-            );
-            return Err(new_error(py, "ClosedError", message));
-        }
-        loop {
-            let state = match self.state.try_lock() {
-                Ok(state) => state,
-                // A panic in a call is caught inside it (`guard`), so this is not expected; the
-                // state is then as the call left it, which `inner` reports if it matters.
-                Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-                Err(TryLockError::WouldBlock)
-                    if self.owner.load(Ordering::Acquire) == this_thread() =>
-                {
-                    return Err(PyRuntimeError::new_err(
-                        "the writer was called again from inside one of its own calls \
-                         (by a value's __repr__ or __eq__, say)",
-                    ));
-                }
-                // Wait without Python: the thread in turn may need it to finish its call.
-                Err(TryLockError::WouldBlock) => {
-                    py.detach(|| drop(self.state.lock()));
-                    continue;
-                }
-            };
-            self.owner.store(this_thread(), Ordering::Release);
-            return Ok(Turn {
-                state,
-                owner: &self.owner,
-            });
-        }
-    }
 }
 
 impl State {
@@ -259,51 +184,6 @@ impl State {
     }
 }
 
-/// The id of a document: a non-empty str, valid Unicode (no lone surrogates).
-fn key_of<'a>(py: Python<'_>, doc_id: &'a Bound<'_, PyAny>) -> PyResult<&'a str> {
-    let key = doc_id.cast::<PyString>().map_err(|_| {
-        let got = doc_id
-            .get_type()
-            .name()
-            .map(|n| n.to_string())
-            .unwrap_or_default();
-        new_error(
-            py,
-            "InvalidKeyError",
-            format!("doc ids must be str, got {got} {doc_id}"),
-        )
-    })?;
-    match key.to_str() {
-        Ok("") => Err(new_error(
-            py,
-            "InvalidKeyError",
-            "doc ids must be non-empty strings".into(),
-        )),
-        Ok(key) => Ok(key),
-        Err(_) => Err(new_error(
-            py,
-            "InvalidKeyError",
-            format!("doc id {doc_id:?} is not valid Unicode"),
-        )),
-    }
-}
-
-/// A dict of field values, or any other mapping copied into one.
-fn as_dict<'py>(fields: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
-    if let Ok(dict) = fields.cast::<PyDict>() {
-        return Ok(dict.clone());
-    }
-    let mapping = fields.cast::<pyo3::types::PyMapping>().map_err(|_| {
-        pyo3::exceptions::PyTypeError::new_err(format!(
-            "fields must be a dict of field values, got {}",
-            fields.get_type()
-        ))
-    })?;
-    let dict = PyDict::new(fields.py());
-    dict.update(mapping)?;
-    Ok(dict)
-}
-
 fn convert_all<'a, 'py>(
     schema: &Schema,
     objects: &'a [Bound<'py, PyAny>],
@@ -321,37 +201,6 @@ fn convert_all<'a, 'py>(
         values.push(from_python(obj, field.ty, holder, i, key, &field.name)?);
     }
     Ok(values)
-}
-
-/// The schema of `Writer(path, fields)`: a mapping (or pairs) of field names to type names.
-fn schema_of(py: Python<'_>, fields: &Bound<'_, PyAny>) -> PyResult<Schema> {
-    let pairs: Vec<(String, String)> = if let Ok(dict) = fields.cast::<PyDict>() {
-        dict.iter()
-            .map(|(k, v)| Ok((k.extract()?, v.extract()?)))
-            .collect::<PyResult<_>>()
-    } else if let Ok(mapping) = fields.cast::<pyo3::types::PyMapping>() {
-        mapping.items().and_then(|items| items.extract())
-    } else {
-        fields.extract()
-    }
-    .map_err(|_| {
-        new_error(
-            py,
-            "SchemaError",
-            "fields must map field names to type names, e.g. {\"text\": \"str\"}".into(),
-        )
-    })?;
-    let fields = pairs
-        .into_iter()
-        .map(|(name, ty)| {
-            Ok(Field {
-                name,
-                ty: ty.parse()?,
-            })
-        })
-        .collect::<Result<Vec<_>, docstore_core::Error>>()
-        .py_err(py)?;
-    Schema::new(fields).py_err(py)
 }
 
 impl State {
@@ -617,21 +466,6 @@ fn quoted(obj: &Bound<'_, PyAny>) -> String {
         .unwrap_or_else(|_| obj.to_string())
 }
 
-/// A writer option as the core takes it (`default` when not given); a negative or huge value is
-/// a `SchemaError` naming the option, as the core's own range checks are.
-fn option<T: TryFrom<i64>>(
-    py: Python<'_>,
-    name: &str,
-    value: Option<i64>,
-    default: T,
-) -> PyResult<T> {
-    match value {
-        None => Ok(default),
-        Some(v) => T::try_from(v)
-            .map_err(|_| new_error(py, "SchemaError", format!("{name}={v} is out of range"))),
-    }
-}
-
 #[pymethods]
 impl Writer {
     #[new]
@@ -755,82 +589,5 @@ impl Writer {
         }
         self.lock(py)?.abort(py);
         Ok(())
-    }
-}
-
-/// What `Writer::add` would reject in text columns: ids that are empty, not UTF-8 or repeated
-/// within the batch, `str` values that are not UTF-8. The first problem in row order is reported.
-fn check_text_rows(
-    ids: &TextColumn<'_>,
-    columns: &[TextColumn<'_>],
-    kinds: &[(bool, String)],
-) -> docstore_core::Result<()> {
-    let mut keys = Vec::with_capacity(ids.len());
-    let mut check_row = |row: usize| -> docstore_core::Result<()> {
-        let key = ids.str(row, "doc id")?;
-        if key.is_empty() {
-            return Err(docstore_core::Error::InvalidKey(format!(
-                "the doc id of row {row} is empty"
-            )));
-        }
-        keys.push(key);
-        for ((is_str, name), column) in kinds.iter().zip(columns) {
-            if *is_str {
-                column.str(row, name)?;
-            }
-        }
-        Ok(())
-    };
-    let checked = (0..ids.len()).try_for_each(&mut check_row);
-    // Repeats among the rows before a bad one (and its id) come first in row order.
-    match first_repeat(&keys) {
-        Some(row) => Err(docstore_core::Error::DuplicateKey(keys[row].to_owned())),
-        None => checked,
-    }
-}
-
-/// A column of strings as Arrow lays them out: `offsets[i]..offsets[i + 1]` in `data`.
-struct TextColumn<'a> {
-    offsets: &'a [i64],
-    data: &'a [u8],
-}
-
-impl<'a> TextColumn<'a> {
-    fn new(
-        offsets: &'a PyReadonlyArray1<'_, i64>,
-        data: &'a PyReadonlyArray1<'_, u8>,
-    ) -> Result<Self, String> {
-        let (Ok(offsets), Ok(data)) = (offsets.as_slice(), data.as_slice()) else {
-            return Err("offsets and data must be contiguous arrays".into());
-        };
-        let valid = !offsets.is_empty()
-            && offsets[0] >= 0
-            && offsets.windows(2).all(|w| w[0] <= w[1])
-            && offsets[offsets.len() - 1] as u64 <= data.len() as u64;
-        if !valid {
-            return Err("offsets must be non-decreasing and within the data".into());
-        }
-        Ok(TextColumn { offsets, data })
-    }
-
-    fn len(&self) -> usize {
-        self.offsets.len() - 1
-    }
-
-    fn get(&self, row: usize) -> &'a [u8] {
-        &self.data[self.offsets[row] as usize..self.offsets[row + 1] as usize]
-    }
-
-    /// # Safety
-    /// Row `row` must be valid UTF-8 (`str` said so).
-    unsafe fn str_unchecked(&self, row: usize) -> &'a str {
-        // SAFETY: the caller's promise.
-        unsafe { std::str::from_utf8_unchecked(self.get(row)) }
-    }
-
-    fn str(&self, row: usize, what: &str) -> docstore_core::Result<&'a str> {
-        std::str::from_utf8(self.get(row)).map_err(|_| {
-            docstore_core::Error::Schema(format!("{what} of row {row} is not valid UTF-8"))
-        })
     }
 }
