@@ -84,6 +84,20 @@ def test_several_fields_come_back_as_tuples(store, oracle):
         store.get(ids[0], field="text", fields=["text"])
     with pytest.raises(docstore.SchemaError, match="no field"):
         store.take([0], fields=["text", "nope"])
+    # One name is not a sequence of names (it would be one-letter names).
+    for call, arg in [(store.get, ids[0]), (store.get_many, ids[:2]), (store.at, 0), (store.take, [0])]:
+        with pytest.raises(TypeError, match="got the str 'text'; use field='text'"):
+            call(arg, fields="text")
+
+
+def test_ids_of_a_str_subclass_come_back_as_str(store, oracle):
+    """numpy's str_ (ids read from an array) is found, and comes back as a plain str."""
+    ids = list(oracle)[:3]
+    asked = [np.str_(i) for i in ids]
+    assert type(store[asked[0]].doc_id) is str and store[asked[0]].doc_id == ids[0]
+    assert type(store.get(asked[1], field="doc_id")) is str
+    got = store.get_many(asked)
+    assert list(got) == ids and all(type(k) is str and type(d.doc_id) is str for k, d in got.items())
 
 
 def test_positions_of_many_ids(store, oracle):

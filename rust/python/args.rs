@@ -22,6 +22,31 @@ pub(crate) fn position_arg(index: &Bound<'_, PyAny>) -> PyResult<i64> {
     })
 }
 
+/// A doc id as a plain `str`: an instance of a subclass (numpy's `np.str_`, say) comes back from
+/// lookups (`doc.doc_id`, `get_many`'s keys) as the `str` it holds, not as the caller's type.
+/// One that is not valid UTF-8 (lone surrogates) is kept: no store holds it.
+pub(crate) fn plain_str(id: Bound<'_, PyString>) -> Bound<'_, PyString> {
+    if id.is_exact_instance_of::<PyString>() {
+        return id;
+    }
+    match id.to_str() {
+        Ok(text) => PyString::new(id.py(), text),
+        Err(_) => id,
+    }
+}
+
+/// Field names (`fields=`): any sequence of str but a str itself, which would be a sequence of
+/// one-letter names.
+pub(crate) fn field_names_arg(fields: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+    if let Ok(name) = fields.cast::<PyString>() {
+        return Err(PyTypeError::new_err(format!(
+            "fields= takes a sequence of field names, got the str {}; use field={0} for one field",
+            name.repr()?
+        )));
+    }
+    fields.extract()
+}
+
 /// Positions from a list, tuple or range of ints, a 1-D integer array (numpy, or what numpy reads
 /// without a copy, such as a CPU torch tensor) or any other iterable of ints. A boolean array is
 /// refused: it is a mask, not positions.

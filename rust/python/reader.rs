@@ -2,7 +2,7 @@
 //! subclasses it and adds the pure-Python conveniences (iteration, pickling, context manager).
 //! Its arguments are read in `args`, batches decoded in `chunks`, Docs made in `doc`.
 
-use crate::args::{ids_of, position_arg, positions_arg};
+use crate::args::{field_names_arg, ids_of, plain_str, position_arg, positions_arg};
 use crate::chunks::{in_chunks, in_chunks_then};
 use crate::doc::{doc_class, raw_to_python, DocBuilder};
 use crate::errors::{guard, key_error, new_error, IntoPy};
@@ -81,9 +81,9 @@ impl Reader {
         &self,
         py: Python<'_>,
         field: Option<&str>,
-        fields: Option<Vec<String>>,
+        fields: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Select> {
-        match (field, fields) {
+        match (field, fields.map(field_names_arg).transpose()?) {
             (Some(_), Some(_)) => Err(new_error(
                 py,
                 "SchemaError",
@@ -302,7 +302,7 @@ impl Reader {
         doc_id: &Bound<'py, PyAny>,
         default: Option<Bound<'py, PyAny>>,
         field: Option<&str>,
-        fields: Option<Vec<String>>,
+        fields: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
         let select = self.select(py, field, fields)?;
         Ok(self.get_impl(py, doc_id, &select)?.or(default))
@@ -363,13 +363,16 @@ impl Reader {
         py: Python<'py>,
         doc_ids: &Bound<'py, PyAny>,
         field: Option<&str>,
-        fields: Option<Vec<String>>,
+        fields: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let store = self.store(py)?;
         let select = self.select(py, field, fields)?;
         // Keep the id objects: they become the dict keys and doc.doc_id without new strings.
         let objects: Vec<Bound<'py, PyString>> = ids_of(doc_ids)?
-            .filter_map(|id| id.map(|id| id.cast_into::<PyString>().ok()).transpose())
+            .filter_map(|id| {
+                id.map(|id| id.cast_into::<PyString>().ok().map(plain_str))
+                    .transpose()
+            })
             .collect::<PyResult<_>>()?;
         let keys: Vec<&[u8]> = objects
             .iter()
@@ -412,7 +415,7 @@ impl Reader {
         py: Python<'py>,
         index: &Bound<'py, PyAny>,
         field: Option<&str>,
-        fields: Option<Vec<String>>,
+        fields: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let store = self.store(py)?;
         let select = self.select(py, field, fields)?;
@@ -440,7 +443,7 @@ impl Reader {
         py: Python<'py>,
         positions: &Bound<'py, PyAny>,
         field: Option<&str>,
-        fields: Option<Vec<String>>,
+        fields: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyList>> {
         let store = self.store(py)?;
         let select = self.select(py, field, fields)?;
@@ -521,7 +524,10 @@ impl Reader {
         select: &Select,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
         let store = self.store(py)?;
-        let Some(text) = key.cast::<PyString>().ok().and_then(|k| k.to_str().ok()) else {
+        let Some(key) = key.cast::<PyString>().ok().map(|k| plain_str(k.clone())) else {
+            return Ok(None);
+        };
+        let Ok(text) = key.to_str() else {
             return Ok(None);
         };
         guard(py, || {
@@ -540,7 +546,7 @@ impl Reader {
                 py,
                 &store,
                 select,
-                || Ok(key.clone()),
+                || Ok(key.clone().into_any()),
                 decoded.records.get(0),
                 decoded.texts.record(0),
             )
