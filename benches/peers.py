@@ -1144,6 +1144,7 @@ PEERS: dict[str, Peer] = {
         DocstoreStore(),
         DocstoreStore(num_threads=1),
         DocstoreStore(level=0),
+        DocstoreStore(level=-1),
         IrDatasetsStore(),
         IndexedStore(),
         DictStore(),

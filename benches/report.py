@@ -42,6 +42,7 @@ SYSTEM_ORDER = [
     "docstore:docs",
     "docstore:t1",
     "docstore:level0",
+    "docstore:level-1",
     "docstore:arrow",
     "docstore:columns",
     "ir_datasets",
@@ -56,6 +57,7 @@ SYSTEM_NOTES = {
     "docstore:columns": "docstore `Writer.add_many(ids, {'text': [...]})`",
     "docstore:t1": "docstore, `set_num_threads(1)`: each batch decodes in its calling thread",
     "docstore:level0": "docstore `build(records, level=0)` (lz4 fast mode: faster build, larger file)",
+    "docstore:level-1": "docstore `build(records, level=-1)` (stored uncompressed: nothing to decode, largest file)",
     "ir_datasets": "ir_datasets `PickleLz4FullStore` (`docs_store.get`, `get_many`)",
     "indexed-tsv": "TSV + dict of byte offsets (seek + readline)",
     "dict": "Python dict in memory",
@@ -284,6 +286,13 @@ def targets(runs: list[dict], corpora: list[str]) -> list[tuple[str, str, str]]:
             ratio("build", "docstore:level0", "ir_datasets", c),
             None,
         )
+        for group, what in (("get", "`store[doc_id]`"), ("get_many", "get_many"), ("build", "build")):
+            add(
+                f"(reference, not a target) {what} at `level=-1` (uncompressed) vs ir_datasets",
+                c,
+                ratio(group, "docstore:level-1", "ir_datasets", c),
+                None,
+            )
         add(
             "build from pyarrow faster than from the iterable (>= 1.05x: beyond noise)",
             c,

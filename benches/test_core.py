@@ -25,19 +25,22 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-GET_SYSTEMS = ["docstore", "docstore:field", "ir_datasets", "indexed-tsv", "dict"]
-GET_MANY_SYSTEMS = ["docstore", "docstore:docs", "ir_datasets", "indexed-tsv", "dict"]
-# docstore:level0 shows the other end of the build speed / size trade-off (lz4 fast mode)
+# docstore:level-1 (documents stored uncompressed) shows what decoding costs a lookup
+GET_SYSTEMS = ["docstore", "docstore:field", "docstore:level-1", "ir_datasets", "indexed-tsv", "dict"]
+GET_MANY_SYSTEMS = ["docstore", "docstore:docs", "docstore:level-1", "ir_datasets", "indexed-tsv", "dict"]
+# docstore:level0 and level-1 show the other end of the build speed / size trade-off (lz4 fast
+# mode; no compression)
 BUILD_SYSTEMS = [
     "docstore",
     "docstore:level0",
+    "docstore:level-1",
     "docstore:arrow",
     "docstore:columns",
     "ir_datasets",
     "indexed-tsv",
     "dict",
 ]
-SIZE_SYSTEMS = ["docstore", "docstore:level0", "ir_datasets", "indexed-tsv", "dict"]
+SIZE_SYSTEMS = ["docstore", "docstore:level0", "docstore:level-1", "ir_datasets", "indexed-tsv", "dict"]
 # docstore:t1 decodes each batch in its calling thread (`set_num_threads(1)`): with the default
 # pool one calling thread already keeps every core busy, so only t1 shows what the GIL release
 # gives threads of a user's own.
