@@ -1157,6 +1157,7 @@ COMPARE_PEERS: dict[str, Peer] = {
     for p in (
         DocstoreStore(),
         DocstoreStore(num_threads=1),
+        DocstoreStore(level=-1),
         DictStore(),
         IndexedStore(),
         IrDatasetsStore(),

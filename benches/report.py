@@ -57,7 +57,7 @@ SYSTEM_NOTES = {
     "docstore:columns": "docstore `Writer.add_many(ids, {'text': [...]})`",
     "docstore:t1": "docstore, `set_num_threads(1)`: each batch decodes in its calling thread",
     "docstore:level0": "docstore `build(records, level=0)` (lz4 fast mode: faster build, larger file)",
-    "docstore:level-1": "docstore `build(records, level=-1)` (stored uncompressed: nothing to decode, largest file)",
+    "docstore:level-1": "docstore `build(records, level=-1)` (uncompressed: nothing to decode, largest file)",
     "ir_datasets": "ir_datasets `PickleLz4FullStore` (`docs_store.get`, `get_many`)",
     "indexed-tsv": "TSV + dict of byte offsets (seek + readline)",
     "dict": "Python dict in memory",
