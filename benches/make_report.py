@@ -821,7 +821,7 @@ def render(res, data, img_dir: Path, md_path: Path, cmd: str) -> tuple[str, bool
         L += [
             "",
             f"Several runs merged (`--json`): each figure is the median of the runs that measured it "
-            f"(runs per group: {merged}; every other group is from the first run). One run of this "
+            f"(runs per group: {merged}; every other group is from a single run). One run of this "
             "shared machine can move a system's figure up to 2x, so a row decided by one run is "
             "decided by chance.",
         ]

@@ -457,6 +457,9 @@ def test_level_minus_one_stores_documents_uncompressed(tmp_path):
     store.verify()
     for doc_id, doc in zip(docs, store.take(range(500))):
         assert_doc_equal(doc, doc_id, docs[doc_id])
+    with docstore.open(tmp_path / "none", read="pread") as by_pread:
+        for doc_id in list(docs)[::7]:
+            assert_doc_equal(by_pread[doc_id], doc_id, docs[doc_id])
 
 
 def test_documents_larger_than_16_mib(tmp_path):
