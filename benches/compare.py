@@ -203,8 +203,8 @@ class Stores:
         if key in self.errors:
             raise RuntimeError(self.errors[key])
         if key not in self.builds:
-            base = system.split(":")[0] if system.startswith("docstore") else system
             # docstore:t1 reads docstore's files: one build serves both
+            base = getattr(COMPARE_PEERS[system], "shares_files_with", None) or system
             if base != system:
                 path, info = self.build(base, corpus, n)
                 self.paths[key], self.builds[key] = path, info

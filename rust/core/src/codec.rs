@@ -21,6 +21,7 @@ use std::cell::RefCell;
 use std::os::raw::{c_char, c_int};
 use std::ptr::NonNull;
 use std::sync::Arc;
+use xxhash_rust::xxh3::xxh3_64;
 
 // liblz4 is compiled and linked by lz4-sys; we declare the (stable, v1.10) streaming functions
 // we need ourselves because lz4-sys does not bind them.
@@ -90,8 +91,8 @@ pub const MAX_LEVEL: i32 = 12;
 pub const LEVEL_NONE: i32 = -1;
 /// The level at which docstore's encoder replaces liblz4's (it ports HC's level-3 parse).
 const ENCODER_LEVEL: i32 = 3;
-/// The most a thread keeps of the buffer that checks the encoder's blocks.
-const KEEP_CHECK_BYTES: usize = 16 << 20;
+/// The most output room a thread keeps in its decode buffer (beyond the dictionary).
+const KEEP_DECODE_BYTES: usize = 16 << 20;
 
 /// How documents are compressed: `level` 0 is lz4's fast mode, 1..=12 its HC levels,
 /// `LEVEL_NONE` none at all.
@@ -104,6 +105,9 @@ pub struct Compressor {
 /// for docstore's encoder), then shared read-only by all threads.
 struct DictStreams {
     bytes: Box<[u8]>,
+    /// xxh3 of `bytes` (as the store's dictionary section checksum): names the dictionary to the
+    /// per-thread decode buffer that checks the encoder's blocks.
+    id: u64,
     hc: NonNull<ffi::StreamHC>,
     fast: NonNull<ffi::Stream>,
     index: Option<DictIndex>,
@@ -128,6 +132,7 @@ impl DictStreams {
             let index =
                 (level == ENCODER_LEVEL && !bytes.is_empty()).then(|| DictIndex::new(&bytes));
             DictStreams {
+                id: xxh3_64(&bytes),
                 bytes,
                 hc,
                 fast,
@@ -152,8 +157,6 @@ struct WorkStreams {
     hc: NonNull<ffi::StreamHC>,
     fast: NonNull<ffi::Stream>,
     encoder: Encoder,
-    /// Where blocks of `encoder` are decoded again, to be checked.
-    check: Vec<u8>,
 }
 
 impl WorkStreams {
@@ -164,7 +167,6 @@ impl WorkStreams {
                 hc: NonNull::new(ffi::LZ4_createStreamHC()).expect("lz4: out of memory"),
                 fast: NonNull::new(ffi::LZ4_createStream()).expect("lz4: out of memory"),
                 encoder: Encoder::new(),
-                check: Vec::new(),
             }
         }
     }
@@ -226,7 +228,9 @@ impl Compressor {
                 let mut work = cell.borrow_mut();
                 let work = work.get_or_insert_with(WorkStreams::new);
                 match &self.dict.index {
-                    Some(index) if work.encode_checked(index, raw, out) => out.len() - block,
+                    Some(index) if work.encode_checked(index, self.dict.id, raw, out) => {
+                        out.len() - block
+                    }
                     _ => self.liblz4(work, raw, out),
                 }
             });
@@ -291,7 +295,13 @@ impl Compressor {
 impl WorkStreams {
     /// Appends docstore's encoder's block of `raw` to `out` if liblz4 decodes it back to `raw`;
     /// otherwise leaves `out` as it was and returns false (a bug there must not reach a store).
-    fn encode_checked(&mut self, index: &DictIndex, raw: &[u8], out: &mut Vec<u8>) -> bool {
+    fn encode_checked(
+        &mut self,
+        index: &DictIndex,
+        dict_id: u64,
+        raw: &[u8],
+        out: &mut Vec<u8>,
+    ) -> bool {
         let block = out.len();
         // An assertion of the encoder failing is a bug there too: liblz4 takes over.
         let encoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -303,27 +313,10 @@ impl WorkStreams {
             return false;
         }
         let dict = index.dictionary();
-        self.check.clear();
-        self.check.reserve(raw.len());
-        // SAFETY: `check` has room for `raw.len()` bytes, all written on success.
-        let decoded = unsafe {
-            lz4_decode(
-                &out[block..],
-                raw.len(),
-                self.check.as_mut_ptr(),
-                dict.as_ptr(),
-                dict.len(),
-            )
-            .is_ok()
-        };
-        if decoded {
-            // SAFETY: lz4 wrote all `raw.len()` bytes.
-            unsafe { self.check.set_len(raw.len()) };
-        }
-        let ok = decoded && self.check == raw;
-        if self.check.capacity() > KEEP_CHECK_BYTES {
-            self.check = Vec::new(); // a rare huge document: not kept for the thread's life
-        }
+        let ok = decoded_after_dict(&out[block..], raw.len(), dict, dict_id, |decoded| {
+            decoded == raw
+        })
+        .unwrap_or(false);
         debug_assert!(
             ok,
             "docstore's lz4 encoder wrote a block that does not round-trip"
@@ -437,14 +430,39 @@ pub fn decompress_with<R>(
     dict_id: u64,
     f: impl FnOnce(&[u8]) -> R,
 ) -> Result<R> {
-    let (payload, raw_len) = match parse(blob)? {
-        Blob::Compressed { payload, raw_len } if !dict.is_empty() => (payload, raw_len),
-        _ => return Ok(f(&decompress(blob, dict)?)),
-    };
+    match parse(blob)? {
+        Blob::Compressed { payload, raw_len } if !dict.is_empty() => {
+            decoded_after_dict(payload, raw_len, dict, dict_id, f)
+        }
+        _ => Ok(f(&decompress(blob, dict)?)),
+    }
+}
+
+/// Runs `f` on `payload` lz4-decoded (`raw_len` bytes) behind this thread's copy of the
+/// dictionary named `dict_id` (xxh3 of its content).
+fn decoded_after_dict<R>(
+    payload: &[u8],
+    raw_len: usize,
+    dict: &[u8],
+    dict_id: u64,
+    f: impl FnOnce(&[u8]) -> R,
+) -> Result<R> {
     DECODE.with(|cell| {
-        // A decode nested in `f` (it never is in docstore) falls back to its own buffer.
+        // A decode nested in `f` (it never is in docstore) gets a buffer of its own.
         let Ok(mut guard) = cell.try_borrow_mut() else {
-            return Ok(f(&decompress(blob, dict)?));
+            let mut out = Vec::with_capacity(raw_len);
+            // SAFETY: `out` has room for `raw_len` bytes, all written on success.
+            unsafe {
+                lz4_decode(
+                    payload,
+                    raw_len,
+                    out.as_mut_ptr(),
+                    dict.as_ptr(),
+                    dict.len(),
+                )?;
+                out.set_len(raw_len);
+            }
+            return Ok(f(&out));
         };
         let (loaded, buf) = &mut *guard;
         let id = dict_id ^ (dict.len() as u64).rotate_left(32);
@@ -454,6 +472,9 @@ pub fn decompress_with<R>(
             *loaded = id;
         }
         buf.truncate(dict.len());
+        if buf.capacity() > dict.len() + KEEP_DECODE_BYTES {
+            buf.shrink_to(dict.len()); // room a rare huge document needed: not kept for good
+        }
         buf.reserve(raw_len);
         // SAFETY: `buf` holds the dictionary followed by room for `raw_len` bytes.
         unsafe {
@@ -601,6 +622,46 @@ mod tests {
         assert!(decompress(&[0xff, 0xff, 0xff, 0xff, 0x0f, 0], b"").is_err());
         assert!(Compressor::new(13, b"").is_err());
         assert!(Compressor::new(LEVEL_NONE - 1, b"").is_err());
+    }
+
+    #[test]
+    fn decoding_behind_the_dictionary_matches_plain_decoding() {
+        let docs: Vec<Vec<u8>> = (0..200).map(text).collect();
+        let dicts = [
+            dictionary_for(docs[..100].iter().map(Vec::as_slice), 4096),
+            dictionary_for(docs[100..].iter().map(Vec::as_slice), 8192),
+        ];
+        let compressors: Vec<Compressor> = dicts
+            .iter()
+            .map(|d| Compressor::new(ENCODER_LEVEL, d).unwrap())
+            .collect();
+        // Alternate dictionaries (the thread's copy is replaced), nest a decode inside another
+        // (it gets its own buffer), and decode one document larger than the buffer keeps.
+        for (i, doc) in docs.iter().enumerate() {
+            let c = &compressors[i % 2];
+            let (dict, id) = (c.dictionary(), xxh3_64(c.dictionary()));
+            let mut blob = Vec::new();
+            c.compress(doc, &mut blob);
+            let got = decompress_with(&blob, dict, id, |raw| {
+                let inner = decompress_with(&blob, dict, id, <[u8]>::to_vec).unwrap();
+                assert_eq!(inner, raw);
+                raw.to_vec()
+            });
+            assert_eq!(got.unwrap(), &doc[..]);
+        }
+        let huge = text(7).repeat((KEEP_DECODE_BYTES / text(7).len()) + 2);
+        let fast = Compressor::new(0, &dicts[0]).unwrap();
+        let mut blob = Vec::new();
+        fast.compress(&huge, &mut blob);
+        let id = xxh3_64(&dicts[0]);
+        assert!(decompress_with(&blob, &dicts[0], id, |raw| raw == &huge[..]).unwrap());
+        let mut small = Vec::new();
+        fast.compress(&docs[0], &mut small);
+        assert!(decompress_with(&small, &dicts[0], id, |raw| raw == &docs[0][..]).unwrap());
+        DECODE.with(|cell| {
+            let capacity = cell.borrow().1.capacity();
+            assert!(capacity < dicts[0].len() + KEEP_DECODE_BYTES, "{capacity}");
+        });
     }
 
     #[test]
