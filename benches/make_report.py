@@ -81,21 +81,23 @@ WHY = {
         "LMDB keeps values uncompressed in a B+tree over its mapping: a hit is a tree walk and one "
         "copy into a bytes object. docstore's extra work is lz4 decoding, which grows with the "
         "document (long_docs: ~6 KB per lookup at ~1.2 GB/s single-threaded, see the decode table), "
-        "for a file 2.5-3.6x smaller. To win these rows docstore needs cheaper decoding of long "
-        "documents (building the str without a second UTF-8 validation pass, or storing documents "
-        "above a size threshold uncompressed when lz4 saves little) and less per-call overhead."
+        "for a file 2.5-3.6x smaller. Built with `level=-1` (no compression) docstore reads records "
+        "in place as LMDB does, and the `docstore:level-1` row shows it ahead of LMDB, for a file "
+        "1.7-2.5x larger than its default; the default build would need cheaper decoding of long "
+        "documents to win these rows."
     ),
     "arrow-ipc": (
         "An uncompressed Arrow file is zero-copy: `take` gathers string slices of the mapping in C++ "
         "and `to_pylist` builds the str objects, with no decompression at all, for a file 1.5-2.1x "
         "larger than docstore's. docstore has to lz4-decode every document; its batch path (GIL "
-        "released, Rust) is otherwise the same shape. To win it would need an uncompressed mode, or "
-        "a decode + str construction nearer memcpy speed (single-threaded it runs at ~0.1x of memcpy)."
+        "released, Rust) is otherwise the same shape. Uncompressed (`level=-1`, the `docstore:level-1` "
+        "row) docstore decodes nothing either; the default build would need a decode + str "
+        "construction nearer memcpy speed (single-threaded it runs at ~0.1x of memcpy)."
     ),
     "numpy": (
         "The tokens lie uncompressed in one flat array: a lookup is two offset reads and a ~2 KB "
-        "copy. To win every such row docstore would need a stored (uncompressed) codec for numeric "
-        "arrays or a zero-copy view into the mapping."
+        "copy. docstore built with `level=-1` stores the arrays uncompressed too (the "
+        "`docstore:level-1` row); a zero-copy view into the mapping would remove its last copy."
     ),
     "rocksdict": (
         "RocksDB serves hot reads from its block cache (decompressed blocks kept in memory), so a "
