@@ -86,8 +86,10 @@ def test_several_fields_come_back_as_tuples(store, oracle):
         store.take([0], fields=["text", "nope"])
     # One name is not a sequence of names (it would be one-letter names).
     for call, arg in [(store.get, ids[0]), (store.get_many, ids[:2]), (store.at, 0), (store.take, [0])]:
-        with pytest.raises(TypeError, match="got the str 'text'; use field='text'"):
+        with pytest.raises(TypeError, match="got the str 'text'; use field= for one field"):
             call(arg, fields="text")
+        with pytest.raises(TypeError, match="got the bytes b'text'"):
+            call(arg, fields=b"text")
 
 
 def test_ids_of_a_str_subclass_come_back_as_str(store, oracle):

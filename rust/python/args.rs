@@ -8,7 +8,7 @@ use docstore_core::{Field, Schema};
 use numpy::{PyArray1, PyArrayDescrMethods, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyIndexError, PyOverflowError, PyTypeError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString};
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyString};
 
 /// A position argument: an int beyond 64 bits is out of range for any store (`IndexError`, as a
 /// list says), not an `OverflowError`.
@@ -35,13 +35,17 @@ pub(crate) fn plain_str(id: Bound<'_, PyString>) -> Bound<'_, PyString> {
     }
 }
 
-/// Field names (`fields=`): any sequence of str but a str itself, which would be a sequence of
-/// one-letter names.
+/// Field names (`fields=`): any sequence of str but one name (a str, which would be read as
+/// one-letter names, or bytes, as numbers).
 pub(crate) fn field_names_arg(fields: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
-    if let Ok(name) = fields.cast::<PyString>() {
+    if fields.is_instance_of::<PyString>()
+        || fields.is_instance_of::<PyBytes>()
+        || fields.is_instance_of::<PyByteArray>()
+    {
         return Err(PyTypeError::new_err(format!(
-            "fields= takes a sequence of field names, got the str {}; use field={0} for one field",
-            name.repr()?
+            "fields= takes a sequence of field names, got the {} {}; use field= for one field",
+            fields.get_type().name()?,
+            fields.repr()?
         )));
     }
     fields.extract()

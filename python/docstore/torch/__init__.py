@@ -55,9 +55,3 @@ __all__ = [
     "pad_collate",
     "set_epoch",
 ]
-
-# Public names live here, whichever private module defines them: pickles and reprs name
-# ``docstore.torch.TripletDataset``, which stays true when the code moves between modules.
-for _name in __all__:
-    globals()[_name].__module__ = __name__
-del _name

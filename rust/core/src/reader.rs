@@ -551,8 +551,11 @@ impl<B: AsRef<[u8]>> Store<B> {
         let at = (self.ranges[Section::Data as usize].start + blob.start) as u64;
         let read = |buf: &mut Vec<u8>| -> Result<R> {
             buf.resize(blob.len(), 0);
-            std::os::unix::fs::FileExt::read_exact_at(file, buf, at)?;
-            codec::decompress_with(buf, self.dictionary(), dict_id, f)
+            let result = std::os::unix::fs::FileExt::read_exact_at(file, buf, at)
+                .map_err(Error::from)
+                .and_then(|()| codec::decompress_with(buf, self.dictionary(), dict_id, f));
+            codec::release_if_huge(buf, 0);
+            result
         };
         BLOB.with(|cell| match cell.try_borrow_mut() {
             Ok(mut buf) => read(&mut buf),
@@ -687,5 +690,35 @@ impl<B: AsRef<[u8]>> Store<B> {
             }
             Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Field, FieldType, Schema, Value, Writer, WriterOptions};
+
+    #[test]
+    fn pread_buffer_gives_back_the_room_of_a_huge_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        let schema = Schema::new(vec![Field {
+            name: "blob".into(),
+            ty: FieldType::Bytes,
+        }])
+        .unwrap();
+        let huge = vec![7u8; 20 << 20];
+        let options = WriterOptions {
+            level: codec::LEVEL_NONE,
+            ..WriterOptions::default()
+        };
+        let mut writer = Writer::create(&path, schema, options).unwrap();
+        writer.push("small", &[Value::Bytes(b"tiny")]).unwrap();
+        writer.push("huge", &[Value::Bytes(&huge)]).unwrap();
+        writer.finish().unwrap();
+        let store = Store::open_with(&path, DataAccess::Pread).unwrap();
+        assert!(store.with_record(1, <[u8]>::len).unwrap() > huge.len());
+        assert!(BLOB.with(|cell| cell.borrow().capacity()) < 1 << 20);
+        assert!(store.with_record(0, <[u8]>::len).unwrap() > 0);
     }
 }
