@@ -90,6 +90,13 @@ def test_several_fields_come_back_as_tuples(store, oracle):
             call(arg, fields="text")
         with pytest.raises(TypeError, match="got the bytes b'text'"):
             call(arg, fields=b"text")
+    # Lazy readers check their arguments when called, not when (or if) first iterated.
+    with pytest.raises(TypeError, match="got the str 'text'"):
+        store.values(fields="text")
+    with pytest.raises(docstore.SchemaError, match="no field .nope."):
+        store.get_many_iter([], field="nope")
+    with pytest.raises(TypeError, match="one str"):
+        store.get_many_iter(ids[0])
 
 
 def test_ids_of_a_str_subclass_come_back_as_str(store, oracle):

@@ -55,6 +55,7 @@ class DocStore(Reader):
     def values(self, *, field: str | None = None, fields: Sequence[str] | None = None) -> ValuesView[Any]:
         """Documents (or one field's values, or tuples of fields) in insertion order, decoded in
         parallel chunks (a view: ``len`` and iteration, as many times as wanted)."""
+        self.take((), field=field, fields=fields)  # a bad field= or fields= fails here, not later
         return _Values(self, field, fields)
 
     def items(self) -> ItemsView[str, Any]:
@@ -72,6 +73,12 @@ class DocStore(Reader):
         twice; missing ids are skipped), read ``_CHUNK`` ids at a time (ir_datasets-style)."""
         if isinstance(doc_ids, str):
             raise TypeError("expected a collection of doc ids, got one str (for one id, use get() or [])")
+        self.take((), field=field, fields=fields)  # a bad field= or fields= fails here, not later
+        return self._found_iter(iter(doc_ids), field, fields)
+
+    def _found_iter(
+        self, doc_ids: Iterator[str], field: str | None, fields: Sequence[str] | None
+    ) -> Iterator[Any]:
         batch: list[str] = []
         for doc_id in doc_ids:
             batch.append(doc_id)
