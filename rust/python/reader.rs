@@ -356,7 +356,8 @@ impl Reader {
         })
     }
 
-    /// Documents of many ids, decoded in parallel: a dict in request order, missing ids omitted.
+    /// Documents of many ids, decoded in parallel: a dict in request order, missing ids omitted,
+    /// keyed by the ids as plain `str` (an `np.str_` id comes back as the `str` it holds).
     #[pyo3(signature = (doc_ids, *, field=None, fields=None))]
     fn get_many<'py>(
         &self,
