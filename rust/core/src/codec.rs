@@ -401,6 +401,11 @@ pub fn decompress<'a>(blob: &'a [u8], dict: &[u8]) -> Result<Cow<'a, [u8]>> {
         Blob::Stored(raw) => return Ok(Cow::Borrowed(raw)),
         Blob::Compressed { payload, raw_len } => (payload, raw_len),
     };
+    decoded_to_vec(payload, raw_len, dict).map(Cow::Owned)
+}
+
+/// `payload` lz4-decoded (`raw_len` bytes) into a new vector, with `dict` as history.
+fn decoded_to_vec(payload: &[u8], raw_len: usize, dict: &[u8]) -> Result<Vec<u8>> {
     let mut out = Vec::<u8>::with_capacity(raw_len);
     // SAFETY: `out` has room for `raw_len` bytes, all written on success.
     unsafe {
@@ -413,7 +418,7 @@ pub fn decompress<'a>(blob: &'a [u8], dict: &[u8]) -> Result<Cow<'a, [u8]>> {
         )?;
         out.set_len(raw_len);
     }
-    Ok(Cow::Owned(out))
+    Ok(out)
 }
 
 thread_local! {
@@ -450,19 +455,7 @@ fn decoded_after_dict<R>(
     DECODE.with(|cell| {
         // A decode nested in `f` (it never is in docstore) gets a buffer of its own.
         let Ok(mut guard) = cell.try_borrow_mut() else {
-            let mut out = Vec::with_capacity(raw_len);
-            // SAFETY: `out` has room for `raw_len` bytes, all written on success.
-            unsafe {
-                lz4_decode(
-                    payload,
-                    raw_len,
-                    out.as_mut_ptr(),
-                    dict.as_ptr(),
-                    dict.len(),
-                )?;
-                out.set_len(raw_len);
-            }
-            return Ok(f(&out));
+            return Ok(f(&decoded_to_vec(payload, raw_len, dict)?));
         };
         let (loaded, buf) = &mut *guard;
         let id = dict_id ^ (dict.len() as u64).rotate_left(32);
