@@ -54,6 +54,19 @@ def test_build_export_round_trips_jsonl(tmp_path):
     assert (tmp_path / "out.jsonl").read_text(encoding="utf-8") == exported.stdout
 
 
+def test_build_uncompressed_with_level_minus_one(tmp_path):
+    src = tmp_path / "in.jsonl"
+    write_jsonl(src, RECORDS)
+    out = cli("build", str(src), "-o", str(tmp_path / "s"), "--level", "-1", "-q")
+    assert out.returncode == 0, out.stderr
+    assert "codec           none" in cli("info", str(tmp_path / "s")).stdout
+    exported = cli("export", str(tmp_path / "s"))
+    assert [json.loads(line) for line in exported.stdout.splitlines()] == RECORDS
+    bad = cli("build", str(src), "-o", str(tmp_path / "t"), "--level", "-2", "-q")
+    assert bad.returncode != 0 and "compression level must be -1 (none)" in bad.stderr
+    assert not (tmp_path / "t").exists()
+
+
 def test_build_from_tsv_csv_gzip_parquet_and_stdin(tmp_path):
     rows = [(f"{i}", f'passage {i} with "quotes", commas') for i in range(100)]
     tsv = tmp_path / "collection.tsv"
