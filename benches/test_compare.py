@@ -33,7 +33,7 @@ import time
 
 import compare as C
 import pytest
-from peers import COMPARE_PEERS, _values_equal, batch_values
+from peers import COMPARE_PEERS, batch_values, values_equal
 
 ALL_SYSTEMS = list(COMPARE_PEERS)
 WORKLOADS = ["get_id", "get_pos", "batch64_id", "batch1024_id", "batch64_pos", "batch1024_pos"]
@@ -129,7 +129,7 @@ def _check(system, corpus, got, want_keys, by_pos: bool):
     assert len(values) == len(want_keys), f"{system}: {len(values)} results for {len(want_keys)} keys"
     for v, k in zip(values, want_keys):
         want = C.expected(system, corpus.values[k] if by_pos else corpus.by_id[k])
-        assert _values_equal(v, want), f"{system}: wrong value for {k!r}"
+        assert values_equal(v, want), f"{system}: wrong value for {k!r}"
 
 
 # -- build -------------------------------------------------------------------------------------
