@@ -467,10 +467,12 @@ impl Search<'_> {
                 // and nothing waits on them to resolve a branch. Empty slots and candidates out
                 // of reach are measured anyway (reads stay in bounds), then masked out.
                 let d = *bucket.add(slot) as usize;
-                let p = dn - d; // indexed positions have p + 8 <= dn; empty: p = dn (padding)
-                let f = equal_ahead16(dict.add(p), fwd); // p + 16 <= dn + PAD
-                                                         // Exact unless the match fills the 16 bytes, or reaches the end of the dictionary
-                                                         // (the history goes on with the document, not with the padding).
+                // Indexed positions have p + 8 <= dn; an empty slot gives p = dn (padding).
+                let p = dn - d;
+                // p + 16 <= dn + PAD. Exact unless the match fills the 16 bytes, or reaches the
+                // end of the dictionary (the history goes on with the document, not with the
+                // padding).
+                let f = equal_ahead16(dict.add(p), fwd);
                 let t = d.min(16);
                 let mut len = f.min(t).min(room);
                 if f >= t && t < room && d != 0 {
