@@ -233,6 +233,7 @@ def test_demo_runs_on_a_small_corpus(tmp_path):
     out = cli("demo", "--docs", "3000", "--dir", str(tmp_path))
     assert out.returncode == 0, out.stderr
     assert "docstore" in out.stdout and "lookups/s" in out.stdout
+    assert "docstore level=-1" in out.stdout  # the uncompressed trade-off, side by side
 
 
 def test_export_then_build_with_the_stores_fields_round_trips_every_type(tmp_path):
