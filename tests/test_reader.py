@@ -481,3 +481,6 @@ def test_thread_count_is_configurable():
     finally:
         docstore.set_num_threads(0)
     assert docstore.get_num_threads() == before
+    with pytest.raises(TypeError, match="must be an int, got bool"):
+        docstore.set_num_threads(True)
+    assert docstore.get_num_threads() == before

@@ -205,6 +205,13 @@ def test_bad_options(tmp_path):
                 continue  # a limit, not an allocation: any size is valid
             with pytest.raises(docstore.SchemaError, match=option):
                 docstore.Writer(tmp_path / "s", fields={"t": "str"}, **{option: bad})
+        with pytest.raises(docstore.SchemaError, match=f"{option}=.* is out of range"):
+            docstore.Writer(tmp_path / "s", fields={"t": "str"}, **{option: 2**70})
+        # bool is an int to Python, never a level or a size: level=True is not level 1
+        with pytest.raises(TypeError, match=f"{option} must be an int, got bool"):
+            docstore.Writer(tmp_path / "s", fields={"t": "str"}, **{option: True})
+        with pytest.raises(TypeError):
+            docstore.Writer(tmp_path / "s", fields={"t": "str"}, **{option: "3"})
     assert leftovers(tmp_path) == ["a-file"]
 
 

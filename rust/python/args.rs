@@ -8,7 +8,7 @@ use docstore_core::{Field, Schema};
 use numpy::{PyArray1, PyArrayDescrMethods, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyIndexError, PyOverflowError, PyTypeError};
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyDict, PyString};
+use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyString};
 
 /// A position argument: an int beyond 64 bits is out of range for any store (`IndexError`, as a
 /// list says), not an `OverflowError`.
@@ -184,17 +184,42 @@ pub(crate) fn schema_of(py: Python<'_>, fields: &Bound<'_, PyAny>) -> PyResult<S
     Schema::new(fields).py_err(py)
 }
 
+/// An int argument: `True` and `False` are ints to Python but never a count, level or size.
+pub(crate) fn int_arg(name: &str, value: &Bound<'_, PyAny>) -> PyResult<i64> {
+    if value.is_instance_of::<PyBool>() {
+        return Err(PyTypeError::new_err(format!(
+            "{name} must be an int, got bool ({value})"
+        )));
+    }
+    value.extract()
+}
+
 /// A writer option as the core takes it (`default` when not given); a negative or huge value is
 /// a `SchemaError` naming the option, as the core's own range checks are.
 pub(crate) fn option<T: TryFrom<i64>>(
-    py: Python<'_>,
     name: &str,
-    value: Option<i64>,
+    value: Option<&Bound<'_, PyAny>>,
     default: T,
 ) -> PyResult<T> {
-    match value {
-        None => Ok(default),
-        Some(v) => T::try_from(v)
-            .map_err(|_| new_error(py, "SchemaError", format!("{name}={v} is out of range"))),
-    }
+    let Some(value) = value else {
+        return Ok(default);
+    };
+    let v = int_arg(name, value).map_err(|err| {
+        if err.is_instance_of::<PyOverflowError>(value.py()) {
+            new_error(
+                value.py(),
+                "SchemaError",
+                format!("{name}={value} is out of range"),
+            )
+        } else {
+            err
+        }
+    })?;
+    T::try_from(v).map_err(|_| {
+        new_error(
+            value.py(),
+            "SchemaError",
+            format!("{name}={v} is out of range"),
+        )
+    })
 }

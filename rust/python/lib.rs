@@ -17,13 +17,8 @@ use pyo3::prelude::*;
 /// Sets the number of threads used for parallel compression and batch decoding (0 = all cores).
 #[pyfunction]
 fn set_num_threads(n: &Bound<'_, PyAny>) -> PyResult<()> {
-    use pyo3::exceptions::{PyTypeError, PyValueError};
-    if n.is_instance_of::<pyo3::types::PyBool>() {
-        return Err(PyTypeError::new_err(
-            "the number of threads must be an int, got bool",
-        ));
-    }
-    let n: i64 = n.extract()?;
+    use pyo3::exceptions::PyValueError;
+    let n = args::int_arg("the number of threads", n)?;
     let max = docstore_core::parallel::MAX_THREADS;
     let n = usize::try_from(n)
         .ok()

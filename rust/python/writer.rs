@@ -476,19 +476,18 @@ impl Writer {
         path: PathBuf,
         fields: &Bound<'_, PyAny>,
         overwrite: bool,
-        level: Option<i64>,
-        dict_size: Option<i64>,
-        batch_bytes: Option<i64>,
-        key_buffer_bytes: Option<i64>,
+        level: Option<&Bound<'_, PyAny>>,
+        dict_size: Option<&Bound<'_, PyAny>>,
+        batch_bytes: Option<&Bound<'_, PyAny>>,
+        key_buffer_bytes: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let schema = schema_of(py, fields)?;
         let defaults = WriterOptions::default();
         let options = WriterOptions {
-            level: option(py, "level", level, defaults.level)?,
-            dict_size: option(py, "dict_size", dict_size, defaults.dict_size)?,
-            batch_bytes: option(py, "batch_bytes", batch_bytes, defaults.batch_bytes)?,
+            level: option("level", level, defaults.level)?,
+            dict_size: option("dict_size", dict_size, defaults.dict_size)?,
+            batch_bytes: option("batch_bytes", batch_bytes, defaults.batch_bytes)?,
             key_buffer_bytes: option(
-                py,
                 "key_buffer_bytes",
                 key_buffer_bytes,
                 defaults.key_buffer_bytes,
