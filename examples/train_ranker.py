@@ -4,8 +4,8 @@
     torchrun --nproc-per-node 2 examples/train_ranker.py         # DDP on CPU (gloo)
 
 The same script runs alone and under ``torchrun``: ``distributed_sampler`` finds the process
-group when there is one, and each rank's DataLoader workers open the store themselves (it is
-memory-mapped, so its pages are shared by every worker and rank on the machine). Negatives are
+group when there is one, and each rank's DataLoader workers open the store themselves (they read
+it through the OS page cache, whose pages every worker and rank on the machine share). Negatives are
 drawn uniformly from the whole store, reproducibly from (seed, epoch, index); ``set_epoch``
 gives every epoch new ones, in persistent workers too.
 

@@ -71,14 +71,16 @@ def store(store_path) -> docstore.DocStore:
         yield s
 
 
-def run_python(code: str, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
+def run_python(
+    code: str, timeout: float = 120, env_extra: dict[str, str] | None = None, **kwargs
+) -> subprocess.CompletedProcess:
     """Runs ``code`` in a fresh interpreter: a crash there is a failed assertion here, not ours."""
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "PYTHONFAULTHANDLER": "1"},
+        env={**os.environ, "PYTHONFAULTHANDLER": "1", **(env_extra or {})},
         **kwargs,
     )
 

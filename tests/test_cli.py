@@ -11,6 +11,7 @@ import sys
 import pytest
 
 import docstore
+import docstore.cli
 
 
 def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
@@ -291,3 +292,248 @@ def test_csv_with_a_byte_order_mark(tmp_path):
 def test_demo_needs_at_least_one_document(tmp_path):
     out = cli("demo", "--docs", "0", "--dir", str(tmp_path))
     assert out.returncode == 2 and "must be at least 1" in out.stderr and "Traceback" not in out.stderr
+
+
+def cli_here(capsys, *args: str) -> tuple[int, str]:
+    """The CLI in this process (exit status, stderr): quicker than ``cli`` for many small cases."""
+    status = docstore.cli.main(list(args))
+    return status, capsys.readouterr().err
+
+
+DEEP = "[" * 20_000 + "]" * 20_000  # deeper than json.loads can recurse
+
+
+# (input file, its content, options, what the one-line error says)
+BUILD_REFUSALS = [
+    (
+        "dup.csv",
+        "doc_id,text,text\na,x,y\n",
+        [],
+        "dup.csv:1: the header names column 'text' more than once",
+    ),
+    ("dup.tsv", "a\t1\t2\n", ["--columns", "doc_id,doc_id,n"], "--columns names 'doc_id' more than once"),
+    (
+        "n.csv",
+        "doc_id,n\na,1\nb,\n",
+        ["--fields", "n:int64"],
+        "n.csv:3: doc 'b': field 'n' is int64, got '' (not an integer)",
+    ),
+    (
+        "n.tsv",
+        "a\t1\n\nb\tseven\n",
+        ["--columns", "doc_id,n", "--fields", "n:int64"],
+        "n.tsv:3: doc 'b': field 'n' is int64, got 'seven' (not an integer)",
+    ),
+    (
+        "f.csv",
+        "doc_id,x\na," + "9" * 60 + "z\n",
+        ["--fields", "x:float64"],
+        "f.csv:2: doc 'a': field 'x' is float64, got '" + "9" * 36 + "... (not a number)",
+    ),
+    (
+        "b.jsonl",
+        '{"doc_id": "a", "b": "AAE="}\n{"doc_id": "b", "b": "not base64!"}\n',
+        ["--fields", "b:bytes"],
+        "b.jsonl:2: doc 'b': field 'b' is bytes, got 'not base64!' (not base64: ",
+    ),
+    (
+        "v.csv",
+        'doc_id,v\na,"[1, 2]"\nb,"[1, 2"\n',
+        ["--fields", "v:int32[]"],
+        "v.csv:3: doc 'b': field 'v' is int32[], got '[1, 2' (not a JSON array: ",
+    ),
+    (
+        "v1.csv",
+        "doc_id,v\na,7\n",
+        ["--fields", "v:float32[]"],
+        "v1.csv:2: doc 'a': field 'v' is float32[], got '7' (not a JSON array)",
+    ),
+    (
+        "id.jsonl",
+        '{"doc_id": 1, "t": "x"}\n',
+        ["--fields", "t:str"],
+        "id.jsonl:1: doc ids must be str, got int 1",
+    ),
+    (
+        "empty.jsonl",
+        '{"doc_id": "a", "t": "x"}\n\n{"doc_id": "", "t": "y"}\n',
+        [],
+        "empty.jsonl:3: doc ids must be non-empty strings",
+    ),
+    (
+        "type.jsonl",
+        '{"doc_id": "a", "t": "x"}\n{"doc_id": "b", "t": 3}\n',
+        [],
+        'type.jsonl:2: doc "b": field "t" is str, got int',
+    ),
+    (
+        "extra.jsonl",
+        '{"doc_id": "a", "t": "x"}\n{"doc_id": "b", "t": "y", "u": 1}\n',
+        [],
+        'extra.jsonl:2: doc "b": unknown field "u"',
+    ),
+    (
+        "miss.csv",
+        'doc_id,t,n\na,"two\nlines",1\n\nb,x,oops\n',
+        ["--fields", "t:str,n:int64"],
+        "miss.csv:5: doc 'b': field 'n' is int64, got 'oops'",
+    ),
+    (
+        "span.csv",
+        'doc_id,t,n\na,"two\nlines",oops\n',
+        ["--fields", "t:str,n:int64"],
+        "span.csv:2: doc 'a'",
+    ),
+    (
+        "cut.csv",
+        'doc_id,t\na,x\nb,"unterminated\nc,z\n',
+        [],
+        "cut.csv:3: cannot read it as csv: unexpected end",
+    ),
+    ("short.csv", "doc_id,t\na,x\nb\n", [], "short.csv:3: 1 columns where the header has 2"),
+    (
+        "deep.jsonl",
+        '{"doc_id": "a"}\n{"doc_id": "b", "v": ' + DEEP + "}\n",
+        [],
+        "deep.jsonl:2: JSON nested too deeply to read",
+    ),
+    (
+        "col.jsonl",
+        '{"doc_id": "a"}\n',
+        ["--columns", "doc_id,text"],
+        "--columns names the columns of header-less csv/tsv input",
+    ),
+    (
+        "key.jsonl",
+        '{"doc_id": "a", "text": "x"}\n',
+        ["--id-field", "text"],
+        "the records have a 'doc_id' field beside the id field 'text'; 'doc_id' is the name",
+    ),
+    (
+        "key2.jsonl",
+        '{"doc_id": "a", "text": "x"}\n',
+        ["--id-field", "text", "--fields", "t:str"],
+        "rename or drop that field (or use it as the key: --id-field doc_id)",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "options", "message"), BUILD_REFUSALS, ids=[case[0] for case in BUILD_REFUSALS]
+)
+def test_build_refusals_name_the_file_line_field_and_value(capsys, tmp_path, name, content, options, message):
+    (tmp_path / name).write_text(content, encoding="utf-8")
+    status, err = cli_here(capsys, "build", str(tmp_path / name), "-o", str(tmp_path / "x"), "-q", *options)
+    assert status == 1 and message in err, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "x").exists()
+
+
+def test_build_csv_skips_blank_lines_and_keeps_quoted_newlines(capsys, tmp_path):
+    (tmp_path / "a.csv").write_text('\ndoc_id,t\na,x\n\nb,"two\n\nlines"\n\n\n', encoding="utf-8")
+    (tmp_path / "b.tsv").write_text('c\t"q\n\nd\ty\n\n', encoding="utf-8")
+    status, err = cli_here(capsys, "build", str(tmp_path / "a.csv"), "-o", str(tmp_path / "s"), "-q")
+    assert status == 0, err
+    assert [d.t for d in docstore.open(tmp_path / "s").values()] == ["x", "two\n\nlines"]
+    status, err = cli_here(
+        capsys, "build", str(tmp_path / "b.tsv"), "-o", str(tmp_path / "t"), "-q", "--columns", "doc_id,t"
+    )
+    assert status == 0, err
+    assert docstore.open(tmp_path / "t")["c"].t == '"q'  # TSV has no quoting
+
+
+def test_build_parquet_takes_field_types_from_the_arrow_schema(capsys, tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    import numpy as np
+    import pyarrow as pa
+
+    elements = [
+        "int8",
+        "uint8",
+        "int16",
+        "uint16",
+        "int32",
+        "uint32",
+        "int64",
+        "uint64",
+        "float32",
+        "float64",
+    ]
+    columns = {"doc_id": pa.array(["a", "b"])}
+    for name in elements:
+        arrow = getattr(pa, name)()
+        columns[f"l_{name}"] = pa.array([[1, 2], []], pa.list_(arrow))
+        columns[f"ll_{name}"] = pa.array([[3], [4]], pa.large_list(arrow))
+        columns[f"fl_{name}"] = pa.array([[5, 6], [7, 8]], pa.list_(arrow, 2))
+        columns[f"s_{name}"] = pa.array([1, 2], arrow)
+    columns["s_float16"] = pa.array(np.array([0.5, 1], np.float16))
+    columns["big"] = pa.array([[2**64 - 1], []], pa.list_(pa.uint64()))
+    columns["text"] = pa.array(["x", "y"], pa.large_string())
+    columns["blob"] = pa.array([b"\x00", b""], pa.large_binary())
+    columns["cat"] = pa.array(["p", "q"]).dictionary_encode()
+    table = pa.table(columns)
+    pq.write_table(table, tmp_path / "all.parquet")
+    pq.write_table(table.slice(0, 0), tmp_path / "empty.parquet")
+
+    status, err = cli_here(capsys, "build", str(tmp_path / "all.parquet"), "-o", str(tmp_path / "s"), "-q")
+    assert status == 0, err
+    store = docstore.open(tmp_path / "s")
+    for name in elements:
+        assert (
+            store.fields[f"l_{name}"]
+            == store.fields[f"ll_{name}"]
+            == store.fields[f"fl_{name}"]
+            == f"{name}[]"
+        )
+        assert store.fields[f"s_{name}"] == ("float64" if name.startswith("float") else "int64")
+        b = store["b"]
+        assert getattr(b, f"l_{name}").dtype == np.dtype(name) and len(getattr(b, f"l_{name}")) == 0
+        assert getattr(b, f"fl_{name}").dtype == np.dtype(name) and getattr(b, f"fl_{name}").tolist() == [
+            7,
+            8,
+        ]
+    assert store.fields["s_float16"] == "float64" and store["a"].s_float16 == 0.5
+    assert store["a"].big.tolist() == [2**64 - 1]
+    assert (store["a"].text, store["a"].blob, store["b"].cat) == ("x", b"\x00", "q")
+
+    # No rows, but a schema: an empty store with the same fields.
+    status, err = cli_here(capsys, "build", str(tmp_path / "empty.parquet"), "-o", str(tmp_path / "e"), "-q")
+    assert status == 0, err
+    empty = docstore.open(tmp_path / "e")
+    assert len(empty) == 0 and empty.fields == store.fields
+
+
+def test_build_parquet_refuses_columns_it_cannot_store_by_name(capsys, tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+
+    pq.write_table(pa.table({"doc_id": ["a"], "flag": [True]}), tmp_path / "bool.parquet")
+    pq.write_table(pa.table({"doc_id": ["a"], "meta": [{"x": 1}], "t": ["y"]}), tmp_path / "struct.parquet")
+    pq.write_table(pa.table({"doc_id": ["a"], "m": pa.array([[[1]]])}), tmp_path / "nested.parquet")
+    pq.write_table(
+        pa.table({"doc_id": ["a", "b"], "n": pa.array([1, 2**64 - 1], pa.uint64())}), tmp_path / "big.parquet"
+    )
+    pq.write_table(pa.table({"doc_id": ["a", None], "t": ["x", "y"]}), tmp_path / "null.parquet")
+    for name, message in [
+        ("bool", "bool.parquet: column 'flag' is bool, which docstore has no type for; pass --fields"),
+        ("struct", "struct.parquet: column 'meta' has Arrow type struct<x: int64>"),
+        ("nested", "nested.parquet: column 'm' has Arrow type list<element: list<"),
+        ("big", 'big.parquet: row 2: doc "b": field "n" is int64, got 18446744073709551615'),
+        ("null", "null.parquet: row 2: doc ids must be str, got NoneType"),
+    ]:
+        status, err = cli_here(capsys, "build", str(tmp_path / f"{name}.parquet"), "-o", str(tmp_path / "x"))
+        assert status == 1 and message in err, err
+        assert len(err.strip().splitlines()) == 1 and not (tmp_path / "x").exists(), err
+    # --fields names the columns to keep, which leaves out the ones docstore cannot store
+    for name, fields in [("bool", "flag:int64"), ("struct", "t:str")]:
+        status, err = cli_here(capsys, "build", str(tmp_path / f"{name}.parquet"), "-o", str(tmp_path / name),
+                               "-q", "--fields", fields)  # fmt: skip
+        assert status == 0, err
+    assert docstore.open(tmp_path / "bool")["a"].flag == 1
+    assert docstore.open(tmp_path / "struct").fields == {"t": "str"}
+    status, err = cli_here(capsys, "build", str(tmp_path / "struct.parquet"), "-o", str(tmp_path / "x"),
+                           "--fields", "t:str,nope:str")  # fmt: skip
+    assert status == 1 and "struct.parquet has no column 'nope'" in err, err
+    status, err = cli_here(capsys, "build", str(tmp_path / "struct.parquet"), "-o", str(tmp_path / "x"),
+                           "--columns", "doc_id,t")  # fmt: skip
+    assert status == 1 and "--columns names the columns of header-less csv/tsv input" in err, err

@@ -416,6 +416,26 @@ def test_close_and_context_manager(store_path):
     with pytest.raises(docstore.ClosedError):
         s.get_many(["x"])
     s.close()  # twice is fine
+    with pytest.raises(docstore.ClosedError, match="is closed"):
+        with s:
+            pass
+    with docstore.open(os.fsencode(store_path)) as by_bytes:  # a path as os.listdir(b".") gives it
+        assert len(by_bytes) > 0
+
+
+def test_fingerprint_identifies_the_contents(store_path, oracle, tmp_path):
+    with docstore.open(store_path) as a, docstore.open(store_path, read="pread") as b:
+        assert a.fingerprint == b.fingerprint and isinstance(a.fingerprint, int)
+    docs = {f"d{i}": {"text": f"doc {i}"} for i in range(5)}
+    fields = {"text": "str"}
+    stores = [write_store(tmp_path / "a", docs, fields), write_store(tmp_path / "b", docs, fields)]
+    stores.append(write_store(tmp_path / "c", dict(reversed(docs.items())), fields))
+    prints = [s.fingerprint for s in stores]  # written again, the same; in another order, not
+    assert prints[0] == prints[1] != prints[2]
+    closed = stores[0]
+    closed.close()
+    with pytest.raises(docstore.ClosedError):
+        _ = closed.fingerprint
 
 
 def test_pickles_as_its_path_before_and_after_use(store_path, oracle):

@@ -419,6 +419,59 @@ def test_triplets_from_a_query_store_and_qrel_records(store_path, oracle, tmp_pa
     assert from_user_store.__getitems__(everything) == from_mapping.__getitems__(everything)
 
 
+@pytest.mark.parametrize("size", [2, 10, 100])
+def test_a_query_positive_on_all_but_one_document_always_gets_that_one(tmp_path, size):
+    store = docstore.build(tmp_path / "s", [{"doc_id": f"d{i}", "text": f"doc {i}"} for i in range(size)])
+    others = [f"d{i}" for i in range(size) if i != size // 2]
+    for negatives in ("random", {"q": others[:1]}):  # the hard negative is a positive: random
+        dataset = TripletDataset(store, {"q": "query"}, {"q": others}, negatives=negatives)
+        for epoch in range(20):
+            dataset.set_epoch(epoch)
+            negative = dataset.positions(range(len(dataset)))[1]
+            assert (negative == size // 2).all(), (epoch, negative)
+
+
+def test_qrels_given_as_sets_mean_the_same_items_in_every_process(tmp_path):
+    # Iterating a set of str follows PYTHONHASHSEED, which differs between DDP ranks: two ranks
+    # would give index i different pairs.
+    store = docstore.build(tmp_path / "s", [{"doc_id": f"d{i}", "text": f"doc {i}"} for i in range(50)])
+    positives = {f"d{i}" for i in range(0, 50, 3)}
+    hard = {f"d{i}" for i in range(1, 50, 3)}
+    dataset = TripletDataset(store, {"q": "query"}, {"q": positives}, negatives={"q": hard})
+    assert [store.keys_range(int(p), int(p) + 1)[0] for p in dataset._pair_pos] == sorted(positives)
+    assert [store.keys_range(int(p), int(p) + 1)[0] for p in dataset._hard_pos] == sorted(hard)
+    code = f"""
+import docstore
+from docstore.torch import TripletDataset
+store = docstore.open({str(tmp_path / "s")!r})
+positives = {{f"d{{i}}" for i in range(0, 50, 3)}}
+print(TripletDataset(store, {{"q": "query"}}, {{"q": positives}}).__getitems__(list(range(17))))
+"""
+    runs = [run_python(code, env_extra={"PYTHONHASHSEED": seed}) for seed in ("1", "2")]
+    assert [r.returncode for r in runs] == [0, 0], runs[0].stderr
+    assert runs[0].stdout == runs[1].stdout and "doc 0" in runs[0].stdout
+
+
+def test_datasets_refuse_a_store_replaced_at_their_path(tmp_path, token_docs):
+    path = tmp_path / "s.docstore"
+    docs = [{"doc_id": f"d{i}", "text": f"doc {i}"} for i in range(10)]
+    docstore.build(path, docs).close()
+    triplets = TripletDataset(path, {"q": "query"}, {"q": ["d0"]})  # unread: the store is let go
+    documents = DocDataset(path, field="text")
+    copy_made_before = pickle.loads(pickle.dumps(documents))
+    assert documents[0] == "doc 0"
+    # Rebuilt in another order and renamed over the old one, as README says to replace a store.
+    docstore.build(path, docs[::-1], overwrite=True).close()
+    with pytest.raises(docstore.StoreChangedError, match="was replaced after this dataset was created"):
+        triplets[0]  # its positions were resolved in the old store
+    assert documents[0] == "doc 0"  # a store already open here is the old file, still readable
+    with pytest.raises(docstore.StoreChangedError):
+        copy_made_before[0]  # a worker must not read another store than its parent
+    with pytest.raises(docstore.StoreChangedError):
+        pickle.loads(pickle.dumps(documents))[0]
+    assert DocDataset(path, field="text")[0] == "doc 9"  # a new dataset reads the new store
+
+
 def test_triplet_errors(store_path, triplet_data):
     queries, qrels, _ = triplet_data
     with pytest.raises(KeyError, match="positive doc ids"):
@@ -434,8 +487,11 @@ def test_triplet_errors(store_path, triplet_data):
     one = docstore.build(
         Path(store_path).parent / "one-doc", [{"doc_id": "d", "text": "x"}], overwrite=True
     )  # the only negative would be the positive
-    with pytest.raises(ValueError, match="at least 2 documents"):
-        TripletDataset(one.path, {"q": "x"}, {"q": ["d"]})
+    for negatives in ("random", {"q": ["d"]}):  # a hard negative that is the positive is dropped
+        with pytest.raises(ValueError, match="every document of the store is a positive of query 'q'"):
+            TripletDataset(one.path, {"q": "x"}, {"q": ["d"]}, negatives=negatives)
+    with pytest.raises(TypeError, match="indices must be .* ints, got float64"):
+        TripletDataset(store_path, queries, qrels).__getitems__(np.array([1.5]))
     with pytest.raises(IndexError):
         TripletDataset(store_path, queries, qrels).positions([10_000])
 
@@ -492,6 +548,28 @@ def test_set_epoch_reaches_workers_started_before_it_in_a_copy(store_path, tripl
 
 # --------------------------------------------------------------------------------------------
 # PairDataset (the end-to-end SentenceTransformers run is in test_torch_sentence_transformers.py)
+
+
+def test_pair_dataset_fields(store_path, oracle):
+    ids = list(oracle)
+    with_ids = PairDataset(store_path, fields=("doc_id", "text"), label_field="score", input_example=False)
+    assert with_ids[5] == (ids[5], oracle[ids[5]]["text"], oracle[ids[5]]["score"])
+    with pytest.raises(ValueError, match="at least one text field"):
+        PairDataset(store_path, fields=(), input_example=False)
+
+
+def test_a_batch_sampler_as_sampler_fetches_whole_batches(store_path, oracle):
+    ids = list(oracle)
+    dataset = DocDataset(store_path, field="text")
+    sampler = torch.utils.data.BatchSampler(torch.utils.data.SequentialSampler(range(10)), 4, False)
+    got = list(DataLoader(dataset, sampler=sampler, batch_size=None))
+    assert got == [[oracle[i]["text"] for i in ids[a:b]] for a, b in ((0, 4), (4, 8), (8, 10))]
+    assert dataset[np.array([2, 0])] == [oracle[ids[2]]["text"], oracle[ids[0]]["text"]]
+    assert dataset[torch.tensor(3)] == oracle[ids[3]]["text"]  # a 0-d tensor is one index
+    with pytest.raises(TypeError):
+        dataset[1.0]
+    with pytest.raises(TypeError, match="ints, got bool"):
+        dataset[np.array([True, False])]
 
 
 def test_pair_dataset_tuples(store_path, oracle):
@@ -602,6 +680,36 @@ def test_token_windows_packed_across_documents(token_store, token_docs, k, strid
     got = dataset.__getitems__(order)
     for w, (x, y) in zip(order, got):
         assert x.tolist() == expected[w][:-1].tolist() and y.tolist() == expected[w][1:].tolist()
+
+
+@pytest.mark.parametrize("pack", [False, True])
+def test_token_windows_own_their_memory(token_store, token_docs, pack):
+    # Masking x in place (as MLM-style training does) must not change y, another window of the
+    # same document, or the next batch.
+    for dtype in (torch.long, None):  # converted, and kept as stored (uint16)
+        dataset = TokenDataset(token_store, seq_len=4, stride=1, pack=pack, dtype=dtype)
+        batch = dataset.__getitems__([0, 1, 2])
+        before = [(x.clone(), y.clone()) for x, y in batch]
+        for x, _ in batch:
+            x.fill_(0)
+        for (_, y), (_, y_before) in zip(batch, before):
+            assert torch.equal(y, y_before)
+        again = dataset.__getitems__([0, 1, 2])
+        assert all(torch.equal(x, b[0]) for (x, _), b in zip(again, before))
+
+
+def test_token_dataset_refuses_float_indices_and_warns_of_no_window(token_store, tmp_path):
+    dataset = TokenDataset(token_store, seq_len=4)
+    with pytest.raises(TypeError, match="ints, got float64"):
+        dataset.__getitems__(np.array([1.5]))
+    with pytest.raises(TypeError):
+        dataset.__getitems__([1.5])
+    short = docstore.build(tmp_path / "short", [{"doc_id": "a", "tokens": np.arange(3, dtype=np.int32)}])
+    with pytest.warns(UserWarning, match="no window: every document .* shorter than seq_len"):
+        assert len(TokenDataset(short, seq_len=3)) == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(TokenDataset(short, seq_len=2)) == 1
 
 
 def test_token_dataset_arguments(token_store):

@@ -609,6 +609,8 @@ def test_build_rejects_none_records_and_mappings_instead_of_dropping_them(tmp_pa
         docstore.build(tmp_path / "a", [None, {"doc_id": "a", "t": "x"}], fields={"t": "str"})
     with pytest.raises(TypeError, match="not a mapping"):
         docstore.build(tmp_path / "b", {"a": {"doc_id": "a", "t": "x"}})
+    with pytest.raises(docstore.SchemaError, match="a 'doc_id' field beside the id field 'pid'"):
+        docstore.build(tmp_path / "c", [{"pid": "p1", "doc_id": "d1", "t": "x"}], id_field="pid")
     assert leftovers(tmp_path) == []
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import collections
 import functools
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 
 class Doc:
@@ -19,15 +20,23 @@ class Doc:
     __slots__ = ()
     _fields: tuple[str, ...]
 
+    if TYPE_CHECKING:  # what every store's class has, for type checkers; the fields vary by store
+        doc_id: str
+
+        def __getattr__(self, name: str) -> Any: ...
+        def _asdict(self) -> dict[str, Any]: ...
+        def __iter__(self) -> Iterator[Any]: ...
+        def __len__(self) -> int: ...
+
     def __getitem__(self, key: Any) -> Any:
         if isinstance(key, str):
             if key not in self._fields:
                 raise KeyError(key)
-            return tuple.__getitem__(self, self._fields.index(key))  # type: ignore[arg-type]
-        return tuple.__getitem__(self, key)  # type: ignore[arg-type]
+            return tuple.__getitem__(self, self._fields.index(key))  # type: ignore[call-overload]
+        return tuple.__getitem__(self, key)  # type: ignore[call-overload]
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, (self._fields, tuple(self)))  # type: ignore[arg-type]
+        return (_rebuild, (self._fields, tuple(self)))
 
 
 @functools.cache

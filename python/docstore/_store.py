@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from ._docstore import Reader
+from .errors import ClosedError
 
 _CHUNK = 4096
 # The header's level byte of a store written with ``level=-1`` (no compression).
@@ -28,6 +29,8 @@ class DocStore(Reader):
         return (functools.partial(open, read=self.read), (os.fspath(self.path),))
 
     def __enter__(self) -> DocStore:
+        if self.closed:
+            raise ClosedError(f"the store {os.fspath(self.path)!r} is closed")
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -119,7 +122,7 @@ class DocStore(Reader):
 Mapping.register(DocStore)
 
 
-def open(path: str | os.PathLike[str], *, read: str = "mmap") -> DocStore:
+def open(path: str | bytes | os.PathLike[str], *, read: str = "mmap") -> DocStore:
     """Opens the store at ``path``. Constant time: nothing proportional to its size is read.
 
     ``read`` says how documents are read; the index is always memory-mapped:
@@ -132,6 +135,8 @@ def open(path: str | os.PathLike[str], *, read: str = "mmap") -> DocStore:
       A process's memory then grows only with the index pages it touches: the choice for many
       long-lived reader processes (``docstore.torch`` datasets use it).
     """
+    if isinstance(path, bytes):  # a path as os.listdir(b".") gives it
+        path = os.fsdecode(path)
     return DocStore(path, read=read)
 
 

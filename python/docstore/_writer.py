@@ -223,6 +223,12 @@ def build(
         sample = _as_dict(first)
         if id_field not in sample:
             raise SchemaError(f"record has no id field {id_field!r}: {sample!r:.200}")
+        if id_field != "doc_id" and "doc_id" in sample:
+            # The Writer would refuse a field named doc_id, a name this caller never chose.
+            raise SchemaError(
+                f"the records have a 'doc_id' field beside the id field {id_field!r}; 'doc_id' is "
+                "the name docstore gives the key, so rename or drop that field, or use it as id_field"
+            )
         fields = {k: infer_type(k, v) for k, v in sample.items() if k != id_field}
     with Writer(path, dict(fields), **options) as writer:
         if first is not _NONE:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import base64
+import binascii
 import csv
 import gzip
 import io
+import itertools
 import json
 import math
 import os
@@ -21,8 +23,8 @@ import numpy as np
 from . import DocstoreError, Writer
 from . import open as open_store
 from ._docstore import DEFAULT_LEVEL
-from ._writer import infer_type
-from .errors import SchemaError
+from ._writer import ARRAY_DTYPES, infer_type
+from .errors import FieldTypeError, InvalidKeyError, SchemaError
 
 FORMATS = ("jsonl", "tsv", "csv", "parquet")
 
@@ -61,40 +63,143 @@ def _open_text(path: str) -> io.TextIOBase:
     return open(path, encoding="utf-8-sig", newline="")
 
 
-def _read_records(path: str, fmt: str, columns: list[str] | None) -> Iterator[dict[str, Any]]:
+def _read_records(
+    path: str, fmt: str, columns: list[str] | None, keep: list[str] | None
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(position, record) pairs: the line a record starts on, or for parquet its row (from 1).
+    ``keep``: the parquet columns to read (those ``--fields`` names, and the id), None for all."""
     if fmt == "parquet":
-        try:
-            import pyarrow.parquet as pq
-        except ImportError:
-            raise UsageError("reading parquet needs pyarrow: pip install pyarrow") from None
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=65536):
-            yield from batch.to_pylist()
+        yield from _read_parquet(path, keep)
         return
     with _open_text(path) as f:
         if fmt == "jsonl":
-            for line_no, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        record = json.loads(line)
-                    except json.JSONDecodeError as exc:
-                        raise UsageError(f"{path}:{line_no}: invalid JSON: {exc}") from None
-                    if not isinstance(record, dict):
-                        got = "null" if record is None else type(record).__name__
-                        raise UsageError(f"{path}:{line_no}: a record must be a JSON object, got {got}")
-                    yield record
-            return
-        delimiter = "\t" if fmt == "tsv" else ","
+            yield from _read_jsonl(path, f)
+        else:
+            yield from _read_delimited(path, f, fmt, columns)
+
+
+def _read_jsonl(path: str, f: io.TextIOBase) -> Iterator[tuple[int, dict[str, Any]]]:
+    for line_no, line in enumerate(f, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{path}:{line_no}: invalid JSON: {exc}") from None
+        except RecursionError:
+            raise UsageError(f"{path}:{line_no}: JSON nested too deeply to read") from None
+        if not isinstance(record, dict):
+            got = "null" if record is None else type(record).__name__
+            raise UsageError(f"{path}:{line_no}: a record must be a JSON object, got {got}")
+        yield line_no, record
+
+
+def _read_delimited(
+    path: str, f: io.TextIOBase, fmt: str, columns: list[str] | None
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    csv.field_size_limit(1 << 30)
+    if fmt == "tsv":
         # MS MARCO-style TSV has no quoting: quotes are part of the text.
-        quoting = csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL
-        csv.field_size_limit(1 << 30)
-        reader = csv.reader(f, delimiter=delimiter, quoting=quoting)
-        header = columns or next(reader, None)
-        if header is None:
+        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+    else:
+        # strict: an unterminated quote is an error, not the rest of the file swallowed by one field
+        reader = csv.reader(f, strict=True)
+    rows = _rows(path, fmt, reader)
+    header = columns
+    if header is None:
+        first = next(rows, None)
+        if first is None:
             return
-        for line_no, row in enumerate(reader, 1 if columns else 2):
-            if len(row) != len(header):
-                raise UsageError(f"{path}:{line_no}: {len(row)} columns where the header has {len(header)}")
-            yield dict(zip(header, row))
+        line_no, header = first
+        repeated = _repeated(header)
+        if repeated is not None:
+            raise UsageError(f"{path}:{line_no}: the header names column {repeated!r} more than once")
+    for line_no, row in rows:
+        if len(row) != len(header):
+            raise UsageError(f"{path}:{line_no}: {len(row)} columns where the header has {len(header)}")
+        yield line_no, dict(zip(header, row))
+
+
+def _rows(path: str, fmt: str, reader: Any) -> Iterator[tuple[int, list[str]]]:
+    """The non-blank rows (blank lines are skipped, as csv.DictReader does), each with the
+    physical line it starts on: a quoted field may span lines, so count them as the reader does."""
+    start = 1
+    try:
+        for row in reader:
+            if row:
+                yield start, row
+            start = reader.line_num + 1
+    except csv.Error as exc:
+        raise UsageError(f"{path}:{start}: cannot read it as {fmt}: {exc}") from None
+
+
+def _repeated(names: list[str]) -> str | None:
+    """The first name given more than once: as dict keys, the later value would silently win."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            return name
+        seen.add(name)
+    return None
+
+
+def _parquet_file(path: str) -> Any:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise UsageError("reading parquet needs pyarrow: pip install pyarrow") from None
+    return pq.ParquetFile(path)
+
+
+def _read_parquet(path: str, keep: list[str] | None) -> Iterator[tuple[int, dict[str, Any]]]:
+    file = _parquet_file(path)
+    names = file.schema_arrow.names
+    repeated = _repeated(names)
+    if repeated is not None:
+        raise UsageError(f"{path}: column {repeated!r} appears more than once")
+    missing = [name for name in keep or () if name not in names]
+    if missing:
+        raise UsageError(f"{path} has no column {missing[0]!r} (columns: {names})")
+    batches = file.iter_batches(batch_size=65536, columns=keep)
+    yield from enumerate(itertools.chain.from_iterable(b.to_pylist() for b in batches), 1)
+
+
+def _parquet_fields(path: str, id_field: str) -> dict[str, str]:
+    """Field types from the file's Arrow schema: the first row's Python values cannot tell
+    float32 from float64, nor an empty list's element type, and an empty file has no row."""
+    schema = _parquet_file(path).schema_arrow
+    if id_field not in schema.names:
+        raise UsageError(f"{path} has no id column {id_field!r} (columns: {schema.names}); use --id-field")
+    return {f.name: _arrow_field_type(path, f.name, f.type) for f in schema if f.name != id_field}
+
+
+def _arrow_field_type(path: str, name: str, arrow_type: Any) -> str:
+    import pyarrow as pa
+
+    t = arrow_type.value_type if pa.types.is_dictionary(arrow_type) else arrow_type
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "str"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        return "bytes"
+    if pa.types.is_integer(t):  # signed or unsigned, up to 64 bits; a uint64 beyond int64 is refused by row
+        return "int64"
+    if pa.types.is_floating(t):
+        return "float64"
+    if pa.types.is_boolean(t):
+        raise UsageError(
+            f"{path}: column {name!r} is bool, which docstore has no type for; "
+            f"pass --fields to store it as 0/1, e.g. --fields {name}:int64"
+        )
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        element = t.value_type
+        if pa.types.is_integer(element) or pa.types.is_floating(element):
+            dtype = np.dtype(element.to_pandas_dtype()).name
+            if dtype in ARRAY_DTYPES:  # not float16
+                return f"{dtype}[]"
+    raise UsageError(
+        f"{path}: column {name!r} has Arrow type {arrow_type}, which docstore has no field type for; "
+        "drop the column, or pass --fields naming the columns to keep"
+    )
 
 
 def _parse_fields(spec: str | None) -> dict[str, str] | None:
@@ -109,22 +214,61 @@ def _parse_fields(spec: str | None) -> dict[str, str] | None:
     return fields
 
 
+def _coerce_record(record: dict[str, Any], types: dict[str, str], id_field: str) -> None:
+    for name, ty in types.items():
+        if name in record:
+            try:
+                record[name] = _coerce(record[name], ty)
+            except ValueError as exc:
+                raise FieldTypeError(
+                    f"doc {record.get(id_field)!r}: field {name!r} is {ty}, got {_clip(record[name])} ({exc})"
+                ) from None
+
+
 def _coerce(value: Any, ty: str) -> Any:
     """Values from text formats (and from JSON: base64 bytes, non-finite floats written as
-    strings by ``export``) into their field's type."""
+    strings by ``export``) into their field's type. A ValueError says briefly what is wrong."""
     if isinstance(value, list) and ty in ("float32[]", "float64[]"):
-        return [float(v) if isinstance(v, str) else v for v in value]
+        return [_float(v) if isinstance(v, str) else v for v in value]
     if not isinstance(value, str) or ty == "str":
         return value
     if ty == "bytes":
-        return base64.b64decode(value)
+        try:  # validate: without it, characters outside the alphabet are dropped, not refused
+            return base64.b64decode(value, validate=True)
+        except binascii.Error as exc:
+            raise ValueError(f"not base64: {exc}") from None
     if ty in ("int64", "int"):
-        return int(value)
+        try:
+            return int(value)
+        except ValueError:
+            raise ValueError("not an integer") from None
     if ty in ("float64", "float"):
-        return float(value)
+        return _float(value)
     if ty.endswith("[]"):
-        return json.loads(value)
+        try:
+            items = json.loads(value)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise ValueError(f"not a JSON array: {exc}") from None
+        if not isinstance(items, list):
+            raise ValueError("not a JSON array")
+        return _coerce(items, ty)
     return value
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError("not a number") from None
+
+
+def _clip(value: Any, width: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _where(path: str, fmt: str, position: int) -> str:
+    return f"{path}: row {position}" if fmt == "parquet" else f"{path}:{position}"
 
 
 def _human(n: float) -> str:
@@ -140,22 +284,19 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     columns = args.columns.split(",") if args.columns else None
     fields = _parse_fields(args.fields)
-    if args.inputs.count("-") > 1:
-        raise UsageError("'-' (stdin) is given more than once; it can be read only once")
-    if "-" in args.inputs and args.format == "parquet":
-        raise UsageError("parquet cannot be read from stdin ('-'): give its path")
-    if os.path.exists(args.output):
-        for path in args.inputs:
-            if path != "-" and os.path.exists(path) and os.path.samefile(path, args.output):
-                raise UsageError(f"{args.output} is also an input: the store would replace it")
+    formats = [args.format or _detect_format(path) for path in args.inputs]
+    _check_build_args(args, columns, formats)
+    # --fields names the parquet columns to read: the way to leave out one docstore cannot hold
+    keep = [args.id_field, *fields] if fields is not None else None
+    if fields is None and formats[0] == "parquet":
+        fields = _parquet_fields(args.inputs[0], args.id_field)
     start = time.perf_counter()
 
-    def records() -> Iterator[tuple[dict[str, Any], str]]:
-        for path in args.inputs:
-            fmt = args.format or _detect_format(path)
+    def records() -> Iterator[tuple[int, dict[str, Any], str, str]]:
+        for path, fmt in zip(args.inputs, formats):
             try:
-                for record in _read_records(path, fmt, columns):
-                    yield record, fmt
+                for position, record in _read_records(path, fmt, columns, keep):
+                    yield position, record, path, fmt
             except (EOFError, zlib.error, csv.Error, UnicodeDecodeError) as exc:  # a broken file
                 raise UsageError(f"{path}: cannot read it as {fmt}: {exc}") from None
 
@@ -163,8 +304,9 @@ def cmd_build(args: argparse.Namespace) -> int:
     first = next(iterator, None)
     if first is None and fields is None:
         raise UsageError("the input holds no records (pass --fields to build an empty store)")
+    sample = first[1] if first is not None else None
     if fields is None:
-        sample = first[0]
+        assert sample is not None
         if args.id_field not in sample:
             raise UsageError(
                 f"records have no id field {args.id_field!r} (fields: {list(sample)}); use --id-field"
@@ -174,6 +316,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         except SchemaError as exc:
             what = str(exc).split("; ")[0]
             raise UsageError(f"{what}; pass --fields, e.g. --fields text:str,n:int64") from None
+    _check_no_doc_id_beside(args.id_field, fields, sample)
     # Text formats carry every value as a string; JSON carries bytes as base64 strings.
     coerce = {
         "tsv": {n: t for n, t in fields.items() if t != "str"},
@@ -187,15 +330,13 @@ def cmd_build(args: argparse.Namespace) -> int:
     with Writer(args.output, fields, overwrite=args.overwrite, level=args.level) as writer:
         bar = tqdm(unit=" docs", unit_scale=True, disable=args.quiet or None, file=sys.stderr)
         add = writer.add_record
-        for record, fmt in _chain(first, iterator):
-            if coerce[fmt]:
-                try:
-                    for name, ty in coerce[fmt].items():
-                        if name in record:
-                            record[name] = _coerce(record[name], ty)
-                except ValueError as exc:
-                    raise SchemaError(f"doc {record.get(args.id_field)!r}: {exc}") from None
-            add(record, args.id_field)
+        for position, record, path, fmt in _chain(first, iterator):
+            try:
+                if coerce[fmt]:
+                    _coerce_record(record, coerce[fmt], args.id_field)
+                add(record, args.id_field)
+            except (SchemaError, InvalidKeyError) as exc:  # a bad record: say where it is
+                raise UsageError(f"{_where(path, fmt, position)}: {exc}") from None
             count += 1
             if count % 8192 == 0:
                 bar.update(8192)
@@ -209,6 +350,35 @@ def cmd_build(args: argparse.Namespace) -> int:
         f"stored {_human(info['stored_bytes'])} ({ratio} raw), {info['count'] / elapsed:,.0f} docs/s"
     )
     return 0
+
+
+def _check_build_args(args: argparse.Namespace, columns: list[str] | None, formats: list[str]) -> None:
+    """Refusals that need no input read."""
+    if args.inputs.count("-") > 1:
+        raise UsageError("'-' (stdin) is given more than once; it can be read only once")
+    if "-" in args.inputs and args.format == "parquet":
+        raise UsageError("parquet cannot be read from stdin ('-'): give its path")
+    if columns is not None:
+        named = [p for p, fmt in zip(args.inputs, formats) if fmt in ("jsonl", "parquet")]
+        if named:  # their records name their own fields
+            raise UsageError(f"--columns names the columns of header-less csv/tsv input, not of {named[0]}")
+        repeated = _repeated(columns)
+        if repeated is not None:
+            raise UsageError(f"--columns names {repeated!r} more than once")
+    if os.path.exists(args.output):
+        for path in args.inputs:
+            if path != "-" and os.path.exists(path) and os.path.samefile(path, args.output):
+                raise UsageError(f"{args.output} is also an input: the store would replace it")
+
+
+def _check_no_doc_id_beside(id_field: str, fields: dict[str, str], sample: dict[str, Any] | None) -> None:
+    """The store calls every key 'doc_id', so no field may have that name; say so in the user's
+    terms rather than the Writer's, which speaks of a name they never chose."""
+    if id_field != "doc_id" and ("doc_id" in fields or (sample is not None and "doc_id" in sample)):
+        raise UsageError(
+            f"the records have a 'doc_id' field beside the id field {id_field!r}; 'doc_id' is the name "
+            "docstore gives the key, so rename or drop that field (or use it as the key: --id-field doc_id)"
+        )
 
 
 def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:

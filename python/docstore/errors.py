@@ -56,6 +56,11 @@ class ClosedError(DocstoreError, ValueError):
     """The store or writer was closed (or the writer already finished or failed)."""
 
 
+class StoreChangedError(DocstoreError):
+    """The file at a dataset's path is no longer the store the dataset was created from (it was
+    rebuilt or replaced): its positions would point at other documents."""
+
+
 class InternalError(DocstoreError):
     """A bug inside docstore (a Rust panic caught at the boundary). Please report it."""
 
@@ -69,6 +74,7 @@ __all__ = [
     "InternalError",
     "InvalidKeyError",
     "SchemaError",
+    "StoreChangedError",
     "StoreExistsError",
     "StoreIOError",
     "StoreNotFoundError",

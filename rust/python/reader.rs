@@ -496,6 +496,12 @@ impl Reader {
         })
     }
 
+    /// The store's identity: the checksum of its header, which holds every section's checksum.
+    #[getter]
+    fn fingerprint(&self, py: Python<'_>) -> PyResult<u64> {
+        Ok(self.store(py)?.header().checksum())
+    }
+
     /// Counts and sizes: `count`, `raw_bytes`, `stored_bytes`, `ratio`, `level`, `dictionary_bytes`.
     fn _info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let store = self.store(py)?;

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from ._base import NUMERIC_ARRAY, NUMERIC_SCALAR, StoreDataset, as_positions, numpy_dtype
+from ._base import NUMERIC_ARRAY, NUMERIC_SCALAR, Positions, StoreDataset, as_positions, numpy_dtype
 
 
 class ArrayDataset(StoreDataset):
@@ -36,7 +35,7 @@ class ArrayDataset(StoreDataset):
     def _tensor(self, value: Any) -> torch.Tensor:
         return torch.from_numpy(np.asarray(value, dtype=self._np_dtype))
 
-    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+    def __getitems__(self, indices: Positions) -> list[Any]:
         positions = as_positions(indices)
         if self.label_field is None:
             return [self._tensor(v) for v in self.store.take(positions, field=self.field)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import operator
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Union
 
 import numpy as np
 import torch
@@ -41,21 +41,28 @@ def _configure_worker_threads() -> None:
 
 
 class StoreHandle:
-    """A store's path, opened on first use in each process; pickles as the path alone.
+    """A store's path, opened on first use in each process; pickles as the path and the store's
+    fingerprint.
 
     Stores the handle opens itself read documents with ``pread`` (``docstore.open(...,
     read="pread")``): a DataLoader worker reads through the shared page cache without mapping
     every page it has read, so its memory stays flat however much of the corpus it reads.
+
+    Every (re)open checks that the file is still the store the handle first saw: datasets keep
+    positions resolved from it (a rebuilt store puts other documents there), and a worker must
+    not read another store than its parent. A replaced store raises ``StoreChangedError``.
     """
 
-    __slots__ = ("_owned", "_pid", "_store", "path")
+    __slots__ = ("_fingerprint", "_owned", "_pid", "_store", "path")
 
     def __init__(self, store_or_path: Any) -> None:
         self._owned = False  # whether _store was opened here (and may be closed here)
+        self._fingerprint: int | None = None
         if isinstance(store_or_path, DocStore):
             self.path = os.path.abspath(os.fspath(store_or_path.path))
             self._store: DocStore | None = store_or_path
             self._pid: int | None = os.getpid()
+            self._fingerprint = store_or_path.fingerprint
         elif isinstance(store_or_path, (str, os.PathLike)):
             self.path = os.path.abspath(os.fspath(store_or_path))
             self._store = None
@@ -69,9 +76,16 @@ class StoreHandle:
             _configure_worker_threads()
             # A store inherited through fork() would work too; reopening costs a few syscalls
             # and keeps the parent's object out of the child's way.
-            store = self._store = docstore.open(self.path, read="pread")
-            self._pid = os.getpid()
-            self._owned = True
+            store = docstore.open(self.path, read="pread")
+            if self._fingerprint is None:
+                self._fingerprint = store.fingerprint
+            elif store.fingerprint != self._fingerprint:
+                store.close()
+                raise docstore.StoreChangedError(
+                    f"the store at {self.path} was replaced after this dataset was created; "
+                    "create the dataset again to read the new one"
+                )
+            self._store, self._pid, self._owned = store, os.getpid(), True
         return store
 
     def release(self) -> None:
@@ -83,10 +97,11 @@ class StoreHandle:
             store.close()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"path": self.path}
+        return {"path": self.path, "fingerprint": self._fingerprint}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.path = state["path"]
+        self._fingerprint = state["fingerprint"]
         self._store = None
         self._pid = None
         self._owned = False
@@ -124,22 +139,42 @@ class StoreDataset(Dataset):
     def __len__(self) -> int:
         return len(self.store)
 
-    def __getitem__(self, index: int) -> Any:
-        return self.__getitems__([operator.index(index)])[0]
+    def __getitem__(self, index: Any) -> Any:
+        try:
+            position = operator.index(index)
+        except TypeError:
+            # A list of indices: what a BatchSampler passed as `sampler=` hands the DataLoader.
+            if isinstance(index, (list, tuple, range, np.ndarray, torch.Tensor)):
+                return self.__getitems__(index)
+            raise
+        return self.__getitems__([position])[0]
 
-    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+    def __getitems__(self, indices: Positions) -> list[Any]:
         raise NotImplementedError
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.path!r}, {len(self)} items)"
 
 
-def as_positions(indices: Any) -> list[int]:
-    if isinstance(indices, list):
-        return indices
-    if isinstance(indices, (np.ndarray, torch.Tensor)):
-        return indices.tolist()
-    return [operator.index(i) for i in indices]
+# What `__getitems__` takes: a DataLoader gives a list; users also pass arrays and tensors.
+Positions = Union[Sequence[int], np.ndarray, torch.Tensor]
+
+
+def as_positions(indices: Any) -> np.ndarray:
+    """Indices as an int64 array, refusing what is not integers: a float would be truncated
+    and a bool array is a mask, not indices."""
+    if isinstance(indices, torch.Tensor):
+        indices = indices.numpy(force=True)
+    array = np.asarray(indices) if isinstance(indices, (list, tuple, range, np.ndarray)) else None
+    if array is None:
+        array = np.fromiter((operator.index(i) for i in indices), dtype=np.int64)
+    if array.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if array.ndim != 1 or array.dtype.kind not in "iu":
+        raise TypeError(f"indices must be a 1-D sequence of ints, got {array.dtype} with shape {array.shape}")
+    if array.dtype == np.uint64 and array.max() > np.iinfo(np.int64).max:
+        raise IndexError(f"index {array.max()} out of range")
+    return array.astype(np.int64, copy=False)
 
 
 def numpy_dtype(dtype: torch.dtype | None) -> np.dtype | None:

@@ -6,7 +6,7 @@ import operator
 from collections.abc import Sequence
 from typing import Any, Callable
 
-from ._base import StoreDataset, as_positions
+from ._base import Positions, StoreDataset, as_positions
 
 
 class DocDataset(StoreDataset):
@@ -44,7 +44,7 @@ class DocDataset(StoreDataset):
             raise IndexError(f"position {index} out of range for a store of {n} documents")
         return self.store.keys_range(index % n, index % n + 1)[0]
 
-    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+    def __getitems__(self, indices: Positions) -> list[Any]:
         values = self.store.take(as_positions(indices), field=self.field, fields=self.fields)
         if self.transform is not None:
             values = [self.transform(value) for value in values]

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
-import operator
 from collections.abc import Sequence
-from typing import Any, Callable
+from typing import Any
 
-from ._base import StoreDataset, as_positions
+from ._base import Positions, StoreDataset, as_positions
 
 
 class PairDataset(StoreDataset):
@@ -31,8 +30,10 @@ class PairDataset(StoreDataset):
         super().__init__(store_or_path)
         if isinstance(fields, str):
             raise TypeError("fields must be a sequence of names, e.g. ('sentence1', 'sentence2')")
-        self.fields = tuple(self._check_field(f) for f in fields)
-        self.label_field = None if label_field is None else self._check_field(label_field)
+        self.fields = tuple(self._text_field(f) for f in fields)
+        if not self.fields:
+            raise ValueError("fields must name at least one text field, e.g. ('sentence1', 'sentence2')")
+        self.label_field = None if label_field is None else self._text_field(label_field)
         installed = importlib.util.find_spec("sentence_transformers") is not None
         if input_example and not installed:
             raise ImportError(
@@ -40,17 +41,18 @@ class PairDataset(StoreDataset):
             )
         self.input_example = installed if input_example is None else bool(input_example)
 
-    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
-        docs = self.store.take(as_positions(indices))
-        get = operator.attrgetter(*self.fields)
-        texts: Callable[[Any], tuple[Any, ...]] = get if len(self.fields) > 1 else lambda doc: (get(doc),)
-        label = operator.attrgetter(self.label_field) if self.label_field else None
+    def _text_field(self, name: str) -> str:
+        return name if name == "doc_id" else self._check_field(name)
+
+    def __getitems__(self, indices: Positions) -> list[Any]:
+        # Only the fields asked for are decoded: (doc_id, *texts[, label]) per item.
+        wanted = ("doc_id", *self.fields) + ((self.label_field,) if self.label_field else ())
+        rows = self.store.take(as_positions(indices), fields=wanted)
+        n = len(self.fields)
         if self.input_example:
             from sentence_transformers import InputExample
 
-            if label is None:
-                return [InputExample(guid=doc.doc_id, texts=list(texts(doc))) for doc in docs]
-            return [InputExample(guid=doc.doc_id, texts=list(texts(doc)), label=label(doc)) for doc in docs]
-        if label is None:
-            return [tuple(texts(doc)) for doc in docs]
-        return [(*texts(doc), label(doc)) for doc in docs]
+            if self.label_field is None:
+                return [InputExample(guid=row[0], texts=list(row[1:])) for row in rows]
+            return [InputExample(guid=row[0], texts=list(row[1 : n + 1]), label=row[n + 1]) for row in rows]
+        return [row[1:] for row in rows]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import operator
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,7 +12,7 @@ import numpy as np
 import torch
 
 from .._store import DocStore
-from ._base import NUMERIC_ARRAY, StoreDataset, as_positions, numpy_dtype
+from ._base import NUMERIC_ARRAY, Positions, StoreDataset, as_positions, numpy_dtype
 
 # Rows decoded per ``take`` while scanning a whole store (the window index).
 _SCAN_CHUNK = 8192
@@ -118,6 +119,12 @@ class TokenDataset(StoreDataset):
             counts = _window_count(lengths, seq_len, self.stride, partial)
             self._starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
             self._count = int(self._starts[-1])
+        if self._count == 0 and len(lengths):
+            warnings.warn(
+                f"no window: every document of {self.path} is shorter than seq_len + 1 = "
+                f"{seq_len + 1} tokens (partial=True keeps the shorter ones, pack=True joins them)",
+                stacklevel=2,
+            )
 
     def __len__(self) -> int:
         return len(self.store) if self.seq_len is None else self._count
@@ -142,46 +149,54 @@ class TokenDataset(StoreDataset):
         doc = bisect.bisect_right(self._starts, index) - 1
         return doc, (index - int(self._starts[doc])) * self.stride
 
-    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
-        positions = as_positions(indices)
+    def __getitems__(self, indices: Positions) -> list[Any]:
+        index = as_positions(indices)
         if self.seq_len is None:
-            return [self._tensor(a) for a in self.store.take(positions, field=self.field)]
-        if not positions:
+            return [self._tensor(a) for a in self.store.take(index, field=self.field)]
+        if index.size == 0:
             return []
         count = len(self)
-        index = np.asarray(positions, dtype=np.int64)
-        if index.size and (index.min() < -count or index.max() >= count):
+        if index.min() < -count or index.max() >= count:
             raise IndexError(f"index out of range for {count} windows")
         index = np.where(index < 0, index + count, index)
-        k = int(self.seq_len)
-        if not self.pack:
-            docs = np.searchsorted(self._starts, index, side="right") - 1
-            offsets = (index - self._starts[docs]) * self.stride
-            arrays = self.store.take(docs.tolist(), field=self.field)
-            out = []
-            for array, o in zip(arrays, offsets.tolist()):
-                chunk = self._tensor(array[o : o + k + 1])
-                out.append((chunk[:-1], chunk[1:]))
-            return out
-        # Packed stream: fetch every document that any window of the batch touches, in one call.
-        total = int(self._starts[-1])
+        if self.pack:
+            return self._packed_windows(index)
+        docs = np.searchsorted(self._starts, index, side="right") - 1
+        offsets = ((index - self._starts[docs]) * self.stride).tolist()
+        # Each document once, however many of the batch's windows lie in it.
+        unique, which = np.unique(docs, return_inverse=True)
+        arrays = self.store.take(unique, field=self.field)
+        return [self._pair(arrays[w], o) for w, o in zip(which.tolist(), offsets)]
+
+    def _pair(self, tokens: np.ndarray, offset: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(x, y)`` of the window at ``offset`` of ``tokens``: two tensors with their own memory
+        (an in-place change to ``x``, such as masking, must not reach ``y`` or another window)."""
+        k = int(self.seq_len)  # type: ignore[arg-type]
+        dtype = tokens.dtype if self._np_dtype is None else self._np_dtype
+        window = tokens[offset : offset + k + 1]
+        x, y = np.array(window[:-1], dtype=dtype), np.array(window[1:], dtype=dtype)
+        return torch.from_numpy(x), torch.from_numpy(y)
+
+    def _packed_windows(self, index: np.ndarray) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Windows of the packed stream (documents in position order, each followed by ``sep``),
+        from one ``take`` of every document that any of them touches."""
+        k = int(self.seq_len)  # type: ignore[arg-type]
+        starts = self._starts
         begin = index * self.stride
-        end = np.minimum(begin + k + 1, total)
-        first = np.searchsorted(self._starts, begin, side="right") - 1
-        last = np.searchsorted(self._starts, end - 1, side="right") - 1
+        end = np.minimum(begin + k + 1, int(starts[-1]))
+        first = np.searchsorted(starts, begin, side="right") - 1
+        last = np.searchsorted(starts, end - 1, side="right") - 1
         needed = np.unique(np.concatenate([np.arange(a, b + 1) for a, b in zip(first, last)]))
-        fetched = dict(zip(needed.tolist(), self.store.take(needed.tolist(), field=self.field)))
-        sep = None if self.sep is None else np.array([self.sep], dtype=next(iter(fetched.values())).dtype)
+        fetched = dict(zip(needed.tolist(), self.store.take(needed, field=self.field)))
         out = []
         for a, b, s, e in zip(first.tolist(), last.tolist(), begin.tolist(), end.tolist()):
-            parts = []
+            parts = []  # only the pieces of each document that lie inside [s, e)
             for d in range(a, b + 1):
-                parts.append(fetched[d])
-                if sep is not None:
-                    parts.append(sep)
-            base = int(self._starts[a])
-            chunk = self._tensor(np.concatenate(parts)[s - base : e - base])
-            out.append((chunk[:-1], chunk[1:]))
+                tokens, at = fetched[d], int(starts[d])
+                parts.append(tokens[max(s - at, 0) : max(min(e - at, len(tokens)), 0)])
+                if self.sep is not None and s <= at + len(tokens) < e:
+                    parts.append(np.array([self.sep], dtype=tokens.dtype))
+            out.append(self._pair(np.concatenate(parts), 0))
         return out
 
 

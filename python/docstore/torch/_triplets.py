@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import operator
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import numpy as np
@@ -12,7 +13,7 @@ import numpy as np
 import docstore
 
 from .._store import DocStore
-from ._base import StoreDataset, StoreHandle, as_positions
+from ._base import Positions, StoreDataset, StoreHandle, as_positions
 from ._epoch import EpochCounter
 from ._random import below, uniform
 
@@ -27,7 +28,7 @@ def _positive_pairs(qrels: Any) -> list[tuple[str, str]]:
             elif isinstance(docs, Mapping):
                 pairs.extend((qid, did) for did, rel in docs.items() if _relevance(rel, qid, did) > 0)
             else:
-                pairs.extend((qid, did) for did in docs)
+                pairs.extend((qid, did) for did in _in_order(docs))
         return pairs
     for record in qrels:  # ir_datasets qrels: namedtuples (query_id, doc_id, relevance, ...)
         if hasattr(record, "query_id"):
@@ -38,6 +39,12 @@ def _positive_pairs(qrels: Any) -> list[tuple[str, str]]:
         if _relevance(rel, qid, did) > 0:
             pairs.append((qid, did))
     return pairs
+
+
+def _in_order(doc_ids: Iterable[str]) -> Iterable[str]:
+    """A set's ids sorted: iterating a set of str follows the process's hash seed, which differs
+    between DDP ranks and runs, so items would not mean the same pair everywhere."""
+    return sorted(doc_ids) if isinstance(doc_ids, AbstractSet) else doc_ids
 
 
 def _relevance(rel: Any, qid: str, did: str) -> float:
@@ -81,10 +88,11 @@ class TripletDataset(StoreDataset):
     ir_datasets' ``qrels_iter()``. There is one item per (query, positive document) pair, in the
     order of ``qrels``.
 
-    ``negatives="random"`` draws each negative uniformly from the whole store by position,
-    redrawing one that is a positive of the query (up to 32 draws). ``negatives`` may instead map
-    query id -> hard-negative doc ids (positives are removed from them); an item whose query has
-    none gets a random negative. The draw depends on ``(seed, epoch, index)`` only, not on
+    ``negatives="random"`` draws each negative uniformly from the documents of the store that
+    are not positives of the query. ``negatives`` may instead map query id -> hard-negative doc
+    ids (positives are removed from them; sets are sorted so that every process agrees on their
+    order); an item whose query has none gets a random negative. A negative is never a positive
+    of its query. The draw depends on ``(seed, epoch, index)`` only, not on
     workers, batching or order; ``set_epoch`` gives every epoch new negatives.
     ``positions(indices)`` returns the (positive, negative) positions that items will use.
     """
@@ -151,8 +159,6 @@ class TripletDataset(StoreDataset):
         if isinstance(negatives, str):
             if negatives != "random":
                 raise ValueError(f"negatives must be 'random' or a mapping, got {negatives!r}")
-            if len(self._pair_pos) and len(store) < 2:
-                raise ValueError("random negatives need a store of at least 2 documents")
             self.negatives = "random"
             self._hard_offsets: np.ndarray | None = None
             self._hard_pos = np.zeros(0, dtype=np.int64)
@@ -162,7 +168,7 @@ class TripletDataset(StoreDataset):
             chunks = []
             for q, qid in enumerate(qids):
                 hard = negatives.get(qid, ())
-                hard = (hard,) if isinstance(hard, str) else hard  # one id, as qrels may give
+                hard = (hard,) if isinstance(hard, str) else _in_order(hard)  # one id, as qrels may give
                 found = _positions(store, hard, f"hard negatives of query {qid!r}")
                 if len(found):
                     found = found[~_in_sorted(q * n + found, self._positive_keys)]
@@ -172,6 +178,14 @@ class TripletDataset(StoreDataset):
             self._hard_pos = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
         else:
             raise TypeError("negatives must be 'random' or a mapping of query id -> doc ids")
+        # A query whose positives are the whole store has no negative to draw.
+        queries_seen, positive_counts = np.unique(self._positive_keys // n, return_counts=True)
+        full = queries_seen[positive_counts >= len(store)]
+        if len(full):
+            raise ValueError(
+                f"every document of the store is a positive of query {qids[int(full[0])]!r}: "
+                "it has no negative to draw"
+            )
         # Resolving every id touched index pages all over the file: unmap them rather than keep
         # them counted against this process (and every rank) for the whole training run.
         self._handle.release()
@@ -189,7 +203,7 @@ class TripletDataset(StoreDataset):
     def __len__(self) -> int:
         return len(self._pair_pos)
 
-    def positions(self, indices: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def positions(self, indices: Positions) -> tuple[np.ndarray, np.ndarray]:
         """Store positions of the positive and negative documents of items ``indices``."""
         index = np.asarray(as_positions(indices), dtype=np.int64)
         count = len(self._pair_pos)
@@ -216,9 +230,28 @@ class TripletDataset(StoreDataset):
             negative[todo] = below(u, n)
             clash = _in_sorted(query * n + negative, self._positive_keys)
             todo &= clash
+        # A query whose positives fill most of the store (rare): one exact draw among the others.
+        for i in np.flatnonzero(todo).tolist():
+            u = uniform(self.seed, epoch, index[i : i + 1], self._MAX_DRAWS + 1)
+            negative[i] = self._non_positive(int(query[i]), u, n)
         return self._pair_pos[index], negative
 
-    def __getitems__(self, indices: Sequence[int]) -> list[tuple[str, str, str]]:
+    def _non_positive(self, query: int, u: np.ndarray, n: int) -> int:
+        """A uniform draw (from ``u``) among the documents that are not positives of ``query``."""
+        keys = self._positive_keys
+        lo, hi = np.searchsorted(keys, [query * n, (query + 1) * n])
+        positives = (keys[lo:hi] - query * n).tolist()  # sorted positions
+        rank = int(below(u, n - len(positives))[0])
+        # The document with `rank` non-positives before it: step past every positive at or
+        # below the candidate, in order.
+        p = rank
+        for q in positives:
+            if q > p:
+                break
+            p += 1
+        return p
+
+    def __getitems__(self, indices: Positions) -> list[tuple[str, Any, Any]]:
         index = np.asarray(as_positions(indices), dtype=np.int64)
         positive, negative = self.positions(index)
         texts = self.store.take(np.concatenate([positive, negative]).tolist(), field=self.field)

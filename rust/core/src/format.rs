@@ -130,6 +130,14 @@ impl Header {
         buf
     }
 
+    /// The header's checksum (its last 8 bytes). The header holds every section's checksum, so
+    /// this identifies the store's contents: a store rebuilt or replaced at the same path, even
+    /// from the same documents in another order, has another one.
+    pub fn checksum(&self) -> u64 {
+        let buf = self.encode();
+        u64_at(&buf, CHECKSUM_AT)
+    }
+
     /// Parses and checks the header of a file of `file_len` bytes whose start is `buf`.
     pub fn decode(buf: &[u8], file_len: u64) -> Result<Header> {
         if buf.len() < 12 || buf[..8] != MAGIC {
@@ -293,6 +301,16 @@ mod tests {
     fn round_trips() {
         let h = header();
         assert_eq!(Header::decode(&h.encode(), 10_000).unwrap(), h);
+    }
+
+    #[test]
+    fn checksum_is_the_stored_one_and_follows_every_section_checksum() {
+        let h = header();
+        let bytes = h.encode();
+        assert_eq!(h.checksum(), u64_at(&bytes, CHECKSUM_AT));
+        let mut other = h.clone();
+        other.sections[Section::Data as usize].checksum ^= 1;
+        assert_ne!(other.checksum(), h.checksum());
     }
 
     #[test]
