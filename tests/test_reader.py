@@ -14,7 +14,7 @@ import pytest
 
 import docstore
 
-from .conftest import FIELDS, assert_doc_equal, write_store
+from .conftest import FIELDS, assert_doc_equal, run_python, write_store
 
 
 def test_len_contains_and_getitem_match_the_oracle(store, oracle):
@@ -426,6 +426,8 @@ def test_close_and_context_manager(store_path):
 def test_fingerprint_identifies_the_contents(store_path, oracle, tmp_path):
     with docstore.open(store_path) as a, docstore.open(store_path, read="pread") as b:
         assert a.fingerprint == b.fingerprint and isinstance(a.fingerprint, int)
+        with open(store_path, "rb") as f:  # the header checksum, docs/format.md section 3
+            assert a.fingerprint == int.from_bytes(f.read(512)[504:], "little")
     docs = {f"d{i}": {"text": f"doc {i}"} for i in range(5)}
     fields = {"text": "str"}
     stores = [write_store(tmp_path / "a", docs, fields), write_store(tmp_path / "b", docs, fields)]
@@ -504,3 +506,13 @@ def test_thread_count_is_configurable():
     with pytest.raises(TypeError, match="must be an int, got bool"):
         docstore.set_num_threads(True)
     assert docstore.get_num_threads() == before
+
+
+@pytest.mark.parametrize(("value", "warns"), [("3", False), ("0", False), ("abc", True), ("-2", True)])
+def test_thread_count_from_the_environment(value, warns):
+    code = "import docstore; print(docstore.get_num_threads())"
+    run = run_python(code, env_extra={"DOCSTORE_NUM_THREADS": value})
+    assert run.returncode == 0, run.stderr
+    assert ("is not a number of threads" in run.stderr) == warns
+    if value == "3":
+        assert run.stdout.strip() == "3"

@@ -72,6 +72,24 @@ def test_arrays_accept_lists_and_other_dtypes_when_lossless(tmp_path):
     assert store["d"].t.tolist() == [1, 0]
 
 
+def test_object_float16_and_masked_arrays(tmp_path):
+    with docstore.Writer(tmp_path / "s", fields={"t": "int16[]"}) as w:
+        w.add("objects", t=np.array([1, 2, 300], dtype=object))  # as the same values in a list
+        with pytest.raises(docstore.FieldTypeError, match="elements of type object"):
+            w.add("mixed", t=np.array([1, "z"], dtype=object))
+        with pytest.raises(docstore.FieldTypeError, match="outside"):
+            w.add("big", t=np.array([1, 2**40], dtype=object))
+        w.add("unmasked", t=np.ma.array([4, 5], mask=[False, False]))
+        with pytest.raises(docstore.FieldTypeError, match="masked elements; fill them first"):
+            w.add("masked", t=np.ma.array([4, 5], mask=[False, True]))
+    store = docstore.open(tmp_path / "s")
+    assert store["objects"].t.tolist() == [1, 2, 300] and store["unmasked"].t.tolist() == [4, 5]
+    assert list(store) == ["objects", "unmasked"]
+    # build() infers float32[] for float16, the narrowest float field (every float16 fits exactly)
+    halves = docstore.build(tmp_path / "h", [{"doc_id": "a", "h": np.array([0.5, 65504], np.float16)}])
+    assert halves.fields == {"h": "float32[]"} and halves["a"].h.tolist() == [0.5, 65504.0]
+
+
 def test_float_fields_take_any_number_they_hold_exactly(tmp_path):
     values = [2**53, True, np.float32(0.1), np.int64(7), Decimal("0.5"), Fraction(1, 2), -0.0, float("inf")]
     with docstore.Writer(tmp_path / "s", fields={"x": "float64"}) as w:

@@ -19,6 +19,24 @@ from .errors import *  # noqa: F403 - the exception classes, listed in errors.__
 
 __version__ = "0.1.0"
 
+
+def _check_thread_setting() -> None:
+    """The core reads DOCSTORE_NUM_THREADS without a way to complain: a value it cannot use
+    (it then takes all cores) is worth a warning here rather than silence."""
+    import os
+    import warnings
+
+    value = os.environ.get("DOCSTORE_NUM_THREADS", "").strip()
+    if value and not (value.isascii() and value.isdigit()):
+        warnings.warn(
+            f"DOCSTORE_NUM_THREADS={value!r} is not a number of threads (0 = all cores); "
+            "docstore uses all cores",
+            stacklevel=3,
+        )
+
+
+_check_thread_setting()
+
 __all__ = [
     "FORMAT_VERSION",
     "Doc",

@@ -20,6 +20,9 @@ def as_array(value: Any, dtype: str, doc_id: str, field: str) -> np.ndarray:
     where = f"doc {doc_id!r}: field {field!r} is {dtype}[]"
     if isinstance(value, (str, bytes, bytearray, dict)):
         raise FieldTypeError(f"{where}, got {type(value).__name__}")
+    if isinstance(value, np.ma.MaskedArray) and np.ma.is_masked(value):
+        # np.asarray would keep whatever the masked slots hold, as if they were values
+        raise FieldTypeError(f"{where}, got a masked array with masked elements; fill them first (.filled())")
     try:
         array = np.asarray(value)
     except (ValueError, TypeError) as exc:  # ragged lists, among others
@@ -30,8 +33,11 @@ def as_array(value: Any, dtype: str, doc_id: str, field: str) -> np.ndarray:
         raise FieldTypeError(f"{where}, got an array of shape {array.shape} (one dimension expected)")
     if array.size == 0:
         return np.empty(0, dtype=target)
-    if array.dtype.kind in "fO" and isinstance(value, (list, tuple)) and all(_is_int(v) for v in value):
-        return _from_ints(value, target, where)  # ints beyond int64 that numpy read as floats
+    listed = isinstance(value, (list, tuple))
+    if array.dtype.kind == "O" or (listed and array.dtype.kind == "f"):
+        items = value if listed else array.tolist()
+        if all(_is_int(v) for v in items):  # ints that numpy read as floats or objects
+            return _from_ints(items, target, where)
     if array.dtype.kind == "b":
         array = array.astype(np.uint8)
     if array.dtype.kind == "O" and any(v is None for v in array):

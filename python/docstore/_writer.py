@@ -176,6 +176,8 @@ def infer_type(name: str, value: Any) -> str:
         return "float64"
     if isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype.name in ARRAY_DTYPES:
         return f"{value.dtype.name}[]"
+    if isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype == np.float16:
+        return "float32[]"  # the narrowest float field; every float16 converts exactly
     if isinstance(value, (list, tuple)) and value:
         if all(isinstance(v, (bool, int, np.integer)) for v in value):
             return "int64[]"

@@ -499,7 +499,7 @@ impl Reader {
     /// The store's identity: the checksum of its header, which holds every section's checksum.
     #[getter]
     fn fingerprint(&self, py: Python<'_>) -> PyResult<u64> {
-        Ok(self.store(py)?.header().checksum())
+        Ok(self.store(py)?.fingerprint())
     }
 
     /// Counts and sizes: `count`, `raw_bytes`, `stored_bytes`, `ratio`, `level`, `dictionary_bytes`.

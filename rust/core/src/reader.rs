@@ -287,6 +287,11 @@ impl<B: AsRef<[u8]>> Store<B> {
         &self.header
     }
 
+    /// Identifies the store's contents: its header checksum (see `format::header_checksum`).
+    pub fn fingerprint(&self) -> u64 {
+        crate::format::header_checksum(self.buf.as_ref())
+    }
+
     pub fn file_len(&self) -> u64 {
         self.buf.as_ref().len() as u64
     }
