@@ -467,6 +467,7 @@ def test_build_parquet_takes_field_types_from_the_arrow_schema(capsys, tmp_path)
         columns[f"fl_{name}"] = pa.array([[5, 6], [7, 8]], pa.list_(arrow, 2))
         columns[f"s_{name}"] = pa.array([1, 2], arrow)
     columns["s_float16"] = pa.array(np.array([0.5, 1], np.float16))
+    columns["l_float16"] = pa.array([[0.25], []], pa.list_(pa.float16()))
     columns["big"] = pa.array([[2**64 - 1], []], pa.list_(pa.uint64()))
     columns["text"] = pa.array(["x", "y"], pa.large_string())
     columns["blob"] = pa.array([b"\x00", b""], pa.large_binary())
@@ -493,6 +494,7 @@ def test_build_parquet_takes_field_types_from_the_arrow_schema(capsys, tmp_path)
             8,
         ]
     assert store.fields["s_float16"] == "float64" and store["a"].s_float16 == 0.5
+    assert store.fields["l_float16"] == "float32[]" and store["a"].l_float16.tolist() == [0.25]
     assert store["a"].big.tolist() == [2**64 - 1]
     assert (store["a"].text, store["a"].blob, store["b"].cat) == ("x", b"\x00", "q")
 

@@ -440,6 +440,9 @@ def test_qrels_given_as_sets_mean_the_same_items_in_every_process(tmp_path):
     dataset = TripletDataset(store, {"q": "query"}, {"q": positives}, negatives={"q": hard})
     assert [store.keys_range(int(p), int(p) + 1)[0] for p in dataset._pair_pos] == sorted(positives)
     assert [store.keys_range(int(p), int(p) + 1)[0] for p in dataset._hard_pos] == sorted(hard)
+    records = {("q", doc_id, 1) for doc_id in positives}  # a set of (query, doc, relevance) records
+    from_records = TripletDataset(store, {"q": "query"}, records)
+    assert np.array_equal(from_records._pair_pos, dataset._pair_pos)
     code = f"""
 import docstore
 from docstore.torch import TripletDataset
@@ -470,6 +473,9 @@ def test_datasets_refuse_a_store_replaced_at_their_path(tmp_path, token_docs):
     with pytest.raises(docstore.StoreChangedError):
         pickle.loads(pickle.dumps(documents))[0]
     assert DocDataset(path, field="text")[0] == "doc 9"  # a new dataset reads the new store
+    closed = docstore.open(path)
+    closed.close()
+    assert DocDataset(closed, field="text")[0] == "doc 9"  # a closed store: reopened by its path
 
 
 def test_triplet_errors(store_path, triplet_data):
@@ -705,8 +711,12 @@ def test_token_dataset_refuses_float_indices_and_warns_of_no_window(token_store,
     with pytest.raises(TypeError):
         dataset.__getitems__([1.5])
     short = docstore.build(tmp_path / "short", [{"doc_id": "a", "tokens": np.arange(3, dtype=np.int32)}])
-    with pytest.warns(UserWarning, match="no window: every document .* shorter than seq_len"):
+    with pytest.warns(UserWarning, match=r"every document holds fewer than seq_len \+ 1 = 4 .*partial=True"):
         assert len(TokenDataset(short, seq_len=3)) == 0
+    with pytest.warns(UserWarning, match=r"the documents hold fewer .* \(partial=True keeps shorter ones\)$"):
+        assert len(TokenDataset(short, seq_len=3, pack=True)) == 0  # no hint to pass pack=True
+    with pytest.raises(IndexError, match="out of range"):
+        dataset.__getitems__([2**64])  # beyond 64 bits: out of range, as for any index
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert len(TokenDataset(short, seq_len=2)) == 1

@@ -80,14 +80,17 @@ def test_object_float16_and_masked_arrays(tmp_path):
         with pytest.raises(docstore.FieldTypeError, match="outside"):
             w.add("big", t=np.array([1, 2**40], dtype=object))
         w.add("unmasked", t=np.ma.array([4, 5], mask=[False, False]))
-        with pytest.raises(docstore.FieldTypeError, match="masked elements; fill them first"):
-            w.add("masked", t=np.ma.array([4, 5], mask=[False, True]))
+        for masked in (np.ma.array([4, 5], mask=[False, True]), np.ma.array(np.int16([4, 5]), mask=[0, 1])):
+            with pytest.raises(docstore.FieldTypeError, match="masked elements; fill them first"):
+                w.add("masked", t=masked)  # converted, or of the field's own dtype
     store = docstore.open(tmp_path / "s")
     assert store["objects"].t.tolist() == [1, 2, 300] and store["unmasked"].t.tolist() == [4, 5]
     assert list(store) == ["objects", "unmasked"]
     # build() infers float32[] for float16, the narrowest float field (every float16 fits exactly)
     halves = docstore.build(tmp_path / "h", [{"doc_id": "a", "h": np.array([0.5, 65504], np.float16)}])
     assert halves.fields == {"h": "float32[]"} and halves["a"].h.tolist() == [0.5, 65504.0]
+    with pytest.raises(docstore.FieldTypeError, match="masked elements"):
+        docstore.build(tmp_path / "m", [{"doc_id": "a", "v": np.ma.array(np.float32([1, 2]), mask=[0, 1])}])
 
 
 def test_float_fields_take_any_number_they_hold_exactly(tmp_path):

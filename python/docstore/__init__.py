@@ -27,7 +27,8 @@ def _check_thread_setting() -> None:
     import warnings
 
     value = os.environ.get("DOCSTORE_NUM_THREADS", "").strip()
-    if value and not (value.isascii() and value.isdigit()):
+    digits = value[1:] if value.startswith("+") else value  # as Rust reads a usize
+    if value and not (digits.isascii() and digits.isdigit() and int(digits) < 2**64):
         warnings.warn(
             f"DOCSTORE_NUM_THREADS={value!r} is not a number of threads (0 = all cores); "
             "docstore uses all cores",

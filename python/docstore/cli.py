@@ -194,8 +194,10 @@ def _arrow_field_type(path: str, name: str, arrow_type: Any) -> str:
         element = t.value_type
         if pa.types.is_integer(element) or pa.types.is_floating(element):
             dtype = np.dtype(element.to_pandas_dtype()).name
-            if dtype in ARRAY_DTYPES:  # not float16
+            if dtype in ARRAY_DTYPES:
                 return f"{dtype}[]"
+            if dtype == "float16":  # the narrowest float field, as build() infers
+                return "float32[]"
     raise UsageError(
         f"{path}: column {name!r} has Arrow type {arrow_type}, which docstore has no field type for; "
         "drop the column, or pass --fields naming the columns to keep"

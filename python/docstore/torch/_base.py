@@ -60,9 +60,10 @@ class StoreHandle:
         self._fingerprint: int | None = None
         if isinstance(store_or_path, DocStore):
             self.path = os.path.abspath(os.fspath(store_or_path.path))
-            self._store: DocStore | None = store_or_path
-            self._pid: int | None = os.getpid()
-            self._fingerprint = store_or_path.fingerprint
+            open_here = not store_or_path.closed  # a closed one is reopened from its path
+            self._store: DocStore | None = store_or_path if open_here else None
+            self._pid: int | None = os.getpid() if open_here else None
+            self._fingerprint = store_or_path.fingerprint if open_here else None
         elif isinstance(store_or_path, (str, os.PathLike)):
             self.path = os.path.abspath(os.fspath(store_or_path))
             self._store = None
@@ -170,6 +171,8 @@ def as_positions(indices: Any) -> np.ndarray:
         array = np.fromiter((operator.index(i) for i in indices), dtype=np.int64)
     if array.size == 0:
         return np.zeros(0, dtype=np.int64)
+    if array.dtype.kind == "O" and array.ndim == 1 and all(isinstance(i, int) for i in array.tolist()):
+        raise IndexError(f"index {max(array.tolist(), key=abs)} out of range")  # beyond 64 bits
     if array.ndim != 1 or array.dtype.kind not in "iu":
         raise TypeError(f"indices must be a 1-D sequence of ints, got {array.dtype} with shape {array.shape}")
     if array.dtype == np.uint64 and array.max() > np.iinfo(np.int64).max:

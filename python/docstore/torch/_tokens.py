@@ -40,6 +40,18 @@ def _window_count(length: np.ndarray | int, seq_len: int, stride: int, partial: 
     return full
 
 
+def _warn_no_window(path: str, seq_len: int, partial: bool, pack: bool) -> None:
+    """An empty dataset would make a training loop end at once, without a word."""
+    what = "the documents hold" if pack else "every document holds"
+    options = (("partial=True keeps shorter ones", partial), ("pack=True joins them", pack))
+    unused = [hint for hint, given in options if not given]
+    warnings.warn(
+        f"no window: {what} fewer than seq_len + 1 = {seq_len + 1} tokens in {path}"
+        + (f" ({'; '.join(unused)})" if unused else ""),
+        stacklevel=3,
+    )
+
+
 class TokenDataset(StoreDataset):
     """Token-id arrays (an integer array field) as tensors, whole or in training windows.
 
@@ -120,11 +132,7 @@ class TokenDataset(StoreDataset):
             self._starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
             self._count = int(self._starts[-1])
         if self._count == 0 and len(lengths):
-            warnings.warn(
-                f"no window: every document of {self.path} is shorter than seq_len + 1 = "
-                f"{seq_len + 1} tokens (partial=True keeps the shorter ones, pack=True joins them)",
-                stacklevel=2,
-            )
+            _warn_no_window(self.path, seq_len, partial, pack)
 
     def __len__(self) -> int:
         return len(self.store) if self.seq_len is None else self._count

@@ -38,6 +38,8 @@ def _positive_pairs(qrels: Any) -> list[tuple[str, str]]:
             rel = rest[0] if rest else 1
         if _relevance(rel, qid, did) > 0:
             pairs.append((qid, did))
+    if isinstance(qrels, AbstractSet):  # no order of its own: see _in_order
+        pairs.sort()
     return pairs
 
 
