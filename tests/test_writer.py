@@ -83,9 +83,13 @@ def test_object_float16_and_masked_arrays(tmp_path):
         for masked in (np.ma.array([4, 5], mask=[False, True]), np.ma.array(np.int16([4, 5]), mask=[0, 1])):
             with pytest.raises(docstore.FieldTypeError, match="masked elements; fill them first"):
                 w.add("masked", t=masked)  # converted, or of the field's own dtype
+        np.save(tmp_path / "t.npy", np.arange(6, dtype=np.int16))
+        mapped = np.load(tmp_path / "t.npy", mmap_mode="r")
+        w.add("memmap", t=mapped[1:5:2])  # an ndarray subclass, strided: stored as its values
     store = docstore.open(tmp_path / "s")
     assert store["objects"].t.tolist() == [1, 2, 300] and store["unmasked"].t.tolist() == [4, 5]
-    assert list(store) == ["objects", "unmasked"]
+    assert store["memmap"].t.tolist() == [1, 3]
+    assert list(store) == ["objects", "unmasked", "memmap"]
     # build() infers float32[] for float16, the narrowest float field (every float16 fits exactly)
     halves = docstore.build(tmp_path / "h", [{"doc_id": "a", "h": np.array([0.5, 65504], np.float16)}])
     assert halves.fields == {"h": "float32[]"} and halves["a"].h.tolist() == [0.5, 65504.0]

@@ -33,6 +33,8 @@ def as_array(value: Any, dtype: str, doc_id: str, field: str) -> np.ndarray:
         raise FieldTypeError(f"{where}, got an array of shape {array.shape} (one dimension expected)")
     if array.size == 0:
         return np.empty(0, dtype=target)
+    if array.dtype == target:  # a subclass (np.memmap) or a strided view: nothing to check
+        return np.ascontiguousarray(array)
     listed = isinstance(value, (list, tuple))
     if array.dtype.kind == "O" or (listed and array.dtype.kind == "f"):
         items = value if listed else array.tolist()
