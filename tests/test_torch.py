@@ -39,6 +39,29 @@ def list_collate(batch):
     return batch
 
 
+def _mapping_of(array) -> str:
+    """The /proc/self/maps line of the memory holding ``array``'s first byte."""
+    address = array.__array_interface__["data"][0]
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            start, end = (int(x, 16) for x in line.split()[0].split("-"))
+            if start <= address < end:
+                return line
+    raise AssertionError("no mapping holds the array")
+
+
+def report_shared_arrays(dataset, names, queue):
+    """In a started process: whether each array lives in a shared mapping, and two items."""
+    shared = {name: _mapping_of(getattr(dataset, name)).split()[1][3] == "s" for name in names}
+    queue.put((shared, _plain(dataset.__getitems__([0, 1]))))
+
+
+def _plain(items):
+    """Items with tensors as lists: a tensor sent through a queue would go as shared memory of
+    the worker, gone once it exits."""
+    return [tuple(t.tolist() if isinstance(t, torch.Tensor) else t for t in item) for item in items]
+
+
 def upper_text(value):
     return value.upper()
 
@@ -476,6 +499,36 @@ def test_datasets_refuse_a_store_replaced_at_their_path(tmp_path, token_docs):
     closed = docstore.open(path)
     closed.close()
     assert DocDataset(closed, field="text")[0] == "doc 9"  # a closed store: reopened by its path
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_started_workers_share_the_derived_arrays_instead_of_copying_them(
+    store_path, token_store, triplet_data, method
+):
+    if method not in multiprocessing.get_all_start_methods():
+        pytest.skip(f"{method} is not available on this platform")
+    queries, qrels, hard = triplet_data
+    datasets = {
+        TripletDataset(store_path, queries, qrels, negatives=hard): TripletDataset._shared_arrays,
+        TokenDataset(token_store, seq_len=4): TokenDataset._shared_arrays,
+    }
+    context = multiprocessing.get_context(method)
+    for dataset, names in datasets.items():
+        names = [n for n in names if getattr(dataset, n, None) is not None and getattr(dataset, n).nbytes]
+        expected = dataset.__getitems__([0, 1])
+        standalone = pickle.loads(pickle.dumps(dataset))  # a plain pickle carries the arrays
+        for _ in range(2):  # moved to shared memory once; the second worker maps the same block
+            queue = context.Queue()
+            worker = context.Process(target=report_shared_arrays, args=(dataset, names, queue))
+            worker.start()
+            shared, items = queue.get(timeout=60)
+            worker.join(timeout=60)
+            assert shared == dict.fromkeys(names, True)
+            assert items == _plain(expected)
+        # the starting process reads the shared copy too (its own is gone), and still right
+        assert all(_mapping_of(getattr(dataset, n)).split()[1][3] == "s" for n in names)
+        assert _plain(dataset.__getitems__([0, 1])) == _plain(expected)
+        assert _plain(standalone.__getitems__([0, 1])) == _plain(expected)
 
 
 def test_triplet_errors(store_path, triplet_data):

@@ -13,6 +13,7 @@ import torch
 
 from .._store import DocStore
 from ._base import NUMERIC_ARRAY, Positions, StoreDataset, as_positions, numpy_dtype
+from ._shared import SharesArrays
 
 # Rows decoded per ``take`` while scanning a whole store (the window index).
 _SCAN_CHUNK = 8192
@@ -52,7 +53,7 @@ def _warn_no_window(path: str, seq_len: int, partial: bool, pack: bool) -> None:
     )
 
 
-class TokenDataset(StoreDataset):
+class TokenDataset(SharesArrays, StoreDataset):
     """Token-id arrays (an integer array field) as tensors, whole or in training windows.
 
     Without ``seq_len``, item ``i`` is document ``i``'s tokens as a 1-D tensor (use
@@ -70,10 +71,13 @@ class TokenDataset(StoreDataset):
     boundaries (GPT-style packing): window ``w`` starts at stream offset ``w * stride``.
 
     Windowing needs every document's length: the constructor decodes the store once to count
-    them, and keeps 8 bytes per document (pickled to spawn workers).
+    them, and keeps 8 bytes per document, which spawn and forkserver workers share with the
+    process that starts them (shared memory) rather than copy.
     Tensors have ``dtype`` (int64 by default, what ``nn.Embedding`` and losses take; ``None``
     keeps the stored type).
     """
+
+    _shared_arrays = ("_starts",)
 
     def __init__(
         self,

@@ -16,6 +16,7 @@ from .._store import DocStore
 from ._base import Positions, StoreDataset, StoreHandle, as_positions
 from ._epoch import EpochCounter
 from ._random import below, uniform
+from ._shared import SharesArrays
 
 
 def _positive_pairs(qrels: Any) -> list[tuple[str, str]]:
@@ -81,7 +82,7 @@ def _positions(store: DocStore, doc_ids: Iterable[str], what: str) -> np.ndarray
     return out
 
 
-class TripletDataset(StoreDataset):
+class TripletDataset(SharesArrays, StoreDataset):
     """(query text, positive document text, negative document text) for ranker training.
 
     ``queries`` maps query id -> text (or is a store of queries, read from its ``query_field``);
@@ -97,9 +98,20 @@ class TripletDataset(StoreDataset):
     of its query. The draw depends on ``(seed, epoch, index)`` only, not on
     workers, batching or order; ``set_epoch`` gives every epoch new negatives.
     ``positions(indices)`` returns the (positive, negative) positions that items will use.
+    The pairs and query texts are numpy arrays that spawn and forkserver workers map from shared
+    memory (see ``_shared``) and forked ones inherit, so no worker copies them.
     """
 
     _MAX_DRAWS = 32
+    _shared_arrays = (
+        "_pair_query",
+        "_pair_pos",
+        "_positive_keys",
+        "_hard_offsets",
+        "_hard_pos",
+        "_query_keys",
+        "_query_offsets",
+    )
 
     def __init__(
         self,
