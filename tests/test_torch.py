@@ -501,18 +501,16 @@ def test_datasets_refuse_a_store_replaced_at_their_path(tmp_path, token_docs):
     assert DocDataset(closed, field="text")[0] == "doc 9"  # a closed store: reopened by its path
 
 
-@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver"], indirect=True)  # no pickling under fork
 def test_started_workers_share_the_derived_arrays_instead_of_copying_them(
-    store_path, token_store, triplet_data, method
+    store_path, token_store, triplet_data, start_method
 ):
-    if method not in multiprocessing.get_all_start_methods():
-        pytest.skip(f"{method} is not available on this platform")
     queries, qrels, hard = triplet_data
     datasets = {
         TripletDataset(store_path, queries, qrels, negatives=hard): TripletDataset._shared_arrays,
         TokenDataset(token_store, seq_len=4): TokenDataset._shared_arrays,
     }
-    context = multiprocessing.get_context(method)
+    context = multiprocessing.get_context(start_method)
     for dataset, names in datasets.items():
         names = [n for n in names if getattr(dataset, n, None) is not None and getattr(dataset, n).nbytes]
         expected = dataset.__getitems__([0, 1])
