@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import re
 import subprocess
 import sys
 
@@ -174,6 +175,49 @@ def test_user_mistakes_print_one_line_and_exit_nonzero(tmp_path, setup, args, me
     assert message in out.stderr
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert not (tmp_path / "x").exists()
+
+
+def _damaged_gzip(damage: str) -> bytes:
+    """RECORDS as gzipped JSON lines, damaged halfway through."""
+    text = "".join(json.dumps(r) + "\n" for r in RECORDS).encode()
+    if damage == "truncated":
+        whole = gzip.compress(text, mtime=0)
+        return whole[: len(whole) // 2]
+    if damage == "flipped":  # one bit of the deflate stream: a CRC or a decompression error
+        data = bytearray(gzip.compress(text, mtime=0))
+        data[len(data) // 2] ^= 0x10
+        return bytes(data)
+    # "crc": uncompressed deflate blocks hold the text as it is; one digit changed keeps every
+    # line valid JSON, so only the CRC at the end tells
+    data = bytearray(gzip.compress(text, compresslevel=0, mtime=0))
+    at = data.index(b'"text 250 ') + len(b'"text 25')
+    data[at : at + 1] = b"1"
+    return bytes(data)
+
+
+@pytest.mark.parametrize("damage", ["crc", "truncated", "flipped"])
+def test_build_names_the_gzip_input_that_breaks_off(tmp_path, damage):
+    # A gzip error partway through a file must say which file (here the second input) and
+    # about where, exit 1 and leave no store.
+    write_jsonl(tmp_path / "first.jsonl", [{**r, "doc_id": f"x{i}"} for i, r in enumerate(RECORDS)])
+    (tmp_path / "damaged.jsonl.gz").write_bytes(_damaged_gzip(damage))
+    inputs = sorted(tmp_path.iterdir())
+    out = cli(
+        "build", str(tmp_path / "first.jsonl"), str(tmp_path / "damaged.jsonl.gz"), "-o", str(tmp_path / "s")
+    )
+    assert out.returncode == 1
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert f"{tmp_path / 'damaged.jsonl.gz'}" in out.stderr, out.stderr
+    if damage == "crc":
+        assert "jsonl after line 500: damaged gzip data: CRC check failed" in out.stderr
+    elif damage == "truncated":
+        after = re.search(
+            r"damaged.jsonl.gz: cannot read it as jsonl after line (\d+): damaged gzip data: ", out.stderr
+        )
+        assert after and 0 < int(after[1]) < len(RECORDS), out.stderr
+        assert "end-of-stream marker" in out.stderr
+    assert not (tmp_path / "s").exists()
+    assert sorted(tmp_path.iterdir()) == inputs  # nothing half-written beside it either
 
 
 def test_build_keeps_an_existing_store_unless_told_to_overwrite(tmp_path):

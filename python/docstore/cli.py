@@ -273,6 +273,20 @@ def _where(path: str, fmt: str, position: int) -> str:
     return f"{path}: row {position}" if fmt == "parquet" else f"{path}:{position}"
 
 
+# What a damaged gzip stream raises partway through a file: a bad CRC or length, or data after
+# the last member (BadGzipFile, an OSError, which would otherwise reach the user without the
+# file's name), undecodable deflate data (zlib.error), an end before the end (EOFError).
+_GZIP_ERRORS = (gzip.BadGzipFile, zlib.error, EOFError)
+
+
+def _unreadable(path: str, fmt: str, position: int, exc: BaseException) -> str:
+    """The message for an input that breaks off while being read: the records up to line
+    ``position`` were read (text is read ahead in chunks: the damage lies somewhere after)."""
+    where = f"after line {position}" if position else "before its first record"
+    what = "damaged gzip data: " if isinstance(exc, _GZIP_ERRORS) else ""
+    return f"{path}: cannot read it as {fmt} {where}: {what}{exc}"
+
+
 def _human(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if abs(n) < 1000 or unit == "TB":
@@ -296,11 +310,12 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     def records() -> Iterator[tuple[int, dict[str, Any], str, str]]:
         for path, fmt in zip(args.inputs, formats):
+            position = 0  # the line the last record read starts on
             try:
                 for position, record in _read_records(path, fmt, columns, keep):
                     yield position, record, path, fmt
-            except (EOFError, zlib.error, csv.Error, UnicodeDecodeError) as exc:  # a broken file
-                raise UsageError(f"{path}: cannot read it as {fmt}: {exc}") from None
+            except (*_GZIP_ERRORS, csv.Error, UnicodeDecodeError) as exc:  # a broken file
+                raise UsageError(_unreadable(path, fmt, position, exc)) from None
 
     iterator = records()
     first = next(iterator, None)
