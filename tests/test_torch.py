@@ -855,6 +855,60 @@ def test_fixed_windows_are_pinned_with_default_collate(token_store):
     assert x.shape == (4, 8) and x.is_pinned() and y.is_pinned()
 
 
+def _typed_store(tmp_path, values):
+    """A store with one array field per element type, named after it: ``{type: list}``."""
+    path = str(tmp_path / "typed.docstore")
+    with docstore.Writer(path, fields={t: f"{t}[]" for t in values}) as w:
+        w.add("a", **{t: np.array(v, dtype=t) for t, v in values.items()})
+    return path
+
+
+def test_token_dataset_refuses_a_dtype_that_cannot_hold_the_stored_ids(tmp_path):
+    # The default int64 on uint64 tokens would read 2**64-1 as -1: refused at construction,
+    # naming the field, both types and what to pass instead.
+    top = np.iinfo(np.uint64).max
+    path = _typed_store(
+        tmp_path,
+        {"uint64": [1, top], "int64": [1, 2**40], "uint32": [1, 2**32 - 1], "float32": [1.5, 2.0]},
+    )
+    with pytest.raises(
+        TypeError, match=r"field 'uint64' is uint64\[\], and dtype=torch.int64 cannot .* dtype=None"
+    ):
+        TokenDataset(path, "uint64")
+    with pytest.raises(TypeError, match="'uint64'.*dtype=None"):
+        TokenDataset(path, "uint64", seq_len=1, pack=True)
+    for field, dtype, instead in [
+        ("int64", torch.int32, "dtype=torch.int64"),
+        ("uint32", torch.int32, "dtype=torch.int64"),
+        ("float32", torch.long, "dtype=None"),
+        ("int64", torch.float64, "dtype=None"),  # exact only up to 2**53
+        ("uint32", torch.float32, "dtype=torch.float64"),
+    ]:
+        with pytest.raises(TypeError, match=f"field '{field}' is {field}.*dtype={dtype} .*pass {instead}"):
+            TokenDataset(path, field, dtype=dtype)
+    # What fits is taken, and exact.
+    assert TokenDataset(path, "uint64", dtype=None)[0].tolist() == [1, top]
+    assert TokenDataset(path, "uint32")[0].tolist() == [1, 2**32 - 1]
+    assert TokenDataset(path, "uint32", dtype=torch.float64)[0].tolist() == [1.0, 2.0**32 - 1]
+    assert TokenDataset(path, "int64", seq_len=1)[0][1].tolist() == [2**40]
+    # Kept as uint64, ids past int64's range cannot become int64 labels padded with -100.
+    windows = TokenDataset(path, "uint64", seq_len=1, dtype=None)
+    with pytest.raises(ValueError, match="above 2\\*\\*63 - 1"):
+        pad_collate(windows.__getitems__([0]))
+    assert pad_collate(windows.__getitems__([0]), label_pad_id=0)["labels"].tolist() == [[top]]
+
+
+def test_array_dataset_refuses_an_integer_dtype_that_would_wrap_or_truncate(tmp_path):
+    path = _typed_store(tmp_path, {"int64": [1, 2**40], "uint64": [2**64 - 1], "float64": [0.5, 2.5]})
+    for field, dtype in [("int64", torch.int32), ("uint64", torch.long), ("float64", torch.long)]:
+        with pytest.raises(TypeError, match=f"ArrayDataset: field '{field}' is {field}.*dtype={dtype}"):
+            ArrayDataset(path, field, dtype=dtype)
+    # Float dtypes round (the dataset's purpose); an integer dtype that fits, or None, is exact.
+    assert ArrayDataset(path, "int64")[0].tolist() == [1.0, 2.0**40]
+    assert ArrayDataset(path, "int64", dtype=torch.long)[0].tolist() == [1, 2**40]
+    assert ArrayDataset(path, "float64", dtype=None)[0].tolist() == [0.5, 2.5]
+
+
 # --------------------------------------------------------------------------------------------
 # ArrayDataset
 

@@ -7,15 +7,27 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._base import NUMERIC_ARRAY, NUMERIC_SCALAR, Positions, StoreDataset, as_positions, numpy_dtype
+from ._base import (
+    NUMERIC_ARRAY,
+    NUMERIC_SCALAR,
+    Positions,
+    StoreDataset,
+    as_positions,
+    check_dtype_fits,
+    numpy_dtype,
+)
 
 
 class ArrayDataset(StoreDataset):
     """Numeric rows (bag-of-words counts, embeddings) as float tensors, indexed by position.
 
     ``field`` is an array field (one 1-D tensor per document) or an int64/float64 one (a 0-d
-    tensor). Items are tensors of ``dtype`` (float32 by default), or ``(tensor, label)`` with
-    ``label_field`` (the stored value; ``default_collate`` makes a tensor of a batch of them).
+    tensor). Items are tensors of ``dtype`` (float32 by default; ``None`` keeps the stored type),
+    or ``(tensor, label)`` with ``label_field`` (the stored value; ``default_collate`` makes a
+    tensor of a batch of them).
+    A float ``dtype`` rounds what it cannot hold exactly (int64 counts beyond 2**24 in float32);
+    an integer one must hold every value of the stored type (int32 from ``int64[]`` or an
+    integer from ``float64[]`` is a ``TypeError``, not values wrapped around or truncated).
     """
 
     def __init__(
@@ -24,13 +36,16 @@ class ArrayDataset(StoreDataset):
         field: str,
         *,
         label_field: str | None = None,
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | None = torch.float32,
     ) -> None:
         super().__init__(store_or_path)
         self.field = self._check_field(field, NUMERIC_ARRAY + NUMERIC_SCALAR)
         self.label_field = None if label_field is None else self._check_field(label_field)
-        self.dtype = dtype
         self._np_dtype = numpy_dtype(dtype)
+        check_dtype_fits(
+            type(self).__name__, self.field, self.store.fields[self.field], dtype, float_rounds=True
+        )
+        self.dtype = dtype
 
     def _tensor(self, value: Any) -> torch.Tensor:
         return torch.from_numpy(np.asarray(value, dtype=self._np_dtype))

@@ -187,3 +187,59 @@ def numpy_dtype(dtype: torch.dtype | None) -> np.dtype | None:
         return torch.empty(0, dtype=dtype).numpy().dtype
     except TypeError:  # bfloat16, complex32 ...
         raise TypeError(f"dtype={dtype} has no numpy equivalent; use an integer or float dtype") from None
+
+
+def _fits(stored: np.dtype, wanted: np.dtype) -> bool:
+    """Whether every value of ``stored`` is exactly a value of ``wanted``."""
+    if wanted.kind in "iu":
+        return stored.kind in "iu" and bool(np.can_cast(stored, wanted, "safe"))
+    if wanted.kind in "fc":
+        if stored.kind in "iu":  # integers are exact up to 2**(mantissa bits + 1)
+            return stored.itemsize * 8 - (stored.kind == "i") <= np.finfo(wanted).nmant + 1
+        return bool(np.can_cast(stored, wanted, "safe"))
+    return stored == wanted  # bool: keeps only zero / nonzero
+
+
+def _why_not(stored: np.dtype, wanted: np.dtype) -> str:
+    if wanted.kind == "b":
+        return f"{wanted} keeps only zero or not"
+    if stored.kind == "f" and wanted.kind in "iu":
+        return f"{stored} values need not be whole numbers"
+    if stored.kind in "iu" and wanted.kind in "iu":
+        have, can = np.iinfo(stored), np.iinfo(wanted)
+        return f"{stored} goes from {have.min} to {have.max}, {wanted} from {can.min} to {can.max}"
+    if stored.kind in "iu":
+        exact = np.finfo(wanted).nmant + 1
+        return f"{wanted} holds integers exactly only up to 2**{exact}, {stored} up to {np.iinfo(stored).max}"
+    return f"{wanted} is narrower than {stored}"
+
+
+def check_dtype_fits(
+    owner: str, field: str, field_type: str, dtype: torch.dtype | None, *, float_rounds: bool = False
+) -> None:
+    """Refuses a ``dtype`` that cannot hold every value of the field's stored element type:
+    numpy's ``astype`` would wrap (uint64 2**64-1 to int64 -1) or truncate without a word, in a
+    worker, batches into training. Checked once, at construction, from the field's type, so a
+    store that happens to hold only small values today fails as one that does not would.
+    ``float_rounds``: a float ``dtype`` is taken whatever the stored type (rounding, not
+    wrapping: a dataset whose documented purpose is float tensors)."""
+    wanted = numpy_dtype(dtype)
+    if wanted is None:
+        return
+    stored = np.dtype(field_type.removesuffix("[]"))
+    if _fits(stored, wanted) or (float_rounds and wanted.kind == "f"):
+        return
+    ints, floats = (torch.int64, torch.int32, torch.int16), (torch.float32, torch.float64)
+    family = floats if wanted.kind in "fc" else ints[::-1]
+    wider = [d for d in family if _fits(stored, numpy_dtype(d))]  # type: ignore[arg-type]
+    options = [f"dtype={wider[0]}"] if wider else []
+    if float_rounds:
+        options.append("a float dtype (rounded)")
+    options.append(f"dtype=None to keep {stored} (torch.{stored})")
+    rewrite = (
+        f", or store the field as a type that {wanted} holds" if not wider and wanted.kind in "iu" else ""
+    )
+    raise TypeError(
+        f"{owner}: field {field!r} is {field_type}, and dtype={dtype} cannot hold every {stored} value "
+        f"({_why_not(stored, wanted)}); pass {' or '.join(options)}{rewrite}"
+    )

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from .._store import DocStore
-from ._base import NUMERIC_ARRAY, Positions, StoreDataset, as_positions, numpy_dtype
+from ._base import NUMERIC_ARRAY, Positions, StoreDataset, as_positions, check_dtype_fits, numpy_dtype
 from ._shared import SharesArrays
 
 # Rows decoded per ``take`` while scanning a whole store (the window index).
@@ -74,7 +74,9 @@ class TokenDataset(SharesArrays, StoreDataset):
     them, and keeps 8 bytes per document, which spawn and forkserver workers share with the
     process that starts them (shared memory) rather than copy.
     Tensors have ``dtype`` (int64 by default, what ``nn.Embedding`` and losses take; ``None``
-    keeps the stored type).
+    keeps the stored type). A ``dtype`` that cannot hold every value of the stored type (int64
+    from ``uint64[]``, int32 from ``int64[]``, an integer from ``float32[]``) is refused with a
+    ``TypeError``, rather than ids wrapped around (2**64-1 read as -1).
     """
 
     _shared_arrays = ("_starts",)
@@ -93,8 +95,9 @@ class TokenDataset(SharesArrays, StoreDataset):
     ) -> None:
         super().__init__(store_or_path)
         self.field = self._check_field(field, NUMERIC_ARRAY)
-        self.dtype = dtype
         self._np_dtype = numpy_dtype(dtype)
+        check_dtype_fits(type(self).__name__, self.field, self.store.fields[self.field], dtype)
+        self.dtype = dtype
         # Checked here, not in a DataLoader worker at the first batch.
         seq_len = None if seq_len is None else operator.index(seq_len)
         stride = None if stride is None else operator.index(stride)
@@ -231,6 +234,11 @@ def pad_collate(batch: Sequence[Any], pad_id: int = 0, label_pad_id: int = -100)
     if pairs:
         labels = [item[1] for item in batch]
         if label_pad_id < 0 and not labels[0].dtype.is_signed:  # uint16 tokens cannot hold -100
+            if labels[0].dtype == torch.uint64 and any(bool((t.view(torch.int64) < 0).any()) for t in labels):
+                raise ValueError(
+                    f"a uint64 label above 2**63 - 1 does not fit the int64 labels that label_pad_id="
+                    f"{label_pad_id} needs (it would wrap around to a negative id)"
+                )
             labels = [t.long() for t in labels]
         out["labels"] = pad(labels, batch_first=True, padding_value=label_pad_id)
     return out
