@@ -77,6 +77,7 @@ class Writer:
         dict_size: int | None = None,
         batch_bytes: int | None = None,
         key_buffer_bytes: int | None = None,
+        format_version: int | None = None,
     ) -> Writer: ...
     @property
     def path(self) -> Path: ...

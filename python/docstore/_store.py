@@ -116,6 +116,9 @@ class DocStore(Reader):
             "codec": codec,
             "read": self.read,
             "format_version": info["format_version"],
+            # Format 1 has no per-document checks: a damaged index can return another document
+            # without an error. `docstore upgrade` rewrites such a store as format 2.
+            "checked_reads": info["checked_reads"],
         }
 
 

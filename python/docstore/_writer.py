@@ -40,7 +40,9 @@ class Writer(_Writer):
     existing store), ``level`` (0 = lz4 fast, 1-12 = lz4 HC; default 3; -1 = no compression: the
     largest file, and lookups that decode nothing), ``dict_size`` (bytes of shared dictionary,
     0 = none, default and most 64 KiB), ``batch_bytes`` (raw bytes per compression batch),
-    ``key_buffer_bytes`` (memory for ids before sorted runs spill to disk).
+    ``key_buffer_bytes`` (memory for ids before sorted runs spill to disk), ``format_version``
+    (2, the default: every read checks that it returns the document asked for; 1 only for a
+    reader older than docstore 0.2, which cannot open version 2).
     Leaving the ``with`` block by an exception, or calling ``abort()``, leaves no store behind.
     """
 

@@ -512,7 +512,8 @@ impl Reader {
         info.set_item("stored_bytes", store.file_len())?;
         info.set_item("level", header.level)?;
         info.set_item("dictionary_bytes", store.dictionary().len())?;
-        info.set_item("format_version", docstore_core::format::VERSION)?;
+        info.set_item("format_version", header.version)?;
+        info.set_item("checked_reads", store.checked())?;
         Ok(info)
     }
 
@@ -541,11 +542,9 @@ impl Reader {
             let mut batches = Batches::take();
             let decoded = batches.single();
             let found = py
-                .detach(|| match store.position(text.as_bytes())? {
-                    Some(pos) => decoded.read(&store, &[pos], select).map(|()| true),
-                    None => Ok(false),
-                })
-                .py_err(py)?;
+                .detach(|| decoded.read_key(&store, text.as_bytes(), select))
+                .py_err(py)?
+                .is_some();
             if !found {
                 return Ok(None);
             }

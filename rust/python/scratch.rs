@@ -47,6 +47,18 @@ impl Decoded {
         Ok(positions)
     }
 
+    /// Like `read_keys` for one key: its position, `None` when absent.
+    pub fn read_key(
+        &mut self,
+        store: &Store<Mmap>,
+        key: &[u8],
+        wanted: &impl Wants,
+    ) -> docstore_core::Result<Option<u64>> {
+        let position = store.read_one(key, &mut self.records)?;
+        self.texts.prepare(store.schema(), &self.records, wanted)?;
+        Ok(position)
+    }
+
     pub fn clear(&mut self) {
         self.records.clear();
         self.texts.clear();

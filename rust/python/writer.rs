@@ -469,7 +469,7 @@ fn quoted(obj: &Bound<'_, PyAny>) -> String {
 #[pymethods]
 impl Writer {
     #[new]
-    #[pyo3(signature = (path, fields, *, overwrite=false, level=None, dict_size=None, batch_bytes=None, key_buffer_bytes=None))]
+    #[pyo3(signature = (path, fields, *, overwrite=false, level=None, dict_size=None, batch_bytes=None, key_buffer_bytes=None, format_version=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -480,6 +480,7 @@ impl Writer {
         dict_size: Option<&Bound<'_, PyAny>>,
         batch_bytes: Option<&Bound<'_, PyAny>>,
         key_buffer_bytes: Option<&Bound<'_, PyAny>>,
+        format_version: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let schema = schema_of(py, fields)?;
         let defaults = WriterOptions::default();
@@ -493,6 +494,7 @@ impl Writer {
                 defaults.key_buffer_bytes,
             )?,
             overwrite,
+            format_version: option("format_version", format_version, defaults.format_version)?,
         };
         let state = State::create(py, path.clone(), schema, options)?;
         Ok(Writer {

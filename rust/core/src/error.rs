@@ -49,12 +49,14 @@ impl fmt::Display for Error {
             Error::UnsupportedVersion { found, supported } if found > supported => write!(
                 f,
                 "store format version {found} is not supported by this docstore \
-                 (it reads version {supported}); upgrade docstore"
+                 (it reads versions {} to {supported}); upgrade docstore",
+                crate::format::MIN_VERSION
             ),
             Error::UnsupportedVersion { found, supported } => write!(
                 f,
-                "store format version {found} is older than the version this docstore reads \
-                 ({supported}); rebuild the store"
+                "store format version {found} is older than the versions this docstore reads \
+                 ({} to {supported}); rebuild the store",
+                crate::format::MIN_VERSION
             ),
             Error::DuplicateKey(key) => write!(f, "duplicate doc id {key:?}"),
             Error::InvalidKey(msg) => write!(f, "invalid doc id: {msg}"),

@@ -1,10 +1,14 @@
-//! The fixed 512-byte header and the section table of format v1 (see docs/format.md).
+//! The fixed 512-byte header and the section table (see docs/format.md). Version 2 adds a check
+//! in front of every blob (`check`); everything here is the same in both versions.
 
 use crate::error::{Error, Result};
 use xxhash_rust::xxh3::xxh3_64;
 
 pub const MAGIC: [u8; 8] = *b"DOCSTORE";
-pub const VERSION: u32 = 1;
+/// The version this docstore writes.
+pub const VERSION: u32 = 2;
+/// The oldest version it reads: version 1 stores lack the per-document checks of version 2.
+pub const MIN_VERSION: u32 = 1;
 pub const HEADER_SIZE: usize = 512;
 /// Every section starts at a multiple of this, so fixed-width arrays are naturally aligned.
 pub const ALIGN: u64 = 8;
@@ -82,6 +86,8 @@ pub struct SectionEntry {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Header {
+    /// `MIN_VERSION..=VERSION`; from 2 on, every blob starts with its check (`check`).
+    pub version: u32,
     pub count: u64,
     /// Sum of the raw (uncompressed) record sizes.
     pub raw_bytes: u64,
@@ -103,6 +109,11 @@ const TABLE_AT: usize = 64;
 const CHECKSUM_AT: usize = HEADER_SIZE - 8;
 
 impl Header {
+    /// Whether every blob carries its check (format v2 and later).
+    pub fn checked(&self) -> bool {
+        self.version >= 2
+    }
+
     pub fn section(&self, section: Section) -> SectionEntry {
         self.sections[section as usize]
     }
@@ -110,7 +121,7 @@ impl Header {
     pub fn encode(&self) -> [u8; HEADER_SIZE] {
         let mut buf = [0u8; HEADER_SIZE];
         buf[..8].copy_from_slice(&MAGIC);
-        buf[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        buf[8..12].copy_from_slice(&self.version.to_le_bytes());
         buf[12..16].copy_from_slice(&(HEADER_SIZE as u32).to_le_bytes());
         buf[COUNT_AT..COUNT_AT + 8].copy_from_slice(&self.count.to_le_bytes());
         buf[RAW_AT..RAW_AT + 8].copy_from_slice(&self.raw_bytes.to_le_bytes());
@@ -136,7 +147,7 @@ impl Header {
             return Err(Error::corrupt("not a docstore file (bad magic bytes)"));
         }
         let version = u32_at(buf, 8);
-        if version != VERSION {
+        if !(MIN_VERSION..=VERSION).contains(&version) {
             return Err(Error::UnsupportedVersion {
                 found: version,
                 supported: VERSION,
@@ -157,6 +168,7 @@ impl Header {
             return Err(Error::corrupt("unexpected header layout"));
         }
         let mut header = Header {
+            version,
             count: u64_at(buf, COUNT_AT),
             raw_bytes: u64_at(buf, RAW_AT),
             level: buf[LEVEL_AT],
@@ -276,6 +288,7 @@ mod tests {
 
     fn header() -> Header {
         let mut h = Header {
+            version: VERSION,
             count: 3,
             raw_bytes: 99,
             level: 9,
@@ -333,10 +346,15 @@ mod tests {
     #[test]
     fn newer_version_is_reported_as_such() {
         let mut bytes = header().encode();
-        bytes[8] = 2;
+        bytes[8] = 3;
         assert!(matches!(
             Header::decode(&bytes, 10_000),
-            Err(Error::UnsupportedVersion { found: 2, .. })
+            Err(Error::UnsupportedVersion { found: 3, .. })
+        ));
+        bytes[8] = 0;
+        assert!(matches!(
+            Header::decode(&bytes, 10_000),
+            Err(Error::UnsupportedVersion { found: 0, .. })
         ));
     }
 }

@@ -2,6 +2,7 @@
 //! fields, a sorted key index and O(1) access by position. No Python here: the bindings in
 //! `rust/python` are a thin layer over this crate. The on-disk format is in docs/format.md.
 
+pub mod check;
 pub mod codec;
 mod dictionary;
 mod encoder;

@@ -1,7 +1,10 @@
 //! Read access to a store: constant-time open, binary search over the mapped key index,
 //! O(1) access by position. Every offset read from the file is bounds-checked, so a corrupt
-//! file yields `Error::Corrupt`, never a crash.
+//! file yields `Error::Corrupt`, never a crash. In a format v2 store every document read is
+//! proved to be the one asked for (`check`), and so is every position and every absence a
+//! lookup reports (`confirm_absent`, `confirmed_rank`).
 
+use crate::check;
 use crate::codec;
 use crate::error::{Error, Result};
 use crate::format::{
@@ -18,6 +21,7 @@ use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::fs::File;
 use std::ops::Range;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -160,12 +164,29 @@ impl Store<Mmap> {
 
     /// Like `open`, reading documents as `access` says (the index is always mapped).
     pub fn open_with(path: impl AsRef<Path>, access: DataAccess) -> Result<Store<Mmap>> {
-        let file = File::open(path.as_ref())?;
-        if file.metadata()?.is_dir() {
-            return Err(Error::Io(std::io::Error::other(format!(
-                "{} is a directory",
-                path.as_ref().display()
-            ))));
+        // Opening a FIFO for reading blocks until a writer comes: look before opening.
+        let kind = std::fs::metadata(path.as_ref())?.file_type();
+        if !kind.is_file() {
+            let what = if kind.is_dir() {
+                "a directory"
+            } else {
+                "not a regular file (a FIFO, socket or device)"
+            };
+            return Err(Error::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{} is {what}", path.as_ref().display()),
+            )));
+        }
+        let file = File::options()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path.as_ref())?;
+        if !file.metadata()?.is_file() {
+            // Replaced by something else between the two looks.
+            return Err(Error::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{} is not a regular file", path.as_ref().display()),
+            )));
         }
         if file.metadata()?.len() < HEADER_SIZE as u64 {
             // mmap of an empty file fails; report what it is instead.
@@ -287,6 +308,11 @@ impl<B: AsRef<[u8]>> Store<B> {
         &self.header
     }
 
+    /// Whether every document read is checked against its key (format v2 and later).
+    pub fn checked(&self) -> bool {
+        self.header.checked()
+    }
+
     /// Identifies the store's contents: its header checksum (see `format::header_checksum`).
     pub fn fingerprint(&self) -> u64 {
         crate::format::header_checksum(self.buf.as_ref())
@@ -329,20 +355,100 @@ impl<B: AsRef<[u8]>> Store<B> {
         self.slice_at(Section::KeyOffsets, Section::Keys, rank)
     }
 
-    /// The position of `key`: a binary search over the compact prefix array finds the first
-    /// candidate, whole keys settle ties.
+    /// The position of `key`. In a checked store the answer is confirmed (see `confirmed`):
+    /// a damaged index raises rather than give another document's position.
     pub fn position(&self, key: &[u8]) -> Result<Option<u64>> {
-        let Some(target) = self.target(key) else {
-            return Ok(None);
+        self.rank_of(key)?
+            .map(|rank| self.confirmed(key, rank))
+            .transpose()
+    }
+
+    /// The position the key index gives for `key`, not confirmed: for a lookup that then reads
+    /// the document, whose check proves it is `key`'s (`with_record_of`).
+    pub fn locate(&self, key: &[u8]) -> Result<Option<u64>> {
+        self.rank_of(key)?
+            .map(|rank| self.position_of_rank(rank))
+            .transpose()
+    }
+
+    /// The rank of `key`: a binary search over the compact prefix array finds the first
+    /// candidate, whole keys settle ties. A miss is confirmed in a checked store.
+    fn rank_of(&self, key: &[u8]) -> Result<Option<u64>> {
+        let found = match self.target(key) {
+            Some(target) => {
+                let start = self.block_of(target) * KEY_BLOCK;
+                let end = (start + KEY_BLOCK).min(self.len());
+                let index = self.section(Section::KeyIndex);
+                self.settle(
+                    key,
+                    target,
+                    lower_bound(index, KEY_ENTRY, start..end, target),
+                )?
+            }
+            None => None,
         };
-        let start = self.block_of(target) * KEY_BLOCK;
-        let end = (start + KEY_BLOCK).min(self.len());
-        let index = self.section(Section::KeyIndex);
-        self.settle(
-            key,
-            target,
-            lower_bound(index, KEY_ENTRY, start..end, target),
-        )
+        if found.is_none() {
+            self.confirm_absent(key)?;
+        }
+        Ok(found)
+    }
+
+    /// The position of the document whose key has `rank`, range-checked.
+    fn position_of_rank(&self, rank: u64) -> Result<u64> {
+        let pos = u64::from(self.entry(rank).position);
+        self.check_position(pos)
+            .map_err(|_| Error::corrupt("key position out of range"))?;
+        Ok(pos)
+    }
+
+    /// The position of `key`, found at `rank` by the key index, once two sections the search did
+    /// not read agree: the key ranks point back at `rank` and the keys section holds `key` there.
+    /// One damaged entry of the index can then not hand out another document's position.
+    fn confirmed(&self, key: &[u8], rank: u64) -> Result<u64> {
+        let pos = self.position_of_rank(rank)?;
+        if self.checked()
+            && (self.index_u32(Section::KeyRanks, pos) != rank || self.key_of_rank(rank)? != key)
+        {
+            return Err(Error::corrupt(format!(
+                "the key index and the keys disagree on {:?}: the store is damaged (run verify())",
+                String::from_utf8_lossy(key)
+            )));
+        }
+        Ok(pos)
+    }
+
+    /// In a checked store, proves that `key`, which the key index did not find, is absent: a
+    /// binary search over the whole keys (a structure the index search does not depend on) must
+    /// miss it too, and the two keys around where it would be must pass their documents' checks.
+    /// Then no damage to the index can have hidden it. Costs a few microseconds, on misses only.
+    fn confirm_absent(&self, key: &[u8]) -> Result<()> {
+        if !self.checked() || self.is_empty() {
+            return Ok(());
+        }
+        let (mut lo, mut hi) = (0, self.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match self.key_of_rank(mid)?.cmp(key) {
+                Ordering::Less => lo = mid + 1,
+                Ordering::Greater => hi = mid,
+                Ordering::Equal => {
+                    return Err(Error::corrupt(format!(
+                        "the key index misses {:?}, which the keys hold: the store is damaged \
+                         (run verify())",
+                        String::from_utf8_lossy(key)
+                    )))
+                }
+            }
+        }
+        for rank in [lo.checked_sub(1), Some(lo).filter(|&r| r < self.len())]
+            .into_iter()
+            .flatten()
+        {
+            let neighbour = self.key_of_rank(rank)?;
+            let pos = self.position_of_rank(rank)?;
+            self.with_body(pos, Some(neighbour), |_| Ok(()))?;
+        }
+        Ok(())
     }
 
     /// What the search looks for: the 8 bytes of `key` after the common prefix, as in the key
@@ -359,15 +465,37 @@ impl<B: AsRef<[u8]>> Store<B> {
         lower_bound(fences, 8, 0..self.len().div_ceil(KEY_BLOCK), target).saturating_sub(1)
     }
 
-    /// Positions of many keys. The searches advance in lockstep, each prefetching what it reads
-    /// next, so that the cache misses of a group overlap instead of queuing one after another.
+    /// Positions of many keys, confirmed as `position`'s. The searches advance in lockstep, each
+    /// prefetching what it reads next, so that the cache misses of a group overlap instead of
+    /// queuing one after another.
     pub fn positions(&self, keys: &[&[u8]]) -> Result<Vec<Option<u64>>> {
+        let ranks = self.ranks(keys)?;
+        (ranks.into_iter().zip(keys))
+            .map(|(rank, key)| rank.map(|rank| self.confirmed(key, rank)).transpose())
+            .collect()
+    }
+
+    /// Positions of many keys as the key index gives them, not confirmed (see `locate`).
+    pub fn locate_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<u64>>> {
+        let ranks = self.ranks(keys)?;
+        (ranks.into_iter())
+            .map(|rank| rank.map(|rank| self.position_of_rank(rank)).transpose())
+            .collect()
+    }
+
+    /// Ranks of many keys (see `positions`), misses confirmed.
+    fn ranks(&self, keys: &[&[u8]]) -> Result<Vec<Option<u64>>> {
         if self.mapped && keys.len() >= PREFETCH_MIN {
             self.prefetch_index(keys);
         }
         let mut out = vec![None; keys.len()];
         for (keys, out) in keys.chunks(GROUP).zip(out.chunks_mut(GROUP)) {
-            self.positions_into(keys, out)?;
+            self.ranks_into(keys, out)?;
+        }
+        for (key, rank) in keys.iter().zip(&out) {
+            if rank.is_none() {
+                self.confirm_absent(key)?;
+            }
         }
         Ok(out)
     }
@@ -426,10 +554,11 @@ impl<B: AsRef<[u8]>> Store<B> {
         KeyEntry::at(self.section(Section::KeyIndex), rank)
     }
 
-    /// `positions` for at most GROUP keys: the fences say which block (page) of the key index
-    /// can hold a key, a search in that block finds its first candidate, and the entries settle
-    /// it. Only keys longer than the common prefix plus 8 bytes are compared with the keys.
-    fn positions_into(&self, keys: &[&[u8]], out: &mut [Option<u64>]) -> Result<()> {
+    /// `ranks` for at most GROUP keys, misses not confirmed: the fences say which block (page)
+    /// of the key index can hold a key, a search in that block finds its first candidate, and the
+    /// entries settle it. Only keys longer than the common prefix plus 8 bytes are compared with
+    /// the keys.
+    fn ranks_into(&self, keys: &[&[u8]], out: &mut [Option<u64>]) -> Result<()> {
         let n = self.len();
         out.fill(None);
         if n == 0 {
@@ -461,16 +590,11 @@ impl<B: AsRef<[u8]>> Store<B> {
         Ok(())
     }
 
-    /// Finds `key` among the run of entries whose prefix is `target`, starting at rank `lo`.
+    /// Finds `key` among the run of entries whose prefix is `target`, starting at rank `lo`: its
+    /// rank.
     fn settle(&self, key: &[u8], target: u64, lo: u64) -> Result<Option<u64>> {
         let n = self.len();
         let short = self.header.common_prefix as usize + 8;
-        let found = |entry: KeyEntry| {
-            let pos = u64::from(entry.position);
-            self.check_position(pos)
-                .map_err(|_| Error::corrupt("key position out of range"))?;
-            Ok(Some(pos))
-        };
         // Keys that end within the prefix come first in the run, shortest first; for them the
         // prefix and the length are the whole key.
         let mut rank = lo;
@@ -480,7 +604,7 @@ impl<B: AsRef<[u8]>> Store<B> {
                 break;
             }
             if entry.key_len as usize == key.len() {
-                return found(entry);
+                return Ok(Some(rank));
             }
             rank += 1;
         }
@@ -495,10 +619,7 @@ impl<B: AsRef<[u8]>> Store<B> {
             hi = (lo + step).min(n);
             step *= 2;
         }
-        match self.search_keys(key, lo, hi)? {
-            Some(rank) => found(self.entry(rank)),
-            None => Ok(None),
-        }
+        self.search_keys(key, lo, hi)
     }
 
     /// Binary search for `key` among ranks `lo..hi` by whole-key comparison: its rank.
@@ -516,12 +637,16 @@ impl<B: AsRef<[u8]>> Store<B> {
 
     /// The key of the document at `pos`.
     pub fn key_at(&self, pos: u64) -> Result<&str> {
+        std::str::from_utf8(self.key_bytes_at(pos)?).map_err(|_| Error::corrupt("key is not UTF-8"))
+    }
+
+    fn key_bytes_at(&self, pos: u64) -> Result<&[u8]> {
         self.check_position(pos)?;
         let rank = self.index_u32(Section::KeyRanks, pos);
         if rank >= self.len() {
             return Err(Error::corrupt("key rank out of range"));
         }
-        std::str::from_utf8(self.key_of_rank(rank)?).map_err(|_| Error::corrupt("key is not UTF-8"))
+        self.key_of_rank(rank)
     }
 
     /// The stored (compressed) blob of the document at `pos`.
@@ -543,11 +668,50 @@ impl<B: AsRef<[u8]>> Store<B> {
         self.with_record(pos, |raw| Cow::Owned(raw.to_vec()))
     }
 
-    /// Runs `f` on the raw record at `pos`, decoded in a per-thread buffer.
+    /// Runs `f` on the raw record at `pos`, decoded in a per-thread buffer. In a checked store the
+    /// record is checked against the key of `pos` (key ranks and keys: see `with_record_of`).
     pub fn with_record<R>(&self, pos: u64, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        let key = match self.checked() {
+            true => Some(self.key_bytes_at(pos)?),
+            false => None,
+        };
+        self.with_record_at(pos, key, f)
+    }
+
+    /// `with_record` for a lookup by `key` that the key index placed at `pos`: the check proves
+    /// the record is `key`'s, so neither the position nor the key ranks need confirming.
+    pub fn with_record_of<R>(&self, pos: u64, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        self.with_record_at(pos, Some(key).filter(|_| self.checked()), f)
+    }
+
+    fn with_record_at<R>(
+        &self,
+        pos: u64,
+        key: Option<&[u8]>,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R> {
         let dict_id = self.header.section(Section::Dictionary).checksum;
+        self.with_body(pos, key, |body| {
+            codec::decompress_with(body, self.dictionary(), dict_id, f)
+        })
+    }
+
+    /// Runs `f` on the blob at `pos` without its check, once the check holds for `key` (given
+    /// exactly when the store is checked).
+    fn with_body<R>(
+        &self,
+        pos: u64,
+        key: Option<&[u8]>,
+        f: impl FnOnce(&[u8]) -> Result<R>,
+    ) -> Result<R> {
+        fn body<'b>(blob: &'b [u8], key: Option<&[u8]>, pos: u64) -> Result<&'b [u8]> {
+            match key {
+                Some(key) => check::checked_body(blob, key, pos),
+                None => Ok(blob),
+            }
+        }
         let Some(file) = &self.data_file else {
-            return codec::decompress_with(self.blob(pos)?, self.dictionary(), dict_id, f);
+            return f(body(self.blob(pos)?, key, pos)?);
         };
         // The bounds come from the mapped index, checked as for a mapped read; the bytes from
         // the file, never from the mapping.
@@ -558,7 +722,7 @@ impl<B: AsRef<[u8]>> Store<B> {
             buf.resize(blob.len(), 0);
             let result = std::os::unix::fs::FileExt::read_exact_at(file, buf, at)
                 .map_err(Error::from)
-                .and_then(|()| codec::decompress_with(buf, self.dictionary(), dict_id, f));
+                .and_then(|()| f(body(buf, key, pos)?));
             codec::release_if_huge(buf, 0);
             result
         };
@@ -571,15 +735,41 @@ impl<B: AsRef<[u8]>> Store<B> {
     /// Appends the raw records of `positions` to `batch`, prefetching each group's offsets and
     /// blobs before decoding them (see `positions`).
     pub fn read_records(&self, positions: &[u64], batch: &mut RecordBatch) -> Result<()> {
-        if self.mapped && positions.len() >= PREFETCH_MIN {
-            self.prefetch_records(positions);
+        self.read_grouped(
+            positions,
+            |&pos| pos,
+            |&pos| self.with_record(pos, |raw| batch.push(raw)),
+        )
+    }
+
+    /// `read_records` for lookups by key: `(position, key)` pairs, each record checked against
+    /// its key.
+    fn read_found(&self, found: &[(u64, &[u8])], batch: &mut RecordBatch) -> Result<()> {
+        self.read_grouped(
+            found,
+            |&(pos, _)| pos,
+            |&(pos, key)| self.with_record_of(pos, key, |raw| batch.push(raw)),
+        )
+    }
+
+    /// Runs `read` on each item, in groups whose doc offsets and blobs are prefetched first.
+    fn read_grouped<T>(
+        &self,
+        items: &[T],
+        pos_of: impl Fn(&T) -> u64,
+        mut read: impl FnMut(&T) -> Result<()>,
+    ) -> Result<()> {
+        if self.mapped && items.len() >= PREFETCH_MIN {
+            let positions: Vec<u64> = items.iter().map(&pos_of).collect();
+            self.prefetch_records(&positions);
         }
         let offsets = self.section(Section::DocOffsets);
-        for group in positions.chunks(GROUP) {
-            for &pos in group {
-                prefetch(offsets, (pos as usize).saturating_mul(8));
+        for group in items.chunks(GROUP) {
+            for item in group {
+                prefetch(offsets, (pos_of(item) as usize).saturating_mul(8));
             }
-            for &pos in group {
+            for item in group {
+                let pos = pos_of(item);
                 if pos < self.len() && self.data_file.is_none() {
                     prefetch(
                         self.section(Section::Data),
@@ -587,25 +777,40 @@ impl<B: AsRef<[u8]>> Store<B> {
                     );
                 }
             }
-            for &pos in group {
-                self.with_record(pos, |raw| batch.push(raw))?;
+            for item in group {
+                read(item)?;
             }
         }
         Ok(())
     }
 
-    /// Positions of many keys (`None` when absent), their records appended to `batch`.
+    /// Positions of many keys (`None` when absent), their records appended to `batch`, each
+    /// checked against the key it was asked by.
     pub fn read_many(&self, keys: &[&[u8]], batch: &mut RecordBatch) -> Result<Vec<Option<u64>>> {
-        let positions = self.positions(keys)?;
-        let found: Vec<u64> = positions.iter().flatten().copied().collect();
-        self.read_records(&found, batch)?;
+        let positions = self.locate_many(keys)?;
+        let found: Vec<(u64, &[u8])> = (positions.iter().zip(keys))
+            .filter_map(|(pos, &key)| pos.map(|pos| (pos, key)))
+            .collect();
+        self.read_found(&found, batch)?;
         Ok(positions)
+    }
+
+    /// Position of `key` (`None` when absent), its record appended to `batch`, checked against it.
+    pub fn read_one(&self, key: &[u8], batch: &mut RecordBatch) -> Result<Option<u64>> {
+        let pos = self.locate(key)?;
+        if let Some(pos) = pos {
+            self.with_record_of(pos, key, |raw| batch.push(raw))?;
+        }
+        Ok(pos)
     }
 
     /// Position and raw record of `key`, if present.
     pub fn get(&self, key: &[u8]) -> Result<Option<(u64, Cow<'_, [u8]>)>> {
-        match self.position(key)? {
-            Some(pos) => Ok(Some((pos, self.record(pos)?))),
+        match self.locate(key)? {
+            Some(pos) => Ok(Some((
+                pos,
+                self.with_record_of(pos, key, |raw| Cow::Owned(raw.to_vec()))?,
+            ))),
             None => Ok(None),
         }
     }

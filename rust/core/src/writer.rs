@@ -5,11 +5,12 @@
 //! beside the target. Keys are sorted externally (`keysort`). Only a complete, checksummed and
 //! synced file is ever renamed to the target path, so a failure or a kill leaves nothing there.
 
+use crate::check;
 use crate::codec::{self, Compressor};
 use crate::error::{Error, Result};
 use crate::format::{
-    key_prefix, Header, KeyEntry, Section, SectionEntry, ALIGN, HEADER_SIZE, KEY_BLOCK, KEY_ENTRY,
-    KEY_INDEX_ALIGN,
+    self, key_prefix, Header, KeyEntry, Section, SectionEntry, ALIGN, HEADER_SIZE, KEY_BLOCK,
+    KEY_ENTRY, KEY_INDEX_ALIGN,
 };
 use crate::keysort::KeySorter;
 use crate::parallel;
@@ -46,6 +47,8 @@ pub struct WriterOptions {
     /// Memory for keys before a sorted run is spilled to disk.
     pub key_buffer_bytes: usize,
     pub overwrite: bool,
+    /// `format::VERSION` (checked reads) or `format::MIN_VERSION`, for readers older than it.
+    pub format_version: u32,
 }
 
 impl Default for WriterOptions {
@@ -59,6 +62,7 @@ impl Default for WriterOptions {
             batch_bytes: 4 << 20,
             key_buffer_bytes: 64 << 20,
             overwrite: false,
+            format_version: format::VERSION,
         }
     }
 }
@@ -71,11 +75,13 @@ pub struct Summary {
     pub file_bytes: u64,
 }
 
-/// Raw records waiting for compression, concatenated.
+/// Raw records waiting for compression, concatenated, with the seeds of their checks.
 #[derive(Default)]
 struct Batch {
     data: Vec<u8>,
     ends: Vec<usize>,
+    /// `check::key_seed` of each record's key (empty for a format v1 store).
+    seeds: Vec<u64>,
 }
 
 impl Batch {
@@ -84,6 +90,7 @@ impl Batch {
         Batch {
             data: Vec::with_capacity(bytes + bytes / 8),
             ends: Vec::new(),
+            seeds: Vec::new(),
         }
     }
 
@@ -213,6 +220,14 @@ impl Writer {
                 options.batch_bytes
             )));
         }
+        if !(format::MIN_VERSION..=format::VERSION).contains(&options.format_version) {
+            return Err(Error::Schema(format!(
+                "format_version must be {} to {}, got {}",
+                format::MIN_VERSION,
+                format::VERSION,
+                options.format_version
+            )));
+        }
         if options.dict_size > codec::MAX_DICT_SIZE {
             return Err(Error::Schema(format!(
                 "dict_size must be 0 (no dictionary) to {} bytes (all lz4 can reach back), got {}",
@@ -323,6 +338,9 @@ impl Writer {
             return Err(err);
         }
         self.keys.push(key.as_bytes(), self.count as u32)?;
+        if self.options.format_version >= 2 {
+            self.batch.seeds.push(check::key_seed(key.as_bytes()));
+        }
         self.batch.ends.push(self.batch.data.len());
         self.raw_bytes += (self.batch.data.len() - start) as u64;
         self.count += 1;
@@ -474,6 +492,7 @@ impl Writer {
         };
 
         let header = Header {
+            version: self.options.format_version,
             count,
             raw_bytes: self.raw_bytes,
             // -1 (none) is 0xFF.
@@ -617,15 +636,23 @@ fn fill_ranks(ranks: &mut MmapMut, key_index: &Path) -> Result<()> {
 type Chunk = (Vec<u8>, Vec<usize>);
 
 /// Compresses `records` in parallel, in chunks that each fill one buffer (few allocations),
-/// returned in order.
-fn compress_chunks(compressor: &Compressor, records: &[&[u8]]) -> Vec<Chunk> {
+/// returned in order. With `seeds` (one per record, format v2), each blob gets its check.
+fn compress_chunks(compressor: &Compressor, records: &[&[u8]], seeds: &[u64]) -> Vec<Chunk> {
+    const CHUNK: usize = 64;
     records
-        .par_chunks(64)
-        .map(|chunk| {
+        .par_chunks(CHUNK)
+        .enumerate()
+        .map(|(c, chunk)| {
             let mut out = Vec::new();
             let mut ends = Vec::with_capacity(chunk.len());
-            for raw in chunk {
-                compressor.compress(raw, &mut out);
+            let seeds = seeds.get(c * CHUNK..).unwrap_or_default();
+            for (i, raw) in chunk.iter().enumerate() {
+                match seeds.get(i) {
+                    Some(&seed) => {
+                        check::put_checked(seed, &mut out, |out| compressor.compress(raw, out))
+                    }
+                    None => compressor.compress(raw, &mut out),
+                }
                 ends.push(out.len());
             }
             (out, ends)
@@ -696,7 +723,7 @@ fn write_data(
         let records: Vec<&[u8]> = batch.records().collect();
         let mut next = None;
         parallel::pool().in_place_scope(|scope| {
-            scope.spawn(|_| next = Some(compress_chunks(compressor, &records)));
+            scope.spawn(|_| next = Some(compress_chunks(compressor, &records, &batch.seeds)));
             compressed.take().map_or(Ok(()), |chunks| {
                 write_chunks(&mut file, &mut offsets, chunks)
             })

@@ -315,14 +315,14 @@ fn garbage_and_newer_versions_are_clear_errors() {
     let store = dir.path().join("s");
     build(&store, 3, WriterOptions::default());
     let mut bytes = std::fs::read(&store).unwrap();
-    bytes[8] = 2;
+    bytes[8] = 3;
     std::fs::write(&path, &bytes).unwrap();
     let err = Store::open(&path).err().unwrap();
     assert!(matches!(
         err,
         Error::UnsupportedVersion {
-            found: 2,
-            supported: 1
+            found: 3,
+            supported: 2
         }
     ));
     assert!(err.to_string().contains("upgrade"));
@@ -477,4 +477,133 @@ fn lookups_agree_with_a_hash_map_for_keys_that_tie_on_their_prefix() {
             );
         }
     }
+}
+
+/// Format v2's promise: whatever single bit of the file is flipped, a lookup by id or by position,
+/// one or many, returns the right document, the right position, the right absence, or an error;
+/// never another document, another position, or "absent" for a key the store holds.
+#[test]
+fn every_flipped_bit_gives_the_right_answer_or_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let n = 40;
+    build(
+        &path,
+        n,
+        WriterOptions {
+            dict_size: 512,
+            ..Default::default()
+        },
+    );
+    let good = std::fs::read(&path).unwrap();
+    let docs: Vec<(String, Vec<u8>)> = {
+        let store = Store::from_bytes(good.clone()).unwrap();
+        assert!(store.checked());
+        (0..n as u64)
+            .map(|p| {
+                let key = store.key_at(p).unwrap().to_owned();
+                (key, store.record(p).unwrap().into_owned())
+            })
+            .collect()
+    };
+    // Keys just before, between and after the stored ones, with and without the common prefix.
+    let absent: Vec<String> = docs
+        .iter()
+        .map(|(key, _)| format!("{key}x"))
+        .chain(["doc-", "doc-00000", "doc-99999-", "zzz", "a"].map(String::from))
+        .collect();
+    let keys: Vec<&[u8]> = docs.iter().map(|(k, _)| k.as_bytes()).collect();
+    let absent_keys: Vec<&[u8]> = absent.iter().map(|k| k.as_bytes()).collect();
+    let mut wrong = Vec::new();
+    for i in 0..good.len() {
+        for bit in 0..8 {
+            let mut bad = good.clone();
+            bad[i] ^= 1 << bit;
+            let Ok(store) = Store::from_bytes(bad) else {
+                continue;
+            };
+            let mut fail = |what: String| wrong.push(format!("byte {i} bit {bit}: {what}"));
+            for (p, (key, raw)) in docs.iter().enumerate() {
+                match store.get(key.as_bytes()) {
+                    Ok(Some((pos, got))) if pos == p as u64 && got.as_ref() == raw => {}
+                    Ok(other) => fail(format!("get({key}) = {other:?}")),
+                    Err(_) => {}
+                }
+                match store.position(key.as_bytes()) {
+                    Ok(Some(pos)) if pos == p as u64 => {}
+                    Ok(other) => fail(format!("position({key}) = {other:?}")),
+                    Err(_) => {}
+                }
+                let by_position = store.key_at(p as u64).and_then(|k| {
+                    let k = k.to_owned();
+                    store.record(p as u64).map(|r| (k, r.into_owned()))
+                });
+                match by_position {
+                    Ok((k, got)) if got == *raw && &k == key => {}
+                    Ok((k, _)) => fail(format!("record({p}) of {k}, not the stored one")),
+                    Err(_) => {}
+                }
+            }
+            match store.positions(&keys) {
+                Ok(found) if found == (0..n as u64).map(Some).collect::<Vec<_>>() => {}
+                Ok(found) => fail(format!("positions = {found:?}")),
+                Err(_) => {}
+            }
+            let mut batch = RecordBatch::default();
+            match store.read_many(&keys, &mut batch) {
+                Ok(_) if batch.len() == n && (0..n).all(|j| batch.get(j) == docs[j].1) => {}
+                Ok(_) => fail("read_many returned other records".into()),
+                Err(_) => {}
+            }
+            for key in &absent_keys {
+                match store.position(key) {
+                    Ok(None) | Err(_) => {}
+                    Ok(found) => fail(format!("absent {key:?} found at {found:?}")),
+                }
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} wrong answers: {:#?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(20)]
+    );
+}
+
+/// Stores written as format v1 (before the per-document checks) still open and read.
+#[test]
+fn version_1_stores_still_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v1");
+    build(
+        &path,
+        300,
+        WriterOptions {
+            format_version: 1,
+            ..Default::default()
+        },
+    );
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.header().version, 1);
+    assert!(!store.checked());
+    check_all(&store, 300);
+    store.verify().unwrap();
+    let v2 = dir.path().join("v2");
+    build(&v2, 300, WriterOptions::default());
+    // Four bytes of check per document, nothing else.
+    let data = |p: &Path| {
+        let store = Store::open(p).unwrap();
+        store.header().section(docstore_core::format::Section::Data).len
+    };
+    assert_eq!(data(&v2) - data(&path), 300 * 4);
+    assert!(Writer::create(
+        dir.path().join("v3"),
+        schema(),
+        WriterOptions {
+            format_version: 3,
+            ..Default::default()
+        }
+    )
+    .is_err());
 }
