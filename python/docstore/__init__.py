@@ -14,7 +14,7 @@ from . import errors
 from ._doc import Doc
 from ._docstore import FORMAT_VERSION, get_num_threads, set_num_threads
 from ._store import DocStore, open
-from ._writer import Writer, build
+from ._writer import Writer, build, upgrade
 from .errors import *  # noqa: F403 - the exception classes, listed in errors.__all__
 
 __version__ = "0.1.0"
@@ -45,6 +45,7 @@ __all__ = [
     "Writer",
     "__version__",
     "build",
+    "upgrade",
     "get_num_threads",
     "open",
     "set_num_threads",

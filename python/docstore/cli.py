@@ -1,4 +1,4 @@
-"""The ``docstore`` command line: build, info, get, verify, export, demo."""
+"""The ``docstore`` command line: build, info, get, verify, export, upgrade, demo."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from . import DocstoreError, Writer
+from . import DocstoreError, Writer, upgrade
 from . import open as open_store
-from ._docstore import DEFAULT_LEVEL
+from ._docstore import DEFAULT_LEVEL, FORMAT_VERSION
 from ._writer import ARRAY_DTYPES, infer_type
 from .errors import FieldTypeError, InvalidKeyError, SchemaError
 
@@ -470,6 +470,22 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_upgrade(args: argparse.Namespace) -> int:
+    store = open_store(args.store)
+    version = store.info()["format_version"]
+    store.close()
+    if version >= FORMAT_VERSION and args.output is None:
+        print(f"{args.store} is already format {version}: nothing to do")
+        return 0
+    start = time.perf_counter()
+    new = upgrade(args.store, args.output, overwrite=args.overwrite) if args.output else upgrade(args.store)
+    print(
+        f"{args.output or args.store}: format {version} -> {new.info()['format_version']} "
+        f"({len(new):,} docs, verified and rewritten in {time.perf_counter() - start:.2f}s)"
+    )
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     store = open_store(args.store)
     # Every check before the output is opened: opening it truncates it.
@@ -557,6 +573,15 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="write to a file instead of stdout")
     p.add_argument("--id-field", default="doc_id", help="name of the id in each record (default: doc_id)")
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser(
+        "upgrade",
+        help="rewrite a store in the current format (version 2: every read checked), after verifying it",
+    )
+    p.add_argument("store")
+    p.add_argument("output", nargs="?", help="where to write it (default: replace STORE atomically)")
+    p.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
+    p.set_defaults(func=cmd_upgrade)
 
     p = sub.add_parser("demo", help="build a sample corpus and compare lookups with a dict and ir_datasets")
     p.add_argument("--docs", type=_positive, default=200_000, help="documents in the sample corpus")
