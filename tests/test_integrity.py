@@ -204,7 +204,8 @@ def test_a_fifo_is_refused_at_once_not_waited_on(tmp_path):
     os.mkfifo(fifo)
     # In a child with a deadline: the bug was a hang, which must fail this test, not stall it.
     proc = run_python(
-        f"import docstore\ntry:\n    docstore.open({str(fifo)!r})\nexcept OSError as e:\n    print('refused:', e)",
+        f"import docstore\ntry:\n    docstore.open({str(fifo)!r})\n"
+        "except OSError as e:\n    print('refused:', e)",
         timeout=60,
     )
     assert proc.returncode == 0, proc.stderr

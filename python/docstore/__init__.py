@@ -45,9 +45,9 @@ __all__ = [
     "Writer",
     "__version__",
     "build",
-    "upgrade",
     "get_num_threads",
     "open",
     "set_num_threads",
+    "upgrade",
 ]
 __all__ += errors.__all__  # the form type checkers follow
