@@ -247,12 +247,16 @@ def test_str_with_its_widest_character_anywhere_comes_back_equal(tmp_path):
     assert [store[i].text for i in ids] == texts
 
 
-def test_str_field_that_is_not_utf8_raises_corrupt_store_error_on_every_read(tmp_path):
-    # Damage inside a document (found by verify(), which reads the data checksum, but not by
-    # lookups) must surface as CorruptStoreError, never as a wrong or malformed str.
+@pytest.mark.parametrize(("format_version", "caught_by"), [(1, "not UTF-8"), (2, "fails its check")])
+def test_str_field_that_is_not_utf8_raises_corrupt_store_error_on_every_read(
+    tmp_path, format_version, caught_by
+):
+    # Damage inside a document must surface as CorruptStoreError, never as a wrong or malformed
+    # str: in format 2 the document's check catches it first, in format 1 (no checks) the UTF-8
+    # validation of the record does.
     docs = {f"d{i}": {"text": f"doc{i}-" + "é" * (i % 2) + "Zq9xK" * (i == 7)} for i in range(300)}
     path = tmp_path / "damaged.docstore"
-    write_store(path, docs, fields={"text": "str"}, dict_size=0).close()
+    write_store(path, docs, fields={"text": "str"}, dict_size=0, format_version=format_version).close()
     data = bytearray(path.read_bytes())
     at = data.find(b"Zq9xK")  # stored as is: too short to compress without a dictionary
     assert at > 0 and data.count(b"Zq9xK") == 1
@@ -266,7 +270,7 @@ def test_str_field_that_is_not_utf8_raises_corrupt_store_error_on_every_read(tmp
             lambda: store.take([7]),
             lambda: store.at(7, field="text"),
         ):
-            with pytest.raises(docstore.CorruptStoreError, match="not UTF-8"):
+            with pytest.raises(docstore.CorruptStoreError, match=caught_by):
                 read()
         assert store.get("d6", field="text") == docs["d6"]["text"]
         with pytest.raises(docstore.CorruptStoreError):
@@ -358,7 +362,8 @@ def test_fields_info_and_repr(store, oracle):
     assert info["stored_bytes"] > 0 and info["raw_bytes"] > 0
     assert info["ratio"] == pytest.approx(info["stored_bytes"] / info["raw_bytes"])
     assert info["codec"].startswith(f"lz4-hc level {docstore._docstore.DEFAULT_LEVEL} + ")
-    assert info["format_version"] == docstore.FORMAT_VERSION == 1
+    assert info["format_version"] == docstore.FORMAT_VERSION == 2
+    assert info["checked_reads"] is True
     assert str(len(oracle)) in repr(store)
     store.verify()
 
@@ -484,10 +489,10 @@ def test_open_errors_are_clear(tmp_path):
 
 def test_newer_format_version_is_rejected_with_a_clear_error(tmp_path, store_path):
     data = bytearray(Path(store_path).read_bytes())
-    data[8] = 2
+    data[8] = 3
     newer = tmp_path / "newer"
     newer.write_bytes(bytes(data))
-    with pytest.raises(docstore.UnsupportedVersionError, match="version 2 is not supported"):
+    with pytest.raises(docstore.UnsupportedVersionError, match="version 3 is not supported .* 1 to 2"):
         docstore.open(newer)
     data[8] = 0
     newer.write_bytes(bytes(data))
