@@ -524,3 +524,20 @@ def test_thread_count_from_the_environment(value, warns):
     assert ("is not a number of threads" in run.stderr) == warns
     if value in ("3", "+3"):  # read as the core reads it
         assert run.stdout.strip() == "3"
+
+
+def test_repeated_ids_and_positions_are_decoded_once_and_shared(store, oracle):
+    ids = list(oracle)[:50]
+    many = [ids[i % 7] for i in range(300_000)] + ids  # the parallel path, mostly repeats
+    got = store.get_many(many, field="text")
+    assert list(got) == ids[:7] + ids[7:]  # first-seen order, as a dict of the repeats keeps
+    assert got == {i: oracle[i]["text"] for i in ids}
+    positions = [i % 5 for i in range(200_000)] + [9, 3]
+    docs = store.take(positions)
+    assert len(docs) == len(positions)
+    # One Doc per distinct position: each repeat is the same object, not another decode.
+    assert docs[0] is docs[5] is docs[199_995] and docs[-1] is docs[3]
+    assert len({id(d) for d in docs}) == 6
+    expected = store.take([0, 1, 2, 3, 4, 9])
+    assert [d.doc_id for d in docs[:5]] + [docs[-2].doc_id] == [d.doc_id for d in expected]
+    assert store.take([2, 2], field="text") == [oracle[store.keys_range(2, 3)[0]]["text"]] * 2

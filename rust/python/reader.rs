@@ -10,6 +10,7 @@ use crate::scratch::{Batches, Decoded};
 use crate::text::{RecordTexts, Wants};
 use arc_swap::ArcSwapOption;
 use docstore_core::record;
+use docstore_core::repeats::{distinct, distinct_keys};
 use docstore_core::Mmap;
 use docstore_core::{DataAccess, Store};
 use numpy::PyArray1;
@@ -379,6 +380,16 @@ impl Reader {
             .iter()
             .map(|k| k.to_str().map_or(&b""[..], str::as_bytes))
             .collect();
+        // A repeated id is a repeated dict key: read each distinct id once, in first-seen order
+        // (the order a dict keeps).
+        let (keys, objects): (Vec<&[u8]>, Vec<&Bound<'py, PyString>>) = match distinct_keys(&keys) {
+            Some(d) => d
+                .firsts
+                .iter()
+                .map(|&row| (keys[row], &objects[row]))
+                .unzip(),
+            None => (keys, objects.iter().collect()),
+        };
         guard(py, || {
             let mut batches = Batches::take();
             let out = PyDict::new(py);
@@ -396,7 +407,7 @@ impl Reader {
                             py,
                             &store,
                             &select,
-                            || Ok(object.clone().into_any()),
+                            || Ok((*object).clone().into_any()),
                             decoded.records.get(i),
                             decoded.texts.record(i),
                         )?;
@@ -449,10 +460,15 @@ impl Reader {
         let store = self.store(py)?;
         let select = self.select(py, field, fields)?;
         let positions = positions_arg(positions)?;
-        let positions = positions
+        let mut positions = positions
             .into_iter()
             .map(|i| Self::resolve_position(&store, i))
             .collect::<PyResult<Vec<u64>>>()?;
+        // Each distinct position is read and decoded once; its repeats share the object made.
+        let shared = distinct(&positions, |&p| p.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        if let Some(d) = &shared {
+            positions = d.firsts.iter().map(|&row| positions[row]).collect();
+        }
         guard(py, || {
             let mut batches = Batches::take();
             let mut items = Vec::with_capacity(positions.len());
@@ -471,7 +487,10 @@ impl Reader {
                 }
                 Ok(())
             })?;
-            PyList::new(py, items)
+            match shared {
+                Some(d) => PyList::new(py, d.of_row.iter().map(|&i| &items[i])),
+                None => PyList::new(py, items),
+            }
         })
     }
 
