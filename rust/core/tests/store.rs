@@ -594,7 +594,10 @@ fn version_1_stores_still_read() {
     // Four bytes of check per document, nothing else.
     let data = |p: &Path| {
         let store = Store::open(p).unwrap();
-        store.header().section(docstore_core::format::Section::Data).len
+        store
+            .header()
+            .section(docstore_core::format::Section::Data)
+            .len
     };
     assert_eq!(data(&v2) - data(&path), 300 * 4);
     assert!(Writer::create(
