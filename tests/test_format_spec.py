@@ -8,22 +8,20 @@ docstore itself returns, so these tests prove that the format document is true. 
 from __future__ import annotations
 
 import bisect
+import keyword
 import math
 import random
 import re
 import struct
+import typing
 from pathlib import Path
 
 import lz4.block
 import numpy as np
 import pytest
+import xxhash  # xxh3-64 (§1): checksums and, in version 2, the document checks (§6.3)
 
 import docstore
-
-try:  # xxh3-64 checksums (§1); without the package the checksum comparisons are skipped.
-    import xxhash
-except ImportError:  # pragma: no cover
-    xxhash = None
 
 FORMAT_MD = Path(__file__).resolve().parent.parent / "docs" / "format.md"
 
@@ -69,8 +67,13 @@ class SpecUnsupportedVersion(SpecError):
     pass
 
 
-def xxh3(data: bytes) -> int | None:
-    return xxhash.xxh3_64_intdigest(data) if xxhash is not None else None
+def xxh3(data: bytes) -> int:
+    return xxhash.xxh3_64_intdigest(data)
+
+
+def document_check(key: bytes, body: bytes) -> int:
+    """§6.3: the low 32 bits of xxh3-64 of the key XOR xxh3-64 of the body."""
+    return (xxh3(key) ^ xxh3(body)) & 0xFFFFFFFF
 
 
 def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -106,20 +109,24 @@ def lz4_block_decode(payload: bytes, raw_len: int, dictionary: bytes) -> bytes:
     out = bytearray(dictionary)
     i, n = 0, len(payload)
 
-    def length(value: int) -> int:
+    def next_byte() -> int:
         nonlocal i
+        if i >= n:
+            raise SpecError("lz4 block ends inside a sequence")
+        i += 1
+        return payload[i - 1]
+
+    def length(value: int) -> int:
         if value == 15:
             while True:
-                byte = payload[i]
-                i += 1
+                byte = next_byte()
                 value += byte
                 if byte != 255:
                     break
         return value
 
     while True:
-        token = payload[i]
-        i += 1
+        token = next_byte()
         literals = length(token >> 4)
         if i + literals > n:
             raise SpecError("literals run past the block")
@@ -127,11 +134,12 @@ def lz4_block_decode(payload: bytes, raw_len: int, dictionary: bytes) -> bytes:
         i += literals
         if i == n:
             break
-        offset = payload[i] | payload[i + 1] << 8
-        i += 2
+        offset = next_byte() | next_byte() << 8
         if offset == 0 or offset > len(out):
             raise SpecError("bad match offset")
         match = length(token & 15) + 4
+        if len(out) + match - len(dictionary) > raw_len:
+            raise SpecError("lz4 block decodes to more than its raw length")
         start = len(out) - offset
         if offset >= match:
             out += out[start : start + match]
@@ -145,16 +153,20 @@ def lz4_block_decode(payload: bytes, raw_len: int, dictionary: bytes) -> bytes:
 
 
 class SpecStore:
-    """A reader of format v1 built only from docs/format.md."""
+    """A reader of format versions 1 and 2 built only from docs/format.md.
+
+    Every rule it applies raises SpecError when broken (SpecUnsupportedVersion for a version other
+    than 1 and 2, §10), whatever the bytes: it is also run on damaged stores.
+    """
 
     def __init__(self, buf: bytes, *, check_checksums: bool = True) -> None:
         self.buf = buf
         # §8 open() checks, in the documented order.
         if len(buf) < 12 or buf[:8] != b"DOCSTORE":
             raise SpecError("bad magic")
-        (version,) = struct.unpack_from("<I", buf, 8)
-        if version != 1:
-            raise SpecUnsupportedVersion(version)
+        (self.version,) = struct.unpack_from("<I", buf, 8)
+        if self.version not in (1, 2):  # §10: before the length, the checksum and the layout
+            raise SpecUnsupportedVersion(self.version)
         if len(buf) < HEADER_SIZE:
             raise SpecError("truncated header")
         (
@@ -168,7 +180,7 @@ class SpecStore:
             self.common_prefix,
         ) = HEADER.unpack_from(buf, 0)
         (self.header_checksum,) = struct.unpack_from("<Q", buf, CHECKSUM_AT)
-        if check_checksums and xxhash is not None and xxh3(buf[:CHECKSUM_AT]) != self.header_checksum:
+        if check_checksums and xxh3(buf[:CHECKSUM_AT]) != self.header_checksum:
             raise SpecError("header checksum mismatch")
         if header_size != HEADER_SIZE or section_count != 9:
             raise SpecError("unexpected header layout")
@@ -182,7 +194,7 @@ class SpecStore:
         self.sections = {
             name: buf[offset : offset + length] for name, (offset, length, _) in zip(SECTIONS, self.entries)
         }
-        if check_checksums and xxhash is not None:
+        if check_checksums:
             for name in ("schema", "dictionary"):
                 if xxh3(self.sections[name]) != self.checksum(name):
                     raise SpecError(f"{name} checksum mismatch")
@@ -212,23 +224,43 @@ class SpecStore:
             self.sections["keys"]
         ):
             raise SpecError("index does not match its data")
+        if n > 0 and len(self.key_of_rank(0)) < self.common_prefix:  # bounds-checked by key_of_rank
+            raise SpecError("common key prefix longer than the first key")
         self.dictionary = self.sections["dictionary"]
+
+    @property
+    def checked(self) -> bool:
+        """Version 2 blobs carry document checks (§6.3) that every lookup verifies (§7.4)."""
+        return self.version >= 2
 
     def checksum(self, name: str) -> int:
         return self.entries[SECTIONS.index(name)][2]
 
     @staticmethod
     def _parse_schema(buf: bytes) -> list[tuple[str, int]]:
-        """§4.1."""
-        (count,) = struct.unpack_from("<H", buf, 0)
-        pos, fields = 2, []
-        for _ in range(count):
-            code, name_len = struct.unpack_from("<BH", buf, pos)
-            pos += 3
-            if code not in SCALAR_TYPES and code not in ARRAY_TYPES:
-                raise SpecError(f"unknown field type code {code}")
-            fields.append((buf[pos : pos + name_len].decode("utf-8"), code))
-            pos += name_len
+        """§4.1, with the field name rules."""
+        try:
+            (count,) = struct.unpack_from("<H", buf, 0)
+            pos, fields = 2, []
+            for _ in range(count):
+                code, name_len = struct.unpack_from("<BH", buf, pos)
+                pos += 3
+                if code not in SCALAR_TYPES and code not in ARRAY_TYPES:
+                    raise SpecError(f"unknown field type code {code}")
+                if pos + name_len > len(buf):
+                    raise SpecError("truncated schema")
+                name = buf[pos : pos + name_len].decode("ascii")
+                pos += name_len
+                if (
+                    not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,254}", name)
+                    or keyword.iskeyword(name)
+                    or name == "doc_id"
+                    or name in dict(fields)
+                ):
+                    raise SpecError(f"bad schema: field name {name!r}")
+                fields.append((name, code))
+        except (struct.error, UnicodeDecodeError) as e:
+            raise SpecError(f"truncated schema or bad field name: {e}") from None
         if pos != len(buf):
             raise SpecError("trailing bytes after schema")
         return fields
@@ -239,40 +271,90 @@ class SpecStore:
             for name, code in self.fields
         }
 
-    # §7.2 by position
+    # §7.2 by position; every slice bounds-checked (§8 "Each lookup")
     def key_of_rank(self, rank: int) -> bytes:
-        return self.sections["keys"][self.key_offsets[rank] : self.key_offsets[rank + 1]]
+        if not 0 <= rank < self.count:
+            raise SpecError("key rank out of range")
+        start, end = self.key_offsets[rank], self.key_offsets[rank + 1]
+        if not start <= end <= len(self.sections["keys"]):
+            raise SpecError("key offsets out of bounds")
+        return self.sections["keys"][start:end]
+
+    def position_of_rank(self, rank: int) -> int:
+        """§4.7: the position held by key index entry `rank`."""
+        pos = self.key_positions[rank]
+        if pos >= self.count:
+            raise SpecError("key index position out of range")
+        return pos
+
+    def key_bytes_at(self, pos: int) -> bytes:
+        if not 0 <= pos < self.count:
+            raise IndexError(pos)
+        rank = self.key_ranks[pos]
+        if rank >= self.count:
+            raise SpecError("key rank out of range")
+        return self.key_of_rank(rank)
 
     def key_at(self, pos: int) -> str:
-        return self.key_of_rank(self.key_ranks[pos]).decode("utf-8")
+        try:
+            return self.key_bytes_at(pos).decode("utf-8")
+        except UnicodeDecodeError:
+            raise SpecError("non-UTF-8 key") from None
 
     def blob(self, pos: int) -> bytes:
-        return self.sections["data"][self.doc_offsets[pos] : self.doc_offsets[pos + 1]]
+        """§4.4: the whole blob, its check included (version 2)."""
+        if not 0 <= pos < self.count:
+            raise IndexError(pos)
+        start, end = self.doc_offsets[pos], self.doc_offsets[pos + 1]
+        if not start <= end <= len(self.sections["data"]):
+            raise SpecError("doc offsets out of bounds")
+        return self.sections["data"][start:end]
 
-    def blob_header(self, pos: int) -> tuple[int, bool, bytes]:
-        """§6.1: (raw_len, compressed, payload)."""
+    def body(self, pos: int, key: bytes | None = None) -> bytes:
+        """§6.1 and §6.3: the blob after its check, once the check holds for `key`.
+
+        `key` is the key the lookup was asked for (§7.4: by id, the query; by position, the key of
+        that position, the default).
+        """
         blob = self.blob(pos)
-        header, start = read_varint(blob, 0)
-        return header >> 1, bool(header & 1), blob[start:]
+        if not self.checked:
+            return blob
+        if len(blob) < 5:
+            raise SpecError("blob shorter than a check and a header")
+        if key is None:
+            key = self.key_bytes_at(pos)
+        (check,) = struct.unpack_from("<I", blob, 0)
+        if document_check(key, blob[4:]) != check:
+            raise SpecError("document check mismatch")
+        return blob[4:]
 
-    def raw_record(self, pos: int) -> bytes:
-        raw_len, compressed, payload = self.blob_header(pos)
+    def blob_header(self, pos: int, key: bytes | None = None) -> tuple[int, bool, bytes]:
+        """§6.1: (raw_len, compressed, payload) of the body."""
+        body = self.body(pos, key)
+        header, start = read_varint(body, 0)
+        return header >> 1, bool(header & 1), body[start:]
+
+    def raw_record(self, pos: int, key: bytes | None = None) -> bytes:
+        raw_len, compressed, payload = self.blob_header(pos, key)
         if not compressed:
             if len(payload) != raw_len:
                 raise SpecError("stored record length does not match its header")
             return payload
         if raw_len > MAX_COMPRESSED_RAW_LEN or raw_len > (len(payload) + 16) * 255:
             raise SpecError("compressed record claims an impossible length")
-        raw = lz4.block.decompress(payload, uncompressed_size=raw_len, dict=self.dictionary)
+        try:
+            raw = lz4.block.decompress(payload, uncompressed_size=raw_len, dict=self.dictionary)
+        except lz4.block.LZ4BlockError:
+            raise SpecError("lz4 block does not decode") from None
         if len(raw) != raw_len:
             raise SpecError("lz4 block decodes to the wrong length")
         # The hand-written decoder of §6.2 must agree with liblz4.
         assert lz4_block_decode(payload, raw_len, self.dictionary) == raw
         return raw
 
-    def record(self, pos: int) -> dict[str, object]:
-        """§5."""
-        raw = self.raw_record(pos)
+    def record(self, pos: int, key: bytes | None = None) -> dict[str, object]:
+        """§5: the fields of the document at `pos` (its check verified against `key`, §7.4)."""
+        raw = self.raw_record(pos, key)
         at, values = 0, {}
 
         def take(n: int) -> bytes:
@@ -286,7 +368,10 @@ class SpecStore:
             if code in (1, 2):
                 n, at = read_varint(raw, at)
                 data = take(n)
-                values[name] = data.decode("utf-8") if code == 1 else data
+                try:
+                    values[name] = data.decode("utf-8") if code == 1 else data
+                except UnicodeDecodeError:
+                    raise SpecError("non-UTF-8 str field") from None
             elif code == 3:
                 u, at = read_varint(raw, at)
                 values[name] = unzigzag(u)
@@ -302,9 +387,15 @@ class SpecStore:
             raise SpecError("trailing bytes after the last field of a record")
         return values
 
+    def at(self, pos: int) -> tuple[str, dict[str, object]]:
+        """§7.2 and §7.4: the key and the fields of the document at `pos`."""
+        key = self.key_at(pos)
+        return key, self.record(pos, key.encode("utf-8"))
+
     # §7.1 by key
-    def position(self, key: str) -> int | None:
-        q, n, c = key.encode("utf-8"), self.count, self.common_prefix
+    def find_rank(self, q: bytes) -> int | None:
+        """§7.1 steps 1-7: the rank of `q` as the key index finds it, or None ("absent")."""
+        n, c = self.count, self.common_prefix
         if n == 0:
             return None
         if len(q) < c or q[:c] != self.key_of_rank(0)[:c]:
@@ -315,28 +406,66 @@ class SpecStore:
         block = max(bisect.bisect_left(self.fences, target) - 1, 0)
         start = block * KEY_BLOCK
         lo = bisect.bisect_left(self.prefixes, target, start, min(start + KEY_BLOCK, n))
-        assert lo == bisect.bisect_left(self.prefixes, target), "the fences point to the wrong block"
         # Keys of at most c + 8 bytes come first in the run, shortest first: prefix and length
         # are the whole key.
         while lo < n and self.prefixes[lo] == target and self.key_lens[lo] <= c + 8:
             if self.key_lens[lo] == len(q):
-                return self.key_positions[lo]
+                return lo
             lo += 1
         if len(q) <= c + 8:
             return None
         hi = lo
         while hi < n and self.prefixes[hi] == target:
             hi += 1
-        while lo < hi:  # binary search by whole keys
+        rank, found = self.search_keys(q, lo, hi)
+        return rank if found else None
+
+    def search_keys(self, q: bytes, lo: int = 0, hi: int | None = None) -> tuple[int, bool]:
+        """Binary search over whole keys (§4.5, §4.6) of ranks lo..hi-1, stopping at the first key
+        equal to `q`: (its rank, True), or (the rank where `q` would be, False)."""
+        hi = self.count if hi is None else hi
+        while lo < hi:
             mid = (lo + hi) // 2
-            k = self.key_of_rank(mid)
-            if k < q:
+            key = self.key_of_rank(mid)
+            if key < q:
                 lo = mid + 1
-            elif k > q:
+            elif key > q:
                 hi = mid
             else:
-                return self.key_positions[mid]
-        return None
+                return mid, True
+        return lo, False
+
+    def confirm_absent(self, q: bytes) -> None:
+        """§7.4, an "absent" answer: the whole keys miss `q` too, and its neighbours are intact."""
+        if not self.checked or self.count == 0:
+            return
+        rank, found = self.search_keys(q)
+        if found:
+            raise SpecError("the key index misses a key the keys hold")
+        for r in (rank - 1, rank):
+            if 0 <= r < self.count:
+                self.body(self.position_of_rank(r), self.key_of_rank(r))
+
+    def position(self, key: str) -> int | None:
+        """§7.1 (and the checks of §7.4 in version 2): the position of `key`, or None."""
+        q = key.encode("utf-8")
+        rank = self.find_rank(q)
+        if rank is None:
+            self.confirm_absent(q)
+            return None
+        pos = self.position_of_rank(rank)
+        if self.checked and (self.key_ranks[pos] != rank or self.key_of_rank(rank) != q):
+            raise SpecError("key positions and ranks disagree")
+        return pos
+
+    def get(self, key: str) -> dict[str, object] | None:
+        """§7.1 then §7.2 (and the checks of §7.4 in version 2): the fields of `key`, or None."""
+        q = key.encode("utf-8")
+        rank = self.find_rank(q)
+        if rank is None:
+            self.confirm_absent(q)
+            return None
+        return self.record(self.position_of_rank(rank), q)
 
     # §8 verify()
     def verify(self) -> None:
@@ -347,19 +476,26 @@ class SpecStore:
             covered = offset + length
         if covered != len(self.buf):
             raise SpecError("trailing bytes after the last section")
-        if xxhash is not None:
-            for name in SECTIONS:
-                if xxh3(self.sections[name]) != self.checksum(name):
-                    raise SpecError(f"{name} checksum mismatch")
+        for name in SECTIONS:
+            if xxh3(self.sections[name]) != self.checksum(name):
+                raise SpecError(f"{name} checksum mismatch")
         keys = [self.key_of_rank(r) for r in range(self.count)]
         c = self.common_prefix
         for r, key in enumerate(keys):
             if not key:
                 raise SpecError("empty key")
-            key.decode("utf-8")
+            try:
+                key.decode("utf-8")
+            except UnicodeDecodeError:
+                raise SpecError("non-UTF-8 key") from None
             if r + 1 < len(keys) and key >= keys[r + 1]:
                 raise SpecError("keys are not sorted and unique")
-            if len(key) < c or self.prefixes[r] != key_prefix(key[c:]) or self.key_lens[r] != len(key):
+            if (
+                len(key) < c
+                or key[:c] != keys[0][:c]
+                or self.prefixes[r] != key_prefix(key[c:])
+                or self.key_lens[r] != len(key)
+            ):
                 raise SpecError("key index does not match the keys")
             if r % KEY_BLOCK == 0 and self.fences[r // KEY_BLOCK] != self.prefixes[r]:
                 raise SpecError("key fences do not match the key index")
@@ -367,6 +503,9 @@ class SpecStore:
             if pos >= self.count or self.key_ranks[pos] != r:
                 raise SpecError("key positions and ranks disagree")
         for pos in range(self.count):
+            # In version 2 each blob's check too, against the key of its position: §8's table for
+            # verify() does not list it, but docstore's verify() makes it (the "blob" damage of
+            # test_version2_lookups_check_their_answers, with every checksum recomputed).
             self.record(pos)
 
 
@@ -397,7 +536,7 @@ def same_value(a: object, b: object) -> bool:
     return type(a) is type(b) and a == b
 
 
-def check_against_docstore(path: Path, *, level: int | None = None) -> SpecStore:
+def check_against_docstore(path: Path, *, level: int | None = None, version: int | None = None) -> SpecStore:
     """Parses `path` with the spec reader and compares everything with docstore's answers."""
     buf = path.read_bytes()
     spec = SpecStore(buf)
@@ -408,8 +547,11 @@ def check_against_docstore(path: Path, *, level: int | None = None) -> SpecStore
     # Header (§3) and schema (§4.1).
     assert spec.count == len(store)
     info = store.info()
+    assert spec.version == info["format_version"] == (docstore.FORMAT_VERSION if version is None else version)
+    assert info["checked_reads"] == spec.checked == (spec.version == 2)  # §7.4
     assert spec.raw_bytes == info["raw_bytes"]
     assert len(buf) == info["stored_bytes"]
+    assert spec.header_checksum == store.fingerprint  # §3
     if level is not None:
         assert spec.level == level
     assert spec.type_names() == store.fields
@@ -435,20 +577,32 @@ def check_against_docstore(path: Path, *, level: int | None = None) -> SpecStore
     assert [spec.key_at(p) for p in range(spec.count)] == list(store)
     raw_total = 0
     for pos in range(spec.count):
+        blob = spec.blob(pos)
+        if spec.checked:  # §6.1, §6.3: a u32 check in front of the body, for the key of the position
+            key = spec.key_bytes_at(pos)
+            assert len(blob) >= 5 and blob[:4] == struct.pack("<I", document_check(key, blob[4:]))
+            assert spec.body(pos) == blob[4:]
+        else:
+            assert spec.body(pos) == blob
         raw_total += spec.blob_header(pos)[0]
         doc = store.at(pos)
-        assert doc.doc_id == spec.key_at(pos)
-        values = spec.record(pos)
+        key, values = spec.at(pos)
+        assert doc.doc_id == key
         assert list(values) == list(doc._fields[1:])
         for name, value in values.items():
             assert same_value(value, getattr(doc, name)), (pos, name, value, getattr(doc, name))
     assert raw_total == spec.raw_bytes
 
-    # By key (§7.1), for every key.
+    # By key (§7.1), for every key: the index search, and a binary search over whole keys, which
+    # §7.1 says gives the same answer (the fences and prefixes are only an accelerator).
     for pos in range(spec.count):
         key = spec.key_at(pos)
+        q = key.encode("utf-8")
+        assert spec.find_rank(q) == spec.key_ranks[pos] and spec.search_keys(q) == (spec.key_ranks[pos], True)
         assert spec.position(key) == pos == store.position(key)
-        assert store[key].doc_id == key
+        doc, values = store[key], spec.get(key)
+        assert doc.doc_id == key and list(values) == list(doc._fields[1:])
+        assert all(same_value(v, getattr(doc, name)) for name, v in values.items())
     store.close()
     return spec
 
@@ -458,9 +612,15 @@ def probe_missing(spec: SpecStore, store: docstore.DocStore, candidates: list[st
     for q in candidates:
         expected = store.position(q) if q in store else None
         assert spec.position(q) == expected, q
+        b = q.encode("utf-8")
+        rank, found = spec.search_keys(b)
+        assert spec.find_rank(b) == (rank if found else None), q
+        if expected is None:
+            assert spec.get(q) is None and store.get(q) is None, q
 
 
 def write(path: Path, fields: dict[str, str], docs: list[tuple[str, dict]], **options) -> Path:
+    """Writes a store; `format_version=1` writes version 1, the default is version 2 (§10)."""
     with docstore.Writer(path, fields, **options) as writer:
         for key, values in docs:
             writer.add(key, values)
@@ -469,6 +629,13 @@ def write(path: Path, fields: dict[str, str], docs: list[tuple[str, dict]], **op
 
 # ---------------------------------------------------------------------------------------------
 # Tests
+
+
+@pytest.fixture(params=[2, 1], ids=["v2", "v1"])
+def version(request: pytest.FixtureRequest) -> int:
+    """The format version to write (§10): docstore writes 2 by default and still writes 1."""
+    return request.param
+
 
 ALL_FIELDS = {
     "text": "str",
@@ -511,10 +678,10 @@ def all_types_docs(count: int, seed: int) -> list[tuple[str, dict]]:
 
 
 @pytest.mark.parametrize("level", [0, 9, -1])
-def test_every_field_type(tmp_path: Path, level: int) -> None:
+def test_every_field_type(tmp_path: Path, level: int, version: int) -> None:
     docs = all_types_docs(40, seed=level)
-    path = write(tmp_path / "all.docstore", ALL_FIELDS, docs, level=level)
-    spec = check_against_docstore(path, level=level & 0xFF)  # -1 (none) is 0xFF
+    path = write(tmp_path / "all.docstore", ALL_FIELDS, docs, level=level, format_version=version)
+    spec = check_against_docstore(path, level=level & 0xFF, version=version)  # -1 (none) is 0xFF
     # §4.1: the schema section byte for byte.
     expected = struct.pack("<H", len(ALL_FIELDS))
     codes = {v: k for k, v in SCALAR_TYPES.items()} | {f"{n}[]": c for c, (n, _) in ARRAY_TYPES.items()}
@@ -527,12 +694,12 @@ def test_every_field_type(tmp_path: Path, level: int) -> None:
         probe_missing(spec, store, ["", "doc", "doc-", "zzz", "ключ\x00", "e", "éé", docs[0][0] + "x"])
 
 
-def test_varint_and_zigzag_bytes(tmp_path: Path) -> None:
+def test_varint_and_zigzag_bytes(tmp_path: Path, version: int) -> None:
     """§5: the exact raw record bytes of one document."""
     values = {"n": -3, "m": 300, "big": -(2**63), "x": -0.0, "t": "é", "a": np.array([1, -2], dtype=np.int16)}
     fields = {"n": "int64", "m": "int64", "big": "int64", "x": "float64", "t": "str", "a": "int16[]"}
-    path = write(tmp_path / "v.docstore", fields, [("k", values)], dict_size=0)
-    spec = check_against_docstore(path)
+    path = write(tmp_path / "v.docstore", fields, [("k", values)], dict_size=0, format_version=version)
+    spec = check_against_docstore(path, version=version)
     expected = (
         b"\x05"  # zigzag(-3) = 5
         + b"\xd8\x04"  # zigzag(300) = 600
@@ -548,26 +715,29 @@ def test_varint_and_zigzag_bytes(tmp_path: Path) -> None:
     assert spec.dictionary == b""
 
 
-def test_empty_store(tmp_path: Path) -> None:
-    path = write(tmp_path / "empty.docstore", {"text": "str"}, [])
-    spec = check_against_docstore(path)
+def test_empty_store(tmp_path: Path, version: int) -> None:
+    path = write(tmp_path / "empty.docstore", {"text": "str"}, [], format_version=version)
+    spec = check_against_docstore(path, version=version)
     assert spec.count == 0 and spec.raw_bytes == 0 and spec.common_prefix == 0
     assert spec.dictionary == b"" and spec.sections["data"] == b""
     assert spec.doc_offsets == (0,) and spec.key_offsets == (0,)
     assert spec.fences == ()
     for name in ("keys", "key index", "key fences", "key ranks"):
         assert spec.sections[name] == b""
-        if xxhash is not None:
-            assert spec.checksum(name) == 0x2D06800538D394C2  # xxh3-64 of b""
+        assert spec.checksum(name) == 0x2D06800538D394C2  # xxh3-64 of b""
     with docstore.open(path) as store:
         probe_missing(spec, store, ["", "a"])
 
 
-def test_zero_fields_give_empty_records(tmp_path: Path) -> None:
-    path = write(tmp_path / "nofields.docstore", {}, [("b", {}), ("a", {}), ("c", {})])
-    spec = check_against_docstore(path)
+def test_zero_fields_give_empty_records(tmp_path: Path, version: int) -> None:
+    path = write(
+        tmp_path / "nofields.docstore", {}, [("b", {}), ("a", {}), ("c", {})], format_version=version
+    )
+    spec = check_against_docstore(path, version=version)
     assert spec.sections["schema"] == b"\x00\x00"
-    assert [spec.blob(p) for p in range(3)] == [b"\x00"] * 3  # §6.1: empty records are stored raw
+    assert [spec.body(p) for p in range(3)] == [b"\x00"] * 3  # §6.1: empty records are stored raw
+    checks = [struct.pack("<I", document_check(k, b"\x00")) for k in (b"b", b"a", b"c")]
+    assert [spec.blob(p) for p in range(3)] == [c + b"\x00" if version == 2 else b"\x00" for c in checks]
     assert spec.key_positions == (1, 0, 2) and spec.key_ranks == (1, 0, 2)
 
 
@@ -593,13 +763,15 @@ KEY_BASE = "https://example.org/collections/documents/2024/"
     ],
     ids=["ties", "prefixes-of-others", "split-utf8", "single", "no-common-prefix", "blocks"],
 )
-def test_keys_sharing_long_prefixes(tmp_path: Path, keys: list[str]) -> None:
+def test_keys_sharing_long_prefixes(tmp_path: Path, keys: list[str], version: int) -> None:
     rng = random.Random(len(keys))
     keys = list(keys)
     rng.shuffle(keys)
     docs = [(k, {"i": i}) for i, k in enumerate(keys)]
-    path = write(tmp_path / "keys.docstore", {"i": "int64"}, docs, key_buffer_bytes=300)
-    spec = check_against_docstore(path)
+    path = write(
+        tmp_path / "keys.docstore", {"i": "int64"}, docs, key_buffer_bytes=300, format_version=version
+    )
+    spec = check_against_docstore(path, version=version)
     encoded = sorted(k.encode() for k in keys)
     assert spec.common_prefix == longest_common_prefix(encoded)
     if len(keys) == 1:
@@ -617,12 +789,12 @@ def test_keys_sharing_long_prefixes(tmp_path: Path, keys: list[str]) -> None:
         probe_missing(spec, store, candidates)
 
 
-def test_incompressible_document_is_stored_raw(tmp_path: Path) -> None:
+def test_incompressible_document_is_stored_raw(tmp_path: Path, version: int) -> None:
     rng = random.Random(7)
     noise = rng.randbytes(4000)
     docs = [("noise", {"data": noise}), ("zeros", {"data": bytes(4000)}), ("empty", {"data": b""})]
-    path = write(tmp_path / "raw.docstore", {"data": "bytes"}, docs, dict_size=0)
-    spec = check_against_docstore(path)
+    path = write(tmp_path / "raw.docstore", {"data": "bytes"}, docs, dict_size=0, format_version=version)
+    spec = check_against_docstore(path, version=version)
     headers = {spec.key_at(p): spec.blob_header(p) for p in range(spec.count)}
     raw_len, compressed, payload = headers["noise"]
     assert not compressed and raw_len == len(payload) == 4000 + 2  # varint(4000) is 2 bytes
@@ -632,7 +804,7 @@ def test_incompressible_document_is_stored_raw(tmp_path: Path) -> None:
     assert headers["empty"] == (1, False, b"\x00")  # the record is varint 0
 
 
-def test_dictionary_is_history_across_batches_and_spilled_keys(tmp_path: Path) -> None:
+def test_dictionary_is_history_across_batches_and_spilled_keys(tmp_path: Path, version: int) -> None:
     words = ["the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "river", "old", "mill"]
     rng = random.Random(3)
     docs = [
@@ -646,8 +818,9 @@ def test_dictionary_is_history_across_batches_and_spilled_keys(tmp_path: Path) -
         batch_bytes=4096,
         key_buffer_bytes=512,
         level=12,
+        format_version=version,
     )
-    spec = check_against_docstore(path, level=12)
+    spec = check_against_docstore(path, level=12, version=version)
     assert 0 < len(spec.dictionary) <= 4096 // 4 + 1024
     flags = [spec.blob_header(p)[1] for p in range(spec.count)]
     assert sum(flags) > spec.count // 2
@@ -692,15 +865,26 @@ def test_worked_example_in_the_document(tmp_path: Path) -> None:
         w.add("doc-a", text="hello world", n=300)
     assert path.read_bytes() == xxd_bytes(dump)
     spec = check_against_docstore(path, level=9)
-    assert (spec.count, spec.raw_bytes, spec.common_prefix, spec.level) == (2, 21, 4, 9)
-    assert spec.header_checksum == 0x5599BB22B4448209
+    assert (spec.version, spec.count, spec.raw_bytes, spec.common_prefix, spec.level) == (2, 2, 21, 4, 9)
+    # §12.1: the header checksum as the document gives it.
+    (header_checksum,) = re.findall(
+        r"^\| 0x1f8-0x1ff \| .* \| header checksum \| `(0x[0-9a-f]{16})`", text, re.M
+    )
+    assert spec.header_checksum == int(header_checksum, 16) == xxh3(path.read_bytes()[:CHECKSUM_AT])
+    # §12.1: the section table as the document tabulates it.
+    rows = re.findall(
+        r"^\| 0x[0-9a-f]{3} \| ([a-z ]+) \| (0x[0-9a-f]+) \| ([0-9]+) \| `(0x[0-9a-f]{16})` \|", text, re.M
+    )
+    assert [(name, int(o, 16), int(n), int(c, 16)) for name, o, n, c in rows] == [
+        (name, *entry) for name, entry in zip(SECTIONS, spec.entries)
+    ]
     assert [e[:2] for e in spec.entries] == [
         (0x200, 13),
         (0x210, 5),
-        (0x218, 23),
-        (0x230, 24),
-        (0x248, 10),
-        (0x258, 24),
+        (0x218, 31),
+        (0x238, 24),
+        (0x250, 10),
+        (0x260, 24),
         (0x1000, 32),
         (0x1020, 8),
         (0x1028, 8),
@@ -708,13 +892,42 @@ def test_worked_example_in_the_document(tmp_path: Path) -> None:
     assert spec.dictionary == b"\x05hell"
     assert spec.key_positions == (1, 0) and spec.key_ranks == (1, 0) and spec.key_lens == (5, 5)
     assert spec.prefixes == (0x61 << 56, 0x62 << 56) and spec.fences == (0x61 << 56,)
+    # §12.2: the blobs, each a check (§6.3) and a stored body; the checks and the hashes the
+    # document quotes for them.
+    assert spec.doc_offsets == (0, 12, 31)
+    assert spec.body(0) == bytes.fromhex("0e 05 68656c6c6f 05")
+    assert spec.body(1) == b"\x1c\x0bhello world\xd8\x04"
+    rows = re.findall(r"^\| (?:data )?0x2(?:18|24) \| `([0-9a-f ]{11})` \| blob [01] check[^\n]*", text, re.M)
+    assert len(rows) == 2
+    for pos, key, row in zip((0, 1), (b"doc-b", b"doc-a"), rows):
+        check = document_check(key, spec.body(pos))
+        assert spec.blob(pos)[:4] == bytes.fromhex(row) == struct.pack("<I", check)
+        line = re.search(rf"^\| [^|]+ \| `{row}` \|[^\n]*", text, re.M).group(0)
+        assert f"0x{check:08x}" in line
+        quoted = {int(h, 16) for h in re.findall(r"0x[0-9a-f]{16}", line)}
+        assert quoted and quoted <= {xxh3(key), xxh3(spec.body(pos))}, line
+    # The lookup of `doc-a` as narrated: rank 0 from the key index, position 1, the check of blob
+    # 1 with the key `doc-a`, then the record.
+    assert spec.find_rank(b"doc-a") == 0 and spec.position("doc-a") == 1
+    assert spec.get("doc-a") == {"text": "hello world", "n": 300}
+    with pytest.raises(SpecError, match="document check"):
+        spec.record(1, b"doc-b")  # blob 1 is not the blob of `doc-b`
 
-    # §12.3: the compressed blob.
+    # §12.3: the compressed blob. It is the body: version 2 puts the check of the key in front.
     blob_line = re.search(r"```\n(43 \| [^\n]*)\n```", text).group(1)
-    path = write(tmp_path / "z.docstore", {"text": "str"}, [("x", {"text": "ab" * 16})], dict_size=0)
-    spec = check_against_docstore(path)
-    assert spec.blob(0) == bytes.fromhex(blob_line.replace("|", ""))
-    assert spec.record(0) == {"text": "ab" * 16}
+    body = bytes.fromhex(blob_line.replace("|", ""))
+    for version in (2, 1):
+        path = write(
+            tmp_path / f"z{version}.docstore",
+            {"text": "str"},
+            [("x", {"text": "ab" * 16})],
+            dict_size=0,
+            format_version=version,
+        )
+        spec = check_against_docstore(path, version=version)
+        check = struct.pack("<I", document_check(b"x", body)) if version == 2 else b""
+        assert spec.blob(0) == check + body and spec.body(0) == body
+        assert spec.record(0) == {"text": "ab" * 16}
 
 
 def corrupt(buf: bytes, at: int, value: bytes) -> bytes:
@@ -725,13 +938,22 @@ def with_header_checksum(buf: bytes) -> bytes:
     return corrupt(buf, CHECKSUM_AT, struct.pack("<Q", xxh3(buf[:CHECKSUM_AT])))
 
 
-def test_documented_rejections(tmp_path: Path) -> None:
+def resealed(buf: bytes) -> bytes:
+    """`buf` with every section checksum and the header checksum recomputed (§3): damage that only
+    the checks of §7.4 can see."""
+    out = bytearray(buf)
+    for i in range(len(SECTIONS)):
+        offset, length, _ = ENTRY.unpack_from(out, TABLE_AT + 24 * i)
+        struct.pack_into("<Q", out, TABLE_AT + 24 * i + 16, xxh3(bytes(out[offset : offset + length])))
+    return with_header_checksum(bytes(out))
+
+
+def test_documented_rejections(tmp_path: Path, version: int) -> None:
     """§8 and §10: what open() and verify() reject, for docstore and for the spec reader alike."""
-    if xxhash is None:
-        pytest.skip("xxhash is not installed: cannot rewrite header checksums")
     docs = [(f"d{i}", {"t": "x" * i}) for i in range(5)]
-    good = write(tmp_path / "good.docstore", {"t": "str"}, docs).read_bytes()
+    good = write(tmp_path / "good.docstore", {"t": "str"}, docs, format_version=version).read_bytes()
     spec = SpecStore(good)
+    assert spec.version == version
     schema_end = spec.entries[0][0] + spec.entries[0][1]
     assert schema_end % 8, "the test needs padding after the schema"
 
@@ -751,11 +973,14 @@ def test_documented_rejections(tmp_path: Path) -> None:
         unsupported = error is docstore.UnsupportedVersionError
         assert isinstance(raised.value, SpecUnsupportedVersion) == unsupported
 
-    # The version is checked before the checksum: a bad version is not reported as corruption.
-    for version in (0, 2, 999):
-        bad = corrupt(good, 8, struct.pack("<I", version))
-        check(f"v{version}", bad, at_open=True, error=docstore.UnsupportedVersionError)
-        check(f"v{version}-short", bad[:100], at_open=True, error=docstore.UnsupportedVersionError)
+    # §10: versions 1 and 2 are read, any other is refused, and the version is checked before the
+    # checksum: a bad version is not reported as corruption.
+    for bad_version in (0, 3, 999):
+        bad = corrupt(good, 8, struct.pack("<I", bad_version))
+        check(f"v{bad_version}", bad, at_open=True, error=docstore.UnsupportedVersionError)
+        check(f"v{bad_version}-short", bad[:100], at_open=True, error=docstore.UnsupportedVersionError)
+        with pytest.raises(docstore.UnsupportedVersionError, match=f"version {bad_version} .*1 to 2"):
+            docstore.open(tmp_path / f"v{bad_version}.docstore")
     check("magic", corrupt(good, 0, b"X"), at_open=True, error=docstore.CorruptStoreError)
     check("reserved", corrupt(good, 300, b"\x01"), at_open=True, error=docstore.CorruptStoreError)
     check("truncated", good[:-1], at_open=True, error=docstore.CorruptStoreError)
@@ -765,8 +990,223 @@ def test_documented_rejections(tmp_path: Path) -> None:
     bad_count = corrupt(good, 16, struct.pack("<Q", 4))
     check("count", with_header_checksum(bad_count), at_open=True, error=docstore.CorruptStoreError)
     check("schema", corrupt(good, 514, b"\x07"), at_open=True, error=docstore.CorruptStoreError)
+    # §8 check 12: the first key shorter than the common prefix.
+    long_prefix = corrupt(good, 40, struct.pack("<I", 3))
+    check("common-prefix", with_header_checksum(long_prefix), at_open=True, error=docstore.CorruptStoreError)
     # Only verify() reads padding, trailing bytes and the checksums of the large sections.
     check("padding", corrupt(good, schema_end, b"\x01"), at_open=False, error=docstore.CorruptStoreError)
     check("trailing", good + b"\x00", at_open=False, error=docstore.CorruptStoreError)
     keys_at = spec.entries[4][0]
     check("keys", corrupt(good, keys_at, b"e"), at_open=False, error=docstore.CorruptStoreError)
+    # The other version number on the same bytes (header checksum rewritten): a version 1 store
+    # read as version 2 has no checks in front of its blobs, a version 2 store read as version 1
+    # has 4 extra bytes in front of each body. Both are damaged stores, not misread documents.
+    other = with_header_checksum(corrupt(good, 8, struct.pack("<I", 3 - version)))
+    check("other-version", other, at_open=False, error=docstore.CorruptStoreError)
+
+
+def lookups(store: SpecStore | docstore.DocStore | None, keys: list[str], count: int) -> list[object]:
+    """Every answer a reader gives for `keys` (by id: the document, the position, whether it is in
+    the store) and for positions 0..count-1: a document as (key, field values), a position, a bool,
+    None for absent, or "error" (a store that does not open, None, gives only errors)."""
+    if store is None:
+        return ["error"] * (3 * len(keys) + count)
+    spec = isinstance(store, SpecStore)
+    errors = (SpecError,) if spec else (docstore.CorruptStoreError,)
+
+    def answer(lookup: typing.Callable[[], object]) -> object:
+        try:
+            return lookup()
+        except errors:
+            return "error"
+        except KeyError:  # docstore's position() of an absent key
+            assert not spec
+            return None
+
+    def by_id(key: str) -> object:
+        doc = store.get(key)
+        if doc is None:
+            return None
+        return (key, tuple(doc.values())) if spec else (doc.doc_id, tuple(doc[1:]))
+
+    def by_position(pos: int) -> object:
+        if spec:
+            key, values = store.at(pos)
+            return key, tuple(values.values())
+        doc = store.at(pos)
+        return doc.doc_id, tuple(doc[1:])
+
+    out = []
+    for key in keys:
+        out.append(answer(lambda key=key: by_id(key)))
+        out.append(answer(lambda key=key: store.position(key)))
+        if spec:  # §7.4: `in` is a lookup of the position without the document
+            out.append(answer(lambda key=key: store.position(key) is not None))
+        else:
+            out.append(answer(lambda key=key: key in store))
+    out += [answer(lambda pos=pos: by_position(pos)) for pos in range(count)]
+    return out
+
+
+def test_version2_lookups_check_their_answers(tmp_path: Path) -> None:
+    """§7.4 on damage that passes every checksum: each lookup errors where the document says, in
+    docstore and in the spec reader; a version 1 store returns another document instead."""
+    docs = [(f"d{i}", {"t": "x" * i}) for i in range(6)]
+    keys = [k for k, _ in docs] + ["c", "d25", "e"]
+    expected = [a for k, v in docs for a in ((k, tuple(v.values())), int(k[1:]), True)]
+    expected += [None, None, False] * 3
+    expected += [(k, tuple(v.values())) for k, v in docs]
+    results = {}
+    for version in (1, 2):
+        path = write(tmp_path / f"v{version}.docstore", {"t": "str"}, docs, format_version=version)
+        good = path.read_bytes()
+        spec = SpecStore(good)
+        data, key_index, key_ranks = (
+            spec.entries[SECTIONS.index(n)][0] for n in ("data", "key index", "key ranks")
+        )
+        with docstore.open(path) as store:
+            assert lookups(spec, keys, 6) == lookups(store, keys, 6) == expected
+        damages = {
+            # a flipped bit in the first byte of blob 2 (its check in version 2)
+            "blob": corrupt(good, data + spec.doc_offsets[2], bytes([good[data + spec.doc_offsets[2]] ^ 1])),
+            # the positions of ranks 0 and 1 swapped in the key index
+            "positions": corrupt(corrupt(good, key_index + 8, b"\1\0\0\0"), key_index + 24, b"\0\0\0\0"),
+            # the ranks of positions 3 and 4 swapped
+            "ranks": corrupt(good, key_ranks + 12, struct.pack("<II", 4, 3)),
+            # the prefix of rank 5 (`d5`) made that of `d6`: the index search misses `d5`
+            "prefix": corrupt(good, key_index + 16 * 5, struct.pack("<Q", key_prefix(b"6"))),
+        }
+        for name, damaged in damages.items():
+            path = tmp_path / f"v{version}-{name}.docstore"
+            path.write_bytes(resealed(damaged))
+            with docstore.open(path) as store:
+                spec = SpecStore(path.read_bytes())
+                ours, theirs = lookups(spec, keys, 6), lookups(store, keys, 6)
+                assert ours == theirs, (version, name)
+                results[version, name] = ours
+                with pytest.raises(docstore.CorruptStoreError):
+                    store.verify()
+                with pytest.raises(SpecError):
+                    spec.verify()
+
+    def changed(version: int, name: str) -> dict[str, object]:
+        labels = [f"{how} {k}" for k in keys for how in ("get", "position", "in")]
+        labels += [f"at {p}" for p in range(6)]
+        return {label: a for label, a, e in zip(labels, results[version, name], expected) if a != e}
+
+    # Version 2: errors, never another answer (§7.4), for the lookups the table names.
+    assert changed(2, "blob") == {
+        "get d2": "error",
+        "at 2": "error",
+        "get d25": "error",  # absent, and its neighbour `d2` fails its check
+        "position d25": "error",
+        "in d25": "error",
+    }
+    assert changed(2, "positions") == {
+        "get d0": "error",
+        "position d0": "error",
+        "get d1": "error",
+        "position d1": "error",
+        "in d0": "error",
+        "in d1": "error",
+        "get c": "error",  # absent, and its neighbour `d0` (rank 0) fails its check
+        "position c": "error",
+        "in c": "error",
+    }
+    assert changed(2, "ranks") == {
+        "position d3": "error",
+        "position d4": "error",
+        "in d3": "error",
+        "in d4": "error",
+        "at 3": "error",
+        "at 4": "error",
+    }
+    assert changed(2, "prefix") == {"get d5": "error", "position d5": "error", "in d5": "error"}
+    # Version 1 has no checks (§7.4): the same damage returns other documents and positions.
+    assert changed(1, "blob") == {"get d2": "error", "at 2": "error"}  # the header flag: compressed
+    assert changed(1, "positions") == {
+        "get d0": ("d0", ("x",)),  # the query's id, the fields of `d1`
+        "position d0": 1,
+        "get d1": ("d1", ("",)),
+        "position d1": 0,
+    }
+    assert changed(1, "ranks") == {"at 3": ("d4", ("xxx",)), "at 4": ("d3", ("xxxx",))}
+    assert changed(1, "prefix") == {"get d5": None, "position d5": None, "in d5": False}
+
+
+FUZZ_LONG_KEY = "doc-a long key, more than eight bytes after the prefix"
+FUZZ_DOCS = [
+    ("doc-b", {"text": "hello hello hello", "n": -3}),
+    (FUZZ_LONG_KEY, {"text": "hello world " * 3, "n": 300}),
+    ("doc-a", {"text": "world", "n": 2**40}),
+    ("doc-c", {"text": "", "n": 0}),
+    ("doc-é", {"text": "héllo hello", "n": -1}),
+]
+FUZZ_ABSENT = ["", "doc-", "doc-a\x00", "doc-bb", "doc-d", "zzz", FUZZ_LONG_KEY[:-1], FUZZ_LONG_KEY + "x"]
+
+
+@pytest.mark.parametrize("version", [2, 1], ids=["v2", "v1"])
+def test_every_damaged_byte(tmp_path: Path, version: int) -> None:
+    """A small store with one bit flipped, for every byte and three bit positions (one in version 1):
+    docstore and the spec reader give the same answer to every lookup by id and by position. In
+    version 2 neither returns a document other than the one written (§7.4); in version 1 (no
+    checks) they agree on the wrong answers too."""
+    path = write(
+        tmp_path / "good.docstore", {"text": "str", "n": "int64"}, FUZZ_DOCS, level=9, format_version=version
+    )
+    spec = check_against_docstore(path, level=9, version=version)
+    assert any(spec.blob_header(p)[1] for p in range(spec.count)), "the test needs compressed blobs"
+    assert spec.dictionary, "the test needs a dictionary"
+    assert any(len(k) > spec.common_prefix + 8 for k, _ in FUZZ_DOCS), "the test needs a long key (§7.1)"
+    keys, count = [k for k, _ in FUZZ_DOCS] + FUZZ_ABSENT, len(FUZZ_DOCS)
+    good = path.read_bytes()
+    expected = lookups(spec, keys, count)
+    with docstore.open(path) as store:
+        assert expected == lookups(store, keys, count)
+    long_rank = spec.find_rank(FUZZ_LONG_KEY.encode())
+    long_end_at = spec.entries[SECTIONS.index("key offsets")][0] + 8 * (long_rank + 1)
+    assert spec.key_offsets[long_rank + 1] % 2, "flipping bit 0 of the long key's end must shorten it"
+    long_position = [k for k, _ in FUZZ_DOCS].index(FUZZ_LONG_KEY)
+    labels = [f"{how} {k!r}" for k in keys for how in ("get", "position", "in")]
+    labels += [f"at {p}" for p in range(count)]
+    damaged, wrong = tmp_path / "damaged.docstore", {}
+    for at in range(len(good)):
+        for bit in (0, 4, 7) if version == 2 else (0,):
+            buf = bytearray(good)
+            buf[at] ^= 1 << bit
+            damaged.write_bytes(buf)
+            try:
+                spec = SpecStore(bytes(buf))
+            except SpecUnsupportedVersion:
+                with pytest.raises(docstore.UnsupportedVersionError):
+                    docstore.open(damaged)
+                continue
+            except SpecError:
+                spec = None
+            try:
+                store = docstore.open(damaged)
+            except docstore.CorruptStoreError:
+                store = None
+            assert (spec is None) == (store is None), (at, bit)
+            ours = lookups(spec, keys, count)
+            if store is not None:
+                with store:
+                    theirs = lookups(store, keys, count)
+                assert ours == theirs, (at, bit)
+            for label, answer, right in zip(labels, ours, expected):
+                if answer not in ("error", right):
+                    wrong.setdefault(label, []).append((at, bit, answer))
+    if version == 1:
+        assert any(label.startswith("get") for label in wrong)
+        return
+    # Version 2: no wrong document, by id or by position. The only wrong answers are about the
+    # position of an absent key: §7.4 confirms a position against the key ranks and the keys
+    # sections only, so a damaged key offset that cuts the last byte of the long key makes it read
+    # as the absent `q`, and `position(q)` and `q in store` answer the long key's position (the
+    # document check with `q` as the key, which `get(q)` makes, fails). docs/format.md §7.4
+    # promises "never ... another position"; docstore and the document agree, the promise fails.
+    q = FUZZ_LONG_KEY[:-1]
+    assert wrong == {
+        f"position {q!r}": [(long_end_at, 0, long_position)],
+        f"in {q!r}": [(long_end_at, 0, True)],
+    }
