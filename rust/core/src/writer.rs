@@ -75,13 +75,13 @@ pub struct Summary {
     pub file_bytes: u64,
 }
 
-/// Raw records waiting for compression, concatenated, with the seeds of their checks.
+/// Raw records waiting for compression, concatenated, with the key hashes their checks hold.
 #[derive(Default)]
 struct Batch {
     data: Vec<u8>,
     ends: Vec<usize>,
-    /// `check::key_seed` of each record's key (empty for a format v1 store).
-    seeds: Vec<u64>,
+    /// `check::key_hash` of each record's key (empty for a format v1 store).
+    key_hashes: Vec<u64>,
 }
 
 impl Batch {
@@ -90,7 +90,7 @@ impl Batch {
         Batch {
             data: Vec::with_capacity(bytes + bytes / 8),
             ends: Vec::new(),
-            seeds: Vec::new(),
+            key_hashes: Vec::new(),
         }
     }
 
@@ -339,7 +339,7 @@ impl Writer {
         }
         self.keys.push(key.as_bytes(), self.count as u32)?;
         if self.options.format_version >= 2 {
-            self.batch.seeds.push(check::key_seed(key.as_bytes()));
+            self.batch.key_hashes.push(check::key_hash(key.as_bytes()));
         }
         self.batch.ends.push(self.batch.data.len());
         self.raw_bytes += (self.batch.data.len() - start) as u64;
@@ -636,8 +636,8 @@ fn fill_ranks(ranks: &mut MmapMut, key_index: &Path) -> Result<()> {
 type Chunk = (Vec<u8>, Vec<usize>);
 
 /// Compresses `records` in parallel, in chunks that each fill one buffer (few allocations),
-/// returned in order. With `seeds` (one per record, format v2), each blob gets its check.
-fn compress_chunks(compressor: &Compressor, records: &[&[u8]], seeds: &[u64]) -> Vec<Chunk> {
+/// returned in order. With `key_hashes` (one per record, format v2), each blob gets its check.
+fn compress_chunks(compressor: &Compressor, records: &[&[u8]], key_hashes: &[u64]) -> Vec<Chunk> {
     const CHUNK: usize = 64;
     records
         .par_chunks(CHUNK)
@@ -645,11 +645,11 @@ fn compress_chunks(compressor: &Compressor, records: &[&[u8]], seeds: &[u64]) ->
         .map(|(c, chunk)| {
             let mut out = Vec::new();
             let mut ends = Vec::with_capacity(chunk.len());
-            let seeds = seeds.get(c * CHUNK..).unwrap_or_default();
+            let key_hashes = key_hashes.get(c * CHUNK..).unwrap_or_default();
             for (i, raw) in chunk.iter().enumerate() {
-                match seeds.get(i) {
-                    Some(&seed) => {
-                        check::put_checked(seed, &mut out, |out| compressor.compress(raw, out))
+                match key_hashes.get(i) {
+                    Some(&key_hash) => {
+                        check::put_checked(key_hash, &mut out, |out| compressor.compress(raw, out))
                     }
                     None => compressor.compress(raw, &mut out),
                 }
@@ -723,7 +723,7 @@ fn write_data(
         let records: Vec<&[u8]> = batch.records().collect();
         let mut next = None;
         parallel::pool().in_place_scope(|scope| {
-            scope.spawn(|_| next = Some(compress_chunks(compressor, &records, &batch.seeds)));
+            scope.spawn(|_| next = Some(compress_chunks(compressor, &records, &batch.key_hashes)));
             compressed.take().map_or(Ok(()), |chunks| {
                 write_chunks(&mut file, &mut offsets, chunks)
             })

@@ -487,14 +487,28 @@ fn every_flipped_bit_gives_the_right_answer_or_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s");
     let n = 40;
-    build(
+    // `doc`'s values under ASCII ids of three lengths: short ones (found by the key index alone),
+    // and ones past the common prefix plus 8 bytes (compared with the keys section).
+    let mut writer = Writer::create(
         &path,
-        n,
+        schema(),
         WriterOptions {
             dict_size: 512,
             ..Default::default()
         },
-    );
+    )
+    .unwrap();
+    for i in 0..n {
+        let (_, text, label, tokens) = doc(i);
+        let key = format!("doc-{:03}{}", (i * 37) % 100, "-tail".repeat(i % 3));
+        let values = [
+            Value::Str(&text),
+            Value::Int64(label),
+            Value::Array(ElemType::I32, &tokens),
+        ];
+        writer.push(&key, &values).unwrap();
+    }
+    writer.finish().unwrap();
     let good = std::fs::read(&path).unwrap();
     let docs: Vec<(String, Vec<u8>)> = {
         let store = Store::from_bytes(good.clone()).unwrap();
@@ -510,7 +524,14 @@ fn every_flipped_bit_gives_the_right_answer_or_an_error() {
     let absent: Vec<String> = docs
         .iter()
         .map(|(key, _)| format!("{key}x"))
-        .chain(["doc-", "doc-00000", "doc-99999-", "zzz", "a"].map(String::from))
+        // A key one character short: what a damaged key offset can make a stored key read as.
+        .chain(docs.iter().map(|(key, _)| {
+            let mut short = key.clone();
+            short.pop();
+            short
+        }))
+        .chain(["doc-", "doc-00", "doc-0000", "doc-999-tail", "zzz", "a"].map(String::from))
+        .filter(|key| docs.iter().all(|(k, _)| k != key))
         .collect();
     let keys: Vec<&[u8]> = docs.iter().map(|(k, _)| k.as_bytes()).collect();
     let absent_keys: Vec<&[u8]> = absent.iter().map(|k| k.as_bytes()).collect();
