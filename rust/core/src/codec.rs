@@ -116,6 +116,7 @@ struct DictStreams {
 // SAFETY: after `new` the dictionary states are only read (attached to per-thread working states),
 // which lz4 documents as safe; they are freed once, on drop.
 unsafe impl Send for DictStreams {}
+// SAFETY: as for `Send`: shared references only ever read the states.
 unsafe impl Sync for DictStreams {}
 
 impl DictStreams {

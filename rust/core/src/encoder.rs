@@ -394,7 +394,7 @@ impl Search<'_> {
             len: longest,
             ..Match::default()
         };
-        // SAFETY (whole block): document reads are within [0, high + 4) as argued inline;
+        // SAFETY: (whole block) document reads are within [0, high + 4) as argued inline;
         // dictionary reads are within [p - back, dn) with back <= p and p + 4 <= dn; the bucket
         // index is < 2^hash_log * ways.
         unsafe {

@@ -135,6 +135,7 @@ mod tests {
         use std::io::Write;
         let mut file = tempfile::tempfile().unwrap();
         file.write_all(&vec![7u8; 3 * PAGE]).unwrap();
+        // SAFETY: a private temporary file nothing else changes.
         let map = unsafe { memmap2::Mmap::map(&file).unwrap() };
         assert_eq!(map[PAGE], 7); // just written: in the page cache
         assert!(resident(&map, PAGE + 5));

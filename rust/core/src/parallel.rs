@@ -142,8 +142,10 @@ fn owned_pool() -> &'static OwnedPool {
         }));
         match slot.compare_exchange(current, fresh, Ordering::AcqRel, Ordering::Acquire) {
             // The replaced pool (a parent's, after a fork) is leaked: its threads do not exist.
+            // SAFETY: `fresh` came from `Box::into_raw` and, installed, is never freed.
             Ok(_) => return unsafe { &*fresh },
             // Another thread installed one first: ours was never shared, so it can go.
+            // SAFETY: `fresh` came from `Box::into_raw` and no other thread ever saw it.
             Err(_) => drop(unsafe { Box::from_raw(fresh) }),
         }
     }

@@ -73,6 +73,7 @@ fn join_sized<const SIZE: usize>(planes: &[u8], out: &mut [MaybeUninit<u8>]) {
         // `planes` and `out` both hold `SIZE * count` bytes (asserted above).
         let mut i = 0;
         while i + 16 <= count {
+            // SAFETY: as above, `i + 16 <= count`.
             unsafe { sse2::join16::<SIZE>(planes, count, i, out) };
             i += 16;
         }
@@ -104,6 +105,7 @@ mod sse2 {
         i: usize,
         out: &mut [MaybeUninit<u8>],
     ) {
+        // SAFETY: the caller's contract (above) keeps every load and store in bounds.
         unsafe {
             let load = |b: usize| _mm_loadu_si128(planes.as_ptr().add(b * count + i).cast());
             let dst = out.as_mut_ptr().add(i * SIZE).cast::<__m128i>();
