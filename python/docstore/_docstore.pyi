@@ -11,9 +11,10 @@ from typing_extensions import disjoint_base
 
 from ._doc import Doc
 
-__all__ = ["DEFAULT_LEVEL", "FORMAT_VERSION", "Reader", "Writer", "get_num_threads", "set_num_threads"]
+__all__ = ["ARRAY_DTYPES", "DEFAULT_LEVEL", "FORMAT_VERSION", "Reader", "Writer", "get_num_threads", "set_num_threads"]
 
 FORMAT_VERSION: int
+ARRAY_DTYPES: tuple[str, ...]
 DEFAULT_LEVEL: int
 
 def set_num_threads(n: int) -> None: ...

@@ -14,7 +14,6 @@ from .errors import ClosedError
 
 _CHUNK = 4096
 # The header's level byte of a store written with ``level=-1`` (no compression).
-_LEVEL_NONE_BYTE = 0xFF
 
 
 class DocStore(Reader):
@@ -100,7 +99,7 @@ class DocStore(Reader):
         info = self._info()
         level = info.pop("level")
         dict_bytes = info.pop("dictionary_bytes")
-        codec = {0: "lz4", _LEVEL_NONE_BYTE: "none"}.get(level, f"lz4-hc level {level}")
+        codec = {0: "lz4", -1: "none"}.get(level, f"lz4-hc level {level}")
         if dict_bytes >= 1024:
             codec += f" + {dict_bytes // 1024} KiB dictionary"
         elif dict_bytes:

@@ -10,23 +10,12 @@ from typing import Any
 
 import numpy as np
 
+from ._docstore import ARRAY_DTYPES
 from ._docstore import Writer as _Writer
-from ._store import _LEVEL_NONE_BYTE, DocStore
+from ._store import DocStore
 from ._store import open as open_store
 from .errors import SchemaError
 
-ARRAY_DTYPES = (
-    "int8",
-    "uint8",
-    "int16",
-    "uint16",
-    "int32",
-    "uint32",
-    "int64",
-    "uint64",
-    "float32",
-    "float64",
-)
 
 
 class Writer(_Writer):
@@ -262,8 +251,7 @@ def upgrade(
     """
     store = open_store(source)
     store.verify()
-    level = store._info()["level"]
-    options.setdefault("level", -1 if level == _LEVEL_NONE_BYTE else level)
+    options.setdefault("level", store._info()["level"])
     if target is None:
         target = source
         options["overwrite"] = True

@@ -46,5 +46,11 @@ fn _docstore(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "DEFAULT_LEVEL",
         docstore_core::WriterOptions::default().level,
     )?;
+    // The one list of array element types, for the Python side's checks and CLI parsing.
+    let dtypes: Vec<&str> = docstore_core::ElemType::ALL
+        .iter()
+        .map(|e| e.name())
+        .collect();
+    m.add("ARRAY_DTYPES", pyo3::types::PyTuple::new(m.py(), dtypes)?)?;
     Ok(())
 }

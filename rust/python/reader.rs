@@ -529,7 +529,8 @@ impl Reader {
         info.set_item("count", header.count)?;
         info.set_item("raw_bytes", header.raw_bytes)?;
         info.set_item("stored_bytes", store.file_len())?;
-        info.set_item("level", header.level)?;
+        // As the writer's `level=` takes it: the header's 0xFF (none) is -1.
+        info.set_item("level", header.level as i8)?;
         info.set_item("dictionary_bytes", store.dictionary().len())?;
         info.set_item("format_version", header.version)?;
         info.set_item("checked_reads", store.checked())?;
