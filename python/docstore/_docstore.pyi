@@ -11,7 +11,15 @@ from typing_extensions import disjoint_base
 
 from ._doc import Doc
 
-__all__ = ["ARRAY_DTYPES", "DEFAULT_LEVEL", "FORMAT_VERSION", "Reader", "Writer", "get_num_threads", "set_num_threads"]
+__all__ = [
+    "ARRAY_DTYPES",
+    "DEFAULT_LEVEL",
+    "FORMAT_VERSION",
+    "Reader",
+    "Writer",
+    "get_num_threads",
+    "set_num_threads",
+]
 
 FORMAT_VERSION: int
 ARRAY_DTYPES: tuple[str, ...]

@@ -17,7 +17,6 @@ from ._store import open as open_store
 from .errors import SchemaError
 
 
-
 class Writer(_Writer):
     """Builds a store at ``path``; nothing appears there until the writer finishes.
 
