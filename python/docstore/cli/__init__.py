@@ -1,0 +1,106 @@
+"""The ``docstore`` command line: build, info, get, verify, export, upgrade, demo.
+
+``inputs`` reads what ``build`` takes; ``commands`` holds one function per command; this module
+parses the arguments and turns every expected failure into one line and exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .. import DocstoreError
+from .._docstore import DEFAULT_LEVEL
+from .commands import cmd_build, cmd_demo, cmd_export, cmd_get, cmd_info, cmd_upgrade, cmd_verify
+from .inputs import FORMATS, UsageError
+
+
+def _positive(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="docstore", description="Build and read docstore document stores.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("build", help="build a store from JSONL, TSV, CSV or Parquet files")
+    p.add_argument(
+        "inputs",
+        nargs="+",
+        metavar="INPUT",
+        help="input files ('-' reads stdin: JSON lines unless --format says otherwise; .gz is fine)",
+    )
+    p.add_argument("-o", "--output", required=True, metavar="STORE", help="the store to create")
+    p.add_argument("--id-field", default="doc_id", help="field holding the doc id (default: doc_id)")
+    p.add_argument("--format", choices=FORMATS, help="input format (default: from the extension)")
+    p.add_argument("--fields", help="field types, e.g. text:str,label:int64 (default: inferred)")
+    p.add_argument("--columns", help="column names of header-less TSV/CSV, e.g. doc_id,text")
+    p.add_argument(
+        "--level", type=int, help=f"0 = lz4 fast, 1-12 = lz4 HC, -1 = none (default {DEFAULT_LEVEL})"
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace an existing store")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("info", help="count, fields, sizes and codec of a store")
+    p.add_argument("store")
+    shape = p.add_mutually_exclusive_group()
+    shape.add_argument("--json", action="store_true", help="print JSON")
+    shape.add_argument(
+        "--fields",
+        action="store_true",
+        help="print only the field types, as `build --fields` takes them (to rebuild an export)",
+    )
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("get", help="print documents by id as JSON lines")
+    p.add_argument("store")
+    p.add_argument("ids", nargs="+", metavar="ID")
+    p.set_defaults(func=cmd_get)
+
+    p = sub.add_parser("verify", help="check every checksum and every document")
+    p.add_argument("store")
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser(
+        "export",
+        help="print every document as JSON lines, in insertion order (bytes as base64, "
+        "NaN and infinities as strings)",
+    )
+    p.add_argument("store")
+    p.add_argument("-o", "--output", help="write to a file instead of stdout")
+    p.add_argument("--id-field", default="doc_id", help="name of the id in each record (default: doc_id)")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser(
+        "upgrade",
+        help="rewrite a store in the current format (version 2: every read checked), after verifying it",
+    )
+    p.add_argument("store")
+    p.add_argument("output", nargs="?", help="where to write it (default: replace STORE atomically)")
+    p.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
+    p.set_defaults(func=cmd_upgrade)
+
+    p = sub.add_parser("demo", help="build a sample corpus and compare lookups with a dict and ir_datasets")
+    p.add_argument("--docs", type=_positive, default=200_000, help="documents in the sample corpus")
+    p.add_argument("--dir", help="where to put the files (default: a temporary directory)")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except BrokenPipeError:
+        return 0
+    except (DocstoreError, UsageError, OSError, ValueError, KeyError) as exc:
+        message = str(exc) if not isinstance(exc, KeyError) else f"not found: {exc}"
+        print(f"docstore {args.command}: error: {message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

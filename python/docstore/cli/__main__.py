@@ -1,0 +1,7 @@
+"""``python -m docstore.cli``."""
+
+import sys
+
+from . import main
+
+sys.exit(main())

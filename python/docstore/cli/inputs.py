@@ -1,0 +1,282 @@
+"""Input readers of ``docstore build``: JSONL, TSV, CSV and Parquet files (gzipped or not, stdin),
+their records typed by ``--fields`` or inferred, every bad record reported with its place."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import csv
+import gzip
+import io
+import itertools
+import json
+import os
+import sys
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from .._writer import ARRAY_DTYPES
+from ..errors import FieldTypeError
+
+FORMATS = ("jsonl", "tsv", "csv", "parquet")
+
+
+class UsageError(Exception):
+    """A mistake on the command line or in the input: reported in one line, exit status 1."""
+
+
+def detect_format(path: str) -> str:
+    if path == "-":
+        return "jsonl"
+    name = path[:-3] if path.endswith(".gz") else path
+    ext = os.path.splitext(name)[1].lower().lstrip(".")
+    if ext in ("jsonl", "json", "ndjson"):
+        return "jsonl"
+    if ext in FORMATS:
+        return ext
+    raise UsageError(f"cannot tell the format of {path!r} from its extension; pass --format")
+
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _open_text(path: str) -> io.TextIOBase:
+    """The file (stdin for ``-``) as text, gunzipped when it starts as gzip does, whatever its name."""
+    # utf-8-sig: a byte-order mark (Excel, many exporters) is not part of the first column's name
+    if path == "-":
+        raw: Any = sys.stdin.buffer
+        if raw.peek(2)[:2] == _GZIP_MAGIC:
+            raw = gzip.GzipFile(fileobj=raw, mode="rb")
+        return io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
+    with open(path, "rb") as f:
+        gzipped = f.read(2) == _GZIP_MAGIC
+    if gzipped:
+        return gzip.open(path, "rt", encoding="utf-8-sig", newline="")  # type: ignore[return-value]
+    return open(path, encoding="utf-8-sig", newline="")
+
+
+def read_records(
+    path: str, fmt: str, columns: list[str] | None, keep: list[str] | None
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(position, record) pairs: the line a record starts on, or for parquet its row (from 1).
+    ``keep``: the parquet columns to read (those ``--fields`` names, and the id), None for all."""
+    if fmt == "parquet":
+        yield from _read_parquet(path, keep)
+        return
+    with _open_text(path) as f:
+        if fmt == "jsonl":
+            yield from _read_jsonl(path, f)
+        else:
+            yield from _read_delimited(path, f, fmt, columns)
+
+
+def _read_jsonl(path: str, f: io.TextIOBase) -> Iterator[tuple[int, dict[str, Any]]]:
+    for line_no, line in enumerate(f, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{path}:{line_no}: invalid JSON: {exc}") from None
+        except RecursionError:
+            raise UsageError(f"{path}:{line_no}: JSON nested too deeply to read") from None
+        if not isinstance(record, dict):
+            got = "null" if record is None else type(record).__name__
+            raise UsageError(f"{path}:{line_no}: a record must be a JSON object, got {got}")
+        yield line_no, record
+
+
+def _read_delimited(
+    path: str, f: io.TextIOBase, fmt: str, columns: list[str] | None
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    csv.field_size_limit(1 << 30)
+    if fmt == "tsv":
+        # MS MARCO-style TSV has no quoting: quotes are part of the text.
+        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+    else:
+        # strict: an unterminated quote is an error, not the rest of the file swallowed by one field
+        reader = csv.reader(f, strict=True)
+    rows = _rows(path, fmt, reader)
+    header = columns
+    if header is None:
+        first = next(rows, None)
+        if first is None:
+            return
+        line_no, header = first
+        repeated = first_repeated(header)
+        if repeated is not None:
+            raise UsageError(f"{path}:{line_no}: the header names column {repeated!r} more than once")
+    for line_no, row in rows:
+        if len(row) != len(header):
+            raise UsageError(f"{path}:{line_no}: {len(row)} columns where the header has {len(header)}")
+        yield line_no, dict(zip(header, row))
+
+
+def _rows(path: str, fmt: str, reader: Any) -> Iterator[tuple[int, list[str]]]:
+    """The non-blank rows (blank lines are skipped, as csv.DictReader does), each with the
+    physical line it starts on: a quoted field may span lines, so count them as the reader does."""
+    start = 1
+    try:
+        for row in reader:
+            if row:
+                yield start, row
+            start = reader.line_num + 1
+    except csv.Error as exc:
+        raise UsageError(f"{path}:{start}: cannot read it as {fmt}: {exc}") from None
+
+
+def first_repeated(names: list[str]) -> str | None:
+    """The first name given more than once: as dict keys, the later value would silently win."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            return name
+        seen.add(name)
+    return None
+
+
+def _parquet_file(path: str) -> Any:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise UsageError("reading parquet needs pyarrow: pip install pyarrow") from None
+    return pq.ParquetFile(path)
+
+
+def _read_parquet(path: str, keep: list[str] | None) -> Iterator[tuple[int, dict[str, Any]]]:
+    file = _parquet_file(path)
+    names = file.schema_arrow.names
+    repeated = first_repeated(names)
+    if repeated is not None:
+        raise UsageError(f"{path}: column {repeated!r} appears more than once")
+    missing = [name for name in keep or () if name not in names]
+    if missing:
+        raise UsageError(f"{path} has no column {missing[0]!r} (columns: {names})")
+    batches = file.iter_batches(batch_size=65536, columns=keep)
+    yield from enumerate(itertools.chain.from_iterable(b.to_pylist() for b in batches), 1)
+
+
+def parquet_fields(path: str, id_field: str) -> dict[str, str]:
+    """Field types from the file's Arrow schema: the first row's Python values cannot tell
+    float32 from float64, nor an empty list's element type, and an empty file has no row."""
+    schema = _parquet_file(path).schema_arrow
+    if id_field not in schema.names:
+        raise UsageError(f"{path} has no id column {id_field!r} (columns: {schema.names}); use --id-field")
+    return {f.name: _arrow_field_type(path, f.name, f.type) for f in schema if f.name != id_field}
+
+
+def _arrow_field_type(path: str, name: str, arrow_type: Any) -> str:
+    import pyarrow as pa
+
+    t = arrow_type.value_type if pa.types.is_dictionary(arrow_type) else arrow_type
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "str"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        return "bytes"
+    if pa.types.is_integer(t):  # signed or unsigned, up to 64 bits; a uint64 beyond int64 is refused by row
+        return "int64"
+    if pa.types.is_floating(t):
+        return "float64"
+    if pa.types.is_boolean(t):
+        raise UsageError(
+            f"{path}: column {name!r} is bool, which docstore has no type for; "
+            f"pass --fields to store it as 0/1, e.g. --fields {name}:int64"
+        )
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        element = t.value_type
+        if pa.types.is_integer(element) or pa.types.is_floating(element):
+            dtype = np.dtype(element.to_pandas_dtype()).name
+            if dtype in ARRAY_DTYPES:
+                return f"{dtype}[]"
+            if dtype == "float16":  # the narrowest float field, as build() infers
+                return "float32[]"
+    raise UsageError(
+        f"{path}: column {name!r} has Arrow type {arrow_type}, which docstore has no field type for; "
+        "drop the column, or pass --fields naming the columns to keep"
+    )
+
+
+def parse_fields(spec: str | None) -> dict[str, str] | None:
+    if not spec:
+        return None
+    fields = {}
+    for item in spec.split(","):
+        name, sep, ty = item.partition(":")
+        if not sep:
+            raise UsageError(f"--fields wants name:type pairs, got {item!r}")
+        fields[name.strip()] = ty.strip()
+    return fields
+
+
+def coerce_record(record: dict[str, Any], types: dict[str, str], id_field: str) -> None:
+    for name, ty in types.items():
+        if name in record:
+            try:
+                record[name] = _coerce(record[name], ty)
+            except ValueError as exc:
+                raise FieldTypeError(
+                    f"doc {record.get(id_field)!r}: field {name!r} is {ty}, got {_clip(record[name])} ({exc})"
+                ) from None
+
+
+def _coerce(value: Any, ty: str) -> Any:
+    """Values from text formats (and from JSON: base64 bytes, non-finite floats written as
+    strings by ``export``) into their field's type. A ValueError says briefly what is wrong."""
+    if isinstance(value, list) and ty in ("float32[]", "float64[]"):
+        return [_float(v) if isinstance(v, str) else v for v in value]
+    if not isinstance(value, str) or ty == "str":
+        return value
+    if ty == "bytes":
+        try:  # validate: without it, characters outside the alphabet are dropped, not refused
+            return base64.b64decode(value, validate=True)
+        except binascii.Error as exc:
+            raise ValueError(f"not base64: {exc}") from None
+    if ty in ("int64", "int"):
+        try:
+            return int(value)
+        except ValueError:
+            raise ValueError("not an integer") from None
+    if ty in ("float64", "float"):
+        return _float(value)
+    if ty.endswith("[]"):
+        try:
+            items = json.loads(value)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise ValueError(f"not a JSON array: {exc}") from None
+        if not isinstance(items, list):
+            raise ValueError("not a JSON array")
+        return _coerce(items, ty)
+    return value
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError("not a number") from None
+
+
+def _clip(value: Any, width: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def where(path: str, fmt: str, position: int) -> str:
+    return f"{path}: row {position}" if fmt == "parquet" else f"{path}:{position}"
+
+
+# What a damaged gzip stream raises partway through a file: a bad CRC or length, or data after
+# the last member (BadGzipFile, an OSError, which would otherwise reach the user without the
+# file's name), undecodable deflate data (zlib.error), an end before the end (EOFError).
+GZIP_ERRORS = (gzip.BadGzipFile, zlib.error, EOFError)
+
+
+def unreadable(path: str, fmt: str, position: int, exc: BaseException) -> str:
+    """The message for an input that breaks off while being read: the records up to line
+    ``position`` were read (text is read ahead in chunks: the damage lies somewhere after)."""
+    where = f"after line {position}" if position else "before its first record"
+    what = "damaged gzip data: " if isinstance(exc, GZIP_ERRORS) else ""
+    return f"{path}: cannot read it as {fmt} {where}: {what}{exc}"
