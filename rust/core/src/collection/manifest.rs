@@ -27,6 +27,9 @@ pub struct Manifest {
     pub index: FileEntry,
     /// The shards in position order.
     pub shards: Vec<FileEntry>,
+    /// xxh3-64 (16 hex digits) of the manifest's compact JSON with this field empty: an edited or
+    /// damaged manifest (shards reordered, a count changed) is refused rather than read.
+    pub checksum: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -74,13 +77,25 @@ impl FileEntry {
 
 impl Manifest {
     pub fn new(count: u64, index: FileEntry, shards: Vec<FileEntry>) -> Manifest {
-        Manifest {
+        let mut manifest = Manifest {
             format: FORMAT.into(),
             version: VERSION,
             count,
             index,
             shards,
-        }
+            checksum: String::new(),
+        };
+        manifest.checksum = manifest.expected_checksum();
+        manifest
+    }
+
+    fn expected_checksum(&self) -> String {
+        let unsealed = Manifest {
+            checksum: String::new(),
+            ..self.clone()
+        };
+        let bytes = serde_json::to_vec(&unsealed).expect("a manifest always serialises");
+        format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&bytes))
     }
 
     /// Reads the manifest of the collection at `dir`.
@@ -113,6 +128,12 @@ impl Manifest {
                 found: manifest.version,
                 supported: VERSION,
             });
+        }
+        if manifest.checksum != manifest.expected_checksum() {
+            return Err(Error::corrupt(format!(
+                "{}: checksum mismatch (the manifest was changed or damaged)",
+                path.display()
+            )));
         }
         let total: u64 = manifest.shards.iter().map(|s| s.count).sum();
         if manifest.shards.is_empty() || total != manifest.count || manifest.index.count != total {
