@@ -333,3 +333,51 @@ def test_cli_seals_and_reads_a_collection(tmp_path, docs, capsys):
     assert cli(["export", target, "-o", str(tmp_path / "all.jsonl")]) == 0
     lines = (tmp_path / "all.jsonl").read_text().splitlines()
     assert [json.loads(line)["doc_id"] for line in lines] == list(docs)
+
+
+def test_cli_build_shards_splits_the_input_between_lines_and_keeps_its_order(tmp_path, capsys):
+    lines = [json.dumps({"doc_id": f"d{i}", "text": "é" * (i % 13), "n": i}) for i in range(3000)]
+    (tmp_path / "a.jsonl").write_text("\n".join(lines[:2000]) + "\n", encoding="utf-8")
+    (tmp_path / "b.jsonl").write_text("\n".join(lines[2000:]), encoding="utf-8")  # no final newline
+    target = str(tmp_path / "c.docstore")
+    inputs = [str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]
+    assert cli(["build", *inputs, "-o", target, "--shards", "3"]) == 0
+    assert "in 3 shards" in capsys.readouterr().out
+    store = docstore.open(target)
+    assert list(store) == [f"d{i}" for i in range(3000)]
+    assert [s["count"] for s in store.info()["shards"]] != [3000, 0, 0]
+    assert store["d2999"].n == 2999 and store["d12"].text == "é" * 12
+    assert sorted(os.listdir(tmp_path)) == ["a.jsonl", "b.jsonl", "c.docstore"]  # no staging left
+
+
+def test_shard_plan_covers_every_byte_once_in_order(tmp_path):
+    from docstore.cli.commands import shard_plan
+
+    (tmp_path / "x.jsonl").write_bytes(b"{}\n" * 1000)
+    (tmp_path / "y.csv").write_bytes(b"a\n" * 10)
+    for n in (1, 2, 3, 7, 64, 5000):
+        plan = shard_plan([str(tmp_path / "x.jsonl"), str(tmp_path / "y.csv")], ["jsonl", "csv"], n)
+        assert len(plan) == n
+        pieces = [p for run in plan for p in run]
+        ranges = [p[2] for p in pieces if p[0].endswith("x.jsonl")]
+        assert ranges[0][0] == 0 and ranges[-1][1] == 3000
+        assert all(a[1] == b[0] and a[0] < a[1] for a, b in zip(ranges, ranges[1:]))
+        assert [p[2] for p in pieces if p[0].endswith("y.csv")] == [None]
+
+
+def test_cli_build_shards_failures_name_the_place_and_leave_nothing(tmp_path, capsys):
+    lines = [json.dumps({"doc_id": f"d{i}", "text": "t"}) for i in range(2000)]
+    lines[1500] = '{"doc_id": "d1500", "text": 5'
+    (tmp_path / "a.jsonl").write_text("\n".join(lines) + "\n")
+    target = str(tmp_path / "c.docstore")
+    assert cli(["build", str(tmp_path / "a.jsonl"), "-o", target, "--shards", "2"]) == 1
+    err = capsys.readouterr().err
+    offset = sum(len(line) + 1 for line in lines[:1500])
+    assert f"a.jsonl: the line at byte {offset}: invalid JSON" in err
+    lines[1500] = json.dumps({"doc_id": "d3", "text": "again"})
+    (tmp_path / "a.jsonl").write_text("\n".join(lines) + "\n")
+    assert cli(["build", str(tmp_path / "a.jsonl"), "-o", target, "--shards", "2"]) == 1
+    assert "duplicate doc id 'd3'" in capsys.readouterr().err.replace('"', "'")
+    assert cli(["build", "-", "-o", target, "--shards", "2"]) == 1
+    assert "stdin" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["a.jsonl"]

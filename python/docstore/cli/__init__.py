@@ -51,6 +51,14 @@ def make_parser() -> argparse.ArgumentParser:
         "--level", type=int, help=f"0 = lz4 fast, 1-12 = lz4 HC, -1 = none (default {DEFAULT_LEVEL})"
     )
     p.add_argument("--overwrite", action="store_true", help="replace an existing store")
+    p.add_argument(
+        "--shards",
+        type=_positive,
+        default=1,
+        metavar="N",
+        help="build N shards in N processes, sealed into one collection (a directory) in input order; "
+        "uncompressed JSON lines files are split between lines, other files go whole to one shard",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_build)
 

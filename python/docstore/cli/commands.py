@@ -11,7 +11,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -26,6 +26,7 @@ from .inputs import (
     coerce_record,
     detect_format,
     first_repeated,
+    is_gzip,
     parquet_fields,
     parse_fields,
     read_records,
@@ -43,7 +44,6 @@ def _human(n: float) -> str:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
 
     columns = args.columns.split(",") if args.columns else None
     fields = parse_fields(args.fields)
@@ -88,9 +88,32 @@ def cmd_build(args: argparse.Namespace) -> int:
         "jsonl": {n: t for n, t in fields.items() if t in ("bytes", "float64", "float32[]", "float64[]")},
         "parquet": {},
     }
-    count = 0
     if not args.overwrite and os.path.lexists(args.output):
         raise UsageError(f"{args.output} already exists (pass --overwrite to replace it)")
+    if args.shards > 1:
+        iterator.close()  # the first record told the fields; each shard reads its own piece
+        plan = shard_plan(args.inputs, formats, args.shards)
+        shard_args = (fields, args.id_field, columns, keep, args.level, coerce)
+        _build_shards(args.output, plan, shard_args, args.overwrite)
+    else:
+        _build_one(args, fields, coerce, first, iterator)
+    elapsed = time.perf_counter() - start
+    info = open_store(args.output).info()
+    ratio = f"{info['ratio']:.3f}x" if info["ratio"] else "-"
+    shards = f" in {len(info['shards'])} shards" if "shards" in info else ""
+    print(
+        f"built {args.output}: {info['count']:,} docs{shards}, raw {_human(info['raw_bytes'])}, "
+        f"stored {_human(info['stored_bytes'])} ({ratio} raw), {info['count'] / elapsed:,.0f} docs/s"
+    )
+    return 0
+
+
+def _build_one(
+    args: argparse.Namespace, fields: dict[str, str], coerce: dict, first: Any, iterator: Any
+) -> None:
+    from tqdm import tqdm
+
+    count = 0
     with Writer(args.output, fields, overwrite=args.overwrite, level=args.level) as writer:
         bar = tqdm(unit=" docs", unit_scale=True, disable=args.quiet or None, file=sys.stderr)
         add = writer.add_record
@@ -106,20 +129,95 @@ def cmd_build(args: argparse.Namespace) -> int:
                 bar.update(8192)
         bar.update(count % 8192)
         bar.close()
-    elapsed = time.perf_counter() - start
-    info = open_store(args.output).info()
-    ratio = f"{info['ratio']:.3f}x" if info["ratio"] else "-"
-    print(
-        f"built {args.output}: {info['count']:,} docs, raw {_human(info['raw_bytes'])}, "
-        f"stored {_human(info['stored_bytes'])} ({ratio} raw), {info['count'] / elapsed:,.0f} docs/s"
-    )
-    return 0
+
+
+Piece = tuple[str, str, Optional[tuple[int, int]]]  # path, format, byte range (None: all of it)
+
+
+def shard_plan(inputs: list[str], formats: list[str], n: int) -> list[list[Piece]]:
+    """The inputs cut into ``n`` runs of about equal bytes, in input order: uncompressed JSON
+    lines split between lines (a piece holds the lines that start in its byte range), any other
+    file whole, in the run where it starts. Runs can be empty (fewer files than shards)."""
+    sizes = [os.path.getsize(p) for p in inputs]
+    total = max(sum(sizes), 1)
+    plan: list[list[Piece]] = [[] for _ in range(n)]
+    offset = 0
+    for path, fmt, size in zip(inputs, formats, sizes):
+        if fmt == "jsonl" and not is_gzip(path):
+            at = offset
+            while at < offset + size:
+                k = min(n - 1, at * n // total)
+                end = min(offset + size, -(-(k + 1) * total // n))  # > at: ceil of run k's end
+                plan[k].append((path, fmt, (at - offset, end - offset)))
+                at = end
+        else:
+            plan[min(n - 1, offset * n // total)].append((path, fmt, None))
+        offset += size
+    return plan
+
+
+def _build_shards(output: str, plan: list[list[Piece]], shard_args: tuple, overwrite: bool) -> None:
+    """Builds each run of ``plan`` into a shard in its own process, then seals them in order into
+    the collection ``output``. A failure leaves nothing (the shards are scratch files)."""
+    import concurrent.futures
+    import multiprocessing
+    import shutil
+    import tempfile
+
+    parent = os.path.dirname(os.path.abspath(output))
+    staging = tempfile.mkdtemp(prefix=".docstore-shards-", dir=parent)
+    try:
+        paths = [os.path.join(staging, f"part-{k:05d}.docstore") for k in range(len(plan))]
+        # fork: the workers need nothing but their arguments, and spawn or forkserver would first
+        # run the main module again (which a script read from stdin does not have); docstore is
+        # fork-safe, and the writers are created in the children
+        context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
+        with concurrent.futures.ProcessPoolExecutor(len(plan), mp_context=context) as pool:
+            jobs = [pool.submit(build_shard, path, pieces, *shard_args) for path, pieces in zip(paths, plan)]
+            for job in jobs:
+                job.result()  # the first failure, in shard order
+        seal(output, paths, overwrite=overwrite)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def build_shard(
+    path: str,
+    pieces: list[Piece],
+    fields: dict[str, str],
+    id_field: str,
+    columns: list[str] | None,
+    keep: list[str] | None,
+    level: int | None,
+    coerce: dict[str, dict[str, str]],
+) -> int:
+    """One shard of a ``--shards`` build (runs in a worker process): the records of ``pieces``."""
+    count = 0
+    with Writer(path, fields, level=level) as writer:
+        for source, fmt, byte_range in pieces:
+            position = 0
+            try:
+                for position, record in read_records(source, fmt, columns, keep, byte_range):
+                    try:
+                        if coerce[fmt]:
+                            coerce_record(record, coerce[fmt], id_field)
+                        writer.add_record(record, id_field)
+                    except (SchemaError, InvalidKeyError) as exc:
+                        raise UsageError(
+                            f"{where(source, fmt, position, byte_range is not None)}: {exc}"
+                        ) from None
+                    count += 1
+            except (*GZIP_ERRORS, csv.Error, UnicodeDecodeError) as exc:
+                raise UsageError(unreadable(source, fmt, position, exc)) from None
+    return count
 
 
 def _check_build_args(args: argparse.Namespace, columns: list[str] | None, formats: list[str]) -> None:
     """Refusals that need no input read."""
     if args.inputs.count("-") > 1:
         raise UsageError("'-' (stdin) is given more than once; it can be read only once")
+    if "-" in args.inputs and args.shards > 1:
+        raise UsageError("--shards reads its inputs in several processes: give files, not '-' (stdin)")
     if "-" in args.inputs and args.format == "parquet":
         raise UsageError("parquet cannot be read from stdin ('-'): give its path")
     if columns is not None:
