@@ -45,6 +45,8 @@ def _human(n: float) -> str:
 def cmd_build(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    if args.from_ir_datasets is not None:
+        return _build_from_ir_datasets(args)
     columns = args.columns.split(",") if args.columns else None
     fields = parse_fields(args.fields)
     formats = [args.format or detect_format(path) for path in args.inputs]
@@ -106,13 +108,42 @@ def cmd_build(args: argparse.Namespace) -> int:
                 bar.update(8192)
         bar.update(count % 8192)
         bar.close()
+    _report_build(args.output, start)
+    return 0
+
+
+def _report_build(output: str, start: float) -> None:
     elapsed = time.perf_counter() - start
-    info = open_store(args.output).info()
+    info = open_store(output).info()
     ratio = f"{info['ratio']:.3f}x" if info["ratio"] else "-"
     print(
-        f"built {args.output}: {info['count']:,} docs, raw {_human(info['raw_bytes'])}, "
+        f"built {output}: {info['count']:,} docs, raw {_human(info['raw_bytes'])}, "
         f"stored {_human(info['stored_bytes'])} ({ratio} raw), {info['count'] / elapsed:,.0f} docs/s"
     )
+
+
+def _build_from_ir_datasets(args: argparse.Namespace) -> int:
+    try:
+        from .. import ir_datasets as irds
+    except ImportError as exc:
+        raise UsageError(str(exc)) from None
+    if not args.overwrite and os.path.lexists(args.output):
+        raise UsageError(f"{args.output} already exists (pass --overwrite to replace it)")
+    json_fields = [f for f in (args.json_fields or "").split(",") if f]
+    start = time.perf_counter()
+    try:
+        dataset = irds.ir_datasets.load(args.from_ir_datasets)
+    except KeyError:
+        raise UsageError(f"no ir_datasets dataset {args.from_ir_datasets!r}") from None
+    irds.build(
+        dataset,
+        args.output,
+        json_fields=json_fields,
+        progress=False if args.quiet else None,
+        overwrite=args.overwrite,
+        level=args.level,
+    )
+    _report_build(args.output, start)
     return 0
 
 
