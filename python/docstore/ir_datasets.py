@@ -84,13 +84,23 @@ def _hints(cls: type) -> dict[str, Any]:
         return dict(getattr(cls, "__annotations__", {}))
 
 
+def _unannotated(where: str, cls: type) -> SchemaError:
+    return SchemaError(
+        f"field {where!r} of {cls.__name__} has no type annotation: docstore takes the field types "
+        "from the docs class's annotations"
+    )
+
+
 def _is_namedtuple(tp: Any) -> bool:
     return isinstance(tp, type) and issubclass(tp, tuple) and hasattr(tp, "_fields")
 
 
 def _refuse(where: str, tp: Any, why: str) -> SchemaError:
-    name = getattr(tp, "__name__", None) or repr(tp)
-    return SchemaError(f"field {where!r} is annotated {name}: {why}")
+    return SchemaError(f"field {where!r} is annotated {_type_name(tp)}: {why}")
+
+
+def _type_name(tp: Any) -> str:
+    return tp.__name__ if isinstance(tp, type) else str(tp).replace("typing.", "")
 
 
 def _converter(tp: Any, where: str) -> Decoder | None:
@@ -114,7 +124,7 @@ def _converter(tp: Any, where: str) -> Decoder | None:
         hints = _hints(tp)
         missing = [f for f in tp._fields if f not in hints]
         if missing:
-            raise _refuse(f"{where}.{missing[0]}", tp, "it has no type annotation")
+            raise _unannotated(f"{where}.{missing[0]}", tp)
         convs = [_converter(hints[f], f"{where}.{f}") for f in tp._fields]
         make = tp._make
         if not any(convs):
@@ -188,6 +198,7 @@ class _Schema:
 
     def __init__(self, cls: type, store_fields: dict[str, str], decoders: dict[str, Decoder]) -> None:
         self.cls = cls
+        self.hints = _hints(cls)
         self.names: tuple[str, ...] = tuple(cls._fields)  # type: ignore[attr-defined]
         self.id_index = self.names.index("doc_id")
         self.store_fields = store_fields
@@ -204,7 +215,7 @@ class _Schema:
         hints = _hints(cls)
         for name in cls._fields:
             if name != "doc_id" and name not in hints:
-                raise _refuse(name, cls, f"the docs class {cls.__name__} gives field {name!r} no type")
+                raise _unannotated(name, cls)
         return hints
 
     @classmethod
@@ -253,7 +264,7 @@ class _Schema:
             else:
                 raise SchemaError(
                     f"the store's field {name!r} is {stored}, which does not hold the "
-                    f"{getattr(tp, '__name__', tp)} values of {docs_cls.__name__}.{name}"
+                    f"{_type_name(tp)} values of {docs_cls.__name__}.{name}"
                 )
         return cls(docs_cls, have, decoders)
 
@@ -374,12 +385,13 @@ def _hint(message: str, schema: _Schema) -> str:
     """The Writer's message about a mistyped value, with the way around it."""
     for name, ty in schema.store_fields.items():
         if f'field "{name}" ' in message and name not in schema.json:
+            annotated = f"{schema.cls.__name__} annotates {name!r} as {_type_name(schema.hints[name])}"
             if ty != "str":
                 return (
-                    f"{message} (the docs class annotates {name!r} as {ty}; if its documents hold "
-                    f"other values, pass json_fields=[{name!r}] to store it as JSON)"
+                    f"{message} ({annotated}; if its documents hold other values, pass "
+                    f"json_fields=[{name!r}] to store it as JSON)"
                 )
-            return f"{message} (the docs class annotates {name!r} as str, but its documents hold others)"
+            return f"{message} ({annotated}, but its documents hold other values)"
     return message
 
 
