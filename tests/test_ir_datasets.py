@@ -435,6 +435,8 @@ def test_load_takes_a_dataset_object_and_an_open_store(tsv_store):
     assert ours.docs.lookup(_doc_id(3)).text == tsv_store[_doc_id(3)].text
     again = dsi.load(ours, store=tsv_store.path)  # the docstore one stands for its source
     assert again.source is real
+    copy = dsi.build(ours, f"{tsv_store.path}.copy", overwrite=True)  # read from the store
+    assert list(copy.values()) == list(tsv_store.values())
     with pytest.raises(TypeError):
         dsi.load(TSV, store=42)
     with pytest.raises(docstore.StoreNotFoundError):

@@ -140,20 +140,13 @@ def _converter(tp: Any, where: str) -> Decoder | None:
             raise _refuse(where, tp, "a union of types that JSON does not tell apart")
         conv = convs[0]
         assert conv is not None
-        return lambda v: None if v is None else conv(v)
-    if origin is list:
+        return _optional(conv)
+    if origin in (list, set, frozenset) or (origin is tuple and (not args or args[-1] is Ellipsis)):
         conv = _converter(args[0], f"{where}[]") if args else None
-        return None if conv is None else (lambda v: [conv(x) for x in v])
-    if origin is tuple:
-        if not args or (len(args) == 2 and args[1] is Ellipsis):
-            conv = _converter(args[0], f"{where}[]") if args else None
-            return tuple if conv is None else (lambda v: tuple(conv(x) for x in v))
+        return _elements(conv, origin)
+    if origin is tuple:  # Tuple[X, Y, Z]
         convs = [_converter(a, f"{where}[{i}]") for i, a in enumerate(args)]
         return lambda v: tuple(x if c is None else c(x) for c, x in zip(convs, v))
-    if origin in (set, frozenset):
-        conv = _converter(args[0], f"{where}[]") if args else None
-        kind = origin
-        return (lambda v: kind(v)) if conv is None else (lambda v: kind(conv(x) for x in v))
     if origin is dict:
         key = args[0] if args else str
         if key not in (str, int, float):
@@ -165,6 +158,17 @@ def _converter(tp: Any, where: str) -> Decoder | None:
         return lambda v: {to_key(k): (x if conv is None else conv(x)) for k, x in v.items()}
     raise _refuse(where, tp, "docstore stores str, int, float, bytes and bool fields, and as JSON "
                   "lists, tuples, dicts, Optional, NamedTuples, enums and datetimes of those")  # fmt: skip
+
+
+def _optional(conv: Decoder) -> Decoder:
+    return lambda v: None if v is None else conv(v)
+
+
+def _elements(conv: Decoder | None, kind: Callable[[Any], Any]) -> Decoder | None:
+    """The converter of a list, tuple, set or frozenset (``kind``) of elements ``conv`` converts."""
+    if conv is None:
+        return None if kind is list else kind
+    return lambda v: kind(map(conv, v))
 
 
 def _json_default(value: Any) -> Any:
@@ -273,7 +277,7 @@ class _Schema:
         new = functools.partial(tuple.__new__, self.cls)
         if not self.row_decoders:
             return list(map(new, rows))
-        out = []
+        out: list[Any] = []
         decoders = self.row_decoders
         for row in rows:
             values = list(row)
@@ -287,8 +291,8 @@ class _Schema:
 # Building.
 
 
-def _dataset(dataset_or_id: Any) -> Any:
-    if isinstance(dataset_or_id, DocstoreDataset):
+def _dataset(dataset_or_id: Any, *, unwrap: bool = False) -> Any:
+    if unwrap and isinstance(dataset_or_id, DocstoreDataset):  # load() serves the real one
         return dataset_or_id.source
     if isinstance(dataset_or_id, str):
         try:
@@ -588,7 +592,7 @@ class DocstoreDataset(ir_datasets.Dataset):
 
     def __setstate__(self, state: Any) -> None:
         super().__setstate__(state)
-        self._beta_apis = {}  # which ir_datasets' own __setstate__ leaves out
+        self._beta_apis: dict[str, Any] = {}  # which ir_datasets' own __setstate__ leaves out
         self._dataset_id = None
 
     @property
@@ -610,7 +614,7 @@ def load(dataset_or_id: Any, store: Any, *, read: str = "mmap") -> DocstoreDatas
     ``read`` is passed to :func:`docstore.open` when ``store`` is a path. The store must have the
     fields of the dataset's ``docs_cls()`` (``SchemaError`` otherwise).
     """
-    dataset = _dataset(dataset_or_id)
+    dataset = _dataset(dataset_or_id, unwrap=True)
     if isinstance(store, DocStore):
         opened = store
     elif isinstance(store, (str, os.PathLike)):
