@@ -44,7 +44,8 @@ def _human(n: float) -> str:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-
+    if args.from_ir_datasets is not None:
+        return _build_from_ir_datasets(args)
     columns = args.columns.split(",") if args.columns else None
     fields = parse_fields(args.fields)
     formats = [args.format or detect_format(path) for path in args.inputs]
@@ -97,14 +98,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         _build_shards(args.output, plan, shard_args, args.overwrite)
     else:
         _build_one(args, fields, coerce, first, iterator)
-    elapsed = time.perf_counter() - start
-    info = open_store(args.output).info()
-    ratio = f"{info['ratio']:.3f}x" if info["ratio"] else "-"
-    shards = f" in {len(info['shards'])} shards" if "shards" in info else ""
-    print(
-        f"built {args.output}: {info['count']:,} docs{shards}, raw {_human(info['raw_bytes'])}, "
-        f"stored {_human(info['stored_bytes'])} ({ratio} raw), {info['count'] / elapsed:,.0f} docs/s"
-    )
+    _report_build(args.output, start)
     return 0
 
 
@@ -210,6 +204,42 @@ def build_shard(
             except (*GZIP_ERRORS, csv.Error, UnicodeDecodeError) as exc:
                 raise UsageError(unreadable(source, fmt, position, exc)) from None
     return count
+
+
+def _report_build(output: str, start: float) -> None:
+    elapsed = time.perf_counter() - start
+    info = open_store(output).info()
+    ratio = f"{info['ratio']:.3f}x" if info["ratio"] else "-"
+    shards = f" in {len(info['shards'])} shards" if "shards" in info else ""
+    print(
+        f"built {output}: {info['count']:,} docs{shards}, raw {_human(info['raw_bytes'])}, "
+        f"stored {_human(info['stored_bytes'])} ({ratio} raw), {info['count'] / elapsed:,.0f} docs/s"
+    )
+
+
+def _build_from_ir_datasets(args: argparse.Namespace) -> int:
+    try:
+        from .. import ir_datasets as irds
+    except ImportError as exc:
+        raise UsageError(str(exc)) from None
+    if not args.overwrite and os.path.lexists(args.output):
+        raise UsageError(f"{args.output} already exists (pass --overwrite to replace it)")
+    json_fields = [f for f in (args.json_fields or "").split(",") if f]
+    start = time.perf_counter()
+    try:
+        dataset = irds.ir_datasets.load(args.from_ir_datasets)
+    except KeyError:
+        raise UsageError(f"no ir_datasets dataset {args.from_ir_datasets!r}") from None
+    irds.build(
+        dataset,
+        args.output,
+        json_fields=json_fields,
+        progress=False if args.quiet else None,
+        overwrite=args.overwrite,
+        level=args.level,
+    )
+    _report_build(args.output, start)
+    return 0
 
 
 def _check_build_args(args: argparse.Namespace, columns: list[str] | None, formats: list[str]) -> None:
