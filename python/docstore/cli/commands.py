@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import base64
 import csv
+import fcntl
+import hashlib
 import json
 import math
 import os
@@ -159,7 +161,13 @@ def _build_shards(output: str, plan: list[list[Piece]], shard_args: tuple, overw
     import tempfile
 
     parent = os.path.dirname(os.path.abspath(output))
-    staging = tempfile.mkdtemp(prefix=".docstore-shards-", dir=parent)
+    prefix = _staging_prefix(output)
+    _sweep_dead_staging(parent, prefix)
+    staging = tempfile.mkdtemp(prefix=prefix, dir=parent)
+    # Held (by this process and the workers it forks) until the build ends: a staging directory
+    # whose lock can be taken was left by a killed build, and the next build removes it.
+    lock = open(os.path.join(staging, "lock"), "w")  # noqa: SIM115 - closed in the finally below
+    fcntl.flock(lock, fcntl.LOCK_EX)
     try:
         paths = [os.path.join(staging, f"part-{k:05d}.docstore") for k in range(len(plan))]
         # fork: the workers need nothing but their arguments, and spawn or forkserver would first
@@ -173,6 +181,29 @@ def _build_shards(output: str, plan: list[list[Piece]], shard_args: tuple, overw
         seal(output, paths, overwrite=overwrite)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        lock.close()
+
+
+def _staging_prefix(output: str) -> str:
+    """Names of the staging directories of a ``--shards`` build of ``output``: short whatever the
+    output's name (a file name is at most 255 bytes), and the same for every build of it."""
+    name = os.path.basename(os.path.abspath(output))
+    return f".docstore-shards-{hashlib.sha1(os.fsencode(name)).hexdigest()[:12]}-"
+
+
+def _sweep_dead_staging(parent: str, prefix: str) -> None:
+    """Removes the staging directories that killed builds of the same output left in ``parent``."""
+    import shutil
+
+    for name in os.listdir(parent):
+        if not name.startswith(prefix):
+            continue
+        try:
+            with open(os.path.join(parent, name, "lock")) as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held: a live build
+        except OSError:
+            continue
+        shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
 
 
 def build_shard(
