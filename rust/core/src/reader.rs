@@ -1188,7 +1188,9 @@ impl<B: Storage> Store<B> {
         B: Sync,
     {
         if self.buf.is_remote() {
-            self.buf.ensure(&mut vec![0..self.file_len()])?;
+            // (A collection verifies a remote store on a downloaded copy: `Collection::verify`.)
+            let whole = 0..self.file_len();
+            self.buf.ensure(&mut vec![whole])?;
         }
         // Bytes outside every section (alignment padding) must be zeros and the file must end
         // where the last section does, so that no flipped byte goes unnoticed.

@@ -496,9 +496,38 @@ impl Collection {
         Ok(())
     }
 
+    /// A remote collection's files downloaded whole into temporary files, each checked to be
+    /// the file opened (its fingerprint): what `verify` reads.
+    fn downloaded(&self) -> Result<Collection> {
+        let load = |store: &Store<StoreFile>| -> Result<Store<StoreFile>> {
+            let file = store
+                .remote_file()
+                .expect("a remote collection's files are remote");
+            let copy = Store::from_bytes(StoreFile::local(file.download()?))?;
+            if copy.fingerprint() != store.fingerprint() {
+                return Err(Error::corrupt(format!(
+                    "{} changed since it was opened",
+                    file.url()
+                )));
+            }
+            Ok(copy)
+        };
+        Ok(Collection {
+            shards: self.shards.iter().map(load).collect::<Result<_>>()?,
+            paths: self.paths.clone(),
+            starts: self.starts.clone(),
+            index: self.index.as_ref().map(load).transpose()?,
+            fingerprint: self.fingerprint,
+            remote: None,
+        })
+    }
+
     /// Reads every byte of every file (see `Store::verify`), and checks that the global index
     /// holds exactly the shards' ids at their global positions.
     pub fn verify(&self) -> Result<()> {
+        if self.remote.is_some() {
+            return self.downloaded()?.verify();
+        }
         let Some(index) = &self.index else {
             return self.shards[0].verify();
         };

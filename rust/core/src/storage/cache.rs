@@ -233,7 +233,7 @@ impl CacheFile {
     }
 
     fn word(&self, at: u64) -> &AtomicU64 {
-        debug_assert!(at + 8 <= self.map.len() as u64 && at % 8 == 0);
+        debug_assert!(at + 8 <= self.map.len() as u64 && at.is_multiple_of(8));
         // SAFETY: `at` is 8-aligned inside the live, page-aligned mapping (callers compute it
         // from the layout of `map_len`), and the map's words are only accessed atomically.
         unsafe { AtomicU64::from_ptr(self.map.as_ptr().add(at as usize) as *mut u64) }

@@ -662,6 +662,24 @@ impl RemoteFile {
             })
     }
 
+    /// The whole object, downloaded into an unlinked temporary file (concurrent requests of at
+    /// most `max_request_bytes`), mapped: what `verify` reads, whatever the cache's budget.
+    pub fn download(&self) -> Result<Mmap> {
+        let file = tempfile::tempfile().map_err(Error::Io)?;
+        file.set_len(self.size)?;
+        let step = self.remote.options.max_request;
+        let ranges: Vec<Range<u64>> = (0..self.size.div_ceil(step))
+            .map(|i| i * step..((i + 1) * step).min(self.size))
+            .collect();
+        self.remote
+            .fetch(&self.path, &self.url, ranges, |range, bytes| {
+                use std::os::unix::fs::FileExt;
+                file.write_all_at(&bytes, range.start).map_err(Error::Io)
+            })?;
+        // SAFETY: a private, unlinked file that nothing else can open or change.
+        Ok(unsafe { Mmap::map(&file)? })
+    }
+
     /// Keeps what `ranges` cover in the cache for good (see `cache::PINNED`).
     pub fn pin(&self, ranges: &[Range<u64>]) {
         for range in ranges {
