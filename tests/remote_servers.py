@@ -80,6 +80,12 @@ class MotoS3:
         self.server.stop()
 
 
+class _Server(http.server.ThreadingHTTPServer):
+    # Hundreds of connections may arrive at once (docstore keeps up to 256 requests in flight).
+    request_queue_size = 1024
+    daemon_threads = True
+
+
 class _Files(http.server.BaseHTTPRequestHandler):
     """GET and HEAD of files under the server's root, with single byte ranges (RFC 7233)."""
 
@@ -102,6 +108,8 @@ class _Files(http.server.BaseHTTPRequestHandler):
 
     def _serve(self, body: bool) -> None:
         self.server.requests += 1  # type: ignore[attr-defined]
+        if self.server.latency:  # type: ignore[attr-defined]
+            time.sleep(self.server.latency)  # type: ignore[attr-defined]
         path = self._file()
         if path is None:
             self.send_response(404)
@@ -140,12 +148,14 @@ class _Files(http.server.BaseHTTPRequestHandler):
 
 
 class RangeHTTPServer:
-    """A plain HTTP file server with range support, in a thread."""
+    """A plain HTTP file server with range support, in a thread; each request waits ``latency``
+    seconds first (a far server, without a proxy's extra hop)."""
 
-    def __init__(self, root: str) -> None:
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Files)
+    def __init__(self, root: str, latency: float = 0.0) -> None:
+        self.server = _Server(("127.0.0.1", 0), _Files)
         self.server.root = os.path.realpath(root)  # type: ignore[attr-defined]
         self.server.requests = 0  # type: ignore[attr-defined]
+        self.server.latency = latency  # type: ignore[attr-defined]
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
@@ -154,6 +164,14 @@ class RangeHTTPServer:
     @property
     def requests(self) -> int:
         return self.server.requests  # type: ignore[attr-defined]
+
+    @property
+    def latency(self) -> float:
+        return self.server.latency  # type: ignore[attr-defined]
+
+    @latency.setter
+    def latency(self, seconds: float) -> None:
+        self.server.latency = seconds  # type: ignore[attr-defined]
 
     def stop(self) -> None:
         self.server.shutdown()
@@ -230,7 +248,7 @@ class FaultProxy:
         self.lock = threading.Lock()
         self.requests = 0
         self.injected: dict[str, int] = {}
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Proxy)
+        self.server = _Server(("127.0.0.1", 0), _Proxy)
         self.server.proxy = self  # type: ignore[attr-defined]
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"

@@ -33,9 +33,10 @@ class DocStore(Reader):
         return (functools.partial(open, read=self.read), (os.fspath(self.path),))
 
     def remote_stats(self) -> dict[str, int] | None:
-        """For a remote store: requests sent, bytes received, round trips (fetches that waited
-        on the network), cache hits, retries, the peak of requests in flight, and the bytes its
-        cache holds; ``None`` for a local store."""
+        """For a remote store: requests sent, bytes received (``data_bytes``: by rounds that
+        fetched documents only), round trips (fetches that waited on the network, each with its
+        requests at once), retries, the peak of requests in flight, and the bytes its cache and
+        the whole cache directory hold; ``None`` for a local store."""
         return self._remote_stats()
 
     def __enter__(self) -> DocStore:

@@ -271,8 +271,8 @@ impl Reader {
         let dict = PyDict::new(py);
         dict.set_item("requests", stats.requests.load(Ordering::Relaxed))?;
         dict.set_item("bytes", stats.bytes.load(Ordering::Relaxed))?;
+        dict.set_item("data_bytes", stats.data_bytes.load(Ordering::Relaxed))?;
         dict.set_item("round_trips", stats.rounds.load(Ordering::Relaxed))?;
-        dict.set_item("cache_hits", stats.hits.load(Ordering::Relaxed))?;
         dict.set_item("retries", stats.retries.load(Ordering::Relaxed))?;
         dict.set_item(
             "peak_in_flight",

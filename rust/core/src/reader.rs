@@ -215,12 +215,7 @@ impl Store<StoreFile> {
     /// fetches, in one round of concurrent requests, the rest of what `from_bytes` reads (the
     /// ends of two offset arrays, the first key) and the key fences, which every lookup reads.
     pub fn open_remote(file: RemoteFile) -> Result<Store<StoreFile>> {
-        let data = file.cache().data_file().try_clone()?;
-        let mut store = Store::from_bytes(StoreFile::remote(file)?)?;
-        // Blobs are copied out of the cache before they are checked and decoded (the `pread`
-        // path): what is checked is what is decoded, even if the cache evicts meanwhile.
-        store.data_file = Some(data);
-        Ok(store)
+        Store::from_bytes(StoreFile::remote(file)?)
     }
 
     /// The remote file behind this store, if it is one.
@@ -369,28 +364,49 @@ impl<B: Storage> Store<B> {
     #[inline(always)]
     fn need(&self, s: Section, range: Range<usize>) -> Result<()> {
         if self.buf.is_remote() {
-            self.fetch([(s, range)])?;
+            self.need_remote(s, range)?;
         }
         Ok(())
+    }
+
+    #[cold]
+    fn need_remote(&self, s: Section, range: Range<usize>) -> Result<()> {
+        let section = &self.ranges[s as usize];
+        let start = (section.start + range.start).min(section.end);
+        let end = (section.start + range.end).min(section.end);
+        if start < end {
+            self.buf.ensure_one(start as u64..end as u64)?;
+        }
+        Ok(())
+    }
+
+    /// Whether entries `range` (of `size` bytes each) of section `s` are readable (always, for a
+    /// local store).
+    fn present(&self, s: Section, range: Range<u64>, size: usize) -> bool {
+        let base = self.ranges[s as usize].start as u64;
+        let size = size as u64;
+        self.buf
+            .is_present(base + range.start * size..base + range.end * size)
     }
 
     /// Makes every range of `wants` readable, fetching what is missing in one round of
     /// concurrent requests (ranges are clipped to their sections).
     #[cold]
     fn fetch(&self, wants: impl IntoIterator<Item = (Section, Range<usize>)>) -> Result<()> {
-        let mut ranges: Vec<Range<u64>> = wants
-            .into_iter()
-            .filter_map(|(s, r)| {
-                let section = &self.ranges[s as usize];
-                let start = (section.start + r.start).min(section.end);
-                let end = (section.start + r.end).min(section.end);
-                (start < end).then_some(start as u64..end as u64)
-            })
-            .collect();
-        if ranges.is_empty() {
+        // Present ranges are only stamped (no allocation: a warm batch passes through here).
+        let mut missing: Vec<Range<u64>> = Vec::new();
+        for (s, r) in wants {
+            let section = &self.ranges[s as usize];
+            let start = (section.start + r.start).min(section.end);
+            let end = (section.start + r.end).min(section.end);
+            if start < end && !self.buf.check(start as u64..end as u64) {
+                missing.push(start as u64..end as u64);
+            }
+        }
+        if missing.is_empty() {
             return Ok(());
         }
-        self.buf.ensure(&mut ranges)
+        self.buf.ensure(&mut missing)
     }
 
     fn offset(&self, s: Section, i: u64) -> u64 {
@@ -491,7 +507,7 @@ impl<B: Storage> Store<B> {
             Some(target) => {
                 let start = self.block_of(target) * KEY_BLOCK;
                 let end = (start + KEY_BLOCK).min(self.len());
-                if self.buf.is_remote() {
+                if self.buf.is_remote() && !self.present(Section::KeyIndex, start..end, KEY_ENTRY) {
                     self.fetch_blocks([(target, key.len())])?;
                 }
                 let index = self.section(Section::KeyIndex);
@@ -610,7 +626,14 @@ impl<B: Storage> Store<B> {
             self.prefetch_index(keys);
         }
         if self.buf.is_remote() && !self.is_empty() {
-            self.fetch_blocks(keys.iter().filter_map(|k| Some((self.target(k)?, k.len()))))?;
+            // Only the keys whose key index block is missing (a warm batch fetches nothing).
+            let n = self.len();
+            self.fetch_blocks(keys.iter().filter_map(|k| {
+                let target = self.target(k)?;
+                let start = self.block_of(target) * KEY_BLOCK;
+                let block = start..(start + KEY_BLOCK).min(n);
+                (!self.present(Section::KeyIndex, block, KEY_ENTRY)).then_some((target, k.len()))
+            }))?;
         }
         let mut out = vec![None; keys.len()];
         for (keys, out) in keys.chunks(GROUP).zip(out.chunks_mut(GROUP)) {
@@ -793,6 +816,7 @@ impl<B: Storage> Store<B> {
             .flatten()
         }))?;
         let rank = |p: u64| self.index_u32(Section::KeyRanks, p).min(n);
+        let before = self.buf.fetched_bytes();
         self.fetch(positions.clone().flat_map(|p| {
             let blob = blobs
                 .then(|| self.range_at(Section::DocOffsets, Section::Data, p).ok())
@@ -805,6 +829,10 @@ impl<B: Storage> Store<B> {
             .into_iter()
             .flatten()
         }))?;
+        if blobs && !keys {
+            self.buf
+                .add_data_bytes(self.buf.fetched_bytes().saturating_sub(before));
+        }
         if keys {
             self.fetch(positions.filter_map(|p| {
                 let r = rank(p);
@@ -1039,6 +1067,22 @@ impl<B: Storage> Store<B> {
                 Some(key) => check::checked_body(blob, key, pos),
                 None => Ok(blob),
             }
+        }
+        if self.buf.is_remote() {
+            // Copied out of the cache before it is checked and decoded: what is checked is
+            // what is decoded, even if the cache evicts meanwhile (a memcpy, no system call).
+            let blob = self.blob(pos)?;
+            let read = |buf: &mut Vec<u8>| -> Result<R> {
+                buf.clear();
+                buf.extend_from_slice(blob);
+                let result = f(body(buf, key, pos)?);
+                codec::release_if_huge(buf, 0);
+                result
+            };
+            return BLOB.with(|cell| match cell.try_borrow_mut() {
+                Ok(mut buf) => read(&mut buf),
+                Err(_) => read(&mut Vec::new()),
+            });
         }
         let Some(file) = &self.data_file else {
             return f(body(self.blob(pos)?, key, pos)?);

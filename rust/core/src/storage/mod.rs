@@ -32,8 +32,32 @@ pub trait Storage: AsRef<[u8]> {
         Ok(())
     }
 
+    /// `ensure` of one range (no allocation when it is present: the common case).
+    #[inline(always)]
+    fn ensure_one(&self, _range: Range<u64>) -> Result<()> {
+        Ok(())
+    }
+
     /// Keeps `ranges` readable for good (a remote store's cache never evicts them).
     fn pin(&self, _ranges: &[Range<u64>]) {}
+
+    /// Whether `range` is readable without fetching (always, for a local store).
+    fn is_present(&self, _range: Range<u64>) -> bool {
+        true
+    }
+
+    /// `is_present`, and if so marks it used (a remote store's cache keeps what is used).
+    fn check(&self, _range: Range<u64>) -> bool {
+        true
+    }
+
+    /// Bytes fetched so far (a remote store's counter; 0 for a local one).
+    fn fetched_bytes(&self) -> u64 {
+        0
+    }
+
+    /// Counts `bytes` as fetched for documents (blobs), not the index.
+    fn add_data_bytes(&self, _bytes: u64) {}
 }
 
 impl Storage for Mmap {}
@@ -88,9 +112,43 @@ impl Storage for StoreFile {
         }
     }
 
+    #[inline]
+    fn ensure_one(&self, range: Range<u64>) -> Result<()> {
+        match &self.remote {
+            Some(remote) => remote.ensure_one(range),
+            None => Ok(()),
+        }
+    }
+
     fn pin(&self, ranges: &[Range<u64>]) {
         if let Some(remote) = &self.remote {
             remote.pin(ranges);
+        }
+    }
+
+    fn is_present(&self, range: Range<u64>) -> bool {
+        self.remote
+            .as_ref()
+            .is_none_or(|r| r.cache().present(&r.cache().units(&range)))
+    }
+
+    fn check(&self, range: Range<u64>) -> bool {
+        self.remote.as_ref().is_none_or(|r| r.check(range))
+    }
+
+    fn fetched_bytes(&self) -> u64 {
+        self.remote.as_ref().map_or(0, |r| {
+            r.remote()
+                .stats
+                .bytes
+                .load(std::sync::atomic::Ordering::Relaxed)
+        })
+    }
+
+    fn add_data_bytes(&self, bytes: u64) {
+        if let Some(remote) = &self.remote {
+            (remote.remote().stats.data_bytes)
+                .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
         }
     }
 }

@@ -195,10 +195,10 @@ pub struct RemoteStats {
     pub requests: AtomicU64,
     /// Bytes received.
     pub bytes: AtomicU64,
+    /// Bytes received by rounds that fetched documents only (blobs of a batch read by key).
+    pub data_bytes: AtomicU64,
     /// `ensure` calls that had to fetch: sequential round trips, each with its requests at once.
     pub rounds: AtomicU64,
-    /// `ensure` calls served by the cache alone.
-    pub hits: AtomicU64,
     /// Requests retried here after object_store's own retries (short or failed responses).
     pub retries: AtomicU64,
     pub in_flight: AtomicUsize,
@@ -607,6 +607,31 @@ impl RemoteFile {
         self.cache.map_data()
     }
 
+    /// `ensure` of one range: when it is present (a warm cache), a presence check and a stamp.
+    pub fn ensure_one(&self, range: Range<u64>) -> Result<()> {
+        if self.check(range.clone()) {
+            return Ok(());
+        }
+        self.ensure(&mut vec![range])
+    }
+
+    /// Whether `range` is present; if so, stamps its segments and remembers it as read.
+    pub fn check(&self, range: Range<u64>) -> bool {
+        let units = self.cache.units(&range);
+        if !self.cache.present(&units) {
+            return false;
+        }
+        let me = self as *const RemoteFile as usize;
+        READ.with(|r| {
+            let mut read = r.borrow_mut();
+            if read.len() < READ_MEMORY {
+                read.push((me, range));
+            }
+        });
+        self.cache.touch(&units);
+        true
+    }
+
     /// Makes `ranges` present in the cache: what is missing is fetched in one round of
     /// concurrent requests (see the module note). Empties `ranges`.
     pub fn ensure(&self, ranges: &mut Vec<Range<u64>>) -> Result<()> {
@@ -623,9 +648,7 @@ impl RemoteFile {
             self.cache.touch(&units);
         }
         ranges.clear();
-        let stats = &self.remote.stats;
         if missing.is_empty() {
-            stats.hits.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
         // Merge runs of units close enough that one request is cheaper than two, then split
