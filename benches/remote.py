@@ -30,8 +30,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import docstore  # noqa: E402
-from tests.remote_servers import RangeHTTPServer  # noqa: E402
+import docstore
+from tests.remote_servers import RangeHTTPServer
 
 
 def build(path: str, n: int) -> None:
@@ -149,8 +149,13 @@ def loader(url: str, local: str, cache: str, workers: int) -> dict:
         ds = DocDataset(store, field="text")
         sampler = torch.utils.data.RandomSampler(ds, generator=torch.Generator().manual_seed(0))
         dl = torch.utils.data.DataLoader(
-            ds, batch_size=64, sampler=sampler, num_workers=workers, collate_fn=lambda b: b,
-            multiprocessing_context="fork", persistent_workers=False,
+            ds,
+            batch_size=64,
+            sampler=sampler,
+            num_workers=workers,
+            collate_fn=lambda b: b,
+            multiprocessing_context="fork",
+            persistent_workers=False,
         )
         t = time.perf_counter()
         n = 0
@@ -223,7 +228,8 @@ def table(results: dict) -> str:
             f"| {r['data_ratio']:.2f} ({r['data_bytes_per_doc']:.0f} / {r['stored_bytes_per_doc']:.0f} B) "
             f"| {r['get_many_warm_s'] * 1000:.2f} / {r['get_many_local_s'] * 1000:.2f} ms "
             f"({r['warm_vs_local']:.2f}x) "
-            f"| {loader.get('remote_cold_docs_per_s', 0):,.0f} / {loader.get('remote_warm_docs_per_s', 0):,.0f}"
+            f"| {loader.get('remote_cold_docs_per_s', 0):,.0f}"
+            f" / {loader.get('remote_warm_docs_per_s', 0):,.0f}"
             f" / {loader.get('local_docs_per_s', 0):,.0f} |"
         )
     return "\n".join(rows)

@@ -164,7 +164,7 @@ def test_warm_cache_is_shared_and_keyed_by_fingerprint(url, s3, local, docs, tmp
     s3.upload(local, "replaced.docstore")
     again = open_remote(f"s3://{BUCKET}/replaced.docstore", cache)
     assert again.fingerprint != replaced.fingerprint
-    doc_id = list(docs)[0]
+    doc_id = next(iter(docs))
     assert again[doc_id].text == docs[doc_id]["text"]
     assert len(os.listdir(cache)) >= 3  # usage + two entries
 

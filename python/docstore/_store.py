@@ -200,7 +200,9 @@ def open(
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 # Option names that hold secrets: not written into pickles in clear (see `open`).
-_SECRET = re.compile(r"secret|token|password|passwd|credential|sas|signature|private|(^|_)key$|access_key", re.I)
+_SECRET = re.compile(
+    r"secret|token|password|passwd|credential|sas|signature|private|(^|_)key$|access_key", re.I
+)
 
 
 def is_url(path: Any) -> bool:

@@ -19,8 +19,8 @@ import numpy as np
 
 from .. import Writer, seal, upgrade
 from .. import open as open_store
-from .._store import is_url
 from .._docstore import FORMAT_VERSION
+from .._store import is_url
 from .._writer import infer_type
 from ..errors import InvalidKeyError, SchemaError
 from .inputs import (
