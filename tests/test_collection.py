@@ -459,3 +459,24 @@ def test_verify_names_every_damaged_shard(tmp_path, docs):
             f.seek(data_offset + 40)
             f.write(byte)
     docstore.open(tmp_path / "c").verify()
+
+
+def test_shards_can_share_one_dictionary(tmp_path, docs):
+    items = list(docs.items())
+    first = write_store(tmp_path / "first.docstore", dict(items[:300]))
+    dictionary = first._dictionary()
+    assert 0 < len(dictionary) <= 65536
+    second = write_store(tmp_path / "second.docstore", dict(items[300:]), dictionary=dictionary)
+    assert second._dictionary() == dictionary
+    store = docstore.seal(tmp_path / "c", [first.path, second.path])
+    for doc_id, expected in items[::7]:
+        assert_doc_equal(store[doc_id], doc_id, expected)
+    with pytest.raises(docstore.InvalidArgumentError, match="at most 65536"):
+        docstore.Writer(tmp_path / "x.docstore", FIELDS, dictionary=b"x" * 65537)
+    assert not (tmp_path / "x.docstore").exists()
+    # A sharded build trains once: every shard holds the same dictionary.
+    lines = [json.dumps({"doc_id": f"d{i}", "text": f"words {i} " * 30}) for i in range(4000)]
+    (tmp_path / "in.jsonl").write_text("\n".join(lines))
+    assert cli(["build", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "b"), "--shards", "3", "-q"]) == 0
+    shards = [docstore.open(s["path"]) for s in docstore.open(tmp_path / "b").info()["shards"]]
+    assert len({s._dictionary() for s in shards}) == 1 and shards[0]._dictionary()

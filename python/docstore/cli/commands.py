@@ -170,12 +170,19 @@ def _build_shards(output: str, plan: list[list[Piece]], shard_args: tuple, overw
     fcntl.flock(lock, fcntl.LOCK_EX)
     try:
         paths = [os.path.join(staging, f"part-{k:05d}.docstore") for k in range(len(plan))]
+        # One dictionary for every shard, trained once on the first batch of the input (as the
+        # single-file build trains on its first batch): shards then compress alike, the build
+        # trains once instead of once per shard, and readers keep one copy of it.
+        dictionary = _first_batch_dictionary(os.path.join(staging, "sample.docstore"), plan, shard_args)
         # fork: the workers need nothing but their arguments, and spawn or forkserver would first
         # run the main module again (which a script read from stdin does not have); docstore is
         # fork-safe, and the writers are created in the children
         context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
         with concurrent.futures.ProcessPoolExecutor(len(plan), mp_context=context) as pool:
-            jobs = [pool.submit(build_shard, path, pieces, *shard_args) for path, pieces in zip(paths, plan)]
+            jobs = [
+                pool.submit(build_shard, path, pieces, *shard_args, dictionary)
+                for path, pieces in zip(paths, plan)
+            ]
             for job in jobs:
                 job.result()  # the first failure, in shard order
         seal(output, paths, overwrite=overwrite)
@@ -206,6 +213,18 @@ def _sweep_dead_staging(parent: str, prefix: str) -> None:
         shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
 
 
+def _first_batch_dictionary(path: str, plan: list[list[Piece]], shard_args: tuple) -> bytes:
+    """The dictionary a build of the input's first batch (4 MiB of records) trains."""
+    sample = [next(p for run in plan for p in run)] if any(plan) else []
+    build_shard(path, sample, *shard_args, limit_bytes=4 << 20)
+    store = open_store(path)
+    try:
+        return store._dictionary()
+    finally:
+        store.close()
+        os.remove(path)
+
+
 def build_shard(
     path: str,
     pieces: list[Piece],
@@ -215,10 +234,14 @@ def build_shard(
     keep: list[str] | None,
     level: int | None,
     coerce: dict[str, dict[str, str]],
+    dictionary: bytes | None = None,
+    limit_bytes: int | None = None,
 ) -> int:
-    """One shard of a ``--shards`` build (runs in a worker process): the records of ``pieces``."""
+    """One shard of a ``--shards`` build (runs in a worker process): the records of ``pieces``
+    (with ``limit_bytes``, only the first records of about that many bytes of input)."""
     count = 0
-    with Writer(path, fields, level=level) as writer:
+    with Writer(path, fields, level=level, dictionary=dictionary) as writer:
+        seen = 0  # bytes of the text and bytes values added, for limit_bytes
         for source, fmt, byte_range in pieces:
             position = 0
             try:
@@ -232,6 +255,10 @@ def build_shard(
                             f"{where(source, fmt, position, byte_range is not None)}: {exc}"
                         ) from None
                     count += 1
+                    if limit_bytes is not None:
+                        seen += sum(len(v) for v in record.values() if isinstance(v, (str, bytes)))
+                        if seen >= limit_bytes:
+                            return count
             except (*GZIP_ERRORS, csv.Error, UnicodeDecodeError) as exc:
                 raise UsageError(unreadable(source, fmt, position, exc)) from None
     return count

@@ -49,6 +49,10 @@ pub struct WriterOptions {
     pub overwrite: bool,
     /// `format::VERSION` (checked reads) or `format::MIN_VERSION`, for readers older than it.
     pub format_version: u32,
+    /// A dictionary to use instead of training one (at most 64 KiB): the shards of one corpus
+    /// share the one trained once, so that their reader keeps one copy and a sharded build
+    /// trains once, not once per shard.
+    pub dictionary: Option<Vec<u8>>,
 }
 
 impl Default for WriterOptions {
@@ -63,6 +67,7 @@ impl Default for WriterOptions {
             key_buffer_bytes: 64 << 20,
             overwrite: false,
             format_version: format::VERSION,
+            dictionary: None,
         }
     }
 }
@@ -221,6 +226,12 @@ impl Writer {
                 format::MIN_VERSION,
                 format::VERSION,
                 options.format_version
+            )));
+        }
+        if options.dictionary.as_ref().is_some_and(|d| d.len() > codec::MAX_DICT_SIZE) {
+            return Err(Error::InvalidArgument(format!(
+                "a dictionary is at most {} bytes (all lz4 can reach back)",
+                codec::MAX_DICT_SIZE
             )));
         }
         if options.dict_size > codec::MAX_DICT_SIZE {
@@ -834,10 +845,10 @@ fn write_data(
         let compressor = match &compressor {
             Some(c) => c,
             None => {
-                let dict = if options.level == codec::LEVEL_NONE {
-                    Vec::new() // nothing to train for
-                } else {
-                    codec::dictionary_for(batch.records(), options.dict_size)
+                let dict = match &options.dictionary {
+                    _ if options.level == codec::LEVEL_NONE => Vec::new(), // stored as is
+                    Some(given) => given.clone(),
+                    None => codec::dictionary_for(batch.records(), options.dict_size),
                 };
                 compressor.insert(start_data(&mut file, &dict)?)
             }
