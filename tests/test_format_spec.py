@@ -340,7 +340,7 @@ class SpecStore:
             if len(payload) != raw_len:
                 raise SpecError("stored record length does not match its header")
             return payload
-        if raw_len > MAX_COMPRESSED_RAW_LEN or raw_len > (len(payload) + 16) * 255:
+        if raw_len > MAX_COMPRESSED_RAW_LEN or raw_len > len(payload) * 255:
             raise SpecError("compressed record claims an impossible length")
         try:
             raw = lz4.block.decompress(payload, uncompressed_size=raw_len, dict=self.dictionary)

@@ -6,7 +6,7 @@
 
 use crate::check;
 use crate::codec;
-use crate::error::{Error, Result};
+use crate::error::{try_reserve, Error, Result};
 use crate::format::{
     key_prefix, u32_at, u64_at, Header, KeyEntry, Section, HEADER_SIZE, KEY_BLOCK, KEY_ENTRY,
 };
@@ -57,9 +57,11 @@ impl RecordBatch {
         self.data.capacity() + self.ends.capacity() * std::mem::size_of::<usize>()
     }
 
-    fn push(&mut self, raw: &[u8]) {
+    fn push(&mut self, raw: &[u8]) -> Result<()> {
+        try_reserve(&mut self.data, raw.len())?;
         self.data.extend_from_slice(raw);
         self.ends.push(self.data.len());
+        Ok(())
     }
 
     /// Puts the records from `base` on in the order `order` gives: record `base + i` becomes the
@@ -79,6 +81,14 @@ impl RecordBatch {
         self.ends.truncate(base);
         self.ends.extend_from_slice(&ends);
     }
+}
+
+/// A copy of a raw record, or `OutOfMemory`.
+fn owned(raw: &[u8]) -> Result<Cow<'static, [u8]>> {
+    let mut copy = Vec::new();
+    try_reserve(&mut copy, raw.len())?;
+    copy.extend_from_slice(raw);
+    Ok(Cow::Owned(copy))
 }
 
 /// Lookups of a batch that advance together (see `positions`).
@@ -688,7 +698,7 @@ impl<B: AsRef<[u8]>> Store<B> {
 
     /// The raw record of the document at `pos` (decode it with `record::decode`).
     pub fn record(&self, pos: u64) -> Result<Cow<'_, [u8]>> {
-        self.with_record(pos, |raw| Cow::Owned(raw.to_vec()))
+        self.with_record(pos, owned)?
     }
 
     /// Runs `f` on the raw record at `pos`, decoded in a per-thread buffer. In a checked store the
@@ -742,6 +752,7 @@ impl<B: AsRef<[u8]>> Store<B> {
         let blob = self.range_at(Section::DocOffsets, Section::Data, pos)?;
         let at = (self.ranges[Section::Data as usize].start + blob.start) as u64;
         let read = |buf: &mut Vec<u8>| -> Result<R> {
+            try_reserve(buf, blob.len().saturating_sub(buf.len()))?;
             buf.resize(blob.len(), 0);
             let result = std::os::unix::fs::FileExt::read_exact_at(file, buf, at)
                 .map_err(Error::from)
@@ -763,7 +774,7 @@ impl<B: AsRef<[u8]>> Store<B> {
             positions,
             |&pos| pos,
             key_of_position,
-            |&pos| self.with_record(pos, |raw| batch.push(raw)),
+            |&pos| self.with_record(pos, |raw| batch.push(raw))?,
         )
     }
 
@@ -774,7 +785,7 @@ impl<B: AsRef<[u8]>> Store<B> {
             found,
             |&(pos, _)| pos,
             false,
-            |&(pos, key)| self.with_record_of(pos, key, |raw| batch.push(raw)),
+            |&(pos, key)| self.with_record_of(pos, key, |raw| batch.push(raw))?,
         )
     }
 
@@ -854,7 +865,7 @@ impl<B: AsRef<[u8]>> Store<B> {
     pub fn read_one(&self, key: &[u8], batch: &mut RecordBatch) -> Result<Option<u64>> {
         let pos = self.locate(key)?;
         if let Some(pos) = pos {
-            self.with_record_of(pos, key, |raw| batch.push(raw))?;
+            self.with_record_of(pos, key, |raw| batch.push(raw))??;
         }
         Ok(pos)
     }
@@ -862,10 +873,7 @@ impl<B: AsRef<[u8]>> Store<B> {
     /// Position and raw record of `key`, if present.
     pub fn get(&self, key: &[u8]) -> Result<Option<(u64, Cow<'_, [u8]>)>> {
         match self.locate(key)? {
-            Some(pos) => Ok(Some((
-                pos,
-                self.with_record_of(pos, key, |raw| Cow::Owned(raw.to_vec()))?,
-            ))),
+            Some(pos) => Ok(Some((pos, self.with_record_of(pos, key, owned)??))),
             None => Ok(None),
         }
     }
