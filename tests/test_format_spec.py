@@ -1064,12 +1064,13 @@ def test_schema_and_dictionary_limits(tmp_path: Path) -> None:
     # The largest schema allowed, written by docstore: read by both readers, opened fast.
     names = long_names(1024, 255)
     assert len(schema_of(names)) == MAX_SCHEMA_BYTES
-    path = write(tmp_path / "widest.docstore", dict.fromkeys(names, "int64"), [("a", dict.fromkeys(names, 7))])
+    doc = dict.fromkeys(names, 7)
+    path = write(tmp_path / "widest.docstore", dict.fromkeys(names, "int64"), [("a", doc)])
     start = time.perf_counter()
     store = docstore.open(path)
     assert time.perf_counter() - start < 0.5
     assert list(store.fields) == names and store["a"][names[-1]] == 7
-    assert SpecStore(path.read_bytes()).record(0) == dict.fromkeys(names, 7)
+    assert SpecStore(path.read_bytes()).record(0) == doc
     # Beyond it, the writer refuses, naming the limit.
     with pytest.raises(docstore.SchemaError, match="at most 1024"):
         docstore.Writer(tmp_path / "w1", dict.fromkeys(long_names(1025, 8), "int64"))
