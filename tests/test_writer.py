@@ -297,7 +297,11 @@ def test_targets_with_the_longest_file_names_build_and_upgrade(tmp_path):
     write_store(old, {"a": {"t": "y"}}, fields={"t": "str"}, format_version=1, overwrite=True)
     assert docstore.upgrade(old, new)["a"].t == "y"
     assert docstore.upgrade(old).info()["format_version"] == 2
-    assert leftovers(tmp_path) == sorted([*names, old.name, new.name])
+    # A collection sealed into a directory of such a name (its scratch directory is the same kind).
+    sealed = tmp_path / ("c" * 255)
+    docstore.seal(sealed, [new])
+    assert docstore.open(sealed)["a"].t == "y"
+    assert leftovers(tmp_path) == sorted([*names, old.name, new.name, sealed.name])
 
 
 def test_a_killed_build_leaves_no_store_at_the_target(tmp_path):

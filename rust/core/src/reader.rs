@@ -66,11 +66,12 @@ impl RecordBatch {
 
     /// Puts the records from `base` on in the order `order` gives: record `base + i` becomes the
     /// one that was at `base + order[i]` (one copy; a collection reads a batch shard by shard).
-    pub(crate) fn reorder_from(&mut self, base: usize, order: &[usize]) {
+    pub(crate) fn reorder_from(&mut self, base: usize, order: &[usize]) -> Result<()> {
         debug_assert_eq!(order.len(), self.len() - base);
         let start = |i: usize| if i == 0 { 0 } else { self.ends[i - 1] };
         let data_base = start(base);
-        let mut data = Vec::with_capacity(self.data.len() - data_base);
+        let mut data = Vec::new();
+        try_reserve(&mut data, self.data.len() - data_base)?;
         let mut ends = Vec::with_capacity(order.len());
         for &i in order {
             data.extend_from_slice(self.get(base + i));
@@ -80,6 +81,7 @@ impl RecordBatch {
         self.data.extend_from_slice(&data);
         self.ends.truncate(base);
         self.ends.extend_from_slice(&ends);
+        Ok(())
     }
 }
 
