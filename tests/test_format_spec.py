@@ -14,6 +14,7 @@ import math
 import random
 import re
 import struct
+import time
 import typing
 from pathlib import Path
 
@@ -58,6 +59,10 @@ ARRAY_TYPES = {
     25: ("float64", "<f8"),
 }
 MAX_COMPRESSED_RAW_LEN = 0x7E000000
+# §4.1 and §9: the most fields a schema has, its longest name, its longest section; §4.2: the
+# longest dictionary.
+MAX_FIELDS, MAX_NAME_LEN, MAX_DICTIONARY = 1024, 255, 65536
+MAX_SCHEMA_BYTES = 2 + MAX_FIELDS * (3 + MAX_NAME_LEN)
 
 
 class SpecError(Exception):
@@ -195,6 +200,9 @@ class SpecStore:
         self.sections = {
             name: buf[offset : offset + length] for name, (offset, length, _) in zip(SECTIONS, self.entries)
         }
+        for name, most in (("schema", MAX_SCHEMA_BYTES), ("dictionary", MAX_DICTIONARY)):
+            if len(self.sections[name]) > most:
+                raise SpecError(f"{name} section is longer than any store has")
         if check_checksums:
             for name in ("schema", "dictionary"):
                 if xxh3(self.sections[name]) != self.checksum(name):
@@ -242,6 +250,8 @@ class SpecStore:
         """§4.1, with the field name rules."""
         try:
             (count,) = struct.unpack_from("<H", buf, 0)
+            if count > MAX_FIELDS:
+                raise SpecError(f"bad schema: {count} fields")
             pos, fields = 2, []
             for _ in range(count):
                 code, name_len = struct.unpack_from("<BH", buf, pos)
@@ -341,7 +351,7 @@ class SpecStore:
             if len(payload) != raw_len:
                 raise SpecError("stored record length does not match its header")
             return payload
-        if raw_len > MAX_COMPRESSED_RAW_LEN or raw_len > (len(payload) + 16) * 255:
+        if raw_len > MAX_COMPRESSED_RAW_LEN or raw_len > len(payload) * 255:
             raise SpecError("compressed record claims an impossible length")
         try:
             raw = lz4.block.decompress(payload, uncompressed_size=raw_len, dict=self.dictionary)
@@ -991,7 +1001,7 @@ def test_documented_rejections(tmp_path: Path, version: int) -> None:
     bad_count = corrupt(good, 16, struct.pack("<Q", 4))
     check("count", with_header_checksum(bad_count), at_open=True, error=docstore.CorruptStoreError)
     check("schema", corrupt(good, 514, b"\x07"), at_open=True, error=docstore.CorruptStoreError)
-    # §8 check 12: the first key shorter than the common prefix.
+    # §8 check 13: the first key shorter than the common prefix.
     long_prefix = corrupt(good, 40, struct.pack("<I", 3))
     check("common-prefix", with_header_checksum(long_prefix), at_open=True, error=docstore.CorruptStoreError)
     # Only verify() reads padding, trailing bytes and the checksums of the large sections.
@@ -1004,6 +1014,72 @@ def test_documented_rejections(tmp_path: Path, version: int) -> None:
     # has 4 extra bytes in front of each body. Both are damaged stores, not misread documents.
     other = with_header_checksum(corrupt(good, 8, struct.pack("<I", 3 - version)))
     check("other-version", other, at_open=False, error=docstore.CorruptStoreError)
+
+
+def relaid(buf: bytes, replaced: dict[str, bytes]) -> bytes:
+    """`buf` with the sections named in `replaced` given new contents, every section laid out again
+    as the writer lays them out (§2) and every checksum recomputed (§3)."""
+    spec = SpecStore(buf)
+    out = bytearray(buf[:HEADER_SIZE])
+    for i, name in enumerate(SECTIONS):
+        content = replaced.get(name, spec.sections[name])
+        out += bytes(-len(out) % (KEY_INDEX_ALIGN if name == "key index" else 8))
+        ENTRY.pack_into(out, TABLE_AT + 24 * i, len(out), len(content), xxh3(content))
+        out += content
+    return with_header_checksum(bytes(out))
+
+
+def schema_of(names: list[str], code: int = 3) -> bytes:
+    """§4.1: a schema section of fields `names`, all of type `code` (3: int64)."""
+    fields = (struct.pack("<BH", code, len(name)) + name.encode() for name in names)
+    return struct.pack("<H", len(names)) + b"".join(fields)
+
+
+def long_names(count: int, length: int) -> list[str]:
+    return [f"f{i}_".ljust(length, "x") for i in range(count)]
+
+
+def test_schema_and_dictionary_limits(tmp_path: Path) -> None:
+    """§4.1, §8 check 7 and 9, §9: open() reads the schema and the dictionary whole, so both are
+    bounded and it costs the same for any file: a crafted schema of 65,535 fields with 201-byte
+    names took 5.5 s to open. The writer refuses what open() would."""
+    empty = write(tmp_path / "empty.docstore", {"n": "int64"}, []).read_bytes()
+
+    def rejected(name: str, buf: bytes, message: str) -> float:
+        path = tmp_path / f"{name}.docstore"
+        path.write_bytes(buf)
+        start = time.perf_counter()
+        with pytest.raises(docstore.CorruptStoreError, match=message):
+            docstore.open(path)
+        took = time.perf_counter() - start
+        with pytest.raises(SpecError):
+            SpecStore(buf)
+        return took
+
+    crafted = relaid(empty, {"schema": schema_of(long_names(65535, 201))})
+    assert rejected("wide", crafted, "schema section is longer than any store has") < 0.5
+    rejected("1025", relaid(empty, {"schema": schema_of(long_names(1025, 8))}), "1025 fields")
+    rejected("name", relaid(empty, {"schema": schema_of(["n" * 256])}), "name of 256 bytes")
+    rejected("dictionary", relaid(empty, {"dictionary": bytes(65537)}), "dictionary section is longer")
+
+    # The largest schema allowed, written by docstore: read by both readers, opened fast.
+    names = long_names(1024, 255)
+    assert len(schema_of(names)) == MAX_SCHEMA_BYTES
+    doc = dict.fromkeys(names, 7)
+    path = write(tmp_path / "widest.docstore", dict.fromkeys(names, "int64"), [("a", doc)])
+    start = time.perf_counter()
+    store = docstore.open(path)
+    assert time.perf_counter() - start < 0.5
+    assert list(store.fields) == names and store["a"][names[-1]] == 7
+    assert SpecStore(path.read_bytes()).record(0) == doc
+    # Beyond it, the writer refuses, naming the limit.
+    with pytest.raises(docstore.SchemaError, match="at most 1024"):
+        docstore.Writer(tmp_path / "w1", dict.fromkeys(long_names(1025, 8), "int64"))
+    with pytest.raises(docstore.SchemaError, match="at most 255"):
+        docstore.Writer(tmp_path / "w2", {"n" * 256: "int64"})
+    with pytest.raises(docstore.SchemaError, match="at most 1024"):
+        docstore.build(tmp_path / "w3", [dict.fromkeys(["doc_id", *long_names(1025, 8)], 1)])
+    assert not [p.name for p in tmp_path.iterdir() if p.name in ("w1", "w2", "w3")]
 
 
 def lookups(store: SpecStore | docstore.DocStore | None, keys: list[str], count: int) -> list[object]:

@@ -283,6 +283,27 @@ def test_existing_store_is_kept_unless_overwrite(tmp_path):
     assert leftovers(tmp_path) == ["s", "t"]
 
 
+def test_targets_with_the_longest_file_names_build_and_upgrade(tmp_path):
+    """A target name may use all 255 bytes a file name can have: the scratch directory beside it
+    has a bounded name, not the target's name plus a suffix."""
+    names = ["s" * 255, "é" * 127 + "x", "t" * 234]
+    for name in names:
+        with docstore.Writer(tmp_path / name, fields={"t": "str"}) as w:
+            w.add("a", t=name[:5])
+        assert docstore.open(tmp_path / name)["a"].t == name[:5]
+    # Written again in place (overwrite), as version 1, and upgraded beside it and in place.
+    old, new = tmp_path / ("o" * 255), tmp_path / ("n" * 255)
+    write_store(old, {"a": {"t": "x"}}, fields={"t": "str"}, format_version=1)
+    write_store(old, {"a": {"t": "y"}}, fields={"t": "str"}, format_version=1, overwrite=True)
+    assert docstore.upgrade(old, new)["a"].t == "y"
+    assert docstore.upgrade(old).info()["format_version"] == 2
+    # A collection sealed into a directory of such a name (its scratch directory is the same kind).
+    sealed = tmp_path / ("c" * 255)
+    docstore.seal(sealed, [new])
+    assert docstore.open(sealed)["a"].t == "y"
+    assert leftovers(tmp_path) == sorted([*names, old.name, new.name, sealed.name])
+
+
 def test_a_killed_build_leaves_no_store_at_the_target(tmp_path):
     path = tmp_path / "killed.docstore"
     proc = run_python(

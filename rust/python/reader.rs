@@ -572,7 +572,10 @@ impl Reader {
     /// takes it, so that the shards of one corpus share one.
     fn _dictionary<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
         let store = self.store(py)?;
-        Ok(pyo3::types::PyBytes::new(py, store.shards()[0].dictionary()))
+        Ok(pyo3::types::PyBytes::new(
+            py,
+            store.shards()[0].dictionary(),
+        ))
     }
 
     /// Reads and checks every byte (checksums, index, every document); raises CorruptStoreError.

@@ -14,7 +14,7 @@
 //! record when compression would not shrink it.
 
 use crate::encoder::{DictIndex, Encoder};
-use crate::error::{Error, Result};
+use crate::error::{try_reserve, Error, Result};
 use crate::varint;
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -93,6 +93,14 @@ pub const LEVEL_NONE: i32 = -1;
 const ENCODER_LEVEL: i32 = 3;
 /// The most output room a thread keeps in its decode buffer (beyond the dictionary).
 const KEEP_DECODE_BYTES: usize = 16 << 20;
+/// lz4's largest expansion: each byte of a block yields at most this many decoded bytes. A literal
+/// byte yields itself; a match costs a token and a 2-byte offset for at most 4 + 15 bytes, and
+/// each length byte after them (255 meaning "and more") adds at most 255: so a match of `3 + k`
+/// bytes yields at most `18 + 255 k < 255 (3 + k)`. Extra literal-length bytes yield nothing.
+const MAX_EXPANSION: u64 = 255;
+/// A compressed blob that claims more than this is parsed before its output is allocated: its
+/// lz4 sequences must add up to exactly the length it claims (`block_len`).
+const SCAN_CLAIMS_OVER: usize = 1 << 20;
 
 /// How documents are compressed: `level` 0 is lz4's fast mode, 1..=12 its HC levels,
 /// `LEVEL_NONE` none at all.
@@ -354,16 +362,58 @@ fn parse(blob: &[u8]) -> Result<Blob<'_>> {
         }
         return Ok(Blob::Stored(payload));
     }
-    // lz4 expands at most ~255x; anything claiming more is corrupt (and must not allocate).
-    if raw_len > MAX_INPUT as u64 || raw_len > (payload.len() as u64 + 16) * 255 {
-        return Err(Error::corrupt(
-            "compressed record claims an impossible length",
-        ));
+    // What it claims sizes the output buffer: bounded by what lz4 can make of the payload, and
+    // for the claims worth an allocation, by what the payload does make of itself.
+    if raw_len > MAX_INPUT as u64 || raw_len > payload.len() as u64 * MAX_EXPANSION {
+        return Err(Error::corrupt(format!(
+            "compressed record claims {raw_len} bytes, more than its {} bytes of lz4 can hold",
+            payload.len()
+        )));
+    }
+    if raw_len > SCAN_CLAIMS_OVER as u64 && block_len(payload) != Some(raw_len) {
+        return Err(Error::corrupt(format!(
+            "compressed record claims {raw_len} bytes, which its lz4 block does not hold"
+        )));
     }
     Ok(Blob::Compressed {
         payload,
         raw_len: raw_len as usize,
     })
+}
+
+/// The number of bytes the lz4 block `payload` decodes to, from its sequences' lengths alone
+/// (docs/format.md §6.2), without decoding it: `None` if the block is cut short. Offsets are not
+/// checked (the decoder does). Reads each byte of the block once, no output: a fraction of a
+/// decode, paid only by records over `SCAN_CLAIMS_OVER`.
+fn block_len(payload: &[u8]) -> Option<u64> {
+    let mut bytes = payload.iter();
+    // A length: `base`, plus each following byte while they are 255.
+    let length = |bytes: &mut std::slice::Iter<'_, u8>, base: u8| -> Option<u64> {
+        let mut length = u64::from(base);
+        if base == 15 {
+            loop {
+                let byte = *bytes.next()?;
+                length += u64::from(byte);
+                if byte != 255 {
+                    break;
+                }
+            }
+        }
+        Some(length)
+    };
+    let mut total = 0u64;
+    loop {
+        let token = *bytes.next()?;
+        let literals = length(&mut bytes, token >> 4)?;
+        let rest = bytes.as_slice();
+        bytes = rest.get(usize::try_from(literals).ok()?..)?.iter();
+        total += literals;
+        if bytes.len() == 0 {
+            return Some(total);
+        }
+        bytes.nth(1)?; // the offset
+        total += 4 + length(&mut bytes, token & 15)?;
+    }
 }
 
 /// lz4-decodes `payload` (`raw_len` bytes once decoded) to `out`, with the dictionary as history.
@@ -407,7 +457,9 @@ pub fn decompress<'a>(blob: &'a [u8], dict: &[u8]) -> Result<Cow<'a, [u8]>> {
 
 /// `payload` lz4-decoded (`raw_len` bytes) into a new vector, with `dict` as history.
 fn decoded_to_vec(payload: &[u8], raw_len: usize, dict: &[u8]) -> Result<Vec<u8>> {
-    let mut out = Vec::<u8>::with_capacity(raw_len);
+    let mut out = Vec::<u8>::new();
+    out.try_reserve_exact(raw_len)
+        .map_err(|_| Error::OutOfMemory { bytes: raw_len })?;
     // SAFETY: `out` has room for `raw_len` bytes, all written on success.
     unsafe {
         lz4_decode(
@@ -526,7 +578,7 @@ fn decoded_after_dict<R>(
             }
         };
         buf.truncate(start);
-        buf.reserve(raw_len);
+        try_reserve(buf, raw_len)?;
         let history = history.unwrap_or(buf.as_ptr());
         // SAFETY: `buf` has room for `raw_len` bytes after `start`; the history is the dictionary,
         // either the copy right before `start` (prefix mode) or the caller's (external mode).
@@ -692,6 +744,58 @@ mod tests {
         assert!(decompress(&[0xff, 0xff, 0xff, 0xff, 0x0f, 0], b"").is_err());
         assert!(Compressor::new(13, b"").is_err());
         assert!(Compressor::new(LEVEL_NONE - 1, b"").is_err());
+    }
+
+    /// A compressed blob of `payload` that claims `raw_len` bytes.
+    fn claiming(raw_len: u64, payload: &[u8]) -> Vec<u8> {
+        let mut blob = Vec::new();
+        varint::put(&mut blob, raw_len << 1 | 1);
+        blob.extend_from_slice(payload);
+        blob
+    }
+
+    #[test]
+    fn claimed_lengths_are_bounded_by_what_the_payload_holds() {
+        // About the densest block there is: one match whose length takes every byte but its
+        // token and offset, then the 5 literals lz4 ends a block with; behind a 1-byte dictionary.
+        let mut densest = vec![0x0f, 1, 0];
+        densest.extend(std::iter::repeat_n(255, 5000));
+        densest.extend([254, 0x50, b'a', b'b', b'c', b'd', b'e']);
+        let most = block_len(&densest).unwrap();
+        assert_eq!(most, 4 + 15 + 255 * 5000 + 254 + 5);
+        assert!(most <= densest.len() as u64 * MAX_EXPANSION);
+        let blob = claiming(most, &densest);
+        assert_eq!(decompress(&blob, b"x").unwrap().len() as u64, most);
+        // More than MAX_EXPANSION times the payload: refused before anything is allocated.
+        let too_much = claiming(densest.len() as u64 * MAX_EXPANSION + 1, &densest);
+        let err = decompress(&too_much, b"x").unwrap_err();
+        assert!(err.to_string().contains("more than its"), "{err}");
+        // Within it, but not what the sequences add up to: refused before allocating too.
+        for claim in [most - 1, most + 1, MAX_INPUT as u64] {
+            let payload = if claim == MAX_INPUT as u64 {
+                vec![0; MAX_INPUT / 255 + 1]
+            } else {
+                densest.clone()
+            };
+            let err = decompress(&claiming(claim, &payload), b"x").unwrap_err();
+            assert!(err.to_string().contains("does not hold"), "{claim}: {err}");
+        }
+        // Genuine records over SCAN_CLAIMS_OVER, at both encoders: their sequences add up, and
+        // every cut of their blocks is refused.
+        let big = text(3).repeat(SCAN_CLAIMS_OVER / text(3).len() + 100);
+        for level in [0, 9] {
+            let c = Compressor::new(level, b"").unwrap();
+            let mut blob = Vec::new();
+            c.compress(&big, &mut blob);
+            let Ok(Blob::Compressed { payload, raw_len }) = parse(&blob) else {
+                panic!("a compressed blob")
+            };
+            assert_eq!(block_len(payload), Some(raw_len as u64));
+            assert_eq!(&*decompress(&blob, b"").unwrap(), &big[..]);
+            for cut in [1, 2, 3, 100, payload.len() / 2] {
+                assert!(decompress(&blob[..blob.len() - cut], b"").is_err());
+            }
+        }
     }
 
     #[test]
