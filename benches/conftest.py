@@ -3,8 +3,8 @@ the run's description in the JSON. Settings (sizes, systems, round times) are en
 variables read by ``compare.py``; see ``benches/README.md``.
 
 ``pytest benches`` (or ``python benches/report.py``) runs the suite; pytest puts ``benches/`` on
-``sys.path`` (rootdir import mode), which is how the modules here import each other. The README's
-test command does not collect this directory (``testpaths = ["tests"]``).
+``sys.path`` (its default ``prepend`` import mode), which is how the modules here import each
+other. The README's test command does not collect this directory (``testpaths = ["tests"]``).
 """
 
 from __future__ import annotations

@@ -965,6 +965,9 @@ How the floors are measured:
 - The lookup floor leaves out what every `store[id]` from Python costs besides: the call, the
   `Doc` it returns, the attribute (a dict lookup, the cheapest Python lookup there is, is the
   `dict` column; the second row adds it), and the format 2 check (listed below).
+- Each component is its fastest round (a floor is a best case; on a shared machine the fastest
+  round is the one other work disturbed least), while docstore's and the peers' figures are
+  their median rounds.
 - The batch floors assume perfect parallelism over the cores this process may use; the machine's
   other load takes cores from docstore and not from the floor, which is timed on one thread.
 - The build floor is liblz4 alone: docstore's own encoder may be faster than liblz4 on the same
