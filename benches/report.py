@@ -114,7 +114,7 @@ WHY = {
 }
 
 #: why a peer can beat docstore on size on disk or on DataLoader memory
-WHY_TARGET = {
+WHY_NOT_SMALLEST = {
     "size:lance": (
         "Lance (format 2.x) compresses pages of many rows together (FSST for strings plus a general "
         "codec on mini-blocks), which beats one lz4 block per document even with docstore's trained "
@@ -1450,12 +1450,12 @@ def render(runs: list[dict], res: dict, data: dict, img_dir: Path, md_path: Path
     if size_lost or pss_lost:
         L += ["### Where docstore is not smallest, and why", ""]
         winners = sorted(
-            {w for t in size_lost for w in WHY_TARGET if w.startswith("size:") and f"`{w[5:]}`" in t[2]}
+            {w for t in size_lost for w in WHY_NOT_SMALLEST if w.startswith("size:") and f"`{w[5:]}`" in t[2]}
         )
         for w in winners:
-            L.append(f"- **size, `{w[5:]}`**: {WHY_TARGET[w]}")
+            L.append(f"- **size, `{w[5:]}`**: {WHY_NOT_SMALLEST[w]}")
         if pss_lost:
-            L.append(f"- **DataLoader PSS**: {WHY_TARGET['pss']}")
+            L.append(f"- **DataLoader PSS**: {WHY_NOT_SMALLEST['pss']}")
         L.append("")
     losers = sorted({s for _, _, s, _ in all_lost})
     if losers:
