@@ -8,6 +8,7 @@ docstore itself returns, so these tests prove that the format document is true. 
 from __future__ import annotations
 
 import bisect
+import json
 import keyword
 import math
 import random
@@ -1201,3 +1202,88 @@ def test_every_damaged_byte(tmp_path: Path, version: int) -> None:
         return
     # Version 2: no wrong document, position or absence, by id or by position.
     assert wrong == {}
+
+
+# ---------------------------------------------------------------------------------------------
+# §13 Collections, read from the document alone
+
+
+class SpecCollection:
+    """A collection directory read as §13 says: the manifest (§13.1), the global id index
+    (§13.2) and the shards, lookups as §13.3 says."""
+
+    MEMBERS = ("format", "version", "count", "index", "shards", "checksum")
+    ENTRY = ("file", "count", "fingerprint")
+
+    def __init__(self, root: Path) -> None:
+        text = (root / "docstore-collection.json").read_bytes().decode("utf-8")
+        manifest = json.loads(text, object_pairs_hook=dict)
+        if tuple(manifest) != self.MEMBERS or manifest["format"] != "docstore-collection":
+            raise SpecError("not a collection manifest")
+        if manifest["version"] != 1:
+            raise SpecUnsupportedVersion(manifest["version"])
+        body = json.dumps(dict(manifest, checksum=""), separators=(",", ":"), ensure_ascii=False)
+        if manifest["checksum"] != f"{xxh3(body.encode('utf-8')):016x}":
+            raise SpecError("manifest checksum mismatch")
+
+        def load(entry: dict) -> SpecStore:
+            if tuple(entry) != self.ENTRY or any(
+                part in ("", ".", "..") for part in entry["file"].split("/")
+            ):
+                raise SpecError("bad file entry")
+            buf = (root / entry["file"]).read_bytes()
+            store = SpecStore(buf)
+            fingerprint = int.from_bytes(buf[504:512], "little")
+            if f"{fingerprint:016x}" != entry["fingerprint"] or store.count != entry["count"]:
+                raise SpecError(f"{entry['file']} is not the file that was sealed")
+            return store
+
+        self.index = load(manifest["index"])
+        if self.index.fields != [] or not self.index.checked:
+            raise SpecError("the index is not a checked store without fields")
+        self.shards = [load(entry) for entry in manifest["shards"]]
+        self.starts = [0]
+        for shard in self.shards:
+            self.starts.append(self.starts[-1] + shard.count)
+        if self.starts[-1] != manifest["count"] or self.index.count != manifest["count"]:
+            raise SpecError("counts do not add up")
+
+    def locate(self, p: int) -> tuple[SpecStore, int]:
+        """§13.2: the last shard whose first global position is <= p (empty shards hold none)."""
+        s = max(i for i, start in enumerate(self.starts[:-1]) if start <= p and self.shards[i].count)
+        return self.shards[s], p - self.starts[s]
+
+    def get(self, key: str) -> dict[str, object] | None:
+        q = key.encode("utf-8")
+        rank = self.index.find_rank(q)
+        if rank is None:
+            self.index.confirm_absent(q)
+            return None
+        shard, local = self.locate(self.index.position_of_rank(rank))
+        return shard.record(local, q)  # checked with q as the key (§13.3)
+
+    def at(self, p: int) -> tuple[str, dict[str, object]]:
+        shard, local = self.locate(p)
+        return shard.at(local)
+
+
+def test_a_collection_reads_as_section_13_says(tmp_path: Path):
+    docs = all_types_docs(90, seed=13)
+    parts = [docs[:30], [], docs[30:31], docs[31:]]
+    shards = [write(tmp_path / f"p{k}.docstore", ALL_FIELDS, part) for k, part in enumerate(parts)]
+    store = docstore.seal(tmp_path / "c.docstore", shards)
+    spec = SpecCollection(tmp_path / "c.docstore")
+    assert len(spec.shards) == 4 and spec.starts == [0, 30, 30, 31, len(docs)]
+    for p, (key, _) in enumerate(docs):
+        assert spec.at(p)[0] == key
+        ours = spec.get(key)
+        assert ours is not None and all(same_value(ours[n], getattr(store[key], n)) for n in ALL_FIELDS)
+    for missing in ("", "zz", docs[0][0] + "x"):
+        assert spec.get(missing) is None and missing not in store
+    # What docstore refuses, the spec reader refuses too: an edited manifest.
+    manifest = tmp_path / "c.docstore" / "docstore-collection.json"
+    manifest.write_text(manifest.read_text().replace(f'"count": {len(docs)}', f'"count": {len(docs) + 1}'))
+    with pytest.raises(SpecError):
+        SpecCollection(tmp_path / "c.docstore")
+    with pytest.raises(docstore.CorruptStoreError):
+        docstore.open(tmp_path / "c.docstore")

@@ -18,6 +18,7 @@ __all__ = [
     "Reader",
     "Writer",
     "get_num_threads",
+    "seal",
     "set_num_threads",
 ]
 
@@ -25,6 +26,12 @@ FORMAT_VERSION: int
 ARRAY_DTYPES: tuple[str, ...]
 DEFAULT_LEVEL: int
 
+def seal(
+    target: str | os.PathLike[str],
+    shards: Sequence[str | os.PathLike[str]],
+    *,
+    overwrite: bool = False,
+) -> int: ...
 def set_num_threads(n: int) -> None: ...
 def get_num_threads() -> int: ...
 

@@ -422,10 +422,25 @@ fn decoded_to_vec(payload: &[u8], raw_len: usize, dict: &[u8]) -> Result<Vec<u8>
     Ok(out)
 }
 
+/// A thread's decode buffer: `[dictionary | output]`. Decoding right behind a copy of the
+/// dictionary lets lz4 treat it as a prefix of the output, its fast path (no external-dictionary
+/// check on every match); but copying a 64 KiB dictionary costs more than decoding a passage, so
+/// a document of another dictionary (another shard of a collection) is decoded against that
+/// dictionary where it lies, and the copy is made only when the same one is asked for twice in a
+/// row (measured on 8 shards read at random: 5.5 µs a lookup with a copy each time, 1.9 µs in
+/// one file).
+#[derive(Default)]
+struct DecodeBuf {
+    /// Which dictionary (see `decoded_after_dict`) the buffer starts with, 0 for none.
+    loaded: u64,
+    loaded_len: usize,
+    /// The other dictionary asked for last, since the loaded one was last used.
+    missed: u64,
+    buf: Vec<u8>,
+}
+
 thread_local! {
-    /// `[dictionary | output]`: decoding right behind a copy of the dictionary lets lz4 treat it
-    /// as a prefix of the output, its fast path (no external-dictionary check on every match).
-    static DECODE: RefCell<(u64, Vec<u8>)> = const { RefCell::new((0, Vec::new())) };
+    static DECODE: RefCell<DecodeBuf> = RefCell::new(DecodeBuf::default());
 }
 
 /// Like `decompress`, but runs `f` on the raw record in a per-thread buffer (no allocation).
@@ -458,32 +473,38 @@ fn decoded_after_dict<R>(
         let Ok(mut guard) = cell.try_borrow_mut() else {
             return Ok(f(&decoded_to_vec(payload, raw_len, dict)?));
         };
-        let (loaded, buf) = &mut *guard;
+        let state = &mut *guard;
         let id = dict_id ^ (dict.len() as u64).rotate_left(32);
-        if *loaded != id || buf.len() < dict.len() {
-            buf.clear();
-            buf.extend_from_slice(dict);
-            *loaded = id;
+        if state.loaded == id {
+            state.missed = 0;
+        } else if state.missed == id {
+            state.buf.clear();
+            state.buf.extend_from_slice(dict);
+            (state.loaded, state.loaded_len, state.missed) = (id, dict.len(), 0);
+        } else {
+            state.missed = id;
         }
-        buf.truncate(dict.len());
+        let start = state.loaded_len;
+        let buf = &mut state.buf;
+        buf.truncate(start);
         buf.reserve(raw_len);
-        // SAFETY: `buf` holds the dictionary followed by room for `raw_len` bytes.
+        let history = match state.loaded == id {
+            true => buf.as_ptr(),
+            false => dict.as_ptr(),
+        };
+        // SAFETY: `buf` has room for `raw_len` bytes after `start`; the history is the dictionary,
+        // either the copy right before `start` (prefix mode) or the caller's (external mode).
         let result = unsafe {
             lz4_decode(
                 payload,
                 raw_len,
-                buf.as_mut_ptr().add(dict.len()),
-                buf.as_ptr(),
+                buf.as_mut_ptr().add(start),
+                history,
                 dict.len(),
             )
-            .map(|()| {
-                f(std::slice::from_raw_parts(
-                    buf.as_ptr().add(dict.len()),
-                    raw_len,
-                ))
-            })
+            .map(|()| f(std::slice::from_raw_parts(buf.as_ptr().add(start), raw_len)))
         };
-        release_if_huge(buf, dict.len());
+        release_if_huge(buf, start);
         result
     })
 }
@@ -662,9 +683,34 @@ mod tests {
         assert!(decompress_with(&blob, &dicts[0], id, |raw| raw == &huge[..]).unwrap());
         // The room it needed is given back at once, not kept until some later decode.
         DECODE.with(|cell| {
-            let capacity = cell.borrow().1.capacity();
+            let capacity = cell.borrow().buf.capacity();
             assert!(capacity < dicts[0].len() + KEEP_DECODE_BYTES, "{capacity}");
         });
+    }
+
+    #[test]
+    fn documents_of_alternating_dictionaries_decode_right() {
+        // A collection reads shards with their own dictionaries in any order: decoded against a
+        // dictionary where it lies, or behind the thread's copy of it, the bytes are the same.
+        let docs: Vec<Vec<u8>> = (0..60).map(text).collect();
+        let dicts: Vec<Vec<u8>> = (0..3)
+            .map(|k| dictionary_for(docs[k * 20..k * 20 + 20].iter().map(Vec::as_slice), 4096))
+            .collect();
+        let blobs: Vec<Vec<u8>> = (docs.iter().enumerate())
+            .map(|(i, doc)| {
+                let mut blob = Vec::new();
+                Compressor::new(3, &dicts[i % 3])
+                    .unwrap()
+                    .compress(doc, &mut blob);
+                blob
+            })
+            .collect();
+        let order = (0..60).chain((0..60).flat_map(|i| [i, i, (i * 7) % 60]));
+        for i in order {
+            let dict = &dicts[i % 3];
+            let got = decompress_with(&blobs[i], dict, xxh3_64(dict), <[u8]>::to_vec).unwrap();
+            assert_eq!(got, docs[i], "document {i}");
+        }
     }
 
     #[test]
