@@ -988,6 +988,44 @@ def integrity_table(res, corpus: str) -> str:
     return table(heads, rows)
 
 
+def collection_table(res, corpus: str, shards: int = 64) -> str:
+    """One file against a collection of ``shards`` shards of the same documents."""
+    one, many = "docstore:one file", f"docstore:{shards} shards"
+    rows = []
+    for w in ("get", "get_many", "take"):
+        g = res.get(f"collection:{w}", {}).get(corpus, {})
+        v1, vn = thr(g.get(one)), thr(g.get(many))
+        if v1 or vn:
+            rows.append(
+                [f"{w} (docs/s)", fmt_rate(v1), fmt_rate(vn), fmt_ratio(vn / v1 if (v1 and vn) else None)]
+            )
+    g = res.get("collection:open", {}).get(corpus, {})
+    big, small = g.get(many), g.get("docstore:small")
+    if big:
+        note = ""
+        if small:
+            note = f"; {fmt_s(small['stats']['median'])} with a tenth of the documents in as many shards"
+        rows.append([f"open ({shards} shards){note}", "-", fmt_s(big["stats"]["median"]), "-"])
+    g = res.get("collection:build", {}).get(corpus, {})
+    b1, b8 = g.get("docstore build --shards 1"), g.get("docstore build --shards 8")
+    if b1 and b8:
+        w1, w8 = b1["stats"]["median"], b8["stats"]["median"]
+        c1, c8 = b1["extra_info"].get("cpu_s"), b8["extra_info"].get("cpu_s")
+        rows.append(
+            [
+                "`docstore build` wall time (`--shards 8` in the right column)",
+                fmt_s(w1),
+                fmt_s(w8),
+                fmt_ratio(w8 / w1),
+            ]
+        )
+        if c1 and c8:
+            rows.append(
+                ["`docstore build` CPU time, every process", fmt_s(c1), fmt_s(c8), fmt_ratio(c8 / c1)]
+            )
+    return table(["", "one file", f"{shards} shards", "shards / one file"], rows)
+
+
 README_BEGIN = "<!-- benchmarks:begin -->"
 README_END = "<!-- benchmarks:end -->"
 
@@ -1432,6 +1470,18 @@ def render(runs: list[dict], res: dict, data: dict, img_dir: Path, md_path: Path
         for title, p in pics:
             rel = os.path.relpath(p, md_path.parent)
             L += [f"![{title}]({rel})", ""]
+    collection_corpora = [c for c in corpora if res.get("collection:get", {}).get(c)]
+    if collection_corpora:
+        L += [
+            "",
+            "## Collections: one file against 64 shards",
+            "",
+            "The same documents as one store file and as a collection of 64 shards sealed into one "
+            "directory (`benches/test_collections.py`): lookups, open, and `docstore build` with and "
+            "without `--shards 8` (CPU time summed over every process).",
+        ]
+        for c in collection_corpora:
+            L += ["", f"### {c}", "", collection_table(res, c)]
     st = standings(res, corpora)
     L += [
         "",

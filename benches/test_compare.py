@@ -21,7 +21,8 @@ is skipped with the reason. Groups (``cmp:*``), each with ``extra_info`` that
 Fixtures (``corpus``, ``stores``, ``pool``): ``conftest.py``; sizes and selections: ``compare.py``.
 ``DOCSTORE_BENCH_QUICK=1`` runs small corpora and short rounds (the whole ``pytest benches`` in a
 few minutes). The floors of docstore's figures are ``test_floors.py``; the cost of format 2's
-checked reads is ``test_integrity.py``; ``report.py`` renders them all.
+checked reads is ``test_integrity.py``; collections against one file, ``test_collections.py``;
+``report.py`` renders them all.
 """
 
 from __future__ import annotations
