@@ -210,9 +210,9 @@ def test_bad_schemas_fail_before_any_file_exists(tmp_path, fields, message):
 
 
 def test_bad_options(tmp_path):
-    with pytest.raises(docstore.SchemaError, match="compression level"):
+    with pytest.raises(docstore.InvalidArgumentError, match="compression level"):
         docstore.Writer(tmp_path / "s", fields={"t": "str"}, level=13)
-    with pytest.raises(docstore.SchemaError, match="dict_size must be 0 .* to 65536 bytes"):
+    with pytest.raises(docstore.InvalidArgumentError, match="dict_size must be 0 .* to 65536 bytes"):
         docstore.Writer(tmp_path / "s", fields={"t": "str"}, dict_size=65537)
     with pytest.raises(FileNotFoundError, match="directory .*such/dir does not exist"):
         docstore.Writer(tmp_path / "no" / "such" / "dir" / "s", fields={"t": "str"})
@@ -228,9 +228,9 @@ def test_bad_options(tmp_path):
         for bad in (-2, 2**40) if option == "level" else (-1, 2**62):
             if option == "key_buffer_bytes" and bad > 0:
                 continue  # a limit, not an allocation: any size is valid
-            with pytest.raises(docstore.SchemaError, match=option):
+            with pytest.raises(docstore.InvalidArgumentError, match=option):
                 docstore.Writer(tmp_path / "s", fields={"t": "str"}, **{option: bad})
-        with pytest.raises(docstore.SchemaError, match=f"{option}=.* is out of range"):
+        with pytest.raises(docstore.InvalidArgumentError, match=f"{option}=.* is out of range"):
             docstore.Writer(tmp_path / "s", fields={"t": "str"}, **{option: 2**70})
         # bool is an int to Python, never a level or a size: level=True is not level 1
         with pytest.raises(TypeError, match=f"{option} must be an int, got bool"):

@@ -199,7 +199,7 @@ impl Compressor {
     /// `dict` is cut to its last 64 KiB (all lz4 can reach); `LEVEL_NONE` ignores it.
     pub fn new(level: i32, dict: &[u8]) -> Result<Compressor> {
         if !(LEVEL_NONE..=MAX_LEVEL).contains(&level) {
-            return Err(Error::Schema(format!(
+            return Err(Error::InvalidArgument(format!(
                 "compression level must be {LEVEL_NONE} (none), 0 (fast) or 1 to {MAX_LEVEL} \
                  (lz4 HC, smallest at {MAX_LEVEL}), got {level}"
             )));

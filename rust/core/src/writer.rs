@@ -215,13 +215,13 @@ impl Writer {
         // Validates the options before any file exists.
         Compressor::new(options.level, &[])?;
         if options.batch_bytes > MAX_BATCH_BYTES {
-            return Err(Error::Schema(format!(
+            return Err(Error::InvalidArgument(format!(
                 "batch_bytes must be at most {MAX_BATCH_BYTES} (a writer holds five batches), got {}",
                 options.batch_bytes
             )));
         }
         if !(format::MIN_VERSION..=format::VERSION).contains(&options.format_version) {
-            return Err(Error::Schema(format!(
+            return Err(Error::InvalidArgument(format!(
                 "format_version must be {} to {}, got {}",
                 format::MIN_VERSION,
                 format::VERSION,
@@ -239,7 +239,7 @@ impl Writer {
             )));
         }
         if options.dict_size > codec::MAX_DICT_SIZE {
-            return Err(Error::Schema(format!(
+            return Err(Error::InvalidArgument(format!(
                 "dict_size must be 0 (no dictionary) to {} bytes (all lz4 can reach back), got {}",
                 codec::MAX_DICT_SIZE,
                 options.dict_size
@@ -322,7 +322,7 @@ impl Writer {
             ));
         }
         if self.count >= MAX_DOCS {
-            return Err(Error::Schema(format!(
+            return Err(Error::InvalidArgument(format!(
                 "a store holds at most {MAX_DOCS} documents"
             )));
         }
@@ -462,7 +462,7 @@ impl Writer {
             file.write(key)
         })?;
         if rank != count {
-            return Err(Error::Schema(format!(
+            return Err(Error::InvalidArgument(format!(
                 "{rank} sorted keys were given for {count} documents"
             )));
         }
