@@ -29,7 +29,7 @@ import pytest
 from peers import DocstoreStore, batch_values, values_equal
 
 SHARDS = 64
-KINDS = ["one file", f"{SHARDS} shards"]
+KINDS = ["one file", f"{SHARDS} shards", f"{SHARDS} shards, one dictionary"]
 
 
 def _split(records: list, k: int) -> list[list]:
@@ -47,18 +47,29 @@ def built(corpus, tmp_path_factory):
     peer = DocstoreStore()
     records = corpus.records()
 
-    def build(name: str, part: list):
-        store = peer.build(root / name, part, corpus.field)
+    def build(name: str, part: list, **options):
+        store = DocstoreStore(**options).build(root / name, part, corpus.field)
         store.close()
         return root / name / peer.FILE
 
     single = docstore.open(build("one", records))
     shards = [build(f"part-{k}", part) for k, part in enumerate(_split(records, SHARDS))]
     collection = docstore.seal(root / "c.docstore", shards)
+    # The same shards written with one dictionary, as `docstore build --shards` writes them.
+    dictionary = single._dictionary()
+    shared = [
+        build(f"shared-{k}", part, dictionary=dictionary) for k, part in enumerate(_split(records, SHARDS))
+    ]
+    one_dictionary = docstore.seal(root / "shared.docstore", shared)
     tenth = _split(records[: max(SHARDS, len(records) // 10)], SHARDS)
     small = docstore.seal(root / "small.docstore", [build(f"s-{k}", part) for k, part in enumerate(tenth)])
     del records
-    built = {"one file": single, f"{SHARDS} shards": collection, "small": small}
+    built = {
+        "one file": single,
+        f"{SHARDS} shards": collection,
+        f"{SHARDS} shards, one dictionary": one_dictionary,
+        "small": small,
+    }
     yield {kind: (store, peer.ops(store, corpus.field)) for kind, store in built.items()}
     for store in built.values():
         store.close()
