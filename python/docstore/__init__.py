@@ -11,6 +11,7 @@ See ``docstore.open``, ``docstore.Writer``, ``docstore.build`` and ``docstore.Do
 from __future__ import annotations
 
 from . import errors
+from ._collection import seal
 from ._doc import Doc
 from ._docstore import FORMAT_VERSION, get_num_threads, set_num_threads
 from ._store import DocStore, open
@@ -47,6 +48,7 @@ __all__ = [
     "build",
     "get_num_threads",
     "open",
+    "seal",
     "set_num_threads",
     "upgrade",
 ]

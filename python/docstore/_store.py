@@ -99,13 +99,13 @@ class DocStore(Reader):
         info = self._info()
         level = info.pop("level")
         dict_bytes = info.pop("dictionary_bytes")
-        codec = {0: "lz4", -1: "none"}.get(level, f"lz4-hc level {level}")
+        codec = {0: "lz4", -1: "none", None: "per shard"}.get(level, f"lz4-hc level {level}")
         if dict_bytes >= 1024:
             codec += f" + {dict_bytes // 1024} KiB dictionary"
         elif dict_bytes:
             codec += f" + {dict_bytes} B dictionary"
         raw = info["raw_bytes"]
-        return {
+        out = {
             "path": os.fspath(self.path),
             "count": info["count"],
             "fields": self.fields,
@@ -119,6 +119,9 @@ class DocStore(Reader):
             # without an error. `docstore upgrade` rewrites such a store as format 2.
             "checked_reads": info["checked_reads"],
         }
+        if "shards" in info:  # a collection: each shard described as a store is, with its path
+            out["shards"] = [{**s, "path": os.fspath(s["path"])} for s in info["shards"]]
+        return out
 
 
 Mapping.register(DocStore)

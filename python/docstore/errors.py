@@ -32,6 +32,10 @@ class InvalidKeyError(DocstoreError, ValueError):
     """A doc id is empty or not a string."""
 
 
+class InvalidArgumentError(DocstoreError, ValueError):
+    """An argument is out of range or of the wrong kind (an empty list of shards to seal, ...)."""
+
+
 class DuplicateKeyError(DocstoreError, ValueError):
     """Two documents share a doc id. ``doc_id`` holds the culprit."""
 
@@ -72,6 +76,7 @@ __all__ = [
     "DuplicateKeyError",
     "FieldTypeError",
     "InternalError",
+    "InvalidArgumentError",
     "InvalidKeyError",
     "SchemaError",
     "StoreChangedError",

@@ -32,12 +32,13 @@ pub fn to_pyerr(py: Python<'_>, err: Error) -> PyErr {
     let class = match err {
         Error::Corrupt(_) => "CorruptStoreError",
         Error::UnsupportedVersion { .. } => "UnsupportedVersionError",
-        Error::DuplicateKey(key) => {
+        Error::DuplicateKey(key) | Error::DuplicateKeyIn { key, .. } => {
             return match exception_class(py, "DuplicateKeyError") {
                 Ok(cls) => PyErr::from_type(cls, (message, key)),
                 Err(err) => err,
             }
         }
+        Error::InvalidArgument(_) => "InvalidArgumentError",
         Error::InvalidKey(_) => "InvalidKeyError",
         Error::Schema(_) => "SchemaError",
         Error::FieldType(_) => "FieldTypeError",

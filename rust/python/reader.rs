@@ -11,8 +11,7 @@ use crate::text::{RecordTexts, Wants};
 use arc_swap::ArcSwapOption;
 use docstore_core::record;
 use docstore_core::repeats::{distinct, distinct_keys};
-use docstore_core::Mmap;
-use docstore_core::{DataAccess, Store};
+use docstore_core::{Collection, DataAccess};
 use numpy::PyArray1;
 use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
@@ -43,7 +42,7 @@ impl Wants for Select {
 
 #[pyclass(subclass, frozen, module = "docstore._docstore")]
 pub struct Reader {
-    store: ArcSwapOption<Store<Mmap>>,
+    store: ArcSwapOption<Collection>,
     path: PathBuf,
     access: DataAccess,
     doc_class: Py<PyType>,
@@ -51,7 +50,7 @@ pub struct Reader {
 }
 
 impl Reader {
-    fn store(&self, py: Python<'_>) -> PyResult<Arc<Store<Mmap>>> {
+    fn store(&self, py: Python<'_>) -> PyResult<Arc<Collection>> {
         self.store.load_full().ok_or_else(|| {
             new_error(
                 py,
@@ -110,7 +109,7 @@ impl Reader {
     fn build<'py>(
         &self,
         py: Python<'py>,
-        store: &Store<Mmap>,
+        store: &Collection,
         select: &Select,
         key: impl FnOnce() -> PyResult<Bound<'py, PyAny>>,
         raw: &[u8],
@@ -157,13 +156,13 @@ impl Reader {
 
     fn key_object<'py>(
         py: Python<'py>,
-        store: &Store<Mmap>,
+        store: &Collection,
         pos: u64,
     ) -> PyResult<Bound<'py, PyAny>> {
         Ok(PyString::new(py, store.key_at(pos).py_err(py)?).into_any())
     }
 
-    fn resolve_position(store: &Store<Mmap>, index: i64) -> PyResult<u64> {
+    fn resolve_position(store: &Collection, index: i64) -> PyResult<u64> {
         let len = store.len() as i64;
         let pos = if index < 0 { index + len } else { index };
         if pos < 0 || pos >= len {
@@ -194,7 +193,7 @@ impl Reader {
         let path = std::path::absolute(&path).unwrap_or(path);
         guard(py, || {
             let store = py
-                .detach(|| Store::open_with(&path, access))
+                .detach(|| Collection::open(&path, access))
                 .map_err(|e| match e {
                     docstore_core::Error::Io(io) => crate::errors::to_pyerr(
                         py,
@@ -521,19 +520,51 @@ impl Reader {
         Ok(self.store(py)?.fingerprint())
     }
 
-    /// Counts and sizes: `count`, `raw_bytes`, `stored_bytes`, `ratio`, `level`, `dictionary_bytes`.
+    /// Counts and sizes: `count`, `raw_bytes`, `stored_bytes`, `ratio`, `level`, `dictionary_bytes`,
+    /// and for a collection its `shards` (each with the same keys, and `path`).
     fn _info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let store = self.store(py)?;
-        let header = store.header();
+        let describe = |shard: &docstore_core::Store<docstore_core::Mmap>| -> PyResult<_> {
+            let header = shard.header();
+            let info = PyDict::new(py);
+            info.set_item("count", header.count)?;
+            info.set_item("raw_bytes", header.raw_bytes)?;
+            info.set_item("stored_bytes", shard.file_len())?;
+            // As the writer's `level=` takes it: the header's 0xFF (none) is -1.
+            info.set_item("level", header.level as i8)?;
+            info.set_item("dictionary_bytes", shard.dictionary().len())?;
+            info.set_item("format_version", header.version)?;
+            info.set_item("checked_reads", shard.checked())?;
+            Ok(info)
+        };
+        let shards = store.shards();
+        if !store.is_collection() {
+            return describe(&shards[0]);
+        }
         let info = PyDict::new(py);
-        info.set_item("count", header.count)?;
-        info.set_item("raw_bytes", header.raw_bytes)?;
+        let list = PyList::empty(py);
+        let (mut raw, mut dictionary) = (0u64, 0usize);
+        for (shard, path) in shards.iter().zip(store.shard_paths()) {
+            let item = describe(shard)?;
+            item.set_item("path", path)?;
+            list.append(item)?;
+            raw += shard.header().raw_bytes;
+            dictionary += shard.dictionary().len();
+        }
+        let levels: std::collections::BTreeSet<i8> =
+            shards.iter().map(|s| s.header().level as i8).collect();
+        info.set_item("count", store.len())?;
+        info.set_item("raw_bytes", raw)?;
         info.set_item("stored_bytes", store.file_len())?;
-        // As the writer's `level=` takes it: the header's 0xFF (none) is -1.
-        info.set_item("level", header.level as i8)?;
-        info.set_item("dictionary_bytes", store.dictionary().len())?;
-        info.set_item("format_version", header.version)?;
+        // One level when the shards agree, else None.
+        let level = (levels.len() == 1)
+            .then(|| levels.first().copied())
+            .flatten();
+        info.set_item("level", level)?;
+        info.set_item("dictionary_bytes", dictionary)?;
+        info.set_item("format_version", docstore_core::format::VERSION)?;
         info.set_item("checked_reads", store.checked())?;
+        info.set_item("shards", list)?;
         Ok(info)
     }
 

@@ -7,7 +7,7 @@
 //! decoding on two cores. Each thread keeps the batches of its last call instead.
 
 use crate::text::{Texts, Wants};
-use docstore_core::{Mmap, RecordBatch, Store};
+use docstore_core::{Collection, RecordBatch};
 use std::cell::RefCell;
 use std::ops::{Deref, DerefMut};
 
@@ -26,7 +26,7 @@ impl Decoded {
     /// The records at `positions`, their `str` fields that `wanted` wants made ready for Python.
     pub fn read(
         &mut self,
-        store: &Store<Mmap>,
+        store: &Collection,
         positions: &[u64],
         wanted: &impl Wants,
     ) -> docstore_core::Result<()> {
@@ -38,7 +38,7 @@ impl Decoded {
     /// keys found are read.
     pub fn read_keys(
         &mut self,
-        store: &Store<Mmap>,
+        store: &Collection,
         keys: &[&[u8]],
         wanted: &impl Wants,
     ) -> docstore_core::Result<Vec<Option<u64>>> {
@@ -50,7 +50,7 @@ impl Decoded {
     /// Like `read_keys` for one key: its position, `None` when absent.
     pub fn read_key(
         &mut self,
-        store: &Store<Mmap>,
+        store: &Collection,
         key: &[u8],
         wanted: &impl Wants,
     ) -> docstore_core::Result<Option<u64>> {

@@ -11,7 +11,16 @@ import sys
 
 from .. import DocstoreError
 from .._docstore import DEFAULT_LEVEL
-from .commands import cmd_build, cmd_demo, cmd_export, cmd_get, cmd_info, cmd_upgrade, cmd_verify
+from .commands import (
+    cmd_build,
+    cmd_demo,
+    cmd_export,
+    cmd_get,
+    cmd_info,
+    cmd_seal,
+    cmd_upgrade,
+    cmd_verify,
+)
 from .inputs import FORMATS, UsageError
 
 
@@ -83,6 +92,15 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("output", nargs="?", help="where to write it (default: replace STORE atomically)")
     p.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
     p.set_defaults(func=cmd_upgrade)
+
+    p = sub.add_parser(
+        "seal",
+        help="seal store files (shards) into one collection that reads as one store, in the order given",
+    )
+    p.add_argument("output", metavar="OUT", help="the collection (a directory) to create")
+    p.add_argument("shards", nargs="+", metavar="SHARD", help="store files with the same fields")
+    p.add_argument("--overwrite", action="store_true", help="replace OUT (a store or collection) atomically")
+    p.set_defaults(func=cmd_seal)
 
     p = sub.add_parser("demo", help="build a sample corpus and compare lookups with a dict and ir_datasets")
     p.add_argument("--docs", type=_positive, default=200_000, help="documents in the sample corpus")

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import Writer, upgrade
+from .. import Writer, seal, upgrade
 from .. import open as open_store
 from .._docstore import FORMAT_VERSION
 from .._writer import infer_type
@@ -183,6 +183,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
+    shards = info.pop("shards", None)
     width = max(len(k) for k in info)
     for key, value in info.items():
         if key in ("raw_bytes", "stored_bytes"):
@@ -192,6 +193,23 @@ def cmd_info(args: argparse.Namespace) -> int:
         elif key == "count":
             value = f"{value:,}"
         print(f"{key:<{width}}  {value}")
+    if shards is not None:  # a collection: one line per shard, in position order
+        print(f"{'shards':<{width}}  {len(shards):,}")
+        for shard in shards:
+            print(
+                f"  {shard['path']}  {shard['count']:,} docs, stored {_human(shard['stored_bytes'])}, "
+                f"format {shard['format_version']}"
+            )
+    return 0
+
+
+def cmd_seal(args: argparse.Namespace) -> int:
+    start = time.perf_counter()
+    store = seal(args.output, args.shards, overwrite=args.overwrite)
+    print(
+        f"sealed {args.output}: {len(store):,} docs in {len(args.shards)} shards "
+        f"({time.perf_counter() - start:.2f}s)"
+    )
     return 0
 
 

@@ -16,6 +16,14 @@ pub enum Error {
     },
     /// Two documents share one key.
     DuplicateKey(String),
+    /// Two shards sealed into one collection hold the same key.
+    DuplicateKeyIn {
+        key: String,
+        first: PathBuf,
+        second: PathBuf,
+    },
+    /// An argument is out of its range or of the wrong kind (no shards to seal, a bad option).
+    InvalidArgument(String),
     /// A key is not usable (empty).
     InvalidKey(String),
     /// The schema, or a document against the schema, is wrong (missing/extra field, unknown type).
@@ -59,8 +67,17 @@ impl fmt::Display for Error {
                 crate::format::MIN_VERSION
             ),
             Error::DuplicateKey(key) => write!(f, "duplicate doc id {key:?}"),
+            Error::DuplicateKeyIn { key, first, second } => write!(
+                f,
+                "duplicate doc id {key:?}: in shard {} and in shard {}",
+                first.display(),
+                second.display()
+            ),
             Error::InvalidKey(msg) => write!(f, "invalid doc id: {msg}"),
-            Error::Schema(msg) | Error::FieldType(msg) | Error::Closed(msg) => f.write_str(msg),
+            Error::Schema(msg)
+            | Error::FieldType(msg)
+            | Error::Closed(msg)
+            | Error::InvalidArgument(msg) => f.write_str(msg),
             Error::AlreadyExists(path) => write!(
                 f,
                 "{} already exists (pass overwrite=True to replace it)",

@@ -143,32 +143,58 @@ impl KeySorter {
             return Ok(());
         }
         self.spill()?;
-        let mut readers = self
+        let runs = self
             .runs
             .iter()
-            .map(|p| File::open(p).map(|f| BufReader::with_capacity(1 << 20, f)))
-            .collect::<std::io::Result<Vec<_>>>()?;
-        let mut heap = BinaryHeap::new();
-        for (i, reader) in readers.iter_mut().enumerate() {
-            if let Some((key, pos)) = read_entry(reader)? {
-                heap.push(Reverse((key, pos, i)));
-            }
-        }
-        let mut previous: Option<Vec<u8>> = None;
-        while let Some(Reverse((key, pos, i))) = heap.pop() {
-            if previous.as_deref() == Some(&key[..]) {
-                return Err(Error::DuplicateKey(
-                    String::from_utf8_lossy(&key).into_owned(),
-                ));
-            }
-            f(&key, pos)?;
-            if let Some((next, next_pos)) = read_entry(&mut readers[i])? {
-                heap.push(Reverse((next, next_pos, i)));
-            }
-            previous = Some(key);
-        }
-        Ok(())
+            .map(|p| {
+                let mut reader = BufReader::with_capacity(1 << 20, File::open(p)?);
+                Ok(std::iter::from_fn(move || {
+                    read_entry(&mut reader).transpose()
+                }))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        merge(runs, f, |key, _, _| {
+            Error::DuplicateKey(String::from_utf8_lossy(key).into_owned())
+        })
     }
+}
+
+/// A k-way merge of runs that are each sorted by key (byte-wise) and free of duplicates: calls
+/// `f(key, position)` for every key in sorted order, reading one entry of each run at a time
+/// (memory bounded by the number of runs). A key found in two runs is `duplicate(key, run, run)`.
+pub fn merge<I>(
+    runs: Vec<I>,
+    mut f: impl FnMut(&[u8], u32) -> Result<()>,
+    duplicate: impl Fn(&[u8], usize, usize) -> Error,
+) -> Result<()>
+where
+    I: Iterator<Item = Result<(Vec<u8>, u32)>>,
+{
+    let mut runs = runs;
+    let mut heap = BinaryHeap::with_capacity(runs.len());
+    for (i, run) in runs.iter_mut().enumerate() {
+        if let Some((key, pos)) = run.next().transpose()? {
+            heap.push(Reverse((key, i, pos)));
+        }
+    }
+    let mut previous: Option<(Vec<u8>, usize)> = None;
+    while let Some(Reverse((key, i, pos))) = heap.pop() {
+        if let Some((last, run)) = &previous {
+            match last.as_slice().cmp(&key) {
+                std::cmp::Ordering::Equal => return Err(duplicate(&key, *run, i)),
+                std::cmp::Ordering::Greater => {
+                    return Err(Error::corrupt("keys of a sorted run are out of order"))
+                }
+                std::cmp::Ordering::Less => {}
+            }
+        }
+        f(&key, pos)?;
+        if let Some((next, next_pos)) = runs[i].next().transpose()? {
+            heap.push(Reverse((next, i, next_pos)));
+        }
+        previous = Some((key, i));
+    }
+    Ok(())
 }
 
 fn read_entry(reader: &mut impl Read) -> Result<Option<(Vec<u8>, u32)>> {

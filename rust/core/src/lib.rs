@@ -4,6 +4,7 @@
 
 pub mod check;
 pub mod codec;
+pub mod collection;
 mod dictionary;
 mod encoder;
 pub mod error;
@@ -21,6 +22,7 @@ pub mod schema;
 mod varint;
 pub mod writer;
 
+pub use collection::Collection;
 pub use error::{Error, Result};
 pub use memmap2::Mmap;
 pub use reader::{DataAccess, RecordBatch, Store};

@@ -61,6 +61,24 @@ impl RecordBatch {
         self.data.extend_from_slice(raw);
         self.ends.push(self.data.len());
     }
+
+    /// Puts the records from `base` on in the order `order` gives: record `base + i` becomes the
+    /// one that was at `base + order[i]` (one copy; a collection reads a batch shard by shard).
+    pub(crate) fn reorder_from(&mut self, base: usize, order: &[usize]) {
+        debug_assert_eq!(order.len(), self.len() - base);
+        let start = |i: usize| if i == 0 { 0 } else { self.ends[i - 1] };
+        let data_base = start(base);
+        let mut data = Vec::with_capacity(self.data.len() - data_base);
+        let mut ends = Vec::with_capacity(order.len());
+        for &i in order {
+            data.extend_from_slice(self.get(base + i));
+            ends.push(data_base + data.len());
+        }
+        self.data.truncate(data_base);
+        self.data.extend_from_slice(&data);
+        self.ends.truncate(base);
+        self.ends.extend_from_slice(&ends);
+    }
 }
 
 /// Lookups of a batch that advance together (see `positions`).
@@ -351,7 +369,7 @@ impl<B: AsRef<[u8]>> Store<B> {
         Ok(&self.section(target)[self.range_at(offsets, target, i)?])
     }
 
-    fn key_of_rank(&self, rank: u64) -> Result<&[u8]> {
+    pub(crate) fn key_of_rank(&self, rank: u64) -> Result<&[u8]> {
         self.slice_at(Section::KeyOffsets, Section::Keys, rank)
     }
 
@@ -394,7 +412,7 @@ impl<B: AsRef<[u8]>> Store<B> {
     }
 
     /// The position of the document whose key has `rank`, range-checked.
-    fn position_of_rank(&self, rank: u64) -> Result<u64> {
+    pub(crate) fn position_of_rank(&self, rank: u64) -> Result<u64> {
         let pos = u64::from(self.entry(rank).position);
         self.check_position(pos)
             .map_err(|_| Error::corrupt("key position out of range"))?;
@@ -411,6 +429,15 @@ impl<B: AsRef<[u8]>> Store<B> {
             self.with_body(pos, Some(key), |_| Ok(()))?;
         }
         Ok(pos)
+    }
+
+    /// Proves, in a checked store, that the document at `pos` is `key`'s: its blob passes its
+    /// check with `key` (a collection confirms what its global index said this way).
+    pub fn confirm(&self, pos: u64, key: &[u8]) -> Result<()> {
+        if self.checked() {
+            self.with_body(pos, Some(key), |_| Ok(()))?;
+        }
+        Ok(())
     }
 
     /// In a checked store, proves that `key`, which the key index did not find, is absent: a
@@ -742,7 +769,7 @@ impl<B: AsRef<[u8]>> Store<B> {
 
     /// `read_records` for lookups by key: `(position, key)` pairs, each record checked against
     /// its key.
-    fn read_found(&self, found: &[(u64, &[u8])], batch: &mut RecordBatch) -> Result<()> {
+    pub fn read_found(&self, found: &[(u64, &[u8])], batch: &mut RecordBatch) -> Result<()> {
         self.read_grouped(
             found,
             |&(pos, _)| pos,

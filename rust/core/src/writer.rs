@@ -197,12 +197,7 @@ impl Writer {
         options: WriterOptions,
     ) -> Result<Writer> {
         let target = path.as_ref().to_path_buf();
-        let Some(name) = target.file_name().map(|n| n.to_string_lossy().into_owned()) else {
-            return Err(Error::Io(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!("{:?} does not name a file", target.display().to_string()),
-            )));
-        };
+        let (parent, name) = split_target(&target)?;
         if !options.overwrite && target.exists() {
             return Err(Error::AlreadyExists(target));
         }
@@ -235,30 +230,7 @@ impl Writer {
                 options.dict_size
             )));
         }
-        let parent = match target.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        if !parent.is_dir() {
-            let (kind, message) = if parent.exists() {
-                (
-                    std::io::ErrorKind::NotADirectory,
-                    format!("{} is not a directory", parent.display()),
-                )
-            } else {
-                (
-                    std::io::ErrorKind::NotFound,
-                    format!("directory {} does not exist", parent.display()),
-                )
-            };
-            return Err(Error::Io(std::io::Error::new(kind, message)));
-        }
-        sweep_dead_scratch(&parent, &name);
-        let scratch = tempfile::Builder::new()
-            .prefix(&format!(".{name}."))
-            .suffix(SCRATCH_SUFFIX)
-            .tempdir_in(&parent)?;
-        let scratch_lock = lock_scratch(scratch.path())?;
+        let (scratch, scratch_lock) = new_scratch(&parent, &name)?;
         // Read and write: the ranks section is filled through a mapping of this file.
         let file = File::options()
             .read(true)
@@ -319,6 +291,16 @@ impl Writer {
     /// Buffers one document. Never blocks; call `flush` when `needs_flush` says so (or use `push`).
     /// A rejected document leaves the writer as it was.
     pub fn add(&mut self, key: &str, values: &[Value<'_>]) -> Result<()> {
+        self.add_record(key, values, true)
+    }
+
+    /// `add`, leaving the key out of the key sort: for `finish_with`, whose caller gives the
+    /// sorted keys itself (sealing a collection merges its shards' sorted keys).
+    pub(crate) fn add_unindexed(&mut self, key: &str, values: &[Value<'_>]) -> Result<()> {
+        self.add_record(key, values, false)
+    }
+
+    fn add_record(&mut self, key: &str, values: &[Value<'_>], index: bool) -> Result<()> {
         if key.is_empty() {
             return Err(Error::InvalidKey(
                 "doc ids must be non-empty strings".into(),
@@ -337,7 +319,9 @@ impl Writer {
             self.batch.data.truncate(start);
             return Err(err);
         }
-        self.keys.push(key.as_bytes(), self.count as u32)?;
+        if index {
+            self.keys.push(key.as_bytes(), self.count as u32)?;
+        }
         if self.options.format_version >= 2 {
             self.batch.key_hashes.push(check::key_hash(key.as_bytes()));
         }
@@ -395,6 +379,18 @@ impl Writer {
 
     /// Completes the store and moves it to the target path.
     pub fn finish(mut self) -> Result<Summary> {
+        let keys = std::mem::replace(&mut self.keys, KeySorter::new(PathBuf::new(), 1));
+        let common_prefix = keys.common_prefix();
+        self.finish_with(common_prefix, |each| keys.finish(each))
+    }
+
+    /// `finish` with the keys given by `sorted_keys`, which calls `each(key, position)` for every
+    /// document's key in sorted order, all of them sharing the first `common_prefix` bytes.
+    pub(crate) fn finish_with(
+        mut self,
+        common_prefix: usize,
+        sorted_keys: impl FnOnce(&mut dyn FnMut(&[u8], u32) -> Result<()>) -> Result<()>,
+    ) -> Result<Summary> {
         self.check_process()?;
         self.flush()?;
         self.sender = None; // ends the worker's loop
@@ -431,12 +427,13 @@ impl Writer {
         let mut key_index = scratch_file("key-index")?;
         let mut key_fences = scratch_file("key-fences")?;
         let keys_start = file.pos;
-        let keys = std::mem::replace(&mut self.keys, KeySorter::new(scratch.clone(), 1));
-        let common_prefix = keys.common_prefix();
         let mut rank = 0u64;
-        keys.finish(|key, position| {
+        sorted_keys(&mut |key, position| {
             key_offsets.write_all(&(file.pos - keys_start).to_le_bytes())?;
-            let prefix = key_prefix(&key[common_prefix..]);
+            let Some(rest) = key.get(common_prefix..) else {
+                return Err(Error::corrupt("a key is shorter than the common prefix"));
+            };
+            let prefix = key_prefix(rest);
             let entry = KeyEntry {
                 prefix,
                 position,
@@ -449,6 +446,11 @@ impl Writer {
             rank += 1;
             file.write(key)
         })?;
+        if rank != count {
+            return Err(Error::Schema(format!(
+                "{rank} sorted keys were given for {count} documents"
+            )));
+        }
         key_offsets.write_all(&(file.pos - keys_start).to_le_bytes())?;
         for scratch_writer in [key_offsets, key_index, key_fences] {
             scratch_writer.into_inner().map_err(|e| e.into_error())?;
@@ -548,6 +550,126 @@ impl Drop for Writer {
         }
         // SAFETY: dropped once, here; never used again.
         unsafe { ManuallyDrop::drop(&mut self.scratch) };
+    }
+}
+
+/// The directory and the file name of `target`, once the directory is known to exist.
+pub(crate) fn split_target(target: &Path) -> Result<(PathBuf, String)> {
+    let Some(name) = target.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+        return Err(Error::Io(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{:?} does not name a file", target.display().to_string()),
+        )));
+    };
+    let parent = match target.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if !parent.is_dir() {
+        let (kind, message) = if parent.exists() {
+            (
+                std::io::ErrorKind::NotADirectory,
+                format!("{} is not a directory", parent.display()),
+            )
+        } else {
+            (
+                std::io::ErrorKind::NotFound,
+                format!("directory {} does not exist", parent.display()),
+            )
+        };
+        return Err(Error::Io(std::io::Error::new(kind, message)));
+    }
+    Ok((parent, name))
+}
+
+/// A new scratch directory in `parent` for building target `name`, locked (see `SCRATCH_LOCK`),
+/// once those that killed builders left there are swept.
+fn new_scratch(parent: &Path, name: &str) -> Result<(TempDir, File)> {
+    sweep_dead_scratch(parent, name);
+    let scratch = tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(SCRATCH_SUFFIX)
+        .tempdir_in(parent)?;
+    let lock = lock_scratch(scratch.path())?;
+    Ok((scratch, lock))
+}
+
+/// A scratch directory that becomes a directory at the target (a collection): removed, with
+/// everything in it, unless published.
+pub(crate) struct Scratch {
+    dir: TempDir,
+    _lock: File,
+}
+
+impl Scratch {
+    pub(crate) fn create(parent: &Path, name: &str) -> Result<Scratch> {
+        let (dir, _lock) = new_scratch(parent, name)?;
+        Ok(Scratch { dir, _lock })
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Gives the directory the name `target`, in one step: a rename that fails if something is
+    /// there, or with `overwrite` an exchange with what is there (removed afterwards; readers
+    /// that hold it open keep reading it). The lock file goes first: it is not the collection's.
+    pub(crate) fn publish(self, target: &Path, overwrite: bool) -> Result<()> {
+        std::fs::remove_file(self.dir.path().join(SCRATCH_LOCK))?;
+        let from = self.dir.path();
+        match rename2(from, target, libc::RENAME_NOREPLACE) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && overwrite => {
+                rename2(from, target, libc::RENAME_EXCHANGE)?;
+                // `from` now holds what was at the target.
+                let old = std::fs::symlink_metadata(from)?;
+                if old.is_dir() {
+                    std::fs::remove_dir_all(from)?;
+                } else {
+                    std::fs::remove_file(from)?;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(Error::AlreadyExists(target.to_path_buf()))
+            }
+            Err(e) => return Err(e.into()),
+        }
+        if let Some(parent) = target.parent().filter(|p| !p.as_os_str().is_empty()) {
+            if let Ok(dir) = File::open(parent) {
+                let _ = dir.sync_all();
+            }
+        }
+        // Nothing is left at the scratch path: TempDir's removal finds nothing to remove.
+        drop(self.dir);
+        Ok(())
+    }
+}
+
+/// `renameat2(2)` through the system call, so that the library does not need glibc 2.28's
+/// wrapper (wheels target glibc 2.17); Linux 3.15 and later.
+fn rename2(from: &Path, to: &Path, flags: libc::c_uint) -> std::io::Result<()> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &Path| {
+        CString::new(p.as_os_str().as_bytes())
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "NUL in a path"))
+    };
+    let (from, to) = (c(from)?, c(to)?);
+    // SAFETY: two NUL-terminated paths that outlive the call; AT_FDCWD resolves them as given.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            flags,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }
 

@@ -1,0 +1,38 @@
+"""``docstore.seal``: shard files written by any engine, sealed into one collection.
+
+A collection is a directory that ``docstore.open`` reads as one store (docs/collections.md).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+from . import _docstore
+from ._store import DocStore, open
+
+
+def seal(
+    target: str | os.PathLike[str],
+    shards: Iterable[str | os.PathLike[str]],
+    *,
+    overwrite: bool = False,
+    read: str = "mmap",
+) -> DocStore:
+    """Seals ``shards`` (store files written by ``docstore.Writer``, one schema, format 2) into a
+    collection at ``target``, and opens it.
+
+    Positions follow the order of ``shards``, then each shard's own order. Ids must be unique
+    across all shards: a repeated id raises ``DuplicateKeyError`` naming it and both shards.
+    Shards with other fields raise ``SchemaError``. The shard files are hard-linked into the
+    collection (copied across file systems) and left as they are; delete them when you like.
+    Nothing appears at ``target`` unless the whole collection is sealed; with ``overwrite=True``
+    a store or collection already there is replaced in one step (readers that have it open keep
+    reading it).
+    """
+    if isinstance(shards, (str, bytes, os.PathLike)):
+        raise TypeError("shards must be a list of paths, not one path")
+    paths = [os.fsdecode(s) if isinstance(s, bytes) else os.fspath(s) for s in shards]
+    target = os.fsdecode(target) if isinstance(target, bytes) else os.fspath(target)
+    _docstore.seal(target, paths, overwrite=overwrite)
+    return open(target, read=read)

@@ -1,0 +1,153 @@
+//! `docstore-collection.json`: what a collection directory holds, in order (docs/collections.md).
+//!
+//! JSON so that people and tools can read it; every file it names is pinned by its fingerprint
+//! (the header checksum, which covers every section's checksum), so a damaged manifest or a shard
+//! replaced on disk is refused at open instead of read as another collection.
+
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::path::{Component, Path, PathBuf};
+
+/// The manifest's file name inside a collection directory.
+pub const MANIFEST: &str = "docstore-collection.json";
+/// The value of the manifest's `format` field.
+const FORMAT: &str = "docstore-collection";
+/// The manifest version this docstore writes and reads.
+pub const VERSION: u32 = 1;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    pub format: String,
+    pub version: u32,
+    /// Documents in the whole collection.
+    pub count: u64,
+    /// The global id index: a store without fields whose document `p` is the collection's
+    /// document `p` (its key index maps every id to its global position).
+    pub index: FileEntry,
+    /// The shards in position order.
+    pub shards: Vec<FileEntry>,
+    /// xxh3-64 (16 hex digits) of the manifest's compact JSON with this field empty: an edited or
+    /// damaged manifest (shards reordered, a count changed) is refused rather than read.
+    pub checksum: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileEntry {
+    /// Relative to the collection directory.
+    pub file: String,
+    pub count: u64,
+    /// The store's header checksum, as 16 hex digits (JSON numbers lose bits past 2^53).
+    pub fingerprint: String,
+}
+
+impl FileEntry {
+    pub fn new(file: String, count: u64, fingerprint: u64) -> FileEntry {
+        FileEntry {
+            file,
+            count,
+            fingerprint: format!("{fingerprint:016x}"),
+        }
+    }
+
+    pub fn fingerprint(&self) -> Result<u64> {
+        u64::from_str_radix(&self.fingerprint, 16)
+            .ok()
+            .filter(|_| self.fingerprint.len() == 16)
+            .ok_or_else(|| Error::corrupt(format!("bad fingerprint {:?}", self.fingerprint)))
+    }
+
+    /// The file's path inside `dir`; refuses names that would leave it.
+    pub fn path_in(&self, dir: &Path) -> Result<PathBuf> {
+        let relative = Path::new(&self.file);
+        let inside = !self.file.is_empty()
+            && relative
+                .components()
+                .all(|c| matches!(c, Component::Normal(_)));
+        if !inside {
+            return Err(Error::corrupt(format!(
+                "the manifest names {:?}, which is not a file inside the collection",
+                self.file
+            )));
+        }
+        Ok(dir.join(relative))
+    }
+}
+
+impl Manifest {
+    pub fn new(count: u64, index: FileEntry, shards: Vec<FileEntry>) -> Manifest {
+        let mut manifest = Manifest {
+            format: FORMAT.into(),
+            version: VERSION,
+            count,
+            index,
+            shards,
+            checksum: String::new(),
+        };
+        manifest.checksum = manifest.expected_checksum();
+        manifest
+    }
+
+    fn expected_checksum(&self) -> String {
+        let unsealed = Manifest {
+            checksum: String::new(),
+            ..self.clone()
+        };
+        let bytes = serde_json::to_vec(&unsealed).expect("a manifest always serialises");
+        format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&bytes))
+    }
+
+    /// Reads the manifest of the collection at `dir`.
+    pub fn read(dir: &Path) -> Result<Manifest> {
+        let path = dir.join(MANIFEST);
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!(
+                        "{} is a directory without {MANIFEST}: not a docstore collection",
+                        dir.display()
+                    ),
+                )))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let manifest: Manifest = serde_json::from_slice(&bytes)
+            .map_err(|e| Error::corrupt(format!("{}: {e}", path.display())))?;
+        if manifest.format != FORMAT {
+            return Err(Error::corrupt(format!(
+                "{}: format is {:?}, not {FORMAT:?}",
+                path.display(),
+                manifest.format
+            )));
+        }
+        if manifest.version != VERSION {
+            return Err(Error::UnsupportedVersion {
+                found: manifest.version,
+                supported: VERSION,
+            });
+        }
+        if manifest.checksum != manifest.expected_checksum() {
+            return Err(Error::corrupt(format!(
+                "{}: checksum mismatch (the manifest was changed or damaged)",
+                path.display()
+            )));
+        }
+        let total: u64 = manifest.shards.iter().map(|s| s.count).sum();
+        if manifest.shards.is_empty() || total != manifest.count || manifest.index.count != total {
+            return Err(Error::corrupt(format!(
+                "{}: the counts do not add up",
+                path.display()
+            )));
+        }
+        Ok(manifest)
+    }
+
+    pub fn to_json(&self) -> Vec<u8> {
+        let mut bytes = serde_json::to_vec_pretty(self).expect("a manifest always serialises");
+        bytes.push(b'\n');
+        bytes
+    }
+}

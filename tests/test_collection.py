@@ -1,0 +1,335 @@
+"""Collections: shard files sealed into one directory that reads as one store."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import docstore
+from docstore.cli import main as cli
+
+from .conftest import FIELDS, assert_doc_equal, make_docs, write_store
+
+
+def _shards(tmp_path, docs: dict[str, dict], sizes: list[int], fields=FIELDS) -> list[str]:
+    """Store files holding ``docs`` in order, ``sizes[k]`` documents in shard ``k``."""
+    assert sum(sizes) == len(docs)
+    items = list(docs.items())
+    paths, start = [], 0
+    for k, size in enumerate(sizes):
+        path = tmp_path / f"part-{k}.docstore"
+        write_store(path, dict(items[start : start + size]), fields=fields).close()
+        paths.append(str(path))
+        start += size
+    return paths
+
+
+@pytest.fixture(scope="module")
+def docs():
+    return make_docs(700, seed=3)
+
+
+@pytest.fixture
+def sealed(tmp_path, docs):
+    shards = _shards(tmp_path, docs, [250, 0, 300, 1, 149])  # an empty shard and a 1-doc shard
+    return docstore.seal(tmp_path / "corpus.docstore", shards), shards
+
+
+def test_a_collection_reads_as_the_store_of_all_its_shards(tmp_path, docs, sealed):
+    store, _ = sealed
+    single = write_store(tmp_path / "single.docstore", docs)
+    ids = list(docs)
+    assert len(store) == len(docs) and list(store) == ids == list(single)
+    for i, (doc_id, expected) in enumerate(docs.items()):
+        assert_doc_equal(store[doc_id], doc_id, expected)
+        assert store.position(doc_id) == i and doc_id in store
+    assert [d.doc_id for d in store.take(range(len(docs)))] == ids
+    # Batches span shards and keep request order; repeats and misses as for one file.
+    rng = np.random.default_rng(0)
+    order = rng.permutation(len(ids))
+    picked = [ids[i] for i in order[:300]] + ["absent", ids[5], ids[5]]
+    got = store.get_many(picked)
+    assert list(got) == list(dict.fromkeys(i for i in picked if i != "absent"))
+    for doc_id, doc in got.items():
+        assert_doc_equal(doc, doc_id, docs[doc_id])
+    assert [d.doc_id for d in store.take(order[:300])] == [ids[i] for i in order[:300]]
+    assert store.take([-1, 0, 249, 250, 550])[0].doc_id == ids[-1]
+    assert list(store.positions([ids[699], "nope", ids[250]])) == [699, -1, 250]
+    assert store.get_many(picked[:50], field="label") == single.get_many(picked[:50], field="label")
+    assert store.take(order[:40], fields=["doc_id", "text"]) == single.take(
+        order[:40], fields=["doc_id", "text"]
+    )
+    assert store.get("absent") is None and "absent" not in store
+    with pytest.raises(KeyError):
+        store["absent"]
+    with pytest.raises(IndexError):
+        store.at(len(docs))
+    assert list(store.keys()) == ids and store.fields == single.fields
+    store.verify()
+
+
+def test_info_lists_the_shards_and_the_fingerprint_is_the_contents(tmp_path, docs, sealed):
+    store, shards = sealed
+    info = store.info()
+    assert info["count"] == len(docs) and info["checked_reads"] and info["format_version"] == 2
+    assert [s["count"] for s in info["shards"]] == [250, 0, 300, 1, 149]
+    assert all(os.path.isfile(s["path"]) for s in info["shards"])
+    assert info["raw_bytes"] == sum(docstore.open(p).info()["raw_bytes"] for p in shards)
+    assert docstore.open(store.path).fingerprint == store.fingerprint
+    other = docstore.seal(tmp_path / "other.docstore", shards[::-1])
+    assert other.fingerprint != store.fingerprint
+    assert other.at(0).doc_id == list(docs)[-149]
+
+
+def test_shards_are_left_as_they_were(tmp_path, docs):
+    shards = _shards(tmp_path, docs, [400, 300])
+    before = [Path(p).read_bytes() for p in shards]
+    store = docstore.seal(tmp_path / "c", shards)
+    assert [Path(p).read_bytes() for p in shards] == before
+    for p in shards:
+        os.remove(p)  # the collection holds its own links
+    assert store.at(650).doc_id == list(docs)[650]
+    assert docstore.open(tmp_path / "c")[list(docs)[3]].doc_id == list(docs)[3]
+
+
+def _leftovers(directory) -> list[str]:
+    return sorted(n for n in os.listdir(directory) if not n.startswith("part-"))
+
+
+def test_a_repeated_id_names_it_and_both_shards_and_leaves_nothing(tmp_path, docs):
+    items = list(docs.items())
+    first = write_store(tmp_path / "part-a.docstore", dict(items[:100]))
+    second = write_store(tmp_path / "part-b.docstore", dict(items[99:200]))  # shares items[99]
+    with pytest.raises(docstore.DuplicateKeyError) as caught:
+        docstore.seal(tmp_path / "c.docstore", [first.path, second.path])
+    assert caught.value.doc_id == items[99][0]
+    message = str(caught.value)
+    assert "part-a.docstore" in message and "part-b.docstore" in message
+    assert _leftovers(tmp_path) == []  # no target, no scratch directory
+
+
+def test_bad_shard_lists_are_clear_errors_that_leave_nothing(tmp_path, docs):
+    items = list(docs.items())
+    good = write_store(tmp_path / "part-good.docstore", dict(items[:10])).path
+    other_fields = write_store(
+        tmp_path / "part-fields.docstore", {"x": {"text": "t"}}, fields={"text": "str"}
+    )
+    v1 = write_store(tmp_path / "part-v1.docstore", dict(items[10:20]), format_version=1).path
+    target = tmp_path / "c.docstore"
+    with pytest.raises(docstore.SchemaError, match="part-fields.docstore"):
+        docstore.seal(target, [good, other_fields.path])
+    with pytest.raises(docstore.InvalidArgumentError, match="upgrade"):
+        docstore.seal(target, [good, v1])
+    with pytest.raises(docstore.InvalidArgumentError, match="at least one"):
+        docstore.seal(target, [])
+    with pytest.raises(docstore.StoreNotFoundError, match="missing.docstore"):
+        docstore.seal(target, [good, tmp_path / "missing.docstore"])
+    with pytest.raises(docstore.CorruptStoreError, match="part-junk"):
+        (tmp_path / "part-junk").write_bytes(b"not a store" * 100)
+        docstore.seal(target, [good, tmp_path / "part-junk"])
+    with pytest.raises(TypeError, match="list of paths"):
+        docstore.seal(target, good)
+    assert _leftovers(tmp_path) == []
+    (tmp_path / "taken").write_bytes(b"mine")
+    with pytest.raises(docstore.StoreExistsError):
+        docstore.seal(tmp_path / "taken", [good])
+    assert (tmp_path / "taken").read_bytes() == b"mine"
+
+
+def test_overwrite_replaces_atomically_and_old_readers_keep_reading(tmp_path, docs):
+    items = list(docs.items())
+    for name in ("a", "b", "m"):
+        (tmp_path / name).mkdir()
+    a = _shards(tmp_path / "a", dict(items[:300]), [100, 200])
+    b = _shards(tmp_path / "b", dict(items[300:]), [400])
+    target = tmp_path / "c.docstore"
+    old = docstore.seal(target, a)
+    with pytest.raises(docstore.StoreExistsError):
+        docstore.seal(target, b)
+    new = docstore.seal(target, b, overwrite=True)
+    assert new.at(0).doc_id == items[300][0] and len(new) == 400
+    assert old.at(299).doc_id == items[299][0]  # the replaced collection, still mapped
+    assert _leftovers(tmp_path) == ["a", "b", "c.docstore", "m"]
+    # A single store file replaced by a collection, and appending: old shards then new ones.
+    write_store(tmp_path / "file.docstore", dict(items[:5]))
+    assert len(docstore.seal(tmp_path / "file.docstore", b, overwrite=True)) == 400
+    shards_now = [s["path"] for s in new.info()["shards"]]
+    more = _shards(tmp_path / "m", {"new-doc": items[0][1]}, [1])
+    appended = docstore.seal(target, shards_now + more, overwrite=True)
+    assert len(appended) == 401 and appended.at(400).doc_id == "new-doc"
+    appended.verify()
+
+
+def test_pickles_as_its_path_and_reads_after_fork(sealed, docs):
+    store, _ = sealed
+    again = pickle.loads(pickle.dumps(store))
+    assert again.fingerprint == store.fingerprint and again.at(600).doc_id == list(docs)[600]
+    store.get_many(list(docs)[:100])  # the decode pool exists before the fork
+    code = f"""
+import os, pickle, sys
+import docstore
+store = docstore.open({os.fspath(store.path)!r})
+store.get_many(list(store.keys())[:200])
+pid = os.fork()
+if pid == 0:
+    got = store.take(range(len(store)))
+    os._exit(0 if [d.doc_id for d in got] == list(store.keys()) else 3)
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+    done = subprocess.run([sys.executable, "-c", code], timeout=120)
+    assert done.returncode == 0
+
+
+def test_threads_read_a_collection_concurrently(sealed, docs):
+    store, _ = sealed
+    ids = list(docs)
+    errors = []
+
+    def work(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        for _ in range(20):
+            pick = rng.choice(len(ids), 64)
+            got = store.take(pick)
+            if [d.doc_id for d in got] != [ids[i] for i in pick]:
+                errors.append(seed)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_a_changed_collection_is_refused_at_open(tmp_path, docs, sealed):
+    store, _ = sealed
+    root = store.path
+    manifest = json.loads((root / "docstore-collection.json").read_text())
+    # A shard replaced by another valid store of the same size.
+    victim = root / manifest["shards"][4]["file"]
+    items = list(docs.items())
+    write_store(tmp_path / "imposter.docstore", {f"x{i}": d for i, (_, d) in enumerate(items[:149])})
+    saved = victim.read_bytes()
+    shutil.copyfile(tmp_path / "imposter.docstore", victim)
+    with pytest.raises(docstore.CorruptStoreError, match="not the file that was sealed"):
+        docstore.open(root)
+    victim.write_bytes(saved)
+    assert len(docstore.open(root)) == len(docs)
+    for bad in [
+        {**manifest, "count": 5},
+        {**manifest, "shards": manifest["shards"][::-1]},  # each entry still names its own file
+        {**manifest, "index": {**manifest["index"], "file": "../index.docstore"}},
+    ]:
+        (root / "docstore-collection.json").write_text(json.dumps(bad))
+        with pytest.raises(docstore.CorruptStoreError, match="checksum mismatch"):
+            docstore.open(root)
+    text = json.dumps(manifest)
+    for at in range(0, len(text), 7):  # a damaged character anywhere
+        damaged = text[:at] + chr(ord(text[at]) ^ 1) + text[at + 1 :]
+        (root / "docstore-collection.json").write_text(damaged)
+        with pytest.raises((docstore.CorruptStoreError, docstore.UnsupportedVersionError)):
+            docstore.open(root)
+    (root / "docstore-collection.json").write_text(json.dumps({**manifest, "version": 9}))
+    with pytest.raises(docstore.UnsupportedVersionError):
+        docstore.open(root)
+    os.remove(root / "docstore-collection.json")
+    with pytest.raises(docstore.StoreIOError, match="not a docstore collection"):
+        docstore.open(root)
+
+
+def test_every_flipped_byte_of_the_global_index_gives_the_right_answer_or_an_error(tmp_path):
+    """The global index is trusted for nothing: a flip anywhere in it (after its header, which
+    the manifest pins) either leaves every answer right or raises CorruptStoreError."""
+    docs = {f"{p}{i}": {"text": f"text {p}{i}"} for i in range(24) for p in ("a", "bb-long-prefix-")}
+    shards = _shards(tmp_path, docs, [20, 28], fields={"text": "str"})
+    root = docstore.seal(tmp_path / "c", shards).path
+    index = root / "index.docstore"
+    pristine = index.read_bytes()
+    ids = list(docs)
+    absent = ["a", "a100", "bb-long-prefix-", "bb-long-prefix-5x", "zz"]
+    expected = {
+        "get": lambda: ids,
+        "get_many": lambda: ids,
+        "positions": lambda: list(range(len(ids))) + [-1] * len(absent),
+        "in": lambda: [True] * len(ids) + [False] * len(absent),
+    }
+    asks = {  # each kind of lookup on its own: one raising must not hide another's answer
+        "get": lambda s: [
+            d.doc_id if d is not None and d.text == docs[d.doc_id]["text"] else None for d in map(s.get, ids)
+        ],
+        "get_many": lambda s: [
+            d.doc_id for d in s.get_many(ids + absent).values() if d.text == docs[d.doc_id]["text"]
+        ],
+        "positions": lambda s: list(s.positions(ids + absent)),
+        "in": lambda s: [i in s for i in ids + absent],
+    }
+    wrong, raised = [], 0
+    for at in range(512, len(pristine)):
+        damaged = bytearray(pristine)
+        damaged[at] ^= 0x10
+        index.write_bytes(damaged)
+        try:
+            store = docstore.open(root)
+        except docstore.CorruptStoreError:
+            raised += 1
+            continue
+        for kind, ask in asks.items():
+            try:
+                if ask(store) != expected[kind]():
+                    wrong.append((at, kind))
+            except docstore.CorruptStoreError:
+                raised += 1
+    index.write_bytes(pristine)
+    assert wrong == []
+    assert raised > 0
+
+
+def test_torch_datasets_take_a_collection(tmp_path):
+    torch = pytest.importorskip("torch")
+    from docstore.torch import DocDataset, TokenDataset
+
+    docs = {f"d{i}": {"tokens": np.arange(i % 7 + 2, dtype=np.int32)} for i in range(90)}
+    shards = _shards(tmp_path, docs, [30, 30, 30], fields={"tokens": "int32[]"})
+    store = docstore.seal(tmp_path / "c", shards)
+    windows = TokenDataset(store, "tokens", seq_len=2, pack=True)
+    single = TokenDataset(
+        write_store(tmp_path / "one.docstore", docs, fields={"tokens": "int32[]"}), seq_len=2, pack=True
+    )
+    assert len(windows) == len(single)
+    loader = torch.utils.data.DataLoader(windows, batch_size=8, num_workers=2)
+    got = torch.cat([x for x, _ in loader])
+    assert torch.equal(got, torch.stack([single[i][0] for i in range(len(single))]))
+    dataset = DocDataset(tmp_path / "c", field="doc_id")
+    assert [dataset[i] for i in range(len(dataset))] == list(docs)
+
+
+def test_cli_seals_and_reads_a_collection(tmp_path, docs, capsys):
+    shards = _shards(tmp_path, docs, [350, 350])
+    target = str(tmp_path / "c.docstore")
+    assert cli(["seal", target, *shards]) == 0
+    assert "700" in capsys.readouterr().out
+    assert cli(["seal", target, *shards]) == 1
+    assert "already exists" in capsys.readouterr().err
+    assert cli(["info", target]) == 0
+    out = capsys.readouterr().out
+    assert "shards" in out and "part-00001.docstore" in out
+    assert cli(["info", "--json", target]) == 0
+    assert len(json.loads(capsys.readouterr().out)["shards"]) == 2
+    doc_id = list(docs)[500]
+    assert cli(["get", target, doc_id]) == 0
+    assert json.loads(capsys.readouterr().out)["doc_id"] == doc_id
+    assert cli(["verify", target]) == 0
+    assert "OK" in capsys.readouterr().out
+    assert cli(["export", target, "-o", str(tmp_path / "all.jsonl")]) == 0
+    lines = (tmp_path / "all.jsonl").read_text().splitlines()
+    assert [json.loads(line)["doc_id"] for line in lines] == list(docs)
