@@ -5,6 +5,7 @@ partition, in local mode (one SparkSession per module: it takes 10-20 s to start
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 
@@ -20,14 +21,14 @@ docstore_spark = pytest.importorskip("docstore.spark")
 
 
 def _java_ok() -> bool:
-    java = shutil.which("java") or (
-        os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else None
-    )
-    if not java:
+    """As PySpark finds Java: JAVA_HOME, else java on PATH; its version 17 or newer."""
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    if not java or not os.path.exists(java):
         return False
     out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
-    version = out.split('"')[1] if '"' in out else "0"
-    return int(version.split(".")[0]) >= 17
+    major = re.search(r'version "(\d+)', out)
+    return major is not None and int(major.group(1)) >= 17
 
 
 if not _java_ok():  # CI installs one (.ci/run); docs/engines.md says how
