@@ -75,6 +75,25 @@ def test_every_document_by_id_and_position(tmp_path, oracle):
     store.verify()
 
 
+@pytest.mark.parametrize("remote_args", [None, {}], ids=["retries", "fused"])
+def test_read_parquet(tmp_path, remote_args):
+    """With Ray's default remote arguments the write fuses with the read into one task, whose
+    first input is a list of files: the fields come from the blocks the write gets."""
+    import pyarrow.parquet as pq
+
+    docs = make_docs(200)
+    table = arrow_table(docs)
+    (tmp_path / "in").mkdir()
+    for i in range(4):
+        pq.write_table(table.slice(i * 50, 50), tmp_path / "in" / f"{i}.parquet")
+    ds = ray.data.read_parquet(str(tmp_path / "in"))
+    store = docstore_ray.write(ds, tmp_path / "c", ray_remote_args=remote_args)
+    assert store.fields == FIELDS and sorted(store.keys()) == sorted(docs)
+    for doc_id, expected in docs.items():
+        assert_doc_equal(store[doc_id], doc_id, expected)
+    only(tmp_path, "in", "c")
+
+
 def test_datasink_with_write_datasink(tmp_path):
     docs = make_docs(50)
     sink = docstore_ray.DocstoreDatasink(tmp_path / "c", fields={"text": "str", "label": "int64"})

@@ -73,7 +73,6 @@ class DocstoreDatasink(Datasink):
         self.writer_options = check_writer_options(writer_options)
         self.store: DocStore | None = None
         self._staging: str | None = None
-        self._inferred: dict[str, str] | None = None
         self._fallback_schema: Any = None  # driver only: a callable giving the dataset's schema
 
     def __getstate__(self) -> dict[str, Any]:
@@ -88,10 +87,11 @@ class DocstoreDatasink(Datasink):
         """On the driver, before the first write task: checks the target and the options, and
         makes the staging directory (a fresh one for each write)."""
         check_target(self.path, self.mode)
-        if self.fields is None and schema is not None:
-            self._inferred = schema_fields(schema, self.id_field)
+        # ``schema`` is not used: it is the first input bundle's, which, where Ray fuses the
+        # write with the operators before it (a read, a map), is not the data's (a file list).
+        # Each task takes the fields from its own blocks, unless ``fields`` gives them.
         self.store = None
-        self._staging = make_staging(self.path, self.fields or self._inferred, self.writer_options)
+        self._staging = make_staging(self.path, self.fields, self.writer_options)
 
     def write(self, blocks: Iterable[Any], ctx: Any) -> dict[str, Any]:
         """One task attempt: its blocks, as Arrow tables, into one new shard named after the
@@ -104,7 +104,7 @@ class DocstoreDatasink(Datasink):
             f"part-{task:05d}-{uuid.uuid4().hex}.docstore",
             (BlockAccessor.for_block(block).to_arrow() for block in blocks),
             self.id_field,
-            self.fields or self._inferred,
+            self.fields,
             self.writer_options,
         )
         return {"task_idx": task, "path": path, "count": count, "fields": fields}
@@ -118,9 +118,7 @@ class DocstoreDatasink(Datasink):
         try:
             returns = [r for r in write_result.write_returns if r is not None]
             returns.sort(key=lambda r: r["task_idx"])  # stable: ties keep Ray's order
-            fields = (
-                self.fields or self._inferred or next((r["fields"] for r in returns if r["fields"]), None)
-            )
+            fields = self.fields or next((r["fields"] for r in returns if r["fields"]), None)
             if fields is None and self._fallback_schema is not None:
                 schema = self._fallback_schema()
                 if schema is not None and len(schema.names):
@@ -176,8 +174,10 @@ def write(
     sink = DocstoreDatasink(path, id_field=id_field, fields=fields, mode=mode, **writer_options)
     check_target(sink.path, sink.mode)  # before any work: a dataset's own tasks may be costly
     sink._fallback_schema = ds.schema  # an empty dataset's fields, asked for only then
-    ds.write_datasink(
-        sink, ray_remote_args=dict(ray_remote_args or DEFAULT_RAY_REMOTE_ARGS), concurrency=concurrency
-    )
+    remote_args = dict(DEFAULT_RAY_REMOTE_ARGS if ray_remote_args is None else ray_remote_args)
+    if concurrency is None:  # older Rays have no such argument
+        ds.write_datasink(sink, ray_remote_args=remote_args)
+    else:
+        ds.write_datasink(sink, ray_remote_args=remote_args, concurrency=concurrency)
     assert sink.store is not None
     return sink.store
