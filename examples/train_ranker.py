@@ -9,8 +9,9 @@ it through the OS page cache, whose pages every worker and rank on the machine s
 drawn uniformly from the whole store, reproducibly from (seed, epoch, index); ``set_epoch``
 gives every epoch new ones, in persistent workers too.
 
-The corpus, queries and relevance judgements are made up here; with ir_datasets, pass
-``dataset.queries_iter()`` texts as ``queries`` and ``dataset.qrels_iter()`` as ``qrels``. The
+The corpus, queries and relevance judgements are made up here; with ir_datasets, build the store
+with ``docstore.ir_datasets.build(name, path)`` and pass the dataset as ``queries`` and ``qrels``
+(``TripletDataset(path, dataset, dataset)``: its ``queries_iter()`` and ``qrels_iter()``). The
 model, a bag of hashed words, stands in for a real encoder.
 """
 

@@ -6,13 +6,17 @@ import json
 import os
 import pickle
 import shutil
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import docstore
 from docstore.cli import main as cli
@@ -136,6 +140,12 @@ def test_bad_shard_lists_are_clear_errors_that_leave_nothing(tmp_path, docs):
     with pytest.raises(docstore.CorruptStoreError, match="part-junk"):
         (tmp_path / "part-junk").write_bytes(b"not a store" * 100)
         docstore.seal(target, [good, tmp_path / "part-junk"])
+    with pytest.raises(docstore.InvalidArgumentError, match="listed twice"):
+        docstore.seal(target, [good, os.path.join(os.path.dirname(good), ".", "part-good.docstore")])
+    docstore.seal(tmp_path / "coll", [good])
+    with pytest.raises(docstore.InvalidArgumentError, match="a directory"):
+        docstore.seal(target, [good, tmp_path / "coll"])
+    shutil.rmtree(tmp_path / "coll")
     with pytest.raises(TypeError, match="list of paths"):
         docstore.seal(target, good)
     assert _leftovers(tmp_path) == []
@@ -333,3 +343,140 @@ def test_cli_seals_and_reads_a_collection(tmp_path, docs, capsys):
     assert cli(["export", target, "-o", str(tmp_path / "all.jsonl")]) == 0
     lines = (tmp_path / "all.jsonl").read_text().splitlines()
     assert [json.loads(line)["doc_id"] for line in lines] == list(docs)
+
+
+def test_cli_build_shards_splits_the_input_between_lines_and_keeps_its_order(tmp_path, capsys):
+    lines = [json.dumps({"doc_id": f"d{i}", "text": "é" * (i % 13), "n": i}) for i in range(3000)]
+    (tmp_path / "a.jsonl").write_text("\n".join(lines[:2000]) + "\n", encoding="utf-8")
+    (tmp_path / "b.jsonl").write_text("\n".join(lines[2000:]), encoding="utf-8")  # no final newline
+    target = str(tmp_path / "c.docstore")
+    inputs = [str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]
+    assert cli(["build", *inputs, "-o", target, "--shards", "3"]) == 0
+    assert "in 3 shards" in capsys.readouterr().out
+    store = docstore.open(target)
+    assert list(store) == [f"d{i}" for i in range(3000)]
+    assert [s["count"] for s in store.info()["shards"]] != [3000, 0, 0]
+    assert store["d2999"].n == 2999 and store["d12"].text == "é" * 12
+    assert sorted(os.listdir(tmp_path)) == ["a.jsonl", "b.jsonl", "c.docstore"]  # no staging left
+
+
+def test_shard_plan_covers_every_byte_once_in_order(tmp_path):
+    from docstore.cli.commands import shard_plan
+
+    (tmp_path / "x.jsonl").write_bytes(b"{}\n" * 1000)
+    (tmp_path / "y.csv").write_bytes(b"a\n" * 10)
+    for n in (1, 2, 3, 7, 64, 5000):
+        plan = shard_plan([str(tmp_path / "x.jsonl"), str(tmp_path / "y.csv")], ["jsonl", "csv"], n)
+        assert len(plan) == n
+        pieces = [p for run in plan for p in run]
+        ranges = [p[2] for p in pieces if p[0].endswith("x.jsonl")]
+        assert ranges[0][0] == 0 and ranges[-1][1] == 3000
+        assert all(a[1] == b[0] and a[0] < a[1] for a, b in zip(ranges, ranges[1:]))
+        assert [p[2] for p in pieces if p[0].endswith("y.csv")] == [None]
+
+
+def test_cli_build_shards_failures_name_the_place_and_leave_nothing(tmp_path, capsys):
+    lines = [json.dumps({"doc_id": f"d{i}", "text": "t"}) for i in range(2000)]
+    lines[1500] = '{"doc_id": "d1500", "text": 5'
+    (tmp_path / "a.jsonl").write_text("\n".join(lines) + "\n")
+    target = str(tmp_path / "c.docstore")
+    assert cli(["build", str(tmp_path / "a.jsonl"), "-o", target, "--shards", "2"]) == 1
+    err = capsys.readouterr().err
+    offset = sum(len(line) + 1 for line in lines[:1500])
+    assert f"a.jsonl: the line at byte {offset}: invalid JSON" in err
+    lines[1500] = json.dumps({"doc_id": "d3", "text": "again"})
+    (tmp_path / "a.jsonl").write_text("\n".join(lines) + "\n")
+    assert cli(["build", str(tmp_path / "a.jsonl"), "-o", target, "--shards", "2"]) == 1
+    assert "duplicate doc id 'd3'" in capsys.readouterr().err.replace('"', "'")
+    assert cli(["build", "-", "-o", target, "--shards", "2"]) == 1
+    assert "stdin" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["a.jsonl"]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    ids=st.lists(
+        st.text(st.sampled_from("ab\u00e9\U0001f600-0"), min_size=1, max_size=12), max_size=60, unique=True
+    ),
+    cuts=st.lists(st.integers(0, 60), max_size=6),
+)
+def test_any_split_into_shards_reads_as_a_dict(tmp_path_factory, ids, cuts):
+    """Against a dict: ids that sort across shard boundaries, empty shards, one-document ones."""
+    tmp = tmp_path_factory.mktemp("split")
+    oracle = {doc_id: {"text": f"<{doc_id}>" * (i % 4)} for i, doc_id in enumerate(ids)}
+    bounds = sorted(min(c, len(ids)) for c in cuts)
+    sizes = [b - a for a, b in zip([0, *bounds], [*bounds, len(ids)])]
+    shards = _shards(tmp, oracle, sizes, fields={"text": "str"})
+    store = docstore.seal(tmp / "c", shards)
+    assert len(store) == len(oracle) and list(store) == ids
+    for doc_id, doc in oracle.items():
+        assert store[doc_id].text == doc["text"]
+    assert {k: d.text for k, d in store.get_many([*ids[::-1], "zz", "a" * 13]).items()} == {
+        k: oracle[k]["text"] for k in ids[::-1]
+    }
+    assert [d.doc_id for d in store.take(list(range(len(ids)))[::-1])] == ids[::-1]
+    assert all(i not in store for i in ("zz", "a" * 13, "\U0001f600" * 13))
+    store.verify()
+
+
+def test_kill_9_of_a_sharded_build_leaves_nothing_and_the_next_build_sweeps(tmp_path):
+    lines = (json.dumps({"doc_id": f"d{i}", "text": "some words " * 20}) for i in range(300_000))
+    (tmp_path / "in.jsonl").write_text("\n".join(lines))
+    target = tmp_path / "c.docstore"
+    cmd = [sys.executable, "-m", "docstore.cli", "build", str(tmp_path / "in.jsonl"), "-o", str(target)]
+    build = subprocess.Popen([*cmd, "--shards", "2", "-q"], start_new_session=True)
+    try:
+        # Killed once both shard writers have started (their scratch directories exist).
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and build.poll() is None:
+            staging = [d for d in os.listdir(tmp_path) if d.startswith(".docstore-shards-")]
+            if staging and sum(n.endswith(".docstore-tmp") for n in os.listdir(tmp_path / staging[0])) == 2:
+                break
+        assert build.poll() is None, "the build ended before it could be killed"
+        os.killpg(build.pid, signal.SIGKILL)
+    finally:
+        build.wait(timeout=60)
+    assert not target.exists()
+    assert subprocess.run([*cmd, "--shards", "2", "-q"], timeout=600).returncode == 0
+    assert sorted(os.listdir(tmp_path)) == ["c.docstore", "in.jsonl"]
+    assert len(docstore.open(target)) == 300_000
+
+
+def test_verify_names_every_damaged_shard(tmp_path, docs):
+    store = docstore.seal(tmp_path / "c", _shards(tmp_path, docs, [200, 300, 200]))
+    for shard in store.info()["shards"]:
+        path = shard["path"]
+        with open(path, "r+b") as f:  # in place: the header, which the manifest pins, is intact
+            f.seek(64 + 24 * 2)
+            data_offset = int.from_bytes(f.read(8), "little")
+            f.seek(data_offset + 40)
+            byte = f.read(1)
+            f.seek(data_offset + 40)
+            f.write(bytes([byte[0] ^ 0x01]))
+        with pytest.raises(docstore.CorruptStoreError, match=os.path.basename(path)):
+            docstore.open(tmp_path / "c").verify()
+        with open(path, "r+b") as f:
+            f.seek(data_offset + 40)
+            f.write(byte)
+    docstore.open(tmp_path / "c").verify()
+
+
+def test_shards_can_share_one_dictionary(tmp_path, docs):
+    items = list(docs.items())
+    first = write_store(tmp_path / "first.docstore", dict(items[:300]))
+    dictionary = first._dictionary()
+    assert 0 < len(dictionary) <= 65536
+    second = write_store(tmp_path / "second.docstore", dict(items[300:]), dictionary=dictionary)
+    assert second._dictionary() == dictionary
+    store = docstore.seal(tmp_path / "c", [first.path, second.path])
+    for doc_id, expected in items[::7]:
+        assert_doc_equal(store[doc_id], doc_id, expected)
+    with pytest.raises(docstore.InvalidArgumentError, match="at most 65536"):
+        docstore.Writer(tmp_path / "x.docstore", FIELDS, dictionary=b"x" * 65537)
+    assert not (tmp_path / "x.docstore").exists()
+    # A sharded build trains once: every shard holds the same dictionary.
+    lines = [json.dumps({"doc_id": f"d{i}", "text": f"words {i} " * 30}) for i in range(4000)]
+    (tmp_path / "in.jsonl").write_text("\n".join(lines))
+    assert cli(["build", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "b"), "--shards", "3", "-q"]) == 0
+    shards = [docstore.open(s["path"]) for s in docstore.open(tmp_path / "b").info()["shards"]]
+    assert len({s._dictionary() for s in shards}) == 1 and shards[0]._dictionary()

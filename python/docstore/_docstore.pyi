@@ -18,6 +18,7 @@ __all__ = [
     "Reader",
     "Writer",
     "get_num_threads",
+    "seal",
     "set_num_threads",
 ]
 
@@ -25,6 +26,12 @@ FORMAT_VERSION: int
 ARRAY_DTYPES: tuple[str, ...]
 DEFAULT_LEVEL: int
 
+def seal(
+    target: str | os.PathLike[str],
+    shards: Sequence[str | os.PathLike[str]],
+    *,
+    overwrite: bool = False,
+) -> int: ...
 def set_num_threads(n: int) -> None: ...
 def get_num_threads() -> int: ...
 
@@ -72,6 +79,7 @@ class Reader:
     ) -> list[Any]: ...
     def keys_range(self, start: int, stop: int) -> list[str]: ...
     def _info(self) -> dict[str, int]: ...
+    def _dictionary(self) -> bytes: ...
     def verify(self) -> None: ...
 
 @disjoint_base
@@ -87,6 +95,7 @@ class Writer:
         batch_bytes: int | None = None,
         key_buffer_bytes: int | None = None,
         format_version: int | None = None,
+        dictionary: bytes | None = None,
     ) -> Writer: ...
     @property
     def path(self) -> Path: ...

@@ -195,7 +195,7 @@ pub(crate) fn int_arg(name: &str, value: &Bound<'_, PyAny>) -> PyResult<i64> {
 }
 
 /// A writer option as the core takes it (`default` when not given); a negative or huge value is
-/// a `SchemaError` naming the option, as the core's own range checks are.
+/// an `InvalidArgumentError` naming the option, as the core's own range checks are.
 pub(crate) fn option<T: TryFrom<i64>>(
     name: &str,
     value: Option<&Bound<'_, PyAny>>,
@@ -208,7 +208,7 @@ pub(crate) fn option<T: TryFrom<i64>>(
         if err.is_instance_of::<PyOverflowError>(value.py()) {
             new_error(
                 value.py(),
-                "SchemaError",
+                "InvalidArgumentError",
                 format!("{name}={value} is out of range"),
             )
         } else {
@@ -218,7 +218,7 @@ pub(crate) fn option<T: TryFrom<i64>>(
     T::try_from(v).map_err(|_| {
         new_error(
             value.py(),
-            "SchemaError",
+            "InvalidArgumentError",
             format!("{name}={v} is out of range"),
         )
     })

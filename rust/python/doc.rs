@@ -105,7 +105,11 @@ pub(crate) fn raw_to_python<'py>(
                 )
             };
             if obj.is_null() {
-                let _ = PyErr::fetch(py);
+                // Out of memory for it: that error itself. Otherwise the bytes are not UTF-8.
+                let err = PyErr::fetch(py);
+                if err.is_instance_of::<pyo3::exceptions::PyMemoryError>(py) {
+                    return Err(err);
+                }
                 return Err(crate::errors::to_pyerr(
                     py,
                     docstore_core::Error::Corrupt("str field is not UTF-8".into()),

@@ -2,7 +2,7 @@
 //! that turns a Rust panic into `docstore.InternalError` instead of a crash.
 
 use docstore_core::Error;
-use pyo3::exceptions::{PyIndexError, PyKeyError};
+use pyo3::exceptions::{PyIndexError, PyKeyError, PyMemoryError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyType;
@@ -45,6 +45,8 @@ pub fn to_pyerr(py: Python<'_>, err: Error) -> PyErr {
         Error::AlreadyExists(_) => "StoreExistsError",
         Error::OutOfRange { .. } => return PyIndexError::new_err(message),
         Error::Closed(_) => "ClosedError",
+        // Python's own: what any allocation that fails raises, and what callers catch.
+        Error::OutOfMemory { .. } => return PyMemoryError::new_err(message),
         Error::Io(ref io) if io.kind() == std::io::ErrorKind::NotFound => "StoreNotFoundError",
         Error::Io(_) => "StoreIOError",
     };

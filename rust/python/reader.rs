@@ -568,6 +568,16 @@ impl Reader {
         Ok(info)
     }
 
+    /// The compression dictionary (of the first shard, in a collection): `Writer(dictionary=...)`
+    /// takes it, so that the shards of one corpus share one.
+    fn _dictionary<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+        let store = self.store(py)?;
+        Ok(pyo3::types::PyBytes::new(
+            py,
+            store.shards()[0].dictionary(),
+        ))
+    }
+
     /// Reads and checks every byte (checksums, index, every document); raises CorruptStoreError.
     fn verify(&self, py: Python<'_>) -> PyResult<()> {
         let store = self.store(py)?;

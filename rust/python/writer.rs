@@ -469,7 +469,7 @@ fn quoted(obj: &Bound<'_, PyAny>) -> String {
 #[pymethods]
 impl Writer {
     #[new]
-    #[pyo3(signature = (path, fields, *, overwrite=false, level=None, dict_size=None, batch_bytes=None, key_buffer_bytes=None, format_version=None))]
+    #[pyo3(signature = (path, fields, *, overwrite=false, level=None, dict_size=None, batch_bytes=None, key_buffer_bytes=None, format_version=None, dictionary=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -481,6 +481,7 @@ impl Writer {
         batch_bytes: Option<&Bound<'_, PyAny>>,
         key_buffer_bytes: Option<&Bound<'_, PyAny>>,
         format_version: Option<&Bound<'_, PyAny>>,
+        dictionary: Option<&[u8]>,
     ) -> PyResult<Self> {
         let schema = schema_of(py, fields)?;
         let defaults = WriterOptions::default();
@@ -495,6 +496,7 @@ impl Writer {
             )?,
             overwrite,
             format_version: option("format_version", format_version, defaults.format_version)?,
+            dictionary: dictionary.map(<[u8]>::to_vec),
         };
         let state = State::create(py, path.clone(), schema, options)?;
         Ok(Writer {

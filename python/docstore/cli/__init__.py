@@ -35,12 +35,25 @@ def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="docstore", description="Build and read docstore document stores.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("build", help="build a store from JSONL, TSV, CSV or Parquet files")
+    p = sub.add_parser(
+        "build", help="build a store from JSONL, TSV, CSV or Parquet files, or an ir_datasets corpus"
+    )
     p.add_argument(
         "inputs",
-        nargs="+",
+        nargs="*",
         metavar="INPUT",
         help="input files ('-' reads stdin: JSON lines unless --format says otherwise; .gz is fine)",
+    )
+    p.add_argument(
+        "--from-ir-datasets",
+        metavar="NAME",
+        help="build from the documents of an ir_datasets dataset (e.g. msmarco-passage) instead of INPUTs",
+    )
+    p.add_argument(
+        "--json-fields",
+        metavar="F1,F2",
+        help="with --from-ir-datasets: int/float/bool/bytes fields to store as JSON (values the "
+        "docs class's annotations do not allow, such as None)",
     )
     p.add_argument("-o", "--output", required=True, metavar="STORE", help="the store to create")
     p.add_argument("--id-field", default="doc_id", help="field holding the doc id (default: doc_id)")
@@ -51,8 +64,16 @@ def make_parser() -> argparse.ArgumentParser:
         "--level", type=int, help=f"0 = lz4 fast, 1-12 = lz4 HC, -1 = none (default {DEFAULT_LEVEL})"
     )
     p.add_argument("--overwrite", action="store_true", help="replace an existing store")
+    p.add_argument(
+        "--shards",
+        type=_positive,
+        default=1,
+        metavar="N",
+        help="build N shards in N processes, sealed into one collection (a directory) in input order; "
+        "uncompressed JSON lines files are split between lines, other files go whole to one shard",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=cmd_build)
+    p.set_defaults(func=cmd_build, subparser=p)
 
     p = sub.add_parser("info", help="count, fields, sizes and codec of a store")
     p.add_argument("store")
@@ -111,12 +132,27 @@ def make_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
+    if args.command == "build":  # syntax errors: usage and status 2, as argparse gives them
+        if args.from_ir_datasets is None and not args.inputs:
+            args.subparser.error("give INPUT files, or --from-ir-datasets NAME")
+        if args.from_ir_datasets is not None:
+            given = [
+                flag
+                for flag, value in (("INPUT", args.inputs), ("--format", args.format),
+                                    ("--fields", args.fields), ("--columns", args.columns),
+                                    ("--id-field", args.id_field != "doc_id"))
+                if value
+            ]  # fmt: skip
+            if given:
+                args.subparser.error(f"{given[0]} is not allowed with --from-ir-datasets")
+        elif args.json_fields is not None:
+            args.subparser.error("--json-fields goes with --from-ir-datasets")
     try:
         return args.func(args)
     except BrokenPipeError:
         return 0
-    except (DocstoreError, UsageError, OSError, ValueError, KeyError) as exc:
-        message = str(exc) if not isinstance(exc, KeyError) else f"not found: {exc}"
+    except (DocstoreError, UsageError, OSError, ValueError, KeyError, MemoryError) as exc:
+        message = f"not found: {exc}" if isinstance(exc, KeyError) else str(exc) or type(exc).__name__
         print(f"docstore {args.command}: error: {message}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

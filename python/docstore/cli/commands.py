@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 import base64
 import csv
+import fcntl
+import hashlib
 import json
 import math
 import os
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -26,6 +28,7 @@ from .inputs import (
     coerce_record,
     detect_format,
     first_repeated,
+    is_gzip,
     parquet_fields,
     parse_fields,
     read_records,
@@ -43,8 +46,8 @@ def _human(n: float) -> str:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
+    if args.from_ir_datasets is not None:
+        return _build_from_ir_datasets(args)
     columns = args.columns.split(",") if args.columns else None
     fields = parse_fields(args.fields)
     formats = [args.format or detect_format(path) for path in args.inputs]
@@ -88,9 +91,25 @@ def cmd_build(args: argparse.Namespace) -> int:
         "jsonl": {n: t for n, t in fields.items() if t in ("bytes", "float64", "float32[]", "float64[]")},
         "parquet": {},
     }
-    count = 0
     if not args.overwrite and os.path.lexists(args.output):
         raise UsageError(f"{args.output} already exists (pass --overwrite to replace it)")
+    if args.shards > 1:
+        iterator.close()  # the first record told the fields; each shard reads its own piece
+        plan = shard_plan(args.inputs, formats, args.shards)
+        shard_args = (fields, args.id_field, columns, keep, args.level, coerce)
+        _build_shards(args.output, plan, shard_args, args.overwrite)
+    else:
+        _build_one(args, fields, coerce, first, iterator)
+    _report_build(args.output, start)
+    return 0
+
+
+def _build_one(
+    args: argparse.Namespace, fields: dict[str, str], coerce: dict, first: Any, iterator: Any
+) -> None:
+    from tqdm import tqdm
+
+    count = 0
     with Writer(args.output, fields, overwrite=args.overwrite, level=args.level) as writer:
         bar = tqdm(unit=" docs", unit_scale=True, disable=args.quiet or None, file=sys.stderr)
         add = writer.add_record
@@ -106,13 +125,178 @@ def cmd_build(args: argparse.Namespace) -> int:
                 bar.update(8192)
         bar.update(count % 8192)
         bar.close()
+
+
+Piece = tuple[str, str, Optional[tuple[int, int]]]  # path, format, byte range (None: all of it)
+
+
+def shard_plan(inputs: list[str], formats: list[str], n: int) -> list[list[Piece]]:
+    """The inputs cut into ``n`` runs of about equal bytes, in input order: uncompressed JSON
+    lines split between lines (a piece holds the lines that start in its byte range), any other
+    file whole, in the run where it starts. Runs can be empty (fewer files than shards)."""
+    sizes = [os.path.getsize(p) for p in inputs]
+    total = max(sum(sizes), 1)
+    plan: list[list[Piece]] = [[] for _ in range(n)]
+    offset = 0
+    for path, fmt, size in zip(inputs, formats, sizes):
+        if fmt == "jsonl" and not is_gzip(path):
+            at = offset
+            while at < offset + size:
+                k = min(n - 1, at * n // total)
+                end = min(offset + size, -(-(k + 1) * total // n))  # > at: ceil of run k's end
+                plan[k].append((path, fmt, (at - offset, end - offset)))
+                at = end
+        else:
+            plan[min(n - 1, offset * n // total)].append((path, fmt, None))
+        offset += size
+    return plan
+
+
+def _build_shards(output: str, plan: list[list[Piece]], shard_args: tuple, overwrite: bool) -> None:
+    """Builds each run of ``plan`` into a shard in its own process, then seals them in order into
+    the collection ``output``. A failure leaves nothing (the shards are scratch files)."""
+    import concurrent.futures
+    import multiprocessing
+    import shutil
+    import tempfile
+
+    parent = os.path.dirname(os.path.abspath(output))
+    prefix = _staging_prefix(output)
+    _sweep_dead_staging(parent, prefix)
+    staging = tempfile.mkdtemp(prefix=prefix, dir=parent)
+    # Held (by this process and the workers it forks) until the build ends: a staging directory
+    # whose lock can be taken was left by a killed build, and the next build removes it.
+    lock = open(os.path.join(staging, "lock"), "w")  # noqa: SIM115 - closed in the finally below
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        paths = [os.path.join(staging, f"part-{k:05d}.docstore") for k in range(len(plan))]
+        # One dictionary for every shard, trained once on the first batch of the input (as the
+        # single-file build trains on its first batch): shards then compress alike, the build
+        # trains once instead of once per shard, and readers keep one copy of it.
+        dictionary = _first_batch_dictionary(os.path.join(staging, "sample.docstore"), plan, shard_args)
+        # fork: the workers need nothing but their arguments, and spawn or forkserver would first
+        # run the main module again (which a script read from stdin does not have); docstore is
+        # fork-safe, and the writers are created in the children
+        context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
+        with concurrent.futures.ProcessPoolExecutor(len(plan), mp_context=context) as pool:
+            jobs = [
+                pool.submit(build_shard, path, pieces, *shard_args, dictionary)
+                for path, pieces in zip(paths, plan)
+            ]
+            for job in jobs:
+                job.result()  # the first failure, in shard order
+        seal(output, paths, overwrite=overwrite)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        lock.close()
+
+
+def _staging_prefix(output: str) -> str:
+    """Names of the staging directories of a ``--shards`` build of ``output``: short whatever the
+    output's name (a file name is at most 255 bytes), and the same for every build of it."""
+    name = os.path.basename(os.path.abspath(output))
+    return f".docstore-shards-{hashlib.sha1(os.fsencode(name)).hexdigest()[:12]}-"
+
+
+def _sweep_dead_staging(parent: str, prefix: str) -> None:
+    """Removes the staging directories that killed builds of the same output left in ``parent``."""
+    import shutil
+
+    for name in os.listdir(parent):
+        if not name.startswith(prefix):
+            continue
+        try:
+            with open(os.path.join(parent, name, "lock")) as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held: a live build
+        except OSError:
+            continue
+        shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+
+
+def _first_batch_dictionary(path: str, plan: list[list[Piece]], shard_args: tuple) -> bytes:
+    """The dictionary a build of the input's first batch (4 MiB of records) trains."""
+    sample = [next(p for run in plan for p in run)] if any(plan) else []
+    build_shard(path, sample, *shard_args, limit_bytes=4 << 20)
+    store = open_store(path)
+    try:
+        return store._dictionary()
+    finally:
+        store.close()
+        os.remove(path)
+
+
+def build_shard(
+    path: str,
+    pieces: list[Piece],
+    fields: dict[str, str],
+    id_field: str,
+    columns: list[str] | None,
+    keep: list[str] | None,
+    level: int | None,
+    coerce: dict[str, dict[str, str]],
+    dictionary: bytes | None = None,
+    limit_bytes: int | None = None,
+) -> int:
+    """One shard of a ``--shards`` build (runs in a worker process): the records of ``pieces``
+    (with ``limit_bytes``, only the first records of about that many bytes of input)."""
+    count = 0
+    with Writer(path, fields, level=level, dictionary=dictionary) as writer:
+        seen = 0  # bytes of the text and bytes values added, for limit_bytes
+        for source, fmt, byte_range in pieces:
+            position = 0
+            try:
+                for position, record in read_records(source, fmt, columns, keep, byte_range):
+                    try:
+                        if coerce[fmt]:
+                            coerce_record(record, coerce[fmt], id_field)
+                        writer.add_record(record, id_field)
+                    except (SchemaError, InvalidKeyError) as exc:
+                        raise UsageError(
+                            f"{where(source, fmt, position, byte_range is not None)}: {exc}"
+                        ) from None
+                    count += 1
+                    if limit_bytes is not None:
+                        seen += sum(len(v) for v in record.values() if isinstance(v, (str, bytes)))
+                        if seen >= limit_bytes:
+                            return count
+            except (*GZIP_ERRORS, csv.Error, UnicodeDecodeError) as exc:
+                raise UsageError(unreadable(source, fmt, position, exc)) from None
+    return count
+
+
+def _report_build(output: str, start: float) -> None:
     elapsed = time.perf_counter() - start
-    info = open_store(args.output).info()
+    info = open_store(output).info()
     ratio = f"{info['ratio']:.3f}x" if info["ratio"] else "-"
+    shards = f" in {len(info['shards'])} shards" if "shards" in info else ""
     print(
-        f"built {args.output}: {info['count']:,} docs, raw {_human(info['raw_bytes'])}, "
+        f"built {output}: {info['count']:,} docs{shards}, raw {_human(info['raw_bytes'])}, "
         f"stored {_human(info['stored_bytes'])} ({ratio} raw), {info['count'] / elapsed:,.0f} docs/s"
     )
+
+
+def _build_from_ir_datasets(args: argparse.Namespace) -> int:
+    try:
+        from .. import ir_datasets as irds
+    except ImportError as exc:
+        raise UsageError(str(exc)) from None
+    if not args.overwrite and os.path.lexists(args.output):
+        raise UsageError(f"{args.output} already exists (pass --overwrite to replace it)")
+    json_fields = [f for f in (args.json_fields or "").split(",") if f]
+    start = time.perf_counter()
+    try:
+        dataset = irds.ir_datasets.load(args.from_ir_datasets)
+    except KeyError:
+        raise UsageError(f"no ir_datasets dataset {args.from_ir_datasets!r}") from None
+    irds.build(
+        dataset,
+        args.output,
+        json_fields=json_fields,
+        progress=False if args.quiet else None,
+        overwrite=args.overwrite,
+        level=args.level,
+    )
+    _report_build(args.output, start)
     return 0
 
 
@@ -120,6 +304,8 @@ def _check_build_args(args: argparse.Namespace, columns: list[str] | None, forma
     """Refusals that need no input read."""
     if args.inputs.count("-") > 1:
         raise UsageError("'-' (stdin) is given more than once; it can be read only once")
+    if "-" in args.inputs and args.shards > 1:
+        raise UsageError("--shards reads its inputs in several processes: give files, not '-' (stdin)")
     if "-" in args.inputs and args.format == "parquet":
         raise UsageError("parquet cannot be read from stdin ('-'): give its path")
     if columns is not None:

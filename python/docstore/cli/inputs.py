@@ -57,10 +57,19 @@ def _open_text(path: str) -> io.TextIOBase:
 
 
 def read_records(
-    path: str, fmt: str, columns: list[str] | None, keep: list[str] | None
+    path: str,
+    fmt: str,
+    columns: list[str] | None,
+    keep: list[str] | None,
+    byte_range: tuple[int, int] | None = None,
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """(position, record) pairs: the line a record starts on, or for parquet its row (from 1).
-    ``keep``: the parquet columns to read (those ``--fields`` names, and the id), None for all."""
+    ``keep``: the parquet columns to read (those ``--fields`` names, and the id), None for all.
+    ``byte_range``: for uncompressed JSON lines, only the lines that start in ``[start, end)``,
+    their positions then byte offsets (a piece of a file split among processes)."""
+    if byte_range is not None:
+        yield from _read_jsonl_range(path, *byte_range)
+        return
     if fmt == "parquet":
         yield from _read_parquet(path, keep)
         return
@@ -85,6 +94,40 @@ def _read_jsonl(path: str, f: io.TextIOBase) -> Iterator[tuple[int, dict[str, An
             got = "null" if record is None else type(record).__name__
             raise UsageError(f"{path}:{line_no}: a record must be a JSON object, got {got}")
         yield line_no, record
+
+
+def is_gzip(path: str) -> bool:
+    with open(path, "rb") as f:
+        return f.read(2) == _GZIP_MAGIC
+
+
+def _read_jsonl_range(path: str, start: int, end: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The records of the lines of ``path`` that start at a byte offset in ``[start, end)``: the
+    line running across ``start`` belongs to the piece before it."""
+    with open(path, "rb") as f:
+        if start > 0:
+            f.seek(start - 1)
+            f.readline()  # ends at or after start - 1: the next line starts at or after start
+        at = f.tell()
+        while at < end:
+            line = f.readline()
+            if not line:
+                break
+            if at == 0 and line.startswith(b"\xef\xbb\xbf"):  # a byte-order mark, as utf-8-sig
+                line = line[3:]
+            if line.strip():
+                place = f"{path}: the line at byte {at}"
+                try:
+                    record = json.loads(line)
+                except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                    raise UsageError(f"{place}: invalid JSON: {exc}") from None
+                except RecursionError:
+                    raise UsageError(f"{place}: JSON nested too deeply to read") from None
+                if not isinstance(record, dict):
+                    got = "null" if record is None else type(record).__name__
+                    raise UsageError(f"{place}: a record must be a JSON object, got {got}")
+                yield at, record
+            at += len(line)
 
 
 def _read_delimited(
@@ -245,7 +288,9 @@ def _clip(value: Any, width: int = 40) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def where(path: str, fmt: str, position: int) -> str:
+def where(path: str, fmt: str, position: int, by_byte: bool = False) -> str:
+    if by_byte:
+        return f"{path}: the line at byte {position}"
     return f"{path}: row {position}" if fmt == "parquet" else f"{path}:{position}"
 
 

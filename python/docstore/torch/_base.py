@@ -58,6 +58,10 @@ class StoreHandle:
     def __init__(self, store_or_path: Any) -> None:
         self._owned = False  # whether _store was opened here (and may be closed here)
         self._fingerprint: int | None = None
+        # docstore.ir_datasets.load(...)'s dataset stands for its store
+        store = getattr(store_or_path, "docstore", None) if hasattr(store_or_path, "docs_iter") else None
+        if isinstance(store, DocStore):
+            store_or_path = store
         if isinstance(store_or_path, DocStore):
             self.path = os.path.abspath(os.fspath(store_or_path.path))
             open_here = not store_or_path.closed  # a closed one is reopened from its path
@@ -68,6 +72,11 @@ class StoreHandle:
             self.path = os.path.abspath(os.fspath(store_or_path))
             self._store = None
             self._pid = None
+        elif hasattr(store_or_path, "docs_iter"):  # an ir_datasets dataset
+            raise TypeError(
+                "an ir_datasets dataset is not a store: build one with docstore.ir_datasets.build("
+                "dataset, path) and pass the path, or docstore.ir_datasets.load(dataset_id, store=path)"
+            )
         else:
             raise TypeError(f"expected a DocStore or a path, got {type(store_or_path).__name__}")
 

@@ -19,9 +19,51 @@ from ._random import below, uniform
 from ._shared import SharesArrays
 
 
+def _is_dataset(obj: Any, what: str) -> bool:
+    """An ir_datasets dataset (or docstore.ir_datasets.load's) that has ``what``: not a mapping,
+    not a store, and has ``{what}_iter``."""
+    return (
+        not isinstance(obj, (Mapping, DocStore, str, os.PathLike))
+        and hasattr(obj, f"{what}_iter")
+        and hasattr(obj, f"{what}_cls")
+    )
+
+
+def _query_texts(queries: Any, query_field: str) -> Mapping[str, Any]:
+    """query id -> text of an ir_datasets dataset (``queries_iter()``) or of an iterable of query
+    records (``queries_iter()`` itself, ``dataset.queries``): the ``query_field`` of each; with
+    the default ``"text"`` and a query class that has no such field (TREC's title / description /
+    narrative), its ``default_text()``."""
+    if _is_dataset(queries, "queries"):
+        queries = queries.queries_iter()
+    texts: dict[str, Any] = {}
+    text_of: Any = None
+    for query in queries:
+        if text_of is None:
+            fields = getattr(query, "_fields", None)
+            if fields is None or "query_id" not in fields:
+                raise TypeError(
+                    "queries must be a mapping of query id -> text, a store of queries, an ir_datasets "
+                    f"dataset or its queries (records with a query_id), got {type(query).__name__} items"
+                )
+            if query_field in fields:
+                text_of = operator.attrgetter(query_field)
+            elif query_field == "text" and hasattr(query, "default_text"):
+                text_of = type(query).default_text
+            else:
+                raise docstore.SchemaError(
+                    f"the queries ({type(query).__name__}) have no field {query_field!r}: {fields}; "
+                    "pass query_field="
+                )
+        texts[query.query_id] = text_of(query)
+    return texts
+
+
 def _positive_pairs(qrels: Any) -> list[tuple[str, str]]:
     """(query id, doc id) pairs with positive relevance, in the order given."""
     pairs: list[tuple[str, str]] = []
+    if _is_dataset(qrels, "qrels"):
+        qrels = qrels.qrels_iter()
     if isinstance(qrels, Mapping):
         for qid, docs in qrels.items():
             if isinstance(docs, str):
@@ -91,6 +133,13 @@ class TripletDataset(SharesArrays, StoreDataset):
     ir_datasets' ``qrels_iter()``. There is one item per (query, positive document) pair, in the
     order of ``qrels``.
 
+    Both may be an ir_datasets dataset (``ir_datasets.load(...)`` or
+    ``docstore.ir_datasets.load(...)``): ``queries=dataset`` means its ``queries_iter()`` (each
+    query's ``query_field``, or its ``default_text()`` when the default ``"text"`` is not a field
+    of the query class), ``qrels=dataset`` its ``qrels_iter()``. ``store_or_path`` may be the
+    dataset ``docstore.ir_datasets.load`` returns (its store): ``TripletDataset(ds, ds, ds,
+    field="text")``.
+
     ``negatives="random"`` draws each negative uniformly from the documents of the store that
     are not positives of the query. ``negatives`` may instead map query id -> hard-negative doc
     ids (positives are removed from them; sets are sorted so that every process agrees on their
@@ -148,7 +197,15 @@ class TripletDataset(SharesArrays, StoreDataset):
                 raise docstore.SchemaError(f"the query store has no field {query_field!r}: {qstore.fields}")
             self._query_keys: Any = _positions(qstore, qids, "query ids")
             self.query_field: str | None = query_field
-        elif isinstance(queries, Mapping):
+        else:
+            if not isinstance(queries, Mapping):
+                iterable = _is_dataset(queries, "queries") or isinstance(queries, Iterable)
+                if isinstance(queries, (bytes, str)) or not iterable:
+                    raise TypeError(
+                        "queries must be a mapping of query id -> text, a store of queries, or an "
+                        "ir_datasets dataset (or its queries_iter())"
+                    )
+                queries = _query_texts(queries, query_field)
             missing = [q for q in qids if q not in queries]
             if missing:
                 raise KeyError(
@@ -161,8 +218,6 @@ class TripletDataset(SharesArrays, StoreDataset):
             self._query_keys = np.frombuffer(b"".join(encoded), dtype=np.uint8)
             self._query_offsets = np.concatenate([[0], np.cumsum([len(e) for e in encoded])]).astype(np.int64)
             self.query_field = None
-        else:
-            raise TypeError("queries must be a mapping of query id -> text, or a store of queries")
 
         self._pair_query = pair_query
         self._pair_pos = _positions(store, (did for _, did in pairs), "positive doc ids")
