@@ -231,7 +231,7 @@ def test_bad_input(tmp_path, columns, error, message):
 
 
 def test_bad_writer_option_fails_on_the_driver(tmp_path):
-    with pytest.raises(docstore.SchemaError, match="compression level"):
+    with pytest.raises(docstore.InvalidArgumentError, match="compression level"):
         docstore_ray.write(dataset(make_docs(10)), tmp_path / "c", level=99)
     with pytest.raises(TypeError, match="unknown writer option"):
         docstore_ray.write(dataset(make_docs(10)), tmp_path / "c", levle=3)
