@@ -193,7 +193,7 @@ def report_error(report: str | None, error: BaseException) -> None:
     would hand back only its own wrapper of it (a Spark ``AnalysisException``)."""
     if not report or not isinstance(error, DocstoreError):
         return
-    content = {"type": type(error).__name__, "message": str(error)}
+    content: dict[str, str | None] = {"type": type(error).__name__, "message": str(error)}
     if isinstance(error, errors.DuplicateKeyError):
         content["doc_id"] = error.doc_id
     with contextlib.suppress(OSError), open(report, "x", encoding="utf-8") as file:

@@ -133,7 +133,7 @@ class DocstoreWriter(DataSourceArrowWriter):
             raise
         return ShardMessage(partition, attempt, path, count)
 
-    def commit(self, messages: list[ShardMessage | None]) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """On the driver when every partition has committed: seals exactly the shards of the
         committed attempts, in partition order, then removes the staging directory."""
         try:
@@ -141,7 +141,7 @@ class DocstoreWriter(DataSourceArrowWriter):
                 raise InternalError("commit with a failed task's message")
             by_partition: dict[int, ShardMessage] = {}
             for message in messages:
-                assert message is not None
+                assert isinstance(message, ShardMessage)
                 by_partition.setdefault(message.partition_id, message)  # Spark commits one per partition
             shards = {m.path: f"partition {p}" for p, m in sorted(by_partition.items()) if m.path is not None}
             seal_shards(self.path, shards, self.mode, self.staging, self.fields, self.writer_options).close()
@@ -151,7 +151,7 @@ class DocstoreWriter(DataSourceArrowWriter):
         finally:
             remove_staging(self.staging)
 
-    def abort(self, messages: list[ShardMessage | None]) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """On the driver when the job failed: removes the staging directory (every attempt's
         shard); the target is as it was. A task's docstore error goes on to ``write``."""
         for error_file in sorted(glob.glob(os.path.join(glob.escape(self.staging), "*.error.json"))):
@@ -176,7 +176,7 @@ def _arrow_schema(schema: Any, needed: set[str] | None) -> Any:
     from pyspark.sql.pandas.types import to_arrow_type
 
     parameters = inspect.signature(to_arrow_type).parameters
-    options = {"timezone": "UTC"} if "timezone" in parameters else {}
+    options: dict[str, Any] = {"timezone": "UTC"} if "timezone" in parameters else {}
     fields = []
     for field in schema.fields:
         try:
