@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from .. import Writer, seal, upgrade
+from .. import Writer, seal, set_num_threads, upgrade
 from .. import open as open_store
 from .._docstore import FORMAT_VERSION
 from .._writer import infer_type
@@ -179,8 +179,11 @@ def _build_shards(output: str, plan: list[list[Piece]], shard_args: tuple, overw
         # fork-safe, and the writers are created in the children
         context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
         with concurrent.futures.ProcessPoolExecutor(len(plan), mp_context=context) as pool:
+            # Each worker compresses on its share of the cores: N processes with a thread per
+            # core each would only contend for them.
+            threads = max(1, len(os.sched_getaffinity(0)) // len(plan))
             jobs = [
-                pool.submit(build_shard, path, pieces, *shard_args, dictionary)
+                pool.submit(build_shard, path, pieces, *shard_args, dictionary, threads=threads)
                 for path, pieces in zip(paths, plan)
             ]
             for job in jobs:
@@ -236,9 +239,12 @@ def build_shard(
     coerce: dict[str, dict[str, str]],
     dictionary: bytes | None = None,
     limit_bytes: int | None = None,
+    threads: int | None = None,
 ) -> int:
     """One shard of a ``--shards`` build (runs in a worker process): the records of ``pieces``
     (with ``limit_bytes``, only the first records of about that many bytes of input)."""
+    if threads is not None:
+        set_num_threads(threads)
     count = 0
     with Writer(path, fields, level=level, dictionary=dictionary) as writer:
         seen = 0  # bytes of the text and bytes values added, for limit_bytes
