@@ -426,11 +426,11 @@ def test_kill_9_of_a_sharded_build_leaves_nothing_and_the_next_build_sweeps(tmp_
     cmd = [sys.executable, "-m", "docstore.cli", "build", str(tmp_path / "in.jsonl"), "-o", str(target)]
     build = subprocess.Popen([*cmd, "--shards", "2", "-q"], start_new_session=True)
     try:
-        # Killed once both shard writers have started (their scratch directories exist).
+        # Killed once a shard writer has started (its scratch directory exists).
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and build.poll() is None:
             staging = [d for d in os.listdir(tmp_path) if d.startswith(".docstore-shards-")]
-            if staging and sum(n.endswith(".docstore-tmp") for n in os.listdir(tmp_path / staging[0])) == 2:
+            if staging and any(n.endswith(".docstore-tmp") for n in os.listdir(tmp_path / staging[0])):
                 break
         assert build.poll() is None, "the build ended before it could be killed"
         os.killpg(build.pid, signal.SIGKILL)
