@@ -56,7 +56,7 @@ def built(corpus, tmp_path_factory):
     shards = [build(f"part-{k}", part) for k, part in enumerate(_split(records, SHARDS))]
     collection = docstore.seal(root / "c.docstore", shards)
     # The same shards written with one dictionary, as `docstore build --shards` writes them.
-    dictionary = single._dictionary()
+    dictionary = single.dictionary
     shared = [
         build(f"shared-{k}", part, dictionary=dictionary) for k, part in enumerate(_split(records, SHARDS))
     ]

@@ -464,10 +464,10 @@ def test_verify_names_every_damaged_shard(tmp_path, docs):
 def test_shards_can_share_one_dictionary(tmp_path, docs):
     items = list(docs.items())
     first = write_store(tmp_path / "first.docstore", dict(items[:300]))
-    dictionary = first._dictionary()
+    dictionary = first.dictionary
     assert 0 < len(dictionary) <= 65536
     second = write_store(tmp_path / "second.docstore", dict(items[300:]), dictionary=dictionary)
-    assert second._dictionary() == dictionary
+    assert second.dictionary == dictionary
     store = docstore.seal(tmp_path / "c", [first.path, second.path])
     for doc_id, expected in items[::7]:
         assert_doc_equal(store[doc_id], doc_id, expected)
@@ -479,4 +479,19 @@ def test_shards_can_share_one_dictionary(tmp_path, docs):
     (tmp_path / "in.jsonl").write_text("\n".join(lines))
     assert cli(["build", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "b"), "--shards", "3", "-q"]) == 0
     shards = [docstore.open(s["path"]) for s in docstore.open(tmp_path / "b").info()["shards"]]
-    assert len({s._dictionary() for s in shards}) == 1 and shards[0]._dictionary()
+    assert len({s.dictionary for s in shards}) == 1 and shards[0].dictionary
+
+
+def test_train_dictionary_gives_shards_one_dictionary(tmp_path, docs):
+    items = list(docs.items())
+    sample = [{"doc_id": k, **v} for k, v in items[:200]]
+    dictionary = docstore.train_dictionary(sample, fields=FIELDS)
+    assert 0 < len(dictionary) <= 65536
+    assert len(docstore.train_dictionary(sample, fields=FIELDS, size=4096)) <= 4096
+    shards = []
+    for k, part in enumerate([items[:350], items[350:]]):
+        shards.append(write_store(tmp_path / f"p{k}.docstore", dict(part), dictionary=dictionary).path)
+    store = docstore.seal(tmp_path / "c", shards)
+    assert store.dictionary == dictionary == docstore.open(shards[1]).dictionary
+    for doc_id, expected in items[::11]:
+        assert_doc_equal(store[doc_id], doc_id, expected)

@@ -75,6 +75,17 @@ def test_every_document_by_id_and_position(tmp_path, oracle):
     store.verify()
 
 
+def test_shards_share_a_dictionary_trained_on_the_driver(tmp_path, oracle):
+    docs = dict(list(oracle.items())[:600])
+    ds = dataset(docs, blocks=3)
+    dictionary = docstore.train_dictionary(ds.take(200), fields=FIELDS)
+    store = docstore_ray.write(ds, tmp_path / "c.docstore", dictionary=dictionary)
+    shards = [docstore.open(s["path"]) for s in store.info()["shards"]]
+    assert len(shards) >= 2 and all(s.dictionary == dictionary for s in shards)
+    for doc_id, expected in list(docs.items())[::13]:
+        assert_doc_equal(store[doc_id], doc_id, expected)
+
+
 @pytest.mark.parametrize("remote_args", [None, {}], ids=["retries", "fused"])
 def test_read_parquet(tmp_path, remote_args):
     """With Ray's default remote arguments the write fuses with the read into one task, whose

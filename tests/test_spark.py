@@ -86,6 +86,17 @@ def test_every_document_by_id_and_position(spark, tmp_path, oracle):
     store.verify()
 
 
+def test_shards_share_a_dictionary_trained_on_the_driver(spark, tmp_path, oracle):
+    docs = dict(list(oracle.items())[:600])
+    df = frame(spark, docs, partitions=3)
+    dictionary = docstore.train_dictionary([r.asDict() for r in df.limit(200).collect()], fields=FIELDS)
+    store = docstore_spark.write(df, tmp_path / "c.docstore", dictionary=dictionary)
+    shards = [docstore.open(s["path"]) for s in store.info()["shards"]]
+    assert len(shards) == 3 and all(s.dictionary == dictionary for s in shards)
+    for doc_id, expected in list(docs.items())[::13]:
+        assert_doc_equal(store[doc_id], doc_id, expected)
+
+
 def test_format_and_options(spark, tmp_path):
     """The data source alone, as ``df.write.format("docstore")`` (registered by write())."""
     docs = make_docs(100)

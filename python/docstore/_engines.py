@@ -34,7 +34,9 @@ from .errors import DocstoreError, SchemaError, StoreExistsError, StoreNotFoundE
 MODES = ("errorifexists", "overwrite", "append")
 
 # The Writer's options an engine job passes through (all integers).
-WRITER_OPTIONS = ("level", "dict_size", "batch_bytes", "key_buffer_bytes", "format_version")
+# `dictionary` (bytes, e.g. from docstore.train_dictionary on the driver): every shard compresses
+# with it, and readers of the collection keep one copy (docs/collections.md).
+WRITER_OPTIONS = ("level", "dict_size", "batch_bytes", "key_buffer_bytes", "format_version", "dictionary")
 
 
 def check_mode(mode: str) -> str:
@@ -44,7 +46,7 @@ def check_mode(mode: str) -> str:
     return mode
 
 
-def check_writer_options(options: Mapping[str, Any]) -> dict[str, int]:
+def check_writer_options(options: Mapping[str, Any]) -> dict[str, Any]:
     unknown = [k for k in options if k not in WRITER_OPTIONS]
     if unknown:
         raise TypeError(f"unknown writer option(s) {unknown}; docstore.Writer takes {list(WRITER_OPTIONS)}")

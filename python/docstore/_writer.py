@@ -31,7 +31,7 @@ class Writer(_Writer):
     ``key_buffer_bytes`` (memory for ids before sorted runs spill to disk), ``format_version``
     (2, the default: every read checks that it returns the document asked for; 1 only for a
     reader older than docstore 0.2, which cannot open version 2), ``dictionary`` (bytes: use this
-    dictionary instead of training one, e.g. ``other_store._dictionary()``, so that the shards of
+    dictionary instead of training one, e.g. ``other_store.dictionary``, so that the shards of
     one collection share one).
     Leaving the ``with`` block by an exception, or calling ``abort()``, leaves no store behind.
     """

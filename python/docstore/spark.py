@@ -15,6 +15,7 @@ See docs/engines.md.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import glob
 import inspect
@@ -104,7 +105,11 @@ class DocstoreWriter(DataSourceArrowWriter):
                     f"({'overwrite' if overwrite else 'append'})"
                 )
             self.id_field = options.get("id_field") or "doc_id"
-            self.writer_options = {k: _int_option(k, options[k]) for k in WRITER_OPTIONS if k in options}
+            self.writer_options: dict[str, Any] = {
+                k: base64.b64decode(options[k]) if k == "dictionary" else _int_option(k, options[k])
+                for k in WRITER_OPTIONS
+                if k in options
+            }
             given = parse_fields(options["fields"]) if options.get("fields") else None
             needed = None if given is None else {self.id_field, *given}
             self.fields = schema_fields(_arrow_schema(schema, needed), self.id_field, given)
@@ -253,7 +258,10 @@ def write(
     for name, value in writer_options.items():
         if name not in WRITER_OPTIONS:
             raise TypeError(f"unknown writer option {name!r}; docstore.Writer takes {list(WRITER_OPTIONS)}")
-        writer = writer.option(name, str(int(value)))
+        if name == "dictionary":  # Spark options are strings
+            writer = writer.option(name, base64.b64encode(bytes(value)).decode("ascii"))
+        else:
+            writer = writer.option(name, str(int(value)))
     report = os.path.join(tempfile.gettempdir(), f"docstore-spark-{uuid.uuid4().hex}.json")
     try:
         writer.option("report", report).save(path)

@@ -180,7 +180,7 @@ def _build_shards(
         first = (inputs[0], formats[0], (0, os.path.getsize(inputs[0])) if splittable else None)
         _, resume_at = build_shard(head, [first], *shard_args, limit_bytes=4 << 20)
         store = open_store(head)
-        dictionary = store._dictionary() or None  # none trained (no records): each shard trains
+        dictionary = store.dictionary or None  # none trained (no records): each shard trains
         store.close()
         if not splittable:  # the batch was a sample only
             os.remove(head)
