@@ -14,6 +14,7 @@ from ._doc import Doc
 __all__ = [
     "ARRAY_DTYPES",
     "DEFAULT_LEVEL",
+    "EXCEPTION_CLASSES",
     "FORMAT_VERSION",
     "Reader",
     "Writer",
@@ -25,6 +26,7 @@ __all__ = [
 FORMAT_VERSION: int
 ARRAY_DTYPES: tuple[str, ...]
 DEFAULT_LEVEL: int
+EXCEPTION_CLASSES: tuple[str, ...]
 
 def seal(
     target: str | os.PathLike[str],

@@ -1,6 +1,6 @@
 //! Field values between Python objects and `docstore_core::Value`.
 
-use crate::errors::new_error;
+use crate::errors::{new_error, Exc};
 use docstore_core::{ElemType, FieldType, Value};
 use numpy::npyffi::{self, NpyTypes, PY_ARRAY_API};
 use numpy::{
@@ -133,7 +133,7 @@ impl<'py> Holder<'py> {
                 if exact_array(&converted, elem).is_none() {
                     return Err(new_error(
                         obj.py(),
-                        "InternalError",
+                        Exc::Internal,
                         "as_array returned a wrong array".into(),
                     ));
                 }
@@ -173,7 +173,7 @@ fn type_error(
         .unwrap_or_else(|_| "?".into());
     new_error(
         py,
-        "FieldTypeError",
+        Exc::FieldType,
         format!("doc {doc_id:?}: field {field:?} is {ty}, got {got}"),
     )
 }
@@ -198,7 +198,7 @@ pub fn from_python<'a, 'py>(
             Value::Str(s.to_str().map_err(|_| {
                 new_error(
                     py,
-                    "FieldTypeError",
+                    Exc::FieldType,
                     format!(
                         "doc {doc_id:?}: field {field:?} is not valid Unicode (lone surrogate)"
                     ),
@@ -219,7 +219,7 @@ pub fn from_python<'a, 'py>(
                     let message = format!(
                         "doc {doc_id:?}: field {field:?} is int64, got {obj}: outside its range"
                     );
-                    new_error(py, "FieldTypeError", message)
+                    new_error(py, Exc::FieldType, message)
                 } else {
                     wrong()
                 }
@@ -234,7 +234,7 @@ pub fn from_python<'a, 'py>(
                 let message = format!(
                     "doc {doc_id:?}: field {field:?} is float64, got {obj}, which float64 cannot hold exactly"
                 );
-                return Err(new_error(py, "FieldTypeError", message));
+                return Err(new_error(py, Exc::FieldType, message));
             }
             Value::Float64(x)
         }

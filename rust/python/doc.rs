@@ -3,7 +3,7 @@
 //! place rather than made by calling its class.
 
 use crate::convert::to_python;
-use crate::errors::new_error;
+use crate::errors::{new_error, Exc};
 use crate::text::Layout;
 use docstore_core::record::RawValue;
 use pyo3::prelude::*;
@@ -67,7 +67,7 @@ pub(crate) fn raw_to_python<'py>(
             if units.len() != layout.chars * layout.width() {
                 return Err(new_error(
                     py,
-                    "InternalError",
+                    Exc::Internal,
                     "a prepared str has the wrong number of units".into(),
                 ));
             }
