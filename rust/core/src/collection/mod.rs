@@ -533,8 +533,7 @@ impl Collection {
         for (k, &i) in order.iter().enumerate() {
             at[i] = k;
         }
-        batch.reorder_from(base, &at);
-        Ok(())
+        batch.reorder_from(base, &at)
     }
 
     /// A remote collection's files downloaded whole into temporary files, each checked to be
