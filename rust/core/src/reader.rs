@@ -700,9 +700,11 @@ impl<B: Storage> Store<B> {
             for (b, long) in blocks {
                 let ranks = span(b);
                 if fetched.insert(b) {
+                    // And the next block's first entry: a key past the block's last entry is
+                    // settled there (one request still, the ranges touch).
                     wants.push((
                         Section::KeyIndex,
-                        ranks.start * KEY_ENTRY..ranks.end * KEY_ENTRY,
+                        ranks.start * KEY_ENTRY..(ranks.end + 1) * KEY_ENTRY,
                     ));
                 }
                 if long && with_offsets.insert(b) {
