@@ -221,7 +221,16 @@ def main() -> None:
     parser.add_argument("--dir", default=None)
     parser.add_argument("--out", default=None)
     parser.add_argument("--server", choices=("rust", "python"), default="rust")
+    parser.add_argument("--json", default=None, help="plot and tabulate an earlier --out instead of running")
+    parser.add_argument("--plot", default=None, help="write a PNG of the figures (needs matplotlib)")
     args = parser.parse_args()
+    if args.json:
+        with open(args.json) as f:
+            results = json.load(f)
+        print(table(results))
+        if args.plot:
+            plot(results, args.plot)
+        return
     directory = args.dir or tempfile.mkdtemp(prefix="docstore-bench-")
     local = os.path.join(directory, f"bench-{args.docs}.docstore")
     if not os.path.exists(local):
@@ -246,10 +255,58 @@ def main() -> None:
     finally:
         server.stop()
     print(table(results))
+    if args.plot:
+        plot(results, args.plot)
     if args.out:
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
         with open(args.out, "w") as f:
             json.dump(results, f, indent=1)
+
+
+def plot(results: dict, path: str) -> None:
+    """Cold get_many(1024) against the floor, warm against local, and the DataLoader, by latency."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = results["runs"]
+    lat = [r["latency_ms"] for r in runs]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    ax = axes[0]
+    ax.plot(lat, [r["get_many_cold_s"] * 1000 for r in runs], "o-", label="docstore get_many(1024), cold")
+    ax.plot(
+        lat, [r["floor"]["requests_1024_at_256_s"] * 1000 for r in runs], "s--", label="floor: 1024 requests"
+    )
+    ax.plot(lat, [8 * x for x in lat], ":", color="grey", label="8 round trips")
+    ax.set(xlabel="latency per request (ms)", ylabel="ms", title="Empty cache")
+    ax.legend(fontsize=8)
+    ax = axes[1]
+    ax.bar(
+        [x - 0.8 for x in lat],
+        [r["get_many_warm_s"] * 1000 for r in runs],
+        width=1.6,
+        label="remote, warm cache",
+    )
+    ax.bar(
+        [x + 0.8 for x in lat], [r["get_many_local_s"] * 1000 for r in runs], width=1.6, label="local file"
+    )
+    ax.set(xlabel="latency per request (ms)", ylabel="ms per get_many(1024)", title="Warm cache")
+    ax.legend(fontsize=8)
+    ax = axes[2]
+    for key, label in (
+        ("remote_cold_docs_per_s", "remote, cold"),
+        ("remote_warm_docs_per_s", "remote, warm"),
+        ("local_docs_per_s", "local file"),
+    ):
+        ax.plot(lat, [r.get("loader", {}).get(key, 0) for r in runs], "o-", label=label)
+    ax.set(xlabel="latency per request (ms)", ylabel="documents / s", title="DataLoader, 4 workers")
+    ax.legend(fontsize=8)
+    fig.suptitle(
+        f"docstore over HTTP: {results['docs']:,} documents ({results.get('server', 'rust')} server)"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 def table(results: dict) -> str:
