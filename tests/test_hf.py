@@ -1,0 +1,135 @@
+"""Hugging Face datasets in and out: ``build`` / ``add_many`` from a ``datasets.Dataset`` or a
+streaming ``IterableDataset`` (made here, nothing downloaded), and ``docstore.hf``'s iterable
+dataset over a store."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import docstore
+
+from .conftest import run_python
+
+datasets = pytest.importorskip("datasets")
+pa = pytest.importorskip("pyarrow")
+
+N = 1000
+
+
+def rows(n: int = N) -> dict[str, list]:
+    return {
+        "id": [f"p{i}" for i in range(n)],
+        "text": [f"passage {i} é" * (1 + i % 3) for i in range(n)],
+        "label": [i % 5 for i in range(n)],
+        "score": [i / 4 for i in range(n)],
+        "tokens": [list(range(i % 7)) for i in range(n)],
+    }
+
+
+def stream(n: int = N, counter: list[int] | None = None):
+    def generate(start: int, stop: int):
+        for i in range(start, stop):
+            if counter is not None:
+                counter[0] += 1
+            yield {"pid": i, "text": f"passage {i}", "score": i / 4}
+
+    return datasets.IterableDataset.from_generator(generate, gen_kwargs={"start": 0, "stop": n})
+
+
+def test_build_from_a_dataset_takes_types_from_its_features(tmp_path):
+    features = datasets.Features(
+        {
+            "id": datasets.Value("string"),
+            "text": datasets.Value("large_string"),
+            "label": datasets.ClassLabel(names=list("abcde")),
+            "score": datasets.Value("float32"),
+            "tokens": datasets.Sequence(datasets.Value("int32")),
+        }
+    )
+    ds = datasets.Dataset.from_dict(rows(), features=features)
+    store = docstore.build(tmp_path / "s", ds, id_field="id", batch_size=128)
+    assert store.fields == {"text": "str", "label": "int64", "score": "float64", "tokens": "int32[]"}
+    expected = rows()
+    assert list(store) == expected["id"]
+    assert store.take(range(N), field="text") == expected["text"]
+    assert store.take(range(N), field="label") == expected["label"]
+    assert [t.tolist() for t in store.take(range(N), field="tokens")] == expected["tokens"]
+    assert store.at(7).tokens.dtype == np.int32
+
+
+def test_build_from_a_shuffled_selection_follows_its_order(tmp_path):
+    ds = datasets.Dataset.from_dict(rows()).shuffle(seed=3).select(range(100))
+    store = docstore.build(tmp_path / "s", ds, id_field="id", fields={"text": "str"}, batch_size=30)
+    assert store.fields == {"text": "str"}  # only the fields asked for
+    assert list(store) == ds["id"]
+    assert store.take(range(100), field="text") == ds["text"]
+
+
+def test_build_from_a_stream_is_bounded_and_numbers_integer_ids(tmp_path, monkeypatch):
+    counter = [0]
+    seen_at_batch: list[int] = []
+    add = docstore.Writer._add_arrow_batch
+
+    def spy(self, table, id_field):
+        seen_at_batch.append(counter[0])
+        return add(self, table, id_field)
+
+    monkeypatch.setattr(docstore.Writer, "_add_arrow_batch", spy)
+    store = docstore.build(tmp_path / "s", stream(counter=counter), id_field="pid", batch_size=100)
+    assert store.fields == {"text": "str", "score": "float64"}
+    assert list(store) == [str(i) for i in range(N)]  # integer ids as decimal strings
+    assert store["999"].text == "passage 999" and store["10"].score == 2.5
+    # The stream is read a batch at a time as the store is written, never whole.
+    assert len(seen_at_batch) == 10 and seen_at_batch[0] < 300 and seen_at_batch == sorted(seen_at_batch)
+
+
+def test_a_mapped_stream_of_unknown_features_and_row_numbers(tmp_path):
+    mapped = stream().map(lambda row: {"upper": row["text"].upper()})
+    assert mapped.column_names is None
+    store = docstore.build(tmp_path / "s", mapped, id_field=None, fields={"upper": "str"}, batch_size=64)
+    assert len(store) == N and store["0"].upper == "PASSAGE 0" and store.at(N - 1).doc_id == str(N - 1)
+
+
+def test_add_many_takes_datasets_and_streams(tmp_path):
+    with docstore.Writer(tmp_path / "s", {"text": "str"}) as writer:
+        writer.add_many(datasets.Dataset.from_dict(rows(10)), id_field="id", batch_size=3)
+        writer.add_many(stream(5), id_field=None)  # numbered by position in the store: 10 .. 14
+        writer.add_many(pa.table({"text": ["x", "y"]}), id_field=None)
+    store = docstore.open(tmp_path / "s")
+    assert list(store) == [f"p{i}" for i in range(10)] + [str(i) for i in range(10, 17)]
+    assert store["12"].text == "passage 2" and store["16"].text == "y"
+
+
+def test_errors_name_the_way_out(tmp_path):
+    ds = datasets.Dataset.from_dict(rows(10))
+    with pytest.raises(docstore.SchemaError, match="no id column 'doc_id'.*id_field"):
+        docstore.build(tmp_path / "a", ds)
+    nested = datasets.Dataset.from_dict({"id": ["a"], "meta": [{"k": 1}]})
+    with pytest.raises(docstore.SchemaError, match="column 'meta' has Arrow type struct"):
+        docstore.build(tmp_path / "b", nested, id_field="id")
+    with pytest.raises(TypeError, match="pass one: dataset\\['train'\\]"):
+        docstore.build(tmp_path / "c", datasets.DatasetDict({"train": ds}), id_field="id")
+    with docstore.Writer(tmp_path / "d", {"text": "str"}) as writer:
+        with pytest.raises(docstore.SchemaError, match="alone"):
+            writer.add_many(["a"], ds)
+        with pytest.raises(docstore.SchemaError, match="no id column 'doc_id'"):
+            writer.add_many(ds)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    repeated = datasets.Dataset.from_dict({"id": ["a", "b", "a"], "text": ["1", "2", "3"]})
+    with pytest.raises(docstore.DuplicateKeyError):
+        docstore.build(tmp_path / "e", repeated, id_field="id", batch_size=2)
+    assert not (tmp_path / "e").exists()
+
+
+def test_building_from_records_never_imports_datasets(tmp_path):
+    result = run_python(
+        f"""
+        import sys, docstore
+        docstore.build({str(tmp_path / "s")!r}, [{{"doc_id": "a", "text": "x"}}])
+        with docstore.Writer({str(tmp_path / "t")!r}, {{"text": "str"}}) as w:
+            w.add_many(["a"], {{"text": ["x"]}})
+        assert "datasets" not in sys.modules, "datasets was imported"
+        """
+    )
+    assert result.returncode == 0, result.stderr
