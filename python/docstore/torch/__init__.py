@@ -41,13 +41,14 @@ from __future__ import annotations
 from ._arrays import ArrayDataset
 from ._docs import DocDataset
 from ._pairs import PairDataset
-from ._sampling import distributed_sampler, set_epoch
+from ._sampling import ElasticSampler, distributed_sampler, set_epoch
 from ._tokens import TokenDataset, pad_collate
 from ._triplets import TripletDataset
 
 __all__ = [
     "ArrayDataset",
     "DocDataset",
+    "ElasticSampler",
     "PairDataset",
     "TokenDataset",
     "TripletDataset",
