@@ -133,3 +133,117 @@ def test_building_from_records_never_imports_datasets(tmp_path):
         """
     )
     assert result.returncode == 0, result.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# docstore.hf.to_iterable_dataset: a store as a streaming datasets.IterableDataset
+
+torch = pytest.importorskip("torch")
+
+import docstore.hf  # noqa: E402
+from docstore.torch import DocDataset, PairDataset, TokenDataset, TripletDataset  # noqa: E402
+
+PAIRS = 3000
+
+
+@pytest.fixture(scope="module")
+def pairs_path(tmp_path_factory) -> str:
+    path = str(tmp_path_factory.mktemp("hf") / "pairs.docstore")
+    docstore.build(
+        path,
+        (
+            {"doc_id": f"p{i}", "sentence1": f"a{i}", "sentence2": f"b{i}", "label": i % 3 / 2, "t": [i, i]}
+            for i in range(PAIRS)
+        ),
+        fields={"sentence1": "str", "sentence2": "str", "label": "float64", "t": "int32[]"},
+    )
+    return path
+
+
+def test_a_store_streams_as_renamed_columns_with_features(pairs_path):
+    ds = docstore.hf.to_iterable_dataset(
+        pairs_path, {"anchor": "sentence1", "positive": "sentence2", "score": "label"}
+    )
+    assert isinstance(ds, datasets.IterableDataset)
+    assert ds.features == datasets.Features(
+        {
+            "anchor": datasets.Value("string"),
+            "positive": datasets.Value("string"),
+            "score": datasets.Value("float64"),
+        }
+    )
+    assert ds.num_shards == 12  # 3000 items: blocks of 256 or more
+    rows = list(ds)
+    assert sorted(r["anchor"] for r in rows) == sorted(f"a{i}" for i in range(PAIRS))  # each once
+    assert all(
+        r["positive"] == "b" + r["anchor"][1:] and r["score"] == int(r["anchor"][1:]) % 3 / 2 for r in rows
+    )
+    assert [r["anchor"] for r in rows[:100]] != [f"a{i}" for i in range(100)]  # shuffled
+    in_order = docstore.hf.to_iterable_dataset(pairs_path, ["doc_id", "t"], shuffle=False)
+    assert in_order.features["t"].feature == datasets.Value("int32")
+    assert [(r["doc_id"], r["t"]) for r in in_order] == [(f"p{i}", [i, i]) for i in range(PAIRS)]
+
+
+def test_epochs_are_new_orders_of_every_item(pairs_path):
+    ds = docstore.hf.to_iterable_dataset(pairs_path, ["sentence1"], epochs=3, seed=5)
+    rows = [r["sentence1"] for r in ds]
+    epochs = [rows[i * PAIRS : (i + 1) * PAIRS] for i in range(3)]
+    assert all(sorted(e) == sorted(epochs[0]) for e in epochs) and len(set(epochs[0])) == PAIRS
+    assert epochs[0] != epochs[1] != epochs[2]
+    # A pure function of the seed: another dataset, same seed, same orders.
+    again = [
+        r["sentence1"] for r in docstore.hf.to_iterable_dataset(pairs_path, ["sentence1"], epochs=3, seed=5)
+    ]
+    assert again == rows
+    endless = docstore.hf.to_iterable_dataset(pairs_path, ["sentence1"], epochs=None, seed=5)
+    more = [r["sentence1"] for _, r in zip(range(len(rows) + PAIRS), endless)]
+    assert more[: len(rows)] == rows and sorted(more[len(rows) :]) == sorted(epochs[0])  # a 4th epoch
+
+
+def list_rows(batch):
+    return batch
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_workers_and_ranks_split_the_shards(pairs_path, workers):
+    from datasets.distributed import split_dataset_by_node
+
+    ds = docstore.hf.to_iterable_dataset(pairs_path, ["sentence1"])
+    seen = []
+    for rank in range(2):
+        shard = split_dataset_by_node(ds, rank=rank, world_size=2)
+        assert shard.num_shards == 6
+        loader = torch.utils.data.DataLoader(shard, batch_size=64, num_workers=workers, collate_fn=list_rows)
+        mine = [row["sentence1"] for batch in loader for row in batch]
+        assert len(mine) == PAIRS // 2
+        seen.append(mine)
+    assert not set(seen[0]) & set(seen[1])  # the ranks' items are disjoint
+    assert sorted(seen[0] + seen[1]) == sorted(f"a{i}" for i in range(PAIRS))  # each once
+
+
+def test_torch_datasets_as_rows(pairs_path):
+    ids = [f"p{i}" for i in range(PAIRS)]
+    queries = {f"q{i}": f"query {i}" for i in range(50)}
+    qrels = {f"q{i}": [ids[i * 7], ids[i * 13 + 1]] for i in range(50)}
+    triplets = TripletDataset(pairs_path, queries, qrels, field="sentence1", seed=2)
+    ds = docstore.hf.to_iterable_dataset(triplets, shuffle=False, epochs=2)
+    assert list(ds.features) == ["anchor", "positive", "negative"]
+    rows = [tuple(r.values()) for r in ds]
+    for epoch in range(2):  # each epoch's own random negatives, the dataset's own epoch untouched
+        triplets.set_epoch(epoch)
+        assert rows[epoch * 100 : (epoch + 1) * 100] == triplets.__getitems__(list(range(100)))
+    assert rows[:100] != rows[100:] and triplets.epoch == 1
+
+    pairs = PairDataset(pairs_path, fields=("sentence1", "sentence2"), label_field="label")
+    first = next(iter(docstore.hf.to_iterable_dataset(pairs, shuffle=False)))
+    assert first == {"sentence1": "a0", "sentence2": "b0", "label": 0.0}
+    renamed = docstore.hf.to_iterable_dataset(
+        DocDataset(pairs_path, fields=("sentence2", "doc_id")), ["text", "id"], shuffle=False
+    )
+    assert next(iter(renamed)) == {"text": "b0", "id": "p0"}
+    with pytest.raises(TypeError, match="tensors"):
+        docstore.hf.to_iterable_dataset(TokenDataset(pairs_path, "t"))
+    with pytest.raises(ValueError, match="3 parts"):
+        docstore.hf.to_iterable_dataset(triplets, ["a", "b"])
+    with pytest.raises(docstore.SchemaError, match="no field 'nope'"):
+        docstore.hf.to_iterable_dataset(pairs_path, ["nope"])
