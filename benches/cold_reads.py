@@ -21,11 +21,8 @@ import argparse
 import os
 import random
 import struct
-import sys
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import corpora
 from compare import evict

@@ -1,13 +1,14 @@
-"""Helpers of the comparison suite (``test_compare.py``): settings, corpora, subprocess builds,
-page-cache eviction, fio, PSS and the machine description. Imports without pytest.
+"""Settings and helpers of the benchmark suite (``test_compare.py``, ``test_floors.py``,
+``test_integrity.py``): corpora, subprocess builds, page-cache eviction, fio, PSS and the machine
+description. Imports without pytest.
 
-Environment (besides conftest's ``DOCSTORE_BENCH_QUICK`` / ``DOCSTORE_BENCH_DOCS``):
+Environment:
 
-* ``DOCSTORE_BENCH_CMP_DOCS``     msmarco_like size here (default: DOCSTORE_BENCH_DOCS, i.e.
-  1,000,000; quick 30,000)
+* ``DOCSTORE_BENCH_QUICK=1``      quick mode (below)
+* ``DOCSTORE_BENCH_DOCS``         msmarco_like passages (default 1,000,000; quick 30,000)
 * ``DOCSTORE_BENCH_LONG_DOCS``    long_docs size (default 100,000; quick 3,000)
 * ``DOCSTORE_BENCH_TOKEN_DOCS``   token_arrays size (default 200,000; quick 5,000)
-* ``DOCSTORE_BENCH_CMP_CORPORA``  comma-separated subset of msmarco_like, english_news,
+* ``DOCSTORE_BENCH_CORPORA``      comma-separated subset of msmarco_like, english_news,
   long_docs, token_arrays (default: all four; quick: msmarco_like and token_arrays)
 * ``DOCSTORE_BENCH_PEERS``        comma-separated subset of the systems (``peers.COMPARE_PEERS``)
 * ``DOCSTORE_BENCH_TIME``         seconds of timed rounds per benchmark (default 1.0; quick 0.15)
@@ -15,11 +16,11 @@ Environment (besides conftest's ``DOCSTORE_BENCH_QUICK`` / ``DOCSTORE_BENCH_DOCS
 * ``DOCSTORE_BENCH_LOADER_SAMPLES`` samples per DataLoader run (default 50,000; quick 2,048)
 * ``DOCSTORE_BENCH_STORES``       where stores are built (default: pytest's tmp dir); fio's test
   file goes there too, so both measure the same file system
+* ``DOCSTORE_BENCH_DATA``         cache of generated corpora (default ``benches/.data``)
 
-Quick mode (``DOCSTORE_BENCH_QUICK=1``): msmarco_like 30k and token_arrays 5k docs, 0.15 s of
-rounds per benchmark, threads on msmarco_like only, and the measurements that start a process per
-system (open time, cold cache, DataLoader) for ``QUICK_SUBSET`` only; ``pytest benches`` (core +
-comparison) then takes 3-5 minutes on 2 cores. The full mode (no variable set) is the issue's:
+Quick mode: msmarco_like 30k and token_arrays 5k docs, 0.15 s of rounds per benchmark, threads on
+msmarco_like only, and the measurements that start a process per system (open time, cold cache,
+DataLoader) for ``QUICK_SUBSET`` only: a few minutes on 2 cores. The full mode (no variable set):
 1M / 2,225 / 100k / 200k documents, every system everywhere, DataLoader with 0, 1, 2 and 4
 workers; about an hour on 2 cores.
 """
@@ -39,11 +40,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+import corpora
+from peers import COMPARE_PEERS
 
-import corpora  # noqa: E402
-from peers import COMPARE_PEERS  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 
 def _env_flag(name: str) -> bool:
@@ -56,22 +56,21 @@ def _env_int(name: str, default: int) -> int:
 
 
 QUICK = _env_flag("DOCSTORE_BENCH_QUICK")
-_core_docs = _env_int("DOCSTORE_BENCH_DOCS", 0)
 SIZES: dict[str, int | None] = {
-    "msmarco_like": _env_int("DOCSTORE_BENCH_CMP_DOCS", _core_docs or (30_000 if QUICK else 1_000_000)),
+    "msmarco_like": _env_int("DOCSTORE_BENCH_DOCS", 30_000 if QUICK else 1_000_000),
     "english_news": None,
     "long_docs": _env_int("DOCSTORE_BENCH_LONG_DOCS", 3_000 if QUICK else 100_000),
     "token_arrays": _env_int("DOCSTORE_BENCH_TOKEN_DOCS", 5_000 if QUICK else 200_000),
 }
 _DEFAULT_CORPORA = ("msmarco_like", "token_arrays") if QUICK else corpora.ALL_CORPORA
-CMP_CORPORA = [
+CORPORA = [
     c.strip()
-    for c in os.environ.get("DOCSTORE_BENCH_CMP_CORPORA", ",".join(_DEFAULT_CORPORA)).split(",")
+    for c in os.environ.get("DOCSTORE_BENCH_CORPORA", ",".join(_DEFAULT_CORPORA)).split(",")
     if c.strip()
 ]
-for _c in CMP_CORPORA:
+for _c in CORPORA:
     if _c not in corpora.ALL_CORPORA:
-        raise ValueError(f"DOCSTORE_BENCH_CMP_CORPORA: unknown corpus {_c!r} (known: {corpora.ALL_CORPORA})")
+        raise ValueError(f"DOCSTORE_BENCH_CORPORA: unknown corpus {_c!r} (known: {corpora.ALL_CORPORA})")
 SYSTEMS = [
     s.strip() for s in os.environ.get("DOCSTORE_BENCH_PEERS", ",".join(COMPARE_PEERS)).split(",") if s.strip()
 ]
@@ -368,6 +367,13 @@ def machine_info(directory: Path | None = None) -> dict:
         "filesystem": fs,
         "loadavg": os.getloadavg(),
     }
+
+
+def cores() -> int:
+    """The CPUs this process may run on: what a batch's decoding and a build can use at most."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def versions() -> dict[str, str]:

@@ -11,12 +11,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from corpora import english_news, msmarco_like
 

@@ -35,13 +35,12 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import numpy as np  # noqa: E402
+import numpy as np  # noqa: E402  (after the thread settings above)
 from loader_datasets import EXTRA, LOADERS  # noqa: E402
 
 DATA = HERE / ".data" / "loader_study"

@@ -1,10 +1,10 @@
-"""docstore side by side with every store a user would pick instead (issue 4).
+"""docstore side by side with every store a user would pick instead.
 
 Systems: ``peers.COMPARE_PEERS`` (docstore, docstore with one decode thread, dict, indexed TSV,
 ir_datasets file/mmap, LMDB, Lance, HF datasets, Arrow IPC plain/lz4, RocksDB via rocksdict,
 litdata, numpy). A system whose package is missing, or that cannot store a corpus's values,
 is skipped with the reason. Groups (``cmp:*``), each with ``extra_info`` that
-``make_report.py`` turns into tables:
+``report.py`` turns into tables:
 
 * ``cmp:build``   build in a subprocess from the same records: time, peak RSS, size on disk
 * ``cmp:get_id``, ``cmp:get_pos``                       single lookups, hot cache
@@ -18,15 +18,16 @@ is skipped with the reason. Groups (``cmp:*``), each with ``extra_info`` that
 * ``cmp:decode``  memcpy and lz4 decompression of the corpus in memory vs docstore's decode
 * ``cmp:loader``  torch DataLoader with 0-4 workers: samples/s, total PSS (main + workers)
 
-Sizes and selections: see ``compare.py``. ``DOCSTORE_BENCH_QUICK=1`` runs small corpora and
-short rounds (the whole ``pytest benches`` in a few minutes).
+Fixtures (``corpus``, ``stores``, ``pool``): ``conftest.py``; sizes and selections: ``compare.py``.
+``DOCSTORE_BENCH_QUICK=1`` runs small corpora and short rounds (the whole ``pytest benches`` in a
+few minutes). The floors of docstore's figures are ``test_floors.py``; the cost of format 2's
+checked reads is ``test_integrity.py``; collections against one file, ``test_collections.py``;
+``report.py`` renders them all.
 """
 
 from __future__ import annotations
 
-import gc
 import json
-import os
 import random
 import struct
 import time
@@ -37,51 +38,6 @@ from peers import COMPARE_PEERS, batch_values, values_equal
 
 ALL_SYSTEMS = list(COMPARE_PEERS)
 WORKLOADS = ["get_id", "get_pos", "batch64_id", "batch1024_id", "batch64_pos", "batch1024_pos"]
-
-
-# -- fixtures ----------------------------------------------------------------------------------
-
-_CORPORA: dict[str, C.Corpus] = {}
-
-
-@pytest.fixture(scope="session", params=C.CMP_CORPORA)
-def corpus(request, stores) -> C.Corpus:
-    """The comparison corpora (overrides conftest's ``corpus`` in this module), one in memory
-    and on disk at a time: tests are grouped by it."""
-    name = request.param
-    if name not in C.CMP_CORPORA:
-        pytest.skip(f"corpus {name} not selected (DOCSTORE_BENCH_CMP_CORPORA)")
-    if name not in _CORPORA:
-        for old in list(_CORPORA):
-            stores.drop_corpus(old)
-            del _CORPORA[old]
-        gc.collect()
-        try:
-            _CORPORA[name] = C.load_corpus(name)
-        except ImportError as e:
-            pytest.skip(f"corpus {name} unavailable: {e}")
-    return _CORPORA[name]
-
-
-@pytest.fixture(scope="session")
-def stores(tmp_path_factory):
-    root = os.environ.get("DOCSTORE_BENCH_STORES")
-    if root:
-        from pathlib import Path
-
-        base = Path(root)
-        base.mkdir(parents=True, exist_ok=True)
-        import tempfile
-
-        root_path = Path(tempfile.mkdtemp(prefix="cmp-", dir=base))
-    else:
-        root_path = tmp_path_factory.mktemp("cmp")
-    s = C.Stores(root_path)
-    yield s
-    s.close_all()
-    import shutil
-
-    shutil.rmtree(root_path, ignore_errors=True)
 
 
 def _require(system: str, corpus: C.Corpus | None = None):
@@ -228,14 +184,6 @@ def test_lookup(benchmark, stores, corpus, system, workload):
 
 
 # -- threads -----------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def pool():
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=2) as ex:
-        yield ex
 
 
 @pytest.mark.benchmark(group="cmp:threads")

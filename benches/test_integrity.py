@@ -1,89 +1,99 @@
-"""What format v2's checked reads cost: the same corpus built as format 1 (no per-document checks)
-and format 2, hot lookups side by side in one run.
+"""What format 2's checked reads cost: the same corpus built as format 1 (no per-document checks)
+and format 2 (the default), hot lookups side by side in one run.
 
-Groups: ``integrity:get`` (1000 random ``store[id].text`` per round), ``integrity:get_many``
-(one ``get_many`` of 1000 random distinct ids, ``field="text"``), ``integrity:take`` (one
-``take`` of 1000 random positions), ``integrity:miss`` (1000 lookups of absent ids: format 2
-confirms each absence, §7.4 of docs/format.md). The target: format 2 within 5% of format 1 on
-hits (``benches/README.md``).
-
-Run: ``DOCSTORE_BENCH_CORPORA=msmarco_like pytest benches/test_integrity.py`` (1M passages; add
-``DOCSTORE_BENCH_QUICK=1`` for 100k).
+Groups: ``integrity:get`` (random single lookups by id, ``store[id].<field>``),
+``integrity:get_many`` (one ``get_many`` of 1024 random distinct ids), ``integrity:take`` (one
+``take`` of 1024 random positions), ``integrity:miss`` (lookups of absent ids: format 2 confirms
+each absence, docs/format.md §7.4). The question: is format 2 within 5% of format 1 on hits?
 """
 
 from __future__ import annotations
 
-import random
-
+import compare as C
 import pytest
+from peers import DocstoreStore, batch_values, values_equal
 
 VERSIONS = [2, 1]
 
 
 @pytest.fixture(scope="module")
-def stores(corpus, tmp_path_factory):
-    docstore = pytest.importorskip("docstore")
+def versions(corpus, tmp_path_factory):
+    """{format version: (open store, Ops)} for the current corpus, built in this process."""
+    pytest.importorskip("docstore", reason="docstore is not installed")
+    if "docstore" not in C.SYSTEMS:
+        pytest.skip("docstore not selected (DOCSTORE_BENCH_PEERS)")
     root = tmp_path_factory.mktemp("integrity")
+    records = corpus.records()
     built = {}
     for version in VERSIONS:
-        path = root / f"{corpus.name}-v{version}.docstore"
-        built[version] = docstore.build(path, corpus.records, format_version=version)
+        peer = DocstoreStore(format_version=version)
+        store = peer.build(root / f"{corpus.name}-v{version}", records, corpus.field)
+        built[version] = (store, peer.ops(store, corpus.field))
+    del records
     yield built
-    for store in built.values():
+    for store, _ in built.values():
         store.close()
 
 
-def _info(benchmark, corpus, version, ops):
+def _run(benchmark, corpus, version, workload, keys, run):
     benchmark.extra_info.update(
-        system=f"docstore:format{version}", corpus=corpus.name, n_docs=corpus.n, ops_per_round=ops
+        system=f"docstore:format{version}",
+        corpus=corpus.name,
+        n_docs=corpus.n,
+        workload=workload,
+        ops=len(keys),
+        unit="docs",
     )
+    benchmark.pedantic(run, rounds=C.timed_rounds(run), iterations=1)
+
+
+def _same(got, want) -> bool:
+    return len(got) == len(want) and all(values_equal(a, b) for a, b in zip(got, want))
 
 
 @pytest.mark.benchmark(group="integrity:get")
 @pytest.mark.parametrize("version", VERSIONS)
-def test_get(benchmark, stores, corpus, version):
-    store = stores[version]
-    ids = corpus.sample_ids(1000, seed=1, unique=False)
-    assert [store[i].text for i in ids[:20]] == [corpus.by_id[i] for i in ids[:20]]
-    _info(benchmark, corpus, version, len(ids))
+def test_get(benchmark, versions, corpus, version):
+    ops = versions[version][1]
+    ids = corpus.sample_ids(C.SINGLE_LOOKUPS, 11)
+    assert _same([ops.get(i) for i in ids[:20]], [corpus.by_id[i] for i in ids[:20]])
+    get = ops.get
 
     def run():
         for i in ids:
-            store[i].text  # noqa: B018 - the lookup is what is timed
+            get(i)
 
-    benchmark(run)
+    _run(benchmark, corpus, version, "get", ids, run)
 
 
 @pytest.mark.benchmark(group="integrity:get_many")
 @pytest.mark.parametrize("version", VERSIONS)
-def test_get_many(benchmark, stores, corpus, version):
-    store = stores[version]
-    ids = corpus.sample_ids(1000, seed=2)
-    assert store.get_many(ids[:20], field="text") == {i: corpus.by_id[i] for i in ids[:20]}
-    _info(benchmark, corpus, version, len(ids))
-    benchmark(store.get_many, ids, field="text")
+def test_get_many(benchmark, versions, corpus, version):
+    ops = versions[version][1]
+    ids = corpus.distinct_ids(C.BATCH_DOCS, 20)
+    assert _same(batch_values(ops.get_many(ids), ids), [corpus.by_id[i] for i in ids])
+    _run(benchmark, corpus, version, "get_many", ids, lambda: ops.get_many(ids))
 
 
 @pytest.mark.benchmark(group="integrity:take")
 @pytest.mark.parametrize("version", VERSIONS)
-def test_take(benchmark, stores, corpus, version):
-    store = stores[version]
-    positions = random.Random(3).sample(range(corpus.n), 1000)
-    assert store.take(positions[:5], field="text") == [corpus.records[p]["text"] for p in positions[:5]]
-    _info(benchmark, corpus, version, len(positions))
-    benchmark(store.take, positions, field="text")
+def test_take(benchmark, versions, corpus, version):
+    ops = versions[version][1]
+    positions = corpus.distinct_positions(C.BATCH_DOCS, 3)
+    assert _same(ops.take(positions), [corpus.values[p] for p in positions])
+    _run(benchmark, corpus, version, "take", positions, lambda: ops.take(positions))
 
 
 @pytest.mark.benchmark(group="integrity:miss")
 @pytest.mark.parametrize("version", VERSIONS)
-def test_miss(benchmark, stores, corpus, version):
-    store = stores[version]
-    absent = [i + "-absent" for i in corpus.sample_ids(1000, seed=4)]
+def test_miss(benchmark, versions, corpus, version):
+    store = versions[version][0]
+    absent = [i + "-absent" for i in corpus.sample_ids(C.SINGLE_LOOKUPS, 4)]
     assert all(store.get(i) is None for i in absent[:20])
-    _info(benchmark, corpus, version, len(absent))
+    get = store.get
 
     def run():
         for i in absent:
-            store.get(i)
+            get(i)
 
-    benchmark(run)
+    _run(benchmark, corpus, version, "miss", absent, run)

@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
 
 def rss_bytes(key: str = "VmRSS") -> int:

@@ -6,13 +6,17 @@ import json
 import os
 import pickle
 import shutil
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import docstore
 from docstore.cli import main as cli
@@ -136,6 +140,12 @@ def test_bad_shard_lists_are_clear_errors_that_leave_nothing(tmp_path, docs):
     with pytest.raises(docstore.CorruptStoreError, match="part-junk"):
         (tmp_path / "part-junk").write_bytes(b"not a store" * 100)
         docstore.seal(target, [good, tmp_path / "part-junk"])
+    with pytest.raises(docstore.InvalidArgumentError, match="listed twice"):
+        docstore.seal(target, [good, os.path.join(os.path.dirname(good), ".", "part-good.docstore")])
+    docstore.seal(tmp_path / "coll", [good])
+    with pytest.raises(docstore.InvalidArgumentError, match="a directory"):
+        docstore.seal(target, [good, tmp_path / "coll"])
+    shutil.rmtree(tmp_path / "coll")
     with pytest.raises(TypeError, match="list of paths"):
         docstore.seal(target, good)
     assert _leftovers(tmp_path) == []
@@ -381,3 +391,107 @@ def test_cli_build_shards_failures_name_the_place_and_leave_nothing(tmp_path, ca
     assert cli(["build", "-", "-o", target, "--shards", "2"]) == 1
     assert "stdin" in capsys.readouterr().err
     assert sorted(os.listdir(tmp_path)) == ["a.jsonl"]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    ids=st.lists(
+        st.text(st.sampled_from("ab\u00e9\U0001f600-0"), min_size=1, max_size=12), max_size=60, unique=True
+    ),
+    cuts=st.lists(st.integers(0, 60), max_size=6),
+)
+def test_any_split_into_shards_reads_as_a_dict(tmp_path_factory, ids, cuts):
+    """Against a dict: ids that sort across shard boundaries, empty shards, one-document ones."""
+    tmp = tmp_path_factory.mktemp("split")
+    oracle = {doc_id: {"text": f"<{doc_id}>" * (i % 4)} for i, doc_id in enumerate(ids)}
+    bounds = sorted(min(c, len(ids)) for c in cuts)
+    sizes = [b - a for a, b in zip([0, *bounds], [*bounds, len(ids)])]
+    shards = _shards(tmp, oracle, sizes, fields={"text": "str"})
+    store = docstore.seal(tmp / "c", shards)
+    assert len(store) == len(oracle) and list(store) == ids
+    for doc_id, doc in oracle.items():
+        assert store[doc_id].text == doc["text"]
+    assert {k: d.text for k, d in store.get_many([*ids[::-1], "zz", "a" * 13]).items()} == {
+        k: oracle[k]["text"] for k in ids[::-1]
+    }
+    assert [d.doc_id for d in store.take(list(range(len(ids)))[::-1])] == ids[::-1]
+    assert all(i not in store for i in ("zz", "a" * 13, "\U0001f600" * 13))
+    store.verify()
+
+
+def test_kill_9_of_a_sharded_build_leaves_nothing_and_the_next_build_sweeps(tmp_path):
+    lines = (json.dumps({"doc_id": f"d{i}", "text": "some words " * 20}) for i in range(300_000))
+    (tmp_path / "in.jsonl").write_text("\n".join(lines))
+    target = tmp_path / "c.docstore"
+    cmd = [sys.executable, "-m", "docstore.cli", "build", str(tmp_path / "in.jsonl"), "-o", str(target)]
+    build = subprocess.Popen([*cmd, "--shards", "2", "-q"], start_new_session=True)
+    try:
+        # Killed once a shard writer has started (its scratch directory exists).
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and build.poll() is None:
+            staging = [d for d in os.listdir(tmp_path) if d.startswith(".docstore-shards-")]
+            if staging and any(n.endswith(".docstore-tmp") for n in os.listdir(tmp_path / staging[0])):
+                break
+        assert build.poll() is None, "the build ended before it could be killed"
+        os.killpg(build.pid, signal.SIGKILL)
+    finally:
+        build.wait(timeout=60)
+    assert not target.exists()
+    assert subprocess.run([*cmd, "--shards", "2", "-q"], timeout=600).returncode == 0
+    assert sorted(os.listdir(tmp_path)) == ["c.docstore", "in.jsonl"]
+    assert len(docstore.open(target)) == 300_000
+
+
+def test_verify_names_every_damaged_shard(tmp_path, docs):
+    store = docstore.seal(tmp_path / "c", _shards(tmp_path, docs, [200, 300, 200]))
+    for shard in store.info()["shards"]:
+        path = shard["path"]
+        with open(path, "r+b") as f:  # in place: the header, which the manifest pins, is intact
+            f.seek(64 + 24 * 2)
+            data_offset = int.from_bytes(f.read(8), "little")
+            f.seek(data_offset + 40)
+            byte = f.read(1)
+            f.seek(data_offset + 40)
+            f.write(bytes([byte[0] ^ 0x01]))
+        with pytest.raises(docstore.CorruptStoreError, match=os.path.basename(path)):
+            docstore.open(tmp_path / "c").verify()
+        with open(path, "r+b") as f:
+            f.seek(data_offset + 40)
+            f.write(byte)
+    docstore.open(tmp_path / "c").verify()
+
+
+def test_shards_can_share_one_dictionary(tmp_path, docs):
+    items = list(docs.items())
+    first = write_store(tmp_path / "first.docstore", dict(items[:300]))
+    dictionary = first.dictionary
+    assert 0 < len(dictionary) <= 65536
+    second = write_store(tmp_path / "second.docstore", dict(items[300:]), dictionary=dictionary)
+    assert second.dictionary == dictionary
+    store = docstore.seal(tmp_path / "c", [first.path, second.path])
+    for doc_id, expected in items[::7]:
+        assert_doc_equal(store[doc_id], doc_id, expected)
+    with pytest.raises(docstore.InvalidArgumentError, match="at most 65536"):
+        docstore.Writer(tmp_path / "x.docstore", FIELDS, dictionary=b"x" * 65537)
+    assert not (tmp_path / "x.docstore").exists()
+    # A sharded build trains once: every shard holds the same dictionary.
+    lines = [json.dumps({"doc_id": f"d{i}", "text": f"words {i} " * 30}) for i in range(4000)]
+    (tmp_path / "in.jsonl").write_text("\n".join(lines))
+    assert cli(["build", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "b"), "--shards", "3", "-q"]) == 0
+    shards = [docstore.open(s["path"]) for s in docstore.open(tmp_path / "b").info()["shards"]]
+    assert len({s.dictionary for s in shards}) == 1 and shards[0].dictionary
+
+
+def test_train_dictionary_gives_shards_one_dictionary(tmp_path, docs):
+    items = list(docs.items())
+    sample = [{"doc_id": k, **v} for k, v in items[:200]]
+    dictionary = docstore.train_dictionary(sample, fields=FIELDS)
+    assert 0 < len(dictionary) <= 65536
+    assert len(docstore.train_dictionary(sample, fields=FIELDS, size=4096)) <= 4096
+    shards = []
+    for k, part in enumerate([items[:350], items[350:]]):
+        shards.append(write_store(tmp_path / f"p{k}.docstore", dict(part), dictionary=dictionary).path)
+    store = docstore.seal(tmp_path / "c", shards)
+    assert store.dictionary == dictionary == docstore.open(shards[1]).dictionary
+    for doc_id, expected in items[::11]:
+        assert_doc_equal(store[doc_id], doc_id, expected)

@@ -170,15 +170,16 @@ def test_lookups_release_the_gil(tmp_path):
     # Large documents, so that decoding (done without the GIL) dominates each call.
     words = [f"w{i}" for i in range(5000)]
     rng = random.Random(0)
-    docs = {f"d{i}": {"text": " ".join(rng.choices(words, k=40_000))} for i in range(40)}
+    docs = {f"d{i}": {"text": " ".join(rng.choices(words, k=100_000))} for i in range(80)}
     store = write_store(tmp_path / "big", docs, fields={"text": "str"})
-    ids = list(docs) * 8  # 320 lookups: the parallel path; single lookups: the serial one
+    # Distinct ids and positions: batches decode a repeated one once, and would finish too soon.
+    ids = list(docs)
     data = list(range(6_000_000))
     control = coverage(lambda: data.count(-1))  # a C call that never releases the GIL
     for call in (
-        lambda: store.get_many(ids),
-        lambda: store.take(list(range(40)) * 8),
-        lambda: [store[i] for i in ids],
+        lambda: store.get_many(ids),  # the parallel path
+        lambda: store.take(list(range(len(ids)))),
+        lambda: [store[i] for i in ids * 2],  # single lookups: the serial one
     ):
         share = coverage(call)
         # The other thread gets a core only when the machine has one free: compare with the

@@ -8,11 +8,13 @@ docstore itself returns, so these tests prove that the format document is true. 
 from __future__ import annotations
 
 import bisect
+import json
 import keyword
 import math
 import random
 import re
 import struct
+import time
 import typing
 from pathlib import Path
 
@@ -57,6 +59,10 @@ ARRAY_TYPES = {
     25: ("float64", "<f8"),
 }
 MAX_COMPRESSED_RAW_LEN = 0x7E000000
+# §4.1 and §9: the most fields a schema has, its longest name, its longest section; §4.2: the
+# longest dictionary.
+MAX_FIELDS, MAX_NAME_LEN, MAX_DICTIONARY = 1024, 255, 65536
+MAX_SCHEMA_BYTES = 2 + MAX_FIELDS * (3 + MAX_NAME_LEN)
 
 
 class SpecError(Exception):
@@ -194,6 +200,9 @@ class SpecStore:
         self.sections = {
             name: buf[offset : offset + length] for name, (offset, length, _) in zip(SECTIONS, self.entries)
         }
+        for name, most in (("schema", MAX_SCHEMA_BYTES), ("dictionary", MAX_DICTIONARY)):
+            if len(self.sections[name]) > most:
+                raise SpecError(f"{name} section is longer than any store has")
         if check_checksums:
             for name in ("schema", "dictionary"):
                 if xxh3(self.sections[name]) != self.checksum(name):
@@ -241,6 +250,8 @@ class SpecStore:
         """§4.1, with the field name rules."""
         try:
             (count,) = struct.unpack_from("<H", buf, 0)
+            if count > MAX_FIELDS:
+                raise SpecError(f"bad schema: {count} fields")
             pos, fields = 2, []
             for _ in range(count):
                 code, name_len = struct.unpack_from("<BH", buf, pos)
@@ -340,7 +351,7 @@ class SpecStore:
             if len(payload) != raw_len:
                 raise SpecError("stored record length does not match its header")
             return payload
-        if raw_len > MAX_COMPRESSED_RAW_LEN or raw_len > (len(payload) + 16) * 255:
+        if raw_len > MAX_COMPRESSED_RAW_LEN or raw_len > len(payload) * 255:
             raise SpecError("compressed record claims an impossible length")
         try:
             raw = lz4.block.decompress(payload, uncompressed_size=raw_len, dict=self.dictionary)
@@ -990,7 +1001,7 @@ def test_documented_rejections(tmp_path: Path, version: int) -> None:
     bad_count = corrupt(good, 16, struct.pack("<Q", 4))
     check("count", with_header_checksum(bad_count), at_open=True, error=docstore.CorruptStoreError)
     check("schema", corrupt(good, 514, b"\x07"), at_open=True, error=docstore.CorruptStoreError)
-    # §8 check 12: the first key shorter than the common prefix.
+    # §8 check 13: the first key shorter than the common prefix.
     long_prefix = corrupt(good, 40, struct.pack("<I", 3))
     check("common-prefix", with_header_checksum(long_prefix), at_open=True, error=docstore.CorruptStoreError)
     # Only verify() reads padding, trailing bytes and the checksums of the large sections.
@@ -1003,6 +1014,72 @@ def test_documented_rejections(tmp_path: Path, version: int) -> None:
     # has 4 extra bytes in front of each body. Both are damaged stores, not misread documents.
     other = with_header_checksum(corrupt(good, 8, struct.pack("<I", 3 - version)))
     check("other-version", other, at_open=False, error=docstore.CorruptStoreError)
+
+
+def relaid(buf: bytes, replaced: dict[str, bytes]) -> bytes:
+    """`buf` with the sections named in `replaced` given new contents, every section laid out again
+    as the writer lays them out (§2) and every checksum recomputed (§3)."""
+    spec = SpecStore(buf)
+    out = bytearray(buf[:HEADER_SIZE])
+    for i, name in enumerate(SECTIONS):
+        content = replaced.get(name, spec.sections[name])
+        out += bytes(-len(out) % (KEY_INDEX_ALIGN if name == "key index" else 8))
+        ENTRY.pack_into(out, TABLE_AT + 24 * i, len(out), len(content), xxh3(content))
+        out += content
+    return with_header_checksum(bytes(out))
+
+
+def schema_of(names: list[str], code: int = 3) -> bytes:
+    """§4.1: a schema section of fields `names`, all of type `code` (3: int64)."""
+    fields = (struct.pack("<BH", code, len(name)) + name.encode() for name in names)
+    return struct.pack("<H", len(names)) + b"".join(fields)
+
+
+def long_names(count: int, length: int) -> list[str]:
+    return [f"f{i}_".ljust(length, "x") for i in range(count)]
+
+
+def test_schema_and_dictionary_limits(tmp_path: Path) -> None:
+    """§4.1, §8 check 7 and 9, §9: open() reads the schema and the dictionary whole, so both are
+    bounded and it costs the same for any file: a crafted schema of 65,535 fields with 201-byte
+    names took 5.5 s to open. The writer refuses what open() would."""
+    empty = write(tmp_path / "empty.docstore", {"n": "int64"}, []).read_bytes()
+
+    def rejected(name: str, buf: bytes, message: str) -> float:
+        path = tmp_path / f"{name}.docstore"
+        path.write_bytes(buf)
+        start = time.perf_counter()
+        with pytest.raises(docstore.CorruptStoreError, match=message):
+            docstore.open(path)
+        took = time.perf_counter() - start
+        with pytest.raises(SpecError):
+            SpecStore(buf)
+        return took
+
+    crafted = relaid(empty, {"schema": schema_of(long_names(65535, 201))})
+    assert rejected("wide", crafted, "schema section is longer than any store has") < 0.5
+    rejected("1025", relaid(empty, {"schema": schema_of(long_names(1025, 8))}), "1025 fields")
+    rejected("name", relaid(empty, {"schema": schema_of(["n" * 256])}), "name of 256 bytes")
+    rejected("dictionary", relaid(empty, {"dictionary": bytes(65537)}), "dictionary section is longer")
+
+    # The largest schema allowed, written by docstore: read by both readers, opened fast.
+    names = long_names(1024, 255)
+    assert len(schema_of(names)) == MAX_SCHEMA_BYTES
+    doc = dict.fromkeys(names, 7)
+    path = write(tmp_path / "widest.docstore", dict.fromkeys(names, "int64"), [("a", doc)])
+    start = time.perf_counter()
+    store = docstore.open(path)
+    assert time.perf_counter() - start < 0.5
+    assert list(store.fields) == names and store["a"][names[-1]] == 7
+    assert SpecStore(path.read_bytes()).record(0) == doc
+    # Beyond it, the writer refuses, naming the limit.
+    with pytest.raises(docstore.SchemaError, match="at most 1024"):
+        docstore.Writer(tmp_path / "w1", dict.fromkeys(long_names(1025, 8), "int64"))
+    with pytest.raises(docstore.SchemaError, match="at most 255"):
+        docstore.Writer(tmp_path / "w2", {"n" * 256: "int64"})
+    with pytest.raises(docstore.SchemaError, match="at most 1024"):
+        docstore.build(tmp_path / "w3", [dict.fromkeys(["doc_id", *long_names(1025, 8)], 1)])
+    assert not [p.name for p in tmp_path.iterdir() if p.name in ("w1", "w2", "w3")]
 
 
 def lookups(store: SpecStore | docstore.DocStore | None, keys: list[str], count: int) -> list[object]:
@@ -1201,3 +1278,88 @@ def test_every_damaged_byte(tmp_path: Path, version: int) -> None:
         return
     # Version 2: no wrong document, position or absence, by id or by position.
     assert wrong == {}
+
+
+# ---------------------------------------------------------------------------------------------
+# §13 Collections, read from the document alone
+
+
+class SpecCollection:
+    """A collection directory read as §13 says: the manifest (§13.1), the global id index
+    (§13.2) and the shards, lookups as §13.3 says."""
+
+    MEMBERS = ("format", "version", "count", "index", "shards", "checksum")
+    ENTRY = ("file", "count", "fingerprint")
+
+    def __init__(self, root: Path) -> None:
+        text = (root / "docstore-collection.json").read_bytes().decode("utf-8")
+        manifest = json.loads(text, object_pairs_hook=dict)
+        if tuple(manifest) != self.MEMBERS or manifest["format"] != "docstore-collection":
+            raise SpecError("not a collection manifest")
+        if manifest["version"] != 1:
+            raise SpecUnsupportedVersion(manifest["version"])
+        body = json.dumps(dict(manifest, checksum=""), separators=(",", ":"), ensure_ascii=False)
+        if manifest["checksum"] != f"{xxh3(body.encode('utf-8')):016x}":
+            raise SpecError("manifest checksum mismatch")
+
+        def load(entry: dict) -> SpecStore:
+            if tuple(entry) != self.ENTRY or any(
+                part in ("", ".", "..") for part in entry["file"].split("/")
+            ):
+                raise SpecError("bad file entry")
+            buf = (root / entry["file"]).read_bytes()
+            store = SpecStore(buf)
+            fingerprint = int.from_bytes(buf[504:512], "little")
+            if f"{fingerprint:016x}" != entry["fingerprint"] or store.count != entry["count"]:
+                raise SpecError(f"{entry['file']} is not the file that was sealed")
+            return store
+
+        self.index = load(manifest["index"])
+        if self.index.fields != [] or not self.index.checked:
+            raise SpecError("the index is not a checked store without fields")
+        self.shards = [load(entry) for entry in manifest["shards"]]
+        self.starts = [0]
+        for shard in self.shards:
+            self.starts.append(self.starts[-1] + shard.count)
+        if self.starts[-1] != manifest["count"] or self.index.count != manifest["count"]:
+            raise SpecError("counts do not add up")
+
+    def locate(self, p: int) -> tuple[SpecStore, int]:
+        """§13.2: the last shard whose first global position is <= p (empty shards hold none)."""
+        s = max(i for i, start in enumerate(self.starts[:-1]) if start <= p and self.shards[i].count)
+        return self.shards[s], p - self.starts[s]
+
+    def get(self, key: str) -> dict[str, object] | None:
+        q = key.encode("utf-8")
+        rank = self.index.find_rank(q)
+        if rank is None:
+            self.index.confirm_absent(q)
+            return None
+        shard, local = self.locate(self.index.position_of_rank(rank))
+        return shard.record(local, q)  # checked with q as the key (§13.3)
+
+    def at(self, p: int) -> tuple[str, dict[str, object]]:
+        shard, local = self.locate(p)
+        return shard.at(local)
+
+
+def test_a_collection_reads_as_section_13_says(tmp_path: Path):
+    docs = all_types_docs(90, seed=13)
+    parts = [docs[:30], [], docs[30:31], docs[31:]]
+    shards = [write(tmp_path / f"p{k}.docstore", ALL_FIELDS, part) for k, part in enumerate(parts)]
+    store = docstore.seal(tmp_path / "c.docstore", shards)
+    spec = SpecCollection(tmp_path / "c.docstore")
+    assert len(spec.shards) == 4 and spec.starts == [0, 30, 30, 31, len(docs)]
+    for p, (key, _) in enumerate(docs):
+        assert spec.at(p)[0] == key
+        ours = spec.get(key)
+        assert ours is not None and all(same_value(ours[n], getattr(store[key], n)) for n in ALL_FIELDS)
+    for missing in ("", "zz", docs[0][0] + "x"):
+        assert spec.get(missing) is None and missing not in store
+    # What docstore refuses, the spec reader refuses too: an edited manifest.
+    manifest = tmp_path / "c.docstore" / "docstore-collection.json"
+    manifest.write_text(manifest.read_text().replace(f'"count": {len(docs)}', f'"count": {len(docs) + 1}'))
+    with pytest.raises(SpecError):
+        SpecCollection(tmp_path / "c.docstore")
+    with pytest.raises(docstore.CorruptStoreError):
+        docstore.open(tmp_path / "c.docstore")

@@ -194,7 +194,7 @@ def test_cli_upgrade(tmp_path):
 
 @pytest.mark.parametrize("bad", [3, 0, True, "2"])
 def test_writer_refuses_an_unknown_format_version(tmp_path, bad):
-    with pytest.raises((docstore.SchemaError, TypeError)):
+    with pytest.raises((docstore.InvalidArgumentError, TypeError)):
         docstore.Writer(tmp_path / "s", {"text": "str"}, format_version=bad)
     assert os.listdir(tmp_path) == []
 

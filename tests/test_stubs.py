@@ -20,3 +20,13 @@ def test_package_is_typed():
     import docstore
 
     assert (__import__("pathlib").Path(docstore.__file__).parent / "py.typed").exists()
+
+
+def test_the_bindings_raise_only_classes_of_docstore_errors():
+    import docstore
+    from docstore import _docstore
+
+    assert set(_docstore.EXCEPTION_CLASSES) <= set(docstore.errors.__all__)
+    assert all(
+        issubclass(getattr(docstore, name), docstore.DocstoreError) for name in _docstore.EXCEPTION_CLASSES
+    )

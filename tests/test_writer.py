@@ -210,9 +210,9 @@ def test_bad_schemas_fail_before_any_file_exists(tmp_path, fields, message):
 
 
 def test_bad_options(tmp_path):
-    with pytest.raises(docstore.SchemaError, match="compression level"):
+    with pytest.raises(docstore.InvalidArgumentError, match="compression level"):
         docstore.Writer(tmp_path / "s", fields={"t": "str"}, level=13)
-    with pytest.raises(docstore.SchemaError, match="dict_size must be 0 .* to 65536 bytes"):
+    with pytest.raises(docstore.InvalidArgumentError, match="dict_size must be 0 .* to 65536 bytes"):
         docstore.Writer(tmp_path / "s", fields={"t": "str"}, dict_size=65537)
     with pytest.raises(FileNotFoundError, match="directory .*such/dir does not exist"):
         docstore.Writer(tmp_path / "no" / "such" / "dir" / "s", fields={"t": "str"})
@@ -228,9 +228,9 @@ def test_bad_options(tmp_path):
         for bad in (-2, 2**40) if option == "level" else (-1, 2**62):
             if option == "key_buffer_bytes" and bad > 0:
                 continue  # a limit, not an allocation: any size is valid
-            with pytest.raises(docstore.SchemaError, match=option):
+            with pytest.raises(docstore.InvalidArgumentError, match=option):
                 docstore.Writer(tmp_path / "s", fields={"t": "str"}, **{option: bad})
-        with pytest.raises(docstore.SchemaError, match=f"{option}=.* is out of range"):
+        with pytest.raises(docstore.InvalidArgumentError, match=f"{option}=.* is out of range"):
             docstore.Writer(tmp_path / "s", fields={"t": "str"}, **{option: 2**70})
         # bool is an int to Python, never a level or a size: level=True is not level 1
         with pytest.raises(TypeError, match=f"{option} must be an int, got bool"):
@@ -281,6 +281,27 @@ def test_existing_store_is_kept_unless_overwrite(tmp_path):
     write_store(path, {"a": {"t": "new"}}, fields={"t": "str"}, overwrite=True)
     assert docstore.open(path)["a"].t == "new"
     assert leftovers(tmp_path) == ["s", "t"]
+
+
+def test_targets_with_the_longest_file_names_build_and_upgrade(tmp_path):
+    """A target name may use all 255 bytes a file name can have: the scratch directory beside it
+    has a bounded name, not the target's name plus a suffix."""
+    names = ["s" * 255, "é" * 127 + "x", "t" * 234]
+    for name in names:
+        with docstore.Writer(tmp_path / name, fields={"t": "str"}) as w:
+            w.add("a", t=name[:5])
+        assert docstore.open(tmp_path / name)["a"].t == name[:5]
+    # Written again in place (overwrite), as version 1, and upgraded beside it and in place.
+    old, new = tmp_path / ("o" * 255), tmp_path / ("n" * 255)
+    write_store(old, {"a": {"t": "x"}}, fields={"t": "str"}, format_version=1)
+    write_store(old, {"a": {"t": "y"}}, fields={"t": "str"}, format_version=1, overwrite=True)
+    assert docstore.upgrade(old, new)["a"].t == "y"
+    assert docstore.upgrade(old).info()["format_version"] == 2
+    # A collection sealed into a directory of such a name (its scratch directory is the same kind).
+    sealed = tmp_path / ("c" * 255)
+    docstore.seal(sealed, [new])
+    assert docstore.open(sealed)["a"].t == "y"
+    assert leftovers(tmp_path) == sorted([*names, old.name, new.name, sealed.name])
 
 
 def test_a_killed_build_leaves_no_store_at_the_target(tmp_path):

@@ -46,7 +46,6 @@ from .rocksdict_store import RocksdictStore
 __all__ = [
     "COMPARE_PEERS",
     "IDS_FILE",
-    "PEERS",
     "ArrowIpcStore",
     "DictStore",
     "DocstoreStore",
@@ -67,19 +66,6 @@ __all__ = [
     "values_equal",
 ]
 
-
-PEERS: dict[str, Peer] = {
-    p.name: p
-    for p in (
-        DocstoreStore(),
-        DocstoreStore(num_threads=1),
-        DocstoreStore(level=0),
-        DocstoreStore(level=-1),
-        IrDatasetsStore(),
-        IndexedStore(),
-        DictStore(),
-    )
-}
 
 #: every system of the comparison suite, in report order
 COMPARE_PEERS: dict[str, Peer] = {

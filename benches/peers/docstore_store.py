@@ -75,26 +75,6 @@ class DocstoreStore(Peer):
             return self.open(path)
         return docstore.build(self._file(path), records, id_field="doc_id", **self.writer_options)
 
-    def build_arrow(self, path, table) -> Any:
-        """Build from a pyarrow Table/RecordBatch with columns ``doc_id``, ``text``."""
-        import docstore
-
-        with docstore.Writer(self._file(path), fields={"text": "str"}, **self.writer_options) as w:
-            if hasattr(table, "to_batches"):
-                for batch in table.to_batches():
-                    w.add_many(batch)
-            else:
-                w.add_many(table)
-        return self.open(path)
-
-    def build_columns(self, path, doc_ids: list[str], texts: list[str]) -> Any:
-        """Build with the columnar ``Writer.add_many(ids, {"text": [...]})``."""
-        import docstore
-
-        with docstore.Writer(self._file(path), fields={"text": "str"}, **self.writer_options) as w:
-            w.add_many(doc_ids, {"text": texts})
-        return self.open(path)
-
     def open(self, path):
         import docstore
 
@@ -103,14 +83,8 @@ class DocstoreStore(Peer):
     def get(self, obj, doc_id):
         return obj[doc_id].text
 
-    def get_field(self, obj, doc_id):
-        return obj.get(doc_id, field="text")
-
     def get_many(self, obj, doc_ids):
         return obj.get_many(doc_ids, field="text")
-
-    def get_many_docs(self, obj, doc_ids):
-        return obj.get_many(doc_ids)
 
     def size_on_disk(self, path):
         return dir_size(self._file(path))

@@ -11,7 +11,7 @@ See ``docstore.open``, ``docstore.Writer``, ``docstore.build`` and ``docstore.Do
 from __future__ import annotations
 
 from . import errors
-from ._collection import seal
+from ._collection import seal, train_dictionary
 from ._doc import Doc
 from ._docstore import FORMAT_VERSION, get_num_threads, set_num_threads
 from ._store import DocStore, open
@@ -50,6 +50,7 @@ __all__ = [
     "open",
     "seal",
     "set_num_threads",
+    "train_dictionary",
     "upgrade",
 ]
 __all__ += errors.__all__  # the form type checkers follow

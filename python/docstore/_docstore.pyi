@@ -14,6 +14,7 @@ from ._doc import Doc
 __all__ = [
     "ARRAY_DTYPES",
     "DEFAULT_LEVEL",
+    "EXCEPTION_CLASSES",
     "FORMAT_VERSION",
     "Reader",
     "Writer",
@@ -25,6 +26,7 @@ __all__ = [
 FORMAT_VERSION: int
 ARRAY_DTYPES: tuple[str, ...]
 DEFAULT_LEVEL: int
+EXCEPTION_CLASSES: tuple[str, ...]
 
 def seal(
     target: str | os.PathLike[str],
@@ -79,6 +81,7 @@ class Reader:
     ) -> list[Any]: ...
     def keys_range(self, start: int, stop: int) -> list[str]: ...
     def _info(self) -> dict[str, int]: ...
+    def _dictionary(self) -> bytes: ...
     def verify(self) -> None: ...
 
 @disjoint_base
@@ -94,6 +97,7 @@ class Writer:
         batch_bytes: int | None = None,
         key_buffer_bytes: int | None = None,
         format_version: int | None = None,
+        dictionary: bytes | None = None,
     ) -> Writer: ...
     @property
     def path(self) -> Path: ...

@@ -94,6 +94,12 @@ class DocStore(Reader):
         positions = self.positions(doc_ids)
         return self.take(positions[positions >= 0], field=field, fields=fields)
 
+    @property
+    def dictionary(self) -> bytes:
+        """The store's compression dictionary (a collection's: its first shard's), as
+        ``Writer(..., dictionary=...)`` takes it, so that more shards can share it."""
+        return self._dictionary()
+
     def info(self) -> dict[str, Any]:
         """Count, fields, raw and stored bytes, compression ratio, codec and format version."""
         info = self._info()

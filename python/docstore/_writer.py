@@ -34,7 +34,9 @@ class Writer(_Writer):
     0 = none, default and most 64 KiB), ``batch_bytes`` (raw bytes per compression batch),
     ``key_buffer_bytes`` (memory for ids before sorted runs spill to disk), ``format_version``
     (2, the default: every read checks that it returns the document asked for; 1 only for a
-    reader older than docstore 0.2, which cannot open version 2).
+    reader older than docstore 0.2, which cannot open version 2), ``dictionary`` (bytes: use this
+    dictionary instead of training one, e.g. ``other_store.dictionary``, so that the shards of
+    one collection share one).
     Leaving the ``with`` block by an exception, or calling ``abort()``, leaves no store behind.
     """
 

@@ -3,7 +3,7 @@
 //! Each raises the error a user should see for a bad argument (`IndexError`, `TypeError`, a
 //! docstore error), so the methods that take them need not check them.
 
-use crate::errors::{new_error, IntoPy};
+use crate::errors::{new_error, Exc, IntoPy};
 use docstore_core::{Field, Schema};
 use numpy::{PyArray1, PyArrayDescrMethods, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyIndexError, PyOverflowError, PyTypeError};
@@ -118,20 +118,20 @@ pub(crate) fn key_of<'a>(py: Python<'_>, doc_id: &'a Bound<'_, PyAny>) -> PyResu
             .unwrap_or_default();
         new_error(
             py,
-            "InvalidKeyError",
+            Exc::InvalidKey,
             format!("doc ids must be str, got {got} {doc_id}"),
         )
     })?;
     match key.to_str() {
         Ok("") => Err(new_error(
             py,
-            "InvalidKeyError",
+            Exc::InvalidKey,
             "doc ids must be non-empty strings".into(),
         )),
         Ok(key) => Ok(key),
         Err(_) => Err(new_error(
             py,
-            "InvalidKeyError",
+            Exc::InvalidKey,
             format!("doc id {doc_id:?} is not valid Unicode"),
         )),
     }
@@ -167,7 +167,7 @@ pub(crate) fn schema_of(py: Python<'_>, fields: &Bound<'_, PyAny>) -> PyResult<S
     .map_err(|_| {
         new_error(
             py,
-            "SchemaError",
+            Exc::Schema,
             "fields must map field names to type names, e.g. {\"text\": \"str\"}".into(),
         )
     })?;
@@ -195,7 +195,7 @@ pub(crate) fn int_arg(name: &str, value: &Bound<'_, PyAny>) -> PyResult<i64> {
 }
 
 /// A writer option as the core takes it (`default` when not given); a negative or huge value is
-/// a `SchemaError` naming the option, as the core's own range checks are.
+/// an `InvalidArgumentError` naming the option, as the core's own range checks are.
 pub(crate) fn option<T: TryFrom<i64>>(
     name: &str,
     value: Option<&Bound<'_, PyAny>>,
@@ -208,7 +208,7 @@ pub(crate) fn option<T: TryFrom<i64>>(
         if err.is_instance_of::<PyOverflowError>(value.py()) {
             new_error(
                 value.py(),
-                "SchemaError",
+                Exc::InvalidArgument,
                 format!("{name}={value} is out of range"),
             )
         } else {
@@ -218,7 +218,7 @@ pub(crate) fn option<T: TryFrom<i64>>(
     T::try_from(v).map_err(|_| {
         new_error(
             value.py(),
-            "SchemaError",
+            Exc::InvalidArgument,
             format!("{name}={v} is out of range"),
         )
     })

@@ -1,7 +1,7 @@
 //! Batch lookups split into chunks, decoded on the calling thread and the pool's together, each
 //! chunk with its own scratch; small batches stay on the calling thread, where they are faster.
 
-use crate::errors::{new_error, IntoPy};
+use crate::errors::{new_error, Exc, IntoPy};
 use crate::scratch::Decoded;
 use docstore_core::parallel;
 use pyo3::prelude::*;
@@ -137,7 +137,7 @@ pub(crate) fn in_chunks_then<T: Sync, S: Default + Clearable + Send, R: Send>(
                             // scope ends, and `guard` reports it).
                             None => Err(new_error(
                                 py,
-                                "InternalError",
+                                Exc::Internal,
                                 "a decoding thread failed".into(),
                             )),
                         })?;

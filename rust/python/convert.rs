@@ -1,7 +1,8 @@
 //! Field values between Python objects and `docstore_core::Value`.
 
-use crate::errors::new_error;
+use crate::errors::{new_error, Exc};
 use docstore_core::{ElemType, FieldType, Value};
+use numpy::npyffi::{self, NpyTypes, PY_ARRAY_API};
 use numpy::{
     Element, PyArray1, PyArrayDescrMethods, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods,
 };
@@ -10,14 +11,31 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyByteArray, PyBytes, PyFloat, PyInt, PyString};
 
 /// A decoded value as a Python object: `str`, `bytes`, `int`, `float` or a 1-D numpy array.
+/// A value too large for the memory at hand raises `MemoryError` (pyo3's and numpy's own
+/// constructors would panic instead).
 pub fn to_python<'py>(py: Python<'py>, value: Value<'_>) -> PyResult<Bound<'py, PyAny>> {
     Ok(match value {
-        Value::Str(s) => PyString::new(py, s).into_any(),
-        Value::Bytes(b) => PyBytes::new(py, b).into_any(),
+        Value::Str(s) => {
+            let len = s.len() as pyo3::ffi::Py_ssize_t;
+            // SAFETY: a valid pointer and length; the result is checked for NULL, which comes
+            // with the exception set (MemoryError).
+            unsafe {
+                let obj = pyo3::ffi::PyUnicode_FromStringAndSize(s.as_ptr().cast(), len);
+                Bound::from_owned_ptr_or_err(py, obj)?
+            }
+        }
+        Value::Bytes(b) => {
+            let len = b.len() as pyo3::ffi::Py_ssize_t;
+            // SAFETY: as for `Str`.
+            unsafe {
+                let obj = pyo3::ffi::PyBytes_FromStringAndSize(b.as_ptr().cast(), len);
+                Bound::from_owned_ptr_or_err(py, obj)?
+            }
+        }
         Value::Int64(v) => v.into_pyobject(py)?.into_any(),
         Value::Float64(v) => PyFloat::new(py, v).into_any(),
-        Value::Array(elem, bytes) => new_array(py, elem, bytes, false),
-        Value::Planes(elem, bytes) => new_array(py, elem, bytes, true),
+        Value::Array(elem, bytes) => new_array(py, elem, bytes, false)?,
+        Value::Planes(elem, bytes) => new_array(py, elem, bytes, true)?,
     })
 }
 
@@ -27,7 +45,7 @@ fn new_array<'py>(
     elem: ElemType,
     bytes: &[u8],
     planes: bool,
-) -> Bound<'py, PyAny> {
+) -> PyResult<Bound<'py, PyAny>> {
     match elem {
         ElemType::I8 => array_from::<i8>(py, bytes, planes),
         ElemType::U8 => array_from::<u8>(py, bytes, planes),
@@ -44,15 +62,32 @@ fn new_array<'py>(
 
 /// A new numpy array holding the elements in `bytes`: little-endian elements (the host is
 /// little-endian) or, with `planes`, their byte planes, joined straight into the array.
-fn array_from<'py, T: Element>(py: Python<'py>, bytes: &[u8], planes: bool) -> Bound<'py, PyAny> {
+fn array_from<'py, T: Element>(
+    py: Python<'py>,
+    bytes: &[u8],
+    planes: bool,
+) -> PyResult<Bound<'py, PyAny>> {
     let size = std::mem::size_of::<T>();
     let len = bytes.len() / size;
     let bytes = &bytes[..len * size];
-    // SAFETY: a fresh, C-contiguous array of `len` elements: `len * size` bytes, not yet
-    // initialised (hence `MaybeUninit`), all written here before the array is shared. Writing
-    // them needs no alignment of `bytes`.
+    // SAFETY: a fresh, C-contiguous array of `len` elements, made as numpy's `PyArray1::new`
+    // makes it but with its failure (NULL, MemoryError set) returned rather than a panic:
+    // `len * size` bytes, not yet initialised (hence `MaybeUninit`), all written here before the
+    // array is shared. Writing them needs no alignment of `bytes`.
     unsafe {
-        let array = PyArray1::<T>::new(py, [len], false);
+        let mut dims = [len as npyffi::npy_intp];
+        let ptr = PY_ARRAY_API.PyArray_NewFromDescr(
+            py,
+            npyffi::get_type_object(py, NpyTypes::PyArray_Type),
+            T::get_dtype(py).into_dtype_ptr(),
+            1,
+            dims.as_mut_ptr(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+            std::ptr::null_mut(),
+        );
+        let array = Bound::from_owned_ptr_or_err(py, ptr)?.cast_into_unchecked::<PyArray1<T>>();
         if len > 0 {
             let out = std::slice::from_raw_parts_mut(
                 array.data().cast::<std::mem::MaybeUninit<u8>>(),
@@ -64,7 +99,7 @@ fn array_from<'py, T: Element>(py: Python<'py>, bytes: &[u8], planes: bool) -> B
                 std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.as_mut_ptr().cast(), bytes.len());
             }
         }
-        array.into_any()
+        Ok(array.into_any())
     }
 }
 
@@ -98,7 +133,7 @@ impl<'py> Holder<'py> {
                 if exact_array(&converted, elem).is_none() {
                     return Err(new_error(
                         obj.py(),
-                        "InternalError",
+                        Exc::Internal,
                         "as_array returned a wrong array".into(),
                     ));
                 }
@@ -138,7 +173,7 @@ fn type_error(
         .unwrap_or_else(|_| "?".into());
     new_error(
         py,
-        "FieldTypeError",
+        Exc::FieldType,
         format!("doc {doc_id:?}: field {field:?} is {ty}, got {got}"),
     )
 }
@@ -163,7 +198,7 @@ pub fn from_python<'a, 'py>(
             Value::Str(s.to_str().map_err(|_| {
                 new_error(
                     py,
-                    "FieldTypeError",
+                    Exc::FieldType,
                     format!(
                         "doc {doc_id:?}: field {field:?} is not valid Unicode (lone surrogate)"
                     ),
@@ -184,7 +219,7 @@ pub fn from_python<'a, 'py>(
                     let message = format!(
                         "doc {doc_id:?}: field {field:?} is int64, got {obj}: outside its range"
                     );
-                    new_error(py, "FieldTypeError", message)
+                    new_error(py, Exc::FieldType, message)
                 } else {
                     wrong()
                 }
@@ -199,7 +234,7 @@ pub fn from_python<'a, 'py>(
                 let message = format!(
                     "doc {doc_id:?}: field {field:?} is float64, got {obj}, which float64 cannot hold exactly"
                 );
-                return Err(new_error(py, "FieldTypeError", message));
+                return Err(new_error(py, Exc::FieldType, message));
             }
             Value::Float64(x)
         }

@@ -3,7 +3,7 @@
 //! place rather than made by calling its class.
 
 use crate::convert::to_python;
-use crate::errors::new_error;
+use crate::errors::{new_error, Exc};
 use crate::text::Layout;
 use docstore_core::record::RawValue;
 use pyo3::prelude::*;
@@ -67,7 +67,7 @@ pub(crate) fn raw_to_python<'py>(
             if units.len() != layout.chars * layout.width() {
                 return Err(new_error(
                     py,
-                    "InternalError",
+                    Exc::Internal,
                     "a prepared str has the wrong number of units".into(),
                 ));
             }
@@ -105,7 +105,11 @@ pub(crate) fn raw_to_python<'py>(
                 )
             };
             if obj.is_null() {
-                let _ = PyErr::fetch(py);
+                // Out of memory for it: that error itself. Otherwise the bytes are not UTF-8.
+                let err = PyErr::fetch(py);
+                if err.is_instance_of::<pyo3::exceptions::PyMemoryError>(py) {
+                    return Err(err);
+                }
                 return Err(crate::errors::to_pyerr(
                     py,
                     docstore_core::Error::Corrupt("str field is not UTF-8".into()),

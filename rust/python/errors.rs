@@ -2,24 +2,76 @@
 //! that turns a Rust panic into `docstore.InternalError` instead of a crash.
 
 use docstore_core::Error;
-use pyo3::exceptions::{PyIndexError, PyKeyError};
+use pyo3::exceptions::{PyIndexError, PyKeyError, PyMemoryError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyType;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// One of the exception classes of `docstore.errors`, looked up once.
-pub fn exception_class<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyType>> {
+pub fn exception_class<'py>(py: Python<'py>, class: Exc) -> PyResult<Bound<'py, PyType>> {
     static MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
     let module = MODULE.get_or_try_init(py, || py.import("docstore.errors").map(Bound::unbind))?;
     module
         .bind(py)
-        .getattr(name)?
+        .getattr(class.name())?
         .cast_into::<PyType>()
         .map_err(PyErr::from)
 }
 
-pub fn new_error(py: Python<'_>, class: &str, message: String) -> PyErr {
+/// The exception classes of `docstore/errors.py` the bindings raise, named here once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exc {
+    Corrupt,
+    UnsupportedVersion,
+    Schema,
+    FieldType,
+    InvalidKey,
+    InvalidArgument,
+    DuplicateKey,
+    StoreExists,
+    StoreNotFound,
+    StoreIO,
+    Closed,
+    Internal,
+}
+
+impl Exc {
+    pub const ALL: [Exc; 12] = [
+        Exc::Corrupt,
+        Exc::UnsupportedVersion,
+        Exc::Schema,
+        Exc::FieldType,
+        Exc::InvalidKey,
+        Exc::InvalidArgument,
+        Exc::DuplicateKey,
+        Exc::StoreExists,
+        Exc::StoreNotFound,
+        Exc::StoreIO,
+        Exc::Closed,
+        Exc::Internal,
+    ];
+
+    /// The class's name in `docstore.errors`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Exc::Corrupt => "CorruptStoreError",
+            Exc::UnsupportedVersion => "UnsupportedVersionError",
+            Exc::Schema => "SchemaError",
+            Exc::FieldType => "FieldTypeError",
+            Exc::InvalidKey => "InvalidKeyError",
+            Exc::InvalidArgument => "InvalidArgumentError",
+            Exc::DuplicateKey => "DuplicateKeyError",
+            Exc::StoreExists => "StoreExistsError",
+            Exc::StoreNotFound => "StoreNotFoundError",
+            Exc::StoreIO => "StoreIOError",
+            Exc::Closed => "ClosedError",
+            Exc::Internal => "InternalError",
+        }
+    }
+}
+
+pub fn new_error(py: Python<'_>, class: Exc, message: String) -> PyErr {
     match exception_class(py, class) {
         Ok(cls) => PyErr::from_type(cls, message),
         Err(err) => err,
@@ -30,23 +82,25 @@ pub fn new_error(py: Python<'_>, class: &str, message: String) -> PyErr {
 pub fn to_pyerr(py: Python<'_>, err: Error) -> PyErr {
     let message = err.to_string();
     let class = match err {
-        Error::Corrupt(_) => "CorruptStoreError",
-        Error::UnsupportedVersion { .. } => "UnsupportedVersionError",
+        Error::Corrupt(_) => Exc::Corrupt,
+        Error::UnsupportedVersion { .. } => Exc::UnsupportedVersion,
         Error::DuplicateKey(key) | Error::DuplicateKeyIn { key, .. } => {
-            return match exception_class(py, "DuplicateKeyError") {
+            return match exception_class(py, Exc::DuplicateKey) {
                 Ok(cls) => PyErr::from_type(cls, (message, key)),
                 Err(err) => err,
             }
         }
-        Error::InvalidArgument(_) => "InvalidArgumentError",
-        Error::InvalidKey(_) => "InvalidKeyError",
-        Error::Schema(_) => "SchemaError",
-        Error::FieldType(_) => "FieldTypeError",
-        Error::AlreadyExists(_) => "StoreExistsError",
+        Error::InvalidArgument(_) => Exc::InvalidArgument,
+        Error::InvalidKey(_) => Exc::InvalidKey,
+        Error::Schema(_) => Exc::Schema,
+        Error::FieldType(_) => Exc::FieldType,
+        Error::AlreadyExists(_) => Exc::StoreExists,
         Error::OutOfRange { .. } => return PyIndexError::new_err(message),
-        Error::Closed(_) => "ClosedError",
-        Error::Io(ref io) if io.kind() == std::io::ErrorKind::NotFound => "StoreNotFoundError",
-        Error::Io(_) => "StoreIOError",
+        Error::Closed(_) => Exc::Closed,
+        // Python's own: what any allocation that fails raises, and what callers catch.
+        Error::OutOfMemory { .. } => return PyMemoryError::new_err(message),
+        Error::Io(ref io) if io.kind() == std::io::ErrorKind::NotFound => Exc::StoreNotFound,
+        Error::Io(_) => Exc::StoreIO,
     };
     new_error(py, class, message)
 }
@@ -68,7 +122,7 @@ pub fn guard<T>(py: Python<'_>, f: impl FnOnce() -> PyResult<T>) -> PyResult<T> 
                 .unwrap_or_else(|| "unknown panic".into());
             Err(new_error(
                 py,
-                "InternalError",
+                Exc::Internal,
                 format!("internal error in docstore: {what}"),
             ))
         }

@@ -54,5 +54,11 @@ fn _docstore(m: &Bound<'_, PyModule>) -> PyResult<()> {
         .map(|e| e.name())
         .collect();
     m.add("ARRAY_DTYPES", pyo3::types::PyTuple::new(m.py(), dtypes)?)?;
+    // The exception classes the bindings raise, for the test that each exists in docstore.errors.
+    let classes = errors::Exc::ALL.map(errors::Exc::name);
+    m.add(
+        "EXCEPTION_CLASSES",
+        pyo3::types::PyTuple::new(m.py(), classes)?,
+    )?;
     Ok(())
 }

@@ -5,7 +5,7 @@
 use crate::args::{field_names_arg, ids_of, plain_str, position_arg, positions_arg};
 use crate::chunks::{in_chunks, in_chunks_then};
 use crate::doc::{doc_class, raw_to_python, DocBuilder};
-use crate::errors::{guard, key_error, new_error, IntoPy};
+use crate::errors::{guard, key_error, new_error, Exc, IntoPy};
 use crate::scratch::{Batches, Decoded};
 use crate::text::{RecordTexts, Wants};
 use arc_swap::ArcSwapOption;
@@ -54,7 +54,7 @@ impl Reader {
         self.store.load_full().ok_or_else(|| {
             new_error(
                 py,
-                "ClosedError",
+                Exc::Closed,
                 format!("store {} is closed", self.path.display()),
             )
         })
@@ -67,7 +67,7 @@ impl Reader {
             .ok_or_else(|| {
                 new_error(
                     py,
-                    "SchemaError",
+                    Exc::Schema,
                     format!(
                         "no field {name:?}; the store's fields are {:?}",
                         self.field_names
@@ -86,7 +86,7 @@ impl Reader {
         match (field, fields.map(field_names_arg).transpose()?) {
             (Some(_), Some(_)) => Err(new_error(
                 py,
-                "SchemaError",
+                Exc::Schema,
                 "give field= or fields=, not both".into(),
             )),
             (Some("doc_id"), None) => Ok(Select::Key),
@@ -566,6 +566,16 @@ impl Reader {
         info.set_item("checked_reads", store.checked())?;
         info.set_item("shards", list)?;
         Ok(info)
+    }
+
+    /// The compression dictionary (of the first shard, in a collection): `Writer(dictionary=...)`
+    /// takes it, so that the shards of one corpus share one.
+    fn _dictionary<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+        let store = self.store(py)?;
+        Ok(pyo3::types::PyBytes::new(
+            py,
+            store.shards()[0].dictionary(),
+        ))
     }
 
     /// Reads and checks every byte (checksums, index, every document); raises CorruptStoreError.

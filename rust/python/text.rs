@@ -5,8 +5,9 @@
 //! counting and transcoding) is most of the cost of a `str`; done here, in the decoding threads,
 //! it runs in parallel and leaves the thread holding the GIL only an allocation and a copy.
 
+use docstore_core::error::try_reserve;
 use docstore_core::record::{self, RawValue};
-use docstore_core::{FieldType, RecordBatch, Schema};
+use docstore_core::{Error, FieldType, RecordBatch, Result, Schema};
 use std::ops::Range;
 
 /// Where the code units of a prepared `str` are.
@@ -46,39 +47,44 @@ impl Layout {
     }
 }
 
-/// The layout of `utf8` as a `str`, its units appended to `buffer` unless it is ASCII;
-/// `None` when it is not valid UTF-8.
-fn layout_of(utf8: &[u8], buffer: &mut Vec<u8>) -> Option<Layout> {
+/// The layout of `utf8` as a `str`, its units appended to `buffer` unless it is ASCII; an error
+/// when it is not valid UTF-8, or when memory for its units runs out.
+fn layout_of(utf8: &[u8], buffer: &mut Vec<u8>) -> Result<Layout> {
     if utf8.is_ascii() {
-        return Some(Layout {
+        return Ok(Layout {
             chars: utf8.len(),
             max_char: 127,
             units: Units::Ascii,
         });
     }
-    let text = std::str::from_utf8(utf8).ok()?;
+    let text =
+        std::str::from_utf8(utf8).map_err(|_| Error::Corrupt("str field is not UTF-8".into()))?;
     let (chars, widest) = count_and_widest(utf8);
     let start = buffer.len();
     // In valid UTF-8 the largest byte is the lead byte of the widest character, and it alone
     // says the width: C2-C3 start U+0080..U+00FF, up to EF the rest of the BMP, F0-F4 the
     // astral planes.
-    let max_char = if widest < 0xC4 {
-        latin1(utf8, chars, buffer);
+    let width = match widest {
+        0..=0xC3 => 1,
+        0xC4..=0xEF => 2,
+        _ => 4,
+    };
+    try_reserve(buffer, chars * width)?;
+    let max_char = if width == 1 {
+        latin1(utf8, buffer);
         0xFF
-    } else if widest < 0xF0 {
-        buffer.reserve(chars * 2);
+    } else if width == 2 {
         for c in text.chars() {
             buffer.extend_from_slice(&(c as u16).to_ne_bytes());
         }
         0xFFFF
     } else {
-        buffer.reserve(chars * 4);
         for c in text.chars() {
             buffer.extend_from_slice(&(c as u32).to_ne_bytes());
         }
         0x10FFFF
     };
-    Some(Layout {
+    Ok(Layout {
         chars,
         max_char,
         units: Units::Buffer(start..buffer.len()),
@@ -101,10 +107,9 @@ fn count_and_widest(utf8: &[u8]) -> (usize, u8) {
     (utf8.len() - continuations, widest)
 }
 
-/// Appends the Latin-1 units of `utf8` (valid, every character below U+0100, `chars` of them):
-/// each run of ASCII copied whole, then one two-byte sequence.
-fn latin1(utf8: &[u8], chars: usize, buffer: &mut Vec<u8>) {
-    buffer.reserve(chars);
+/// Appends the Latin-1 units of `utf8` (valid, every character below U+0100): each run of ASCII
+/// copied whole, then one two-byte sequence.
+fn latin1(utf8: &[u8], buffer: &mut Vec<u8>) {
     let mut rest = utf8;
     while !rest.is_empty() {
         let ascii = ascii_prefix(rest);
@@ -167,7 +172,7 @@ impl Texts {
         schema: &Schema,
         batch: &RecordBatch,
         wanted: &impl Wants,
-    ) -> docstore_core::Result<()> {
+    ) -> Result<()> {
         self.clear();
         let is_wanted_str =
             |index: usize| wanted.wants(index) && schema.fields[index].ty == FieldType::Str;
@@ -180,9 +185,7 @@ impl Texts {
             for (index, value) in record::raw_fields(schema, batch.get(i)).enumerate() {
                 self.layouts.push(match value? {
                     RawValue::Utf8(utf8) if wanted.wants(index) => {
-                        Some(layout_of(utf8, &mut self.buffer).ok_or_else(|| {
-                            docstore_core::Error::Corrupt("str field is not UTF-8".into())
-                        })?)
+                        Some(layout_of(utf8, &mut self.buffer)?)
                     }
                     _ => None,
                 });

@@ -6,7 +6,7 @@ mod turn;
 
 use crate::args::{as_dict, key_of, option, schema_of};
 use crate::convert::{from_python, Holder};
-use crate::errors::{guard, new_error, IntoPy};
+use crate::errors::{guard, new_error, Exc, IntoPy};
 use crate::text_columns::{check_text_rows, TextColumn};
 use docstore_core::repeats::first_repeat;
 use docstore_core::{FieldType, Schema, Value, Writer as CoreWriter, WriterOptions, MAX_DOCS};
@@ -51,7 +51,7 @@ impl State {
                 "the writer of {} has already finished or failed",
                 path.display()
             );
-            new_error(py, "ClosedError", message)
+            new_error(py, Exc::Closed, message)
         })
     }
 
@@ -92,7 +92,7 @@ impl State {
                 lookup(i, &field.name)?.ok_or_else(|| {
                     new_error(
                         py,
-                        "SchemaError",
+                        Exc::Schema,
                         format!("doc {key:?} is missing field {:?}", field.name),
                     )
                 })
@@ -133,7 +133,7 @@ impl State {
         if count.saturating_add(rows as u64) > MAX_DOCS {
             return Err(new_error(
                 py,
-                "SchemaError",
+                Exc::Schema,
                 format!("a store holds at most {MAX_DOCS} documents"),
             ));
         }
@@ -168,7 +168,7 @@ impl State {
             }
             _ => Err(new_error(
                 py,
-                "SchemaError",
+                Exc::Schema,
                 format!(
                     "doc {}: unknown field {}; the store's fields are {:?}",
                     quoted(doc_id),
@@ -255,7 +255,7 @@ impl State {
             (Some(_), Some(_)) => {
                 return Err(new_error(
                     py,
-                    "SchemaError",
+                    Exc::Schema,
                     "give fields either as a dict or as keywords, not both".into(),
                 ))
             }
@@ -302,7 +302,7 @@ impl State {
         let doc_id = record.get_item(&id_key)?.ok_or_else(|| {
             new_error(
                 py,
-                "SchemaError",
+                Exc::Schema,
                 format!("record has no id field {id_field:?}: {record}"),
             )
         })?;
@@ -335,7 +335,7 @@ impl State {
         if columns.len() != self.schema.len() {
             return Err(new_error(
                 py,
-                "SchemaError",
+                Exc::Schema,
                 "one column per field is needed".into(),
             ));
         }
@@ -343,7 +343,7 @@ impl State {
             if column.len() != doc_ids.len() {
                 return Err(new_error(
                     py,
-                    "SchemaError",
+                    Exc::Schema,
                     format!(
                         "columns have {} values for {} doc ids",
                         column.len(),
@@ -373,7 +373,7 @@ impl State {
         doc_ids: (PyReadonlyArray1<'_, i64>, PyReadonlyArray1<'_, u8>),
         columns: Vec<(PyReadonlyArray1<'_, i64>, PyReadonlyArray1<'_, u8>)>,
     ) -> PyResult<()> {
-        let error = |message: String| new_error(py, "SchemaError", message);
+        let error = |message: String| new_error(py, Exc::Schema, message);
         if columns.len() != self.schema.len() {
             return Err(error("one column per field is needed".into()));
         }
@@ -469,7 +469,7 @@ fn quoted(obj: &Bound<'_, PyAny>) -> String {
 #[pymethods]
 impl Writer {
     #[new]
-    #[pyo3(signature = (path, fields, *, overwrite=false, level=None, dict_size=None, batch_bytes=None, key_buffer_bytes=None, format_version=None))]
+    #[pyo3(signature = (path, fields, *, overwrite=false, level=None, dict_size=None, batch_bytes=None, key_buffer_bytes=None, format_version=None, dictionary=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -481,6 +481,7 @@ impl Writer {
         batch_bytes: Option<&Bound<'_, PyAny>>,
         key_buffer_bytes: Option<&Bound<'_, PyAny>>,
         format_version: Option<&Bound<'_, PyAny>>,
+        dictionary: Option<&[u8]>,
     ) -> PyResult<Self> {
         let schema = schema_of(py, fields)?;
         let defaults = WriterOptions::default();
@@ -495,6 +496,7 @@ impl Writer {
             )?,
             overwrite,
             format_version: option("format_version", format_version, defaults.format_version)?,
+            dictionary: dictionary.map(<[u8]>::to_vec),
         };
         let state = State::create(py, path.clone(), schema, options)?;
         Ok(Writer {

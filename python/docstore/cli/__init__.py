@@ -151,8 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except BrokenPipeError:
         return 0
-    except (DocstoreError, UsageError, OSError, ValueError, KeyError) as exc:
-        message = str(exc) if not isinstance(exc, KeyError) else f"not found: {exc}"
+    except (DocstoreError, UsageError, OSError, ValueError, KeyError, MemoryError) as exc:
+        message = f"not found: {exc}" if isinstance(exc, KeyError) else str(exc) or type(exc).__name__
         print(f"docstore {args.command}: error: {message}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

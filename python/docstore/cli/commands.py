@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import base64
 import csv
+import fcntl
+import hashlib
 import json
 import math
 import os
@@ -15,7 +17,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from .. import Writer, seal, upgrade
+from .. import Writer, seal, set_num_threads, upgrade
 from .. import open as open_store
 from .._docstore import FORMAT_VERSION
 from .._writer import infer_type
@@ -93,9 +95,8 @@ def cmd_build(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.output} already exists (pass --overwrite to replace it)")
     if args.shards > 1:
         iterator.close()  # the first record told the fields; each shard reads its own piece
-        plan = shard_plan(args.inputs, formats, args.shards)
         shard_args = (fields, args.id_field, columns, keep, args.level, coerce)
-        _build_shards(args.output, plan, shard_args, args.overwrite)
+        _build_shards(args.output, args.inputs, formats, args.shards, shard_args, args.overwrite)
     else:
         _build_one(args, fields, coerce, first, iterator)
     _report_build(args.output, start)
@@ -128,51 +129,107 @@ def _build_one(
 Piece = tuple[str, str, Optional[tuple[int, int]]]  # path, format, byte range (None: all of it)
 
 
-def shard_plan(inputs: list[str], formats: list[str], n: int) -> list[list[Piece]]:
+def shard_plan(inputs: list[str], formats: list[str], n: int, start: int = 0) -> list[list[Piece]]:
     """The inputs cut into ``n`` runs of about equal bytes, in input order: uncompressed JSON
     lines split between lines (a piece holds the lines that start in its byte range), any other
-    file whole, in the run where it starts. Runs can be empty (fewer files than shards)."""
+    file whole, in the run where it starts. Runs can be empty (fewer files than shards).
+    ``start``: where in the first input (uncompressed JSON lines) to begin."""
     sizes = [os.path.getsize(p) for p in inputs]
-    total = max(sum(sizes), 1)
+    total = max(sum(sizes) - start, 1)
     plan: list[list[Piece]] = [[] for _ in range(n)]
-    offset = 0
+    offset = -start  # where each input begins, counted from `start`
     for path, fmt, size in zip(inputs, formats, sizes):
         if fmt == "jsonl" and not is_gzip(path):
-            at = offset
+            at = max(offset, 0)
             while at < offset + size:
                 k = min(n - 1, at * n // total)
                 end = min(offset + size, -(-(k + 1) * total // n))  # > at: ceil of run k's end
                 plan[k].append((path, fmt, (at - offset, end - offset)))
                 at = end
         else:
-            plan[min(n - 1, offset * n // total)].append((path, fmt, None))
+            plan[min(n - 1, max(offset, 0) * n // total)].append((path, fmt, None))
         offset += size
     return plan
 
 
-def _build_shards(output: str, plan: list[list[Piece]], shard_args: tuple, overwrite: bool) -> None:
-    """Builds each run of ``plan`` into a shard in its own process, then seals them in order into
-    the collection ``output``. A failure leaves nothing (the shards are scratch files)."""
+def _build_shards(
+    output: str, inputs: list[str], formats: list[str], n: int, shard_args: tuple, overwrite: bool
+) -> None:
+    """Builds the input into ``n`` shards in ``n`` processes, then seals them in order into the
+    collection ``output``. A failure leaves nothing (the shards are scratch files)."""
     import concurrent.futures
     import multiprocessing
     import shutil
     import tempfile
 
     parent = os.path.dirname(os.path.abspath(output))
-    staging = tempfile.mkdtemp(prefix=".docstore-shards-", dir=parent)
+    prefix = _staging_prefix(output)
+    _sweep_dead_staging(parent, prefix)
+    staging = tempfile.mkdtemp(prefix=prefix, dir=parent)
+    # Held (by this process and the workers it forks) until the build ends: a staging directory
+    # whose lock can be taken was left by a killed build, and the next build removes it.
+    lock = open(os.path.join(staging, "lock"), "w")  # noqa: SIM115 - closed in the finally below
+    fcntl.flock(lock, fcntl.LOCK_EX)
     try:
+        # One dictionary for every shard, trained once, on the input's first batch as a
+        # single-file build trains it: shards compress alike, and readers keep one copy of it.
+        # The first batch is built here, as a shard of its own when the first input can be
+        # resumed after it (uncompressed JSON lines), so that training it costs nothing extra.
+        head = os.path.join(staging, "head.docstore")
+        splittable = formats[0] == "jsonl" and not is_gzip(inputs[0])
+        first = (inputs[0], formats[0], (0, os.path.getsize(inputs[0])) if splittable else None)
+        _, resume_at = build_shard(head, [first], *shard_args, limit_bytes=4 << 20)
+        store = open_store(head)
+        dictionary = store.dictionary or None  # none trained (no records): each shard trains
+        store.close()
+        if not splittable:  # the batch was a sample only
+            os.remove(head)
+            shards, plan = [], shard_plan(inputs, formats, n)
+        elif resume_at is not None:
+            shards, plan = [head], shard_plan(inputs, formats, n - 1, start=resume_at)
+        else:  # the first input fitted in the first batch
+            shards, plan = [head], shard_plan(inputs[1:], formats[1:], n - 1) if len(inputs) > 1 else []
         paths = [os.path.join(staging, f"part-{k:05d}.docstore") for k in range(len(plan))]
         # fork: the workers need nothing but their arguments, and spawn or forkserver would first
         # run the main module again (which a script read from stdin does not have); docstore is
         # fork-safe, and the writers are created in the children
         context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
-        with concurrent.futures.ProcessPoolExecutor(len(plan), mp_context=context) as pool:
-            jobs = [pool.submit(build_shard, path, pieces, *shard_args) for path, pieces in zip(paths, plan)]
+        with concurrent.futures.ProcessPoolExecutor(max(1, len(plan)), mp_context=context) as pool:
+            # Each worker compresses on its share of the cores: N processes with a thread per
+            # core each would only contend for them.
+            threads = max(1, len(os.sched_getaffinity(0)) // max(1, len(plan)))
+            jobs = [
+                pool.submit(build_shard, path, pieces, *shard_args, dictionary, threads=threads)
+                for path, pieces in zip(paths, plan)
+            ]
             for job in jobs:
                 job.result()  # the first failure, in shard order
-        seal(output, paths, overwrite=overwrite)
+        seal(output, shards + paths, overwrite=overwrite)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        lock.close()
+
+
+def _staging_prefix(output: str) -> str:
+    """Names of the staging directories of a ``--shards`` build of ``output``: short whatever the
+    output's name (a file name is at most 255 bytes), and the same for every build of it."""
+    name = os.path.basename(os.path.abspath(output))
+    return f".docstore-shards-{hashlib.sha1(os.fsencode(name)).hexdigest()[:12]}-"
+
+
+def _sweep_dead_staging(parent: str, prefix: str) -> None:
+    """Removes the staging directories that killed builds of the same output left in ``parent``."""
+    import shutil
+
+    for name in os.listdir(parent):
+        if not name.startswith(prefix):
+            continue
+        try:
+            with open(os.path.join(parent, name, "lock")) as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held: a live build
+        except OSError:
+            continue
+        shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
 
 
 def build_shard(
@@ -184,14 +241,24 @@ def build_shard(
     keep: list[str] | None,
     level: int | None,
     coerce: dict[str, dict[str, str]],
-) -> int:
-    """One shard of a ``--shards`` build (runs in a worker process): the records of ``pieces``."""
+    dictionary: bytes | None = None,
+    limit_bytes: int | None = None,
+    threads: int | None = None,
+) -> tuple[int, int | None]:
+    """One shard of a ``--shards`` build (runs in a worker process): the records of ``pieces``,
+    their count, and None. With ``limit_bytes``, only the first records of about that many bytes
+    of text, and where the next record starts (its position), None when every record was read."""
+    if threads is not None:
+        set_num_threads(threads)
     count = 0
-    with Writer(path, fields, level=level) as writer:
+    with Writer(path, fields, level=level, dictionary=dictionary) as writer:
+        seen = 0  # bytes of the text and bytes values added, for limit_bytes
         for source, fmt, byte_range in pieces:
             position = 0
             try:
                 for position, record in read_records(source, fmt, columns, keep, byte_range):
+                    if limit_bytes is not None and seen >= limit_bytes:
+                        return count, position
                     try:
                         if coerce[fmt]:
                             coerce_record(record, coerce[fmt], id_field)
@@ -201,9 +268,11 @@ def build_shard(
                             f"{where(source, fmt, position, byte_range is not None)}: {exc}"
                         ) from None
                     count += 1
+                    if limit_bytes is not None:
+                        seen += sum(len(v) for v in record.values() if isinstance(v, (str, bytes)))
             except (*GZIP_ERRORS, csv.Error, UnicodeDecodeError) as exc:
                 raise UsageError(unreadable(source, fmt, position, exc)) from None
-    return count
+    return count, None
 
 
 def _report_build(output: str, start: float) -> None:

@@ -16,9 +16,7 @@ import zlib
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
-
-from .._writer import ARRAY_DTYPES
+from .._arrow import field_type, unsupported
 from ..errors import FieldTypeError
 
 FORMATS = ("jsonl", "tsv", "csv", "parquet")
@@ -214,32 +212,15 @@ def parquet_fields(path: str, id_field: str) -> dict[str, str]:
 def _arrow_field_type(path: str, name: str, arrow_type: Any) -> str:
     import pyarrow as pa
 
-    t = arrow_type.value_type if pa.types.is_dictionary(arrow_type) else arrow_type
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return "str"
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
-        return "bytes"
-    if pa.types.is_integer(t):  # signed or unsigned, up to 64 bits; a uint64 beyond int64 is refused by row
-        return "int64"
-    if pa.types.is_floating(t):
-        return "float64"
-    if pa.types.is_boolean(t):
-        raise UsageError(
-            f"{path}: column {name!r} is bool, which docstore has no type for; "
-            f"pass --fields to store it as 0/1, e.g. --fields {name}:int64"
-        )
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        element = t.value_type
-        if pa.types.is_integer(element) or pa.types.is_floating(element):
-            dtype = np.dtype(element.to_pandas_dtype()).name
-            if dtype in ARRAY_DTYPES:
-                return f"{dtype}[]"
-            if dtype == "float16":  # the narrowest float field, as build() infers
-                return "float32[]"
-    raise UsageError(
-        f"{path}: column {name!r} has Arrow type {arrow_type}, which docstore has no field type for; "
-        "drop the column, or pass --fields naming the columns to keep"
+    kind = field_type(arrow_type)
+    if kind is not None:
+        return kind
+    hint = (
+        f"pass --fields to store it as 0/1, e.g. --fields {name}:int64"
+        if pa.types.is_boolean(arrow_type)
+        else "drop the column, or pass --fields naming the columns to keep"
     )
+    raise UsageError(f"{path}: {unsupported(name, arrow_type)}; {hint}")
 
 
 def parse_fields(spec: str | None) -> dict[str, str] | None:

@@ -14,7 +14,7 @@
 //! record when compression would not shrink it.
 
 use crate::encoder::{DictIndex, Encoder};
-use crate::error::{Error, Result};
+use crate::error::{try_reserve, Error, Result};
 use crate::varint;
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -93,6 +93,14 @@ pub const LEVEL_NONE: i32 = -1;
 const ENCODER_LEVEL: i32 = 3;
 /// The most output room a thread keeps in its decode buffer (beyond the dictionary).
 const KEEP_DECODE_BYTES: usize = 16 << 20;
+/// lz4's largest expansion: each byte of a block yields at most this many decoded bytes. A literal
+/// byte yields itself; a match costs a token and a 2-byte offset for at most 4 + 15 bytes, and
+/// each length byte after them (255 meaning "and more") adds at most 255: so a match of `3 + k`
+/// bytes yields at most `18 + 255 k < 255 (3 + k)`. Extra literal-length bytes yield nothing.
+const MAX_EXPANSION: u64 = 255;
+/// A compressed blob that claims more than this is parsed before its output is allocated: its
+/// lz4 sequences must add up to exactly the length it claims (`block_len`).
+const SCAN_CLAIMS_OVER: usize = 1 << 20;
 
 /// How documents are compressed: `level` 0 is lz4's fast mode, 1..=12 its HC levels,
 /// `LEVEL_NONE` none at all.
@@ -191,7 +199,7 @@ impl Compressor {
     /// `dict` is cut to its last 64 KiB (all lz4 can reach); `LEVEL_NONE` ignores it.
     pub fn new(level: i32, dict: &[u8]) -> Result<Compressor> {
         if !(LEVEL_NONE..=MAX_LEVEL).contains(&level) {
-            return Err(Error::Schema(format!(
+            return Err(Error::InvalidArgument(format!(
                 "compression level must be {LEVEL_NONE} (none), 0 (fast) or 1 to {MAX_LEVEL} \
                  (lz4 HC, smallest at {MAX_LEVEL}), got {level}"
             )));
@@ -354,16 +362,58 @@ fn parse(blob: &[u8]) -> Result<Blob<'_>> {
         }
         return Ok(Blob::Stored(payload));
     }
-    // lz4 expands at most ~255x; anything claiming more is corrupt (and must not allocate).
-    if raw_len > MAX_INPUT as u64 || raw_len > (payload.len() as u64 + 16) * 255 {
-        return Err(Error::corrupt(
-            "compressed record claims an impossible length",
-        ));
+    // What it claims sizes the output buffer: bounded by what lz4 can make of the payload, and
+    // for the claims worth an allocation, by what the payload does make of itself.
+    if raw_len > MAX_INPUT as u64 || raw_len > payload.len() as u64 * MAX_EXPANSION {
+        return Err(Error::corrupt(format!(
+            "compressed record claims {raw_len} bytes, more than its {} bytes of lz4 can hold",
+            payload.len()
+        )));
+    }
+    if raw_len > SCAN_CLAIMS_OVER as u64 && block_len(payload) != Some(raw_len) {
+        return Err(Error::corrupt(format!(
+            "compressed record claims {raw_len} bytes, which its lz4 block does not hold"
+        )));
     }
     Ok(Blob::Compressed {
         payload,
         raw_len: raw_len as usize,
     })
+}
+
+/// The number of bytes the lz4 block `payload` decodes to, from its sequences' lengths alone
+/// (docs/format.md §6.2), without decoding it: `None` if the block is cut short. Offsets are not
+/// checked (the decoder does). Reads each byte of the block once, no output: a fraction of a
+/// decode, paid only by records over `SCAN_CLAIMS_OVER`.
+fn block_len(payload: &[u8]) -> Option<u64> {
+    let mut bytes = payload.iter();
+    // A length: `base`, plus each following byte while they are 255.
+    let length = |bytes: &mut std::slice::Iter<'_, u8>, base: u8| -> Option<u64> {
+        let mut length = u64::from(base);
+        if base == 15 {
+            loop {
+                let byte = *bytes.next()?;
+                length += u64::from(byte);
+                if byte != 255 {
+                    break;
+                }
+            }
+        }
+        Some(length)
+    };
+    let mut total = 0u64;
+    loop {
+        let token = *bytes.next()?;
+        let literals = length(&mut bytes, token >> 4)?;
+        let rest = bytes.as_slice();
+        bytes = rest.get(usize::try_from(literals).ok()?..)?.iter();
+        total += literals;
+        if bytes.len() == 0 {
+            return Some(total);
+        }
+        bytes.nth(1)?; // the offset
+        total += 4 + length(&mut bytes, token & 15)?;
+    }
 }
 
 /// lz4-decodes `payload` (`raw_len` bytes once decoded) to `out`, with the dictionary as history.
@@ -407,7 +457,9 @@ pub fn decompress<'a>(blob: &'a [u8], dict: &[u8]) -> Result<Cow<'a, [u8]>> {
 
 /// `payload` lz4-decoded (`raw_len` bytes) into a new vector, with `dict` as history.
 fn decoded_to_vec(payload: &[u8], raw_len: usize, dict: &[u8]) -> Result<Vec<u8>> {
-    let mut out = Vec::<u8>::with_capacity(raw_len);
+    let mut out = Vec::<u8>::new();
+    out.try_reserve_exact(raw_len)
+        .map_err(|_| Error::OutOfMemory { bytes: raw_len })?;
     // SAFETY: `out` has room for `raw_len` bytes, all written on success.
     unsafe {
         lz4_decode(
@@ -422,25 +474,39 @@ fn decoded_to_vec(payload: &[u8], raw_len: usize, dict: &[u8]) -> Result<Vec<u8>
     Ok(out)
 }
 
-/// A thread's decode buffer: `[dictionary | output]`. Decoding right behind a copy of the
+/// Dictionaries a thread keeps a copy of for prefix-mode decoding (64 KiB each at most): the
+/// shards of a collection each have their own, and a lookup hopping between shards must not copy
+/// one per document (measured on 8 shards read at random: 5.5 µs a lookup with a copy each time,
+/// 1.9 µs in one file).
+const KEPT_DICTIONARIES: usize = 64;
+/// Output room a kept copy other than the most recent one holds on to between documents.
+const KEEP_ROOM_PER_DICTIONARY: usize = 256 << 10;
+
+/// A thread's decode buffers: `[dictionary | output]` each. Decoding right behind a copy of the
 /// dictionary lets lz4 treat it as a prefix of the output, its fast path (no external-dictionary
-/// check on every match); but copying a 64 KiB dictionary costs more than decoding a passage, so
-/// a document of another dictionary (another shard of a collection) is decoded against that
-/// dictionary where it lies, and the copy is made only when the same one is asked for twice in a
-/// row (measured on 8 shards read at random: 5.5 µs a lookup with a copy each time, 1.9 µs in
-/// one file).
+/// check on every match). Up to `KEPT_DICTIONARIES` copies are kept, least recently used out;
+/// past that, a dictionary that is not kept is decoded against where it lies (lz4's external
+/// mode) and copied in only when asked for twice in a row, so that many shards read at random
+/// never cost a 64 KiB copy per document.
 #[derive(Default)]
-struct DecodeBuf {
-    /// Which dictionary (see `decoded_after_dict`) the buffer starts with, 0 for none.
-    loaded: u64,
-    loaded_len: usize,
-    /// The other dictionary asked for last, since the loaded one was last used.
+struct Decoder {
+    kept: Vec<Kept>,
+    clock: u64,
+    /// The dictionary not kept that was asked for last.
     missed: u64,
+    /// Output room for external-mode decoding.
+    scratch: Vec<u8>,
+}
+
+struct Kept {
+    /// Which dictionary (see `decoded_after_dict`).
+    id: u64,
+    last_used: u64,
     buf: Vec<u8>,
 }
 
 thread_local! {
-    static DECODE: RefCell<DecodeBuf> = RefCell::new(DecodeBuf::default());
+    static DECODE: RefCell<Decoder> = RefCell::new(Decoder::default());
 }
 
 /// Like `decompress`, but runs `f` on the raw record in a per-thread buffer (no allocation).
@@ -475,23 +541,45 @@ fn decoded_after_dict<R>(
         };
         let state = &mut *guard;
         let id = dict_id ^ (dict.len() as u64).rotate_left(32);
-        if state.loaded == id {
-            state.missed = 0;
-        } else if state.missed == id {
-            state.buf.clear();
-            state.buf.extend_from_slice(dict);
-            (state.loaded, state.loaded_len, state.missed) = (id, dict.len(), 0);
-        } else {
-            state.missed = id;
+        state.clock += 1;
+        let mut kept = state.kept.iter().position(|k| k.id == id);
+        if kept.is_none() && (state.kept.len() < KEPT_DICTIONARIES || state.missed == id) {
+            let slot = if state.kept.len() < KEPT_DICTIONARIES {
+                state.kept.push(Kept {
+                    id,
+                    last_used: 0,
+                    buf: Vec::new(),
+                });
+                state.kept.len() - 1
+            } else {
+                let oldest = state
+                    .kept
+                    .iter()
+                    .enumerate()
+                    .min_by_key(|(_, k)| k.last_used);
+                oldest.map_or(0, |(i, _)| i)
+            };
+            let entry = &mut state.kept[slot];
+            entry.id = id;
+            entry.buf.clear();
+            entry.buf.extend_from_slice(dict);
+            kept = Some(slot);
         }
-        let start = state.loaded_len;
-        let buf = &mut state.buf;
-        buf.truncate(start);
-        buf.reserve(raw_len);
-        let history = match state.loaded == id {
-            true => buf.as_ptr(),
-            false => dict.as_ptr(),
+        let (buf, start, history) = match kept {
+            Some(slot) => {
+                state.missed = 0;
+                let entry = &mut state.kept[slot];
+                entry.last_used = state.clock;
+                (&mut entry.buf, dict.len(), None)
+            }
+            None => {
+                state.missed = id;
+                (&mut state.scratch, 0, Some(dict.as_ptr()))
+            }
         };
+        buf.truncate(start);
+        try_reserve(buf, raw_len)?;
+        let history = history.unwrap_or(buf.as_ptr());
         // SAFETY: `buf` has room for `raw_len` bytes after `start`; the history is the dictionary,
         // either the copy right before `start` (prefix mode) or the caller's (external mode).
         let result = unsafe {
@@ -505,6 +593,14 @@ fn decoded_after_dict<R>(
             .map(|()| f(std::slice::from_raw_parts(buf.as_ptr().add(start), raw_len)))
         };
         release_if_huge(buf, start);
+        // Copies other than the current one keep little room: many of them stay alive.
+        for entry in &mut state.kept {
+            if entry.id != id && entry.buf.capacity() > entry.buf.len() + KEEP_ROOM_PER_DICTIONARY {
+                entry
+                    .buf
+                    .shrink_to(entry.buf.len() + KEEP_ROOM_PER_DICTIONARY);
+            }
+        }
         result
     })
 }
@@ -650,6 +746,58 @@ mod tests {
         assert!(Compressor::new(LEVEL_NONE - 1, b"").is_err());
     }
 
+    /// A compressed blob of `payload` that claims `raw_len` bytes.
+    fn claiming(raw_len: u64, payload: &[u8]) -> Vec<u8> {
+        let mut blob = Vec::new();
+        varint::put(&mut blob, raw_len << 1 | 1);
+        blob.extend_from_slice(payload);
+        blob
+    }
+
+    #[test]
+    fn claimed_lengths_are_bounded_by_what_the_payload_holds() {
+        // About the densest block there is: one match whose length takes every byte but its
+        // token and offset, then the 5 literals lz4 ends a block with; behind a 1-byte dictionary.
+        let mut densest = vec![0x0f, 1, 0];
+        densest.extend(std::iter::repeat_n(255, 5000));
+        densest.extend([254, 0x50, b'a', b'b', b'c', b'd', b'e']);
+        let most = block_len(&densest).unwrap();
+        assert_eq!(most, 4 + 15 + 255 * 5000 + 254 + 5);
+        assert!(most <= densest.len() as u64 * MAX_EXPANSION);
+        let blob = claiming(most, &densest);
+        assert_eq!(decompress(&blob, b"x").unwrap().len() as u64, most);
+        // More than MAX_EXPANSION times the payload: refused before anything is allocated.
+        let too_much = claiming(densest.len() as u64 * MAX_EXPANSION + 1, &densest);
+        let err = decompress(&too_much, b"x").unwrap_err();
+        assert!(err.to_string().contains("more than its"), "{err}");
+        // Within it, but not what the sequences add up to: refused before allocating too.
+        for claim in [most - 1, most + 1, MAX_INPUT as u64] {
+            let payload = if claim == MAX_INPUT as u64 {
+                vec![0; MAX_INPUT / 255 + 1]
+            } else {
+                densest.clone()
+            };
+            let err = decompress(&claiming(claim, &payload), b"x").unwrap_err();
+            assert!(err.to_string().contains("does not hold"), "{claim}: {err}");
+        }
+        // Genuine records over SCAN_CLAIMS_OVER, at both encoders: their sequences add up, and
+        // every cut of their blocks is refused.
+        let big = text(3).repeat(SCAN_CLAIMS_OVER / text(3).len() + 100);
+        for level in [0, 9] {
+            let c = Compressor::new(level, b"").unwrap();
+            let mut blob = Vec::new();
+            c.compress(&big, &mut blob);
+            let Ok(Blob::Compressed { payload, raw_len }) = parse(&blob) else {
+                panic!("a compressed blob")
+            };
+            assert_eq!(block_len(payload), Some(raw_len as u64));
+            assert_eq!(&*decompress(&blob, b"").unwrap(), &big[..]);
+            for cut in [1, 2, 3, 100, payload.len() / 2] {
+                assert!(decompress(&blob[..blob.len() - cut], b"").is_err());
+            }
+        }
+    }
+
     #[test]
     fn decoding_behind_the_dictionary_matches_plain_decoding() {
         let docs: Vec<Vec<u8>> = (0..200).map(text).collect();
@@ -683,7 +831,13 @@ mod tests {
         assert!(decompress_with(&blob, &dicts[0], id, |raw| raw == &huge[..]).unwrap());
         // The room it needed is given back at once, not kept until some later decode.
         DECODE.with(|cell| {
-            let capacity = cell.borrow().buf.capacity();
+            let capacity = cell
+                .borrow()
+                .kept
+                .iter()
+                .map(|k| k.buf.capacity())
+                .max()
+                .unwrap_or(0);
             assert!(capacity < dicts[0].len() + KEEP_DECODE_BYTES, "{capacity}");
         });
     }

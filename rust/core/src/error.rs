@@ -39,6 +39,11 @@ pub enum Error {
     },
     /// The writer was used after it finished or failed.
     Closed(String),
+    /// Memory for `bytes` more bytes could not be had (a genuine huge document under a memory
+    /// limit): an error to raise, where an infallible allocation would abort the process.
+    OutOfMemory {
+        bytes: usize,
+    },
     Io(io::Error),
 }
 
@@ -48,6 +53,16 @@ impl Error {
     pub(crate) fn corrupt(msg: impl Into<String>) -> Self {
         Error::Corrupt(msg.into())
     }
+}
+
+/// Makes room for `additional` more items in `buf`, or says that memory ran out: every buffer
+/// whose size comes from a file (a decoded record, a blob read with `pread`, a batch of records)
+/// grows through this, so that a document too large for the memory at hand is an error, not an
+/// abort. What a file claims is bounded before it gets here (see `codec::parse`).
+pub fn try_reserve<T>(buf: &mut Vec<T>, additional: usize) -> Result<()> {
+    buf.try_reserve(additional).map_err(|_| Error::OutOfMemory {
+        bytes: additional.saturating_mul(std::mem::size_of::<T>()),
+    })
 }
 
 impl fmt::Display for Error {
@@ -88,6 +103,9 @@ impl fmt::Display for Error {
                     f,
                     "position {index} out of range for a store of {len} documents"
                 )
+            }
+            Error::OutOfMemory { bytes } => {
+                write!(f, "out of memory: {bytes} bytes could not be allocated")
             }
             Error::Io(err) => write!(f, "{err}"),
         }

@@ -200,6 +200,19 @@ impl Header {
             end_of_previous = end.unwrap();
             header.sections[section as usize] = entry;
         }
+        // `open()` reads (and hashes) these two whole: bounded, it costs the same for any file.
+        for (section, most) in [
+            (Section::Schema, crate::schema::MAX_SCHEMA_BYTES),
+            (Section::Dictionary, crate::codec::MAX_DICT_SIZE),
+        ] {
+            if header.section(section).len > most as u64 {
+                return Err(Error::corrupt(format!(
+                    "{} section is longer than any store has ({} bytes, at most {most})",
+                    section.name(),
+                    header.section(section).len
+                )));
+            }
+        }
         Ok(header)
     }
 }

@@ -288,6 +288,47 @@ mod tests {
     }
 
     #[test]
+    fn merge_interleaves_sorted_runs_and_names_the_runs_of_a_duplicate() {
+        let run = |keys: &[&str], first: u32| {
+            let items: Vec<Result<(Vec<u8>, u32)>> = (keys.iter().zip(first..))
+                .map(|(k, p)| Ok((k.as_bytes().to_vec(), p)))
+                .collect();
+            items.into_iter()
+        };
+        let mut out = Vec::new();
+        merge(
+            vec![run(&["a", "c", "e"], 0), run(&[], 3), run(&["b", "d"], 3)],
+            |k, p| {
+                out.push((String::from_utf8(k.to_vec()).unwrap(), p));
+                Ok(())
+            },
+            |_, _, _| unreachable!(),
+        )
+        .unwrap();
+        let keys: Vec<&str> = out.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["a", "b", "c", "d", "e"]);
+        assert_eq!(out[1].1, 3);
+        let err = merge(
+            vec![run(&["a", "x"], 0), run(&["m"], 2), run(&["b", "x"], 3)],
+            |_, _| Ok(()),
+            |k, a, b| Error::DuplicateKey(format!("{}:{a}:{b}", String::from_utf8_lossy(k))),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, Error::DuplicateKey(ref k) if k == "x:0:2"),
+            "{err}"
+        );
+        // A run out of order (a damaged shard) is refused, not merged into an unsorted index.
+        let err = merge(
+            vec![run(&["b", "a"], 0)],
+            |_, _| Ok(()),
+            |_, _, _| unreachable!(),
+        )
+        .unwrap_err();
+        assert!(matches!(err, Error::Corrupt(_)), "{err}");
+    }
+
+    #[test]
     fn finds_duplicates_within_and_across_runs() {
         for limit in [1 << 30, 40] {
             let err = sorted(&["a", "b", "c", "d", "e", "b", "f"], limit).unwrap_err();

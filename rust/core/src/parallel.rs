@@ -104,7 +104,7 @@ pub fn claim() -> Option<Claim> {
 /// Takes effect on next use.
 pub fn set_num_threads(n: usize) -> crate::Result<()> {
     if n > MAX_THREADS {
-        return Err(crate::Error::Schema(format!(
+        return Err(crate::Error::InvalidArgument(format!(
             "at most {MAX_THREADS} threads, got {n}"
         )));
     }

@@ -6,7 +6,7 @@
 
 use crate::check;
 use crate::codec;
-use crate::error::{Error, Result};
+use crate::error::{try_reserve, Error, Result};
 use crate::format::{
     key_prefix, u32_at, u64_at, Header, KeyEntry, Section, HEADER_SIZE, KEY_BLOCK, KEY_ENTRY,
 };
@@ -57,18 +57,21 @@ impl RecordBatch {
         self.data.capacity() + self.ends.capacity() * std::mem::size_of::<usize>()
     }
 
-    fn push(&mut self, raw: &[u8]) {
+    fn push(&mut self, raw: &[u8]) -> Result<()> {
+        try_reserve(&mut self.data, raw.len())?;
         self.data.extend_from_slice(raw);
         self.ends.push(self.data.len());
+        Ok(())
     }
 
     /// Puts the records from `base` on in the order `order` gives: record `base + i` becomes the
     /// one that was at `base + order[i]` (one copy; a collection reads a batch shard by shard).
-    pub(crate) fn reorder_from(&mut self, base: usize, order: &[usize]) {
+    pub(crate) fn reorder_from(&mut self, base: usize, order: &[usize]) -> Result<()> {
         debug_assert_eq!(order.len(), self.len() - base);
         let start = |i: usize| if i == 0 { 0 } else { self.ends[i - 1] };
         let data_base = start(base);
-        let mut data = Vec::with_capacity(self.data.len() - data_base);
+        let mut data = Vec::new();
+        try_reserve(&mut data, self.data.len() - data_base)?;
         let mut ends = Vec::with_capacity(order.len());
         for &i in order {
             data.extend_from_slice(self.get(base + i));
@@ -78,7 +81,16 @@ impl RecordBatch {
         self.data.extend_from_slice(&data);
         self.ends.truncate(base);
         self.ends.extend_from_slice(&ends);
+        Ok(())
     }
+}
+
+/// A copy of a raw record, or `OutOfMemory`.
+fn owned(raw: &[u8]) -> Result<Cow<'static, [u8]>> {
+    let mut copy = Vec::new();
+    try_reserve(&mut copy, raw.len())?;
+    copy.extend_from_slice(raw);
+    Ok(Cow::Owned(copy))
 }
 
 /// Lookups of a batch that advance together (see `positions`).
@@ -688,7 +700,7 @@ impl<B: AsRef<[u8]>> Store<B> {
 
     /// The raw record of the document at `pos` (decode it with `record::decode`).
     pub fn record(&self, pos: u64) -> Result<Cow<'_, [u8]>> {
-        self.with_record(pos, |raw| Cow::Owned(raw.to_vec()))
+        self.with_record(pos, owned)?
     }
 
     /// Runs `f` on the raw record at `pos`, decoded in a per-thread buffer. In a checked store the
@@ -742,6 +754,7 @@ impl<B: AsRef<[u8]>> Store<B> {
         let blob = self.range_at(Section::DocOffsets, Section::Data, pos)?;
         let at = (self.ranges[Section::Data as usize].start + blob.start) as u64;
         let read = |buf: &mut Vec<u8>| -> Result<R> {
+            try_reserve(buf, blob.len().saturating_sub(buf.len()))?;
             buf.resize(blob.len(), 0);
             let result = std::os::unix::fs::FileExt::read_exact_at(file, buf, at)
                 .map_err(Error::from)
@@ -763,7 +776,7 @@ impl<B: AsRef<[u8]>> Store<B> {
             positions,
             |&pos| pos,
             key_of_position,
-            |&pos| self.with_record(pos, |raw| batch.push(raw)),
+            |&pos| self.with_record(pos, |raw| batch.push(raw))?,
         )
     }
 
@@ -774,7 +787,7 @@ impl<B: AsRef<[u8]>> Store<B> {
             found,
             |&(pos, _)| pos,
             false,
-            |&(pos, key)| self.with_record_of(pos, key, |raw| batch.push(raw)),
+            |&(pos, key)| self.with_record_of(pos, key, |raw| batch.push(raw))?,
         )
     }
 
@@ -854,7 +867,7 @@ impl<B: AsRef<[u8]>> Store<B> {
     pub fn read_one(&self, key: &[u8], batch: &mut RecordBatch) -> Result<Option<u64>> {
         let pos = self.locate(key)?;
         if let Some(pos) = pos {
-            self.with_record_of(pos, key, |raw| batch.push(raw))?;
+            self.with_record_of(pos, key, |raw| batch.push(raw))??;
         }
         Ok(pos)
     }
@@ -862,10 +875,7 @@ impl<B: AsRef<[u8]>> Store<B> {
     /// Position and raw record of `key`, if present.
     pub fn get(&self, key: &[u8]) -> Result<Option<(u64, Cow<'_, [u8]>)>> {
         match self.locate(key)? {
-            Some(pos) => Ok(Some((
-                pos,
-                self.with_record_of(pos, key, |raw| Cow::Owned(raw.to_vec()))?,
-            ))),
+            Some(pos) => Ok(Some((pos, self.with_record_of(pos, key, owned)??))),
             None => Ok(None),
         }
     }

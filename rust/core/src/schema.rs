@@ -148,7 +148,15 @@ pub struct Schema {
     pub fields: Vec<Field>,
 }
 
-const MAX_NAME_LEN: usize = 255;
+/// The most fields a schema may have. Documents are namedtuples of their fields, and a corpus
+/// stores a handful (text, title, url, token ids ...); a thousand is already a table, not a
+/// document. The bound keeps `open()` constant time: its cost grows with the fields (making the
+/// `Doc` class takes ~10 us a field), which a crafted file could otherwise push to 65535.
+pub const MAX_FIELDS: usize = 1024;
+/// The longest field name, in bytes (the format's `u16` length could say more).
+pub const MAX_NAME_LEN: usize = 255;
+/// The longest schema section: `MAX_FIELDS` fields with names of `MAX_NAME_LEN` bytes.
+pub const MAX_SCHEMA_BYTES: usize = 2 + MAX_FIELDS * (3 + MAX_NAME_LEN);
 
 const PYTHON_KEYWORDS: [&str; 35] = [
     "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue",
@@ -162,10 +170,14 @@ const RESERVED: [&str; 1] = ["doc_id"];
 
 impl Schema {
     pub fn new(fields: Vec<Field>) -> Result<Schema> {
-        if fields.len() > usize::from(u16::MAX) {
-            return Err(Error::Schema("too many fields (at most 65535)".into()));
+        if fields.len() > MAX_FIELDS {
+            return Err(Error::Schema(format!(
+                "too many fields: {} (a store has at most {MAX_FIELDS})",
+                fields.len()
+            )));
         }
-        for (i, field) in fields.iter().enumerate() {
+        let mut seen = std::collections::HashSet::with_capacity(fields.len());
+        for field in &fields {
             let name = &field.name;
             // Field names become attributes of Python namedtuples: ASCII identifiers, not
             // keywords, not starting with '_' (namedtuple's own namespace).
@@ -183,7 +195,7 @@ impl Schema {
                     "field name {name:?} is reserved for the document key"
                 )));
             }
-            if fields[..i].iter().any(|f| f.name == *name) {
+            if !seen.insert(name.as_str()) {
                 return Err(Error::Schema(format!("field {name:?} is given twice")));
             }
         }
@@ -222,12 +234,22 @@ impl Schema {
             Ok(bytes)
         };
         let count = u16::from_le_bytes(take(2)?.try_into().unwrap());
+        if usize::from(count) > MAX_FIELDS {
+            return Err(Error::corrupt(format!(
+                "bad schema: {count} fields, more than the {MAX_FIELDS} a store may have"
+            )));
+        }
         let mut fields = Vec::with_capacity(usize::from(count));
         for _ in 0..count {
             let code = take(1)?[0];
             let ty = FieldType::from_code(code)
                 .ok_or_else(|| Error::corrupt(format!("unknown field type code {code}")))?;
             let len = u16::from_le_bytes(take(2)?.try_into().unwrap());
+            if usize::from(len) > MAX_NAME_LEN {
+                return Err(Error::corrupt(format!(
+                    "bad schema: a field name of {len} bytes, longer than {MAX_NAME_LEN}"
+                )));
+            }
             let name = std::str::from_utf8(take(usize::from(len))?)
                 .map_err(|_| Error::corrupt("field name is not UTF-8"))?;
             fields.push(Field {
@@ -301,5 +323,44 @@ mod tests {
             ty: FieldType::Str
         }])
         .is_err());
+    }
+
+    fn fields(count: usize, name_len: usize) -> Vec<Field> {
+        (0..count)
+            .map(|i| {
+                let name = format!("f{i}_");
+                Field {
+                    name: format!("{name}{}", "x".repeat(name_len - name.len())),
+                    ty: FieldType::Str,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn schemas_are_bounded_in_fields_and_name_lengths() {
+        let widest = Schema::new(fields(MAX_FIELDS, MAX_NAME_LEN)).unwrap();
+        let mut buf = Vec::new();
+        widest.encode(&mut buf);
+        assert_eq!(buf.len(), MAX_SCHEMA_BYTES);
+        assert_eq!(Schema::decode(&buf).unwrap(), widest);
+        let err = Schema::new(fields(MAX_FIELDS + 1, 8)).unwrap_err();
+        assert!(err.to_string().contains("at most 1024"), "{err}");
+        assert!(Schema::new(fields(1, MAX_NAME_LEN + 1)).is_err());
+        // Read from a file: the count and each name length are refused before anything is read.
+        let mut crafted = Vec::new();
+        Schema {
+            fields: fields(MAX_FIELDS + 1, 8),
+        }
+        .encode(&mut crafted);
+        let err = Schema::decode(&crafted).unwrap_err();
+        assert!(matches!(err, Error::Corrupt(_)) && err.to_string().contains("1025 fields"));
+        let mut long_name = Vec::new();
+        Schema {
+            fields: fields(1, MAX_NAME_LEN + 1),
+        }
+        .encode(&mut long_name);
+        let err = Schema::decode(&long_name).unwrap_err();
+        assert!(err.to_string().contains("256 bytes"), "{err}");
     }
 }

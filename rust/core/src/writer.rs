@@ -49,6 +49,10 @@ pub struct WriterOptions {
     pub overwrite: bool,
     /// `format::VERSION` (checked reads) or `format::MIN_VERSION`, for readers older than it.
     pub format_version: u32,
+    /// A dictionary to use instead of training one (at most 64 KiB): the shards of one corpus
+    /// share the one trained once, so that their reader keeps one copy and a sharded build
+    /// trains once, not once per shard.
+    pub dictionary: Option<Vec<u8>>,
 }
 
 impl Default for WriterOptions {
@@ -63,6 +67,7 @@ impl Default for WriterOptions {
             key_buffer_bytes: 64 << 20,
             overwrite: false,
             format_version: format::VERSION,
+            dictionary: None,
         }
     }
 }
@@ -210,21 +215,31 @@ impl Writer {
         // Validates the options before any file exists.
         Compressor::new(options.level, &[])?;
         if options.batch_bytes > MAX_BATCH_BYTES {
-            return Err(Error::Schema(format!(
+            return Err(Error::InvalidArgument(format!(
                 "batch_bytes must be at most {MAX_BATCH_BYTES} (a writer holds five batches), got {}",
                 options.batch_bytes
             )));
         }
         if !(format::MIN_VERSION..=format::VERSION).contains(&options.format_version) {
-            return Err(Error::Schema(format!(
+            return Err(Error::InvalidArgument(format!(
                 "format_version must be {} to {}, got {}",
                 format::MIN_VERSION,
                 format::VERSION,
                 options.format_version
             )));
         }
+        if options
+            .dictionary
+            .as_ref()
+            .is_some_and(|d| d.len() > codec::MAX_DICT_SIZE)
+        {
+            return Err(Error::InvalidArgument(format!(
+                "a dictionary is at most {} bytes (all lz4 can reach back)",
+                codec::MAX_DICT_SIZE
+            )));
+        }
         if options.dict_size > codec::MAX_DICT_SIZE {
-            return Err(Error::Schema(format!(
+            return Err(Error::InvalidArgument(format!(
                 "dict_size must be 0 (no dictionary) to {} bytes (all lz4 can reach back), got {}",
                 codec::MAX_DICT_SIZE,
                 options.dict_size
@@ -307,7 +322,7 @@ impl Writer {
             ));
         }
         if self.count >= MAX_DOCS {
-            return Err(Error::Schema(format!(
+            return Err(Error::InvalidArgument(format!(
                 "a store holds at most {MAX_DOCS} documents"
             )));
         }
@@ -447,7 +462,7 @@ impl Writer {
             file.write(key)
         })?;
         if rank != count {
-            return Err(Error::Schema(format!(
+            return Err(Error::InvalidArgument(format!(
                 "{rank} sorted keys were given for {count} documents"
             )));
         }
@@ -585,9 +600,11 @@ pub(crate) fn split_target(target: &Path) -> Result<(PathBuf, String)> {
 /// A new scratch directory in `parent` for building target `name`, locked (see `SCRATCH_LOCK`),
 /// once those that killed builders left there are swept.
 fn new_scratch(parent: &Path, name: &str) -> Result<(TempDir, File)> {
-    sweep_dead_scratch(parent, name);
+    let prefix = scratch_prefix(name);
+    sweep_dead_scratch(parent, &prefix);
     let scratch = tempfile::Builder::new()
-        .prefix(&format!(".{name}."))
+        .prefix(&prefix)
+        .rand_bytes(SCRATCH_RANDOM)
         .suffix(SCRATCH_SUFFIX)
         .tempdir_in(parent)?;
     let lock = lock_scratch(scratch.path())?;
@@ -697,20 +714,37 @@ fn lock_scratch(dir: &Path) -> Result<File> {
     Ok(file)
 }
 
-/// Whether `dir_name` is a scratch directory of target `name`: `.{name}.XXXXXX.docstore-tmp`,
-/// the six characters being tempfile's random alphanumerics (so `.corpus.v2.…` is not `corpus`'s).
-fn is_scratch_of(dir_name: &str, name: &str) -> bool {
-    let middle = dir_name
-        .strip_prefix('.')
-        .and_then(|rest| rest.strip_prefix(name))
-        .and_then(|rest| rest.strip_prefix('.'))
-        .and_then(|rest| rest.strip_suffix(SCRATCH_SUFFIX));
-    middle.is_some_and(|m| m.len() == 6 && m.bytes().all(|b| b.is_ascii_alphanumeric()))
+/// Random alphanumerics in a scratch directory's name (tempfile's).
+const SCRATCH_RANDOM: usize = 6;
+/// Bytes of the target's name that its scratch directory's name repeats, to say whose it is.
+const SCRATCH_NAME_BYTES: usize = 32;
+
+/// The start of the names of target `name`'s scratch directories, `.{head}.{hash}.`: `head` is
+/// the name's first 32 bytes at most (cut at a character), `hash` the xxh3 of the whole name in
+/// 16 hex digits. A scratch name is then at most 1 + 32 + 1 + 16 + 1 + 6 + 13 = 70 bytes,
+/// whatever the target's length: a target name may use all 255 bytes a file name can have.
+fn scratch_prefix(name: &str) -> String {
+    let mut head = SCRATCH_NAME_BYTES.min(name.len());
+    while !name.is_char_boundary(head) {
+        head -= 1;
+    }
+    format!(".{}.{:016x}.", &name[..head], xxh3_64(name.as_bytes()))
 }
 
-/// Removes the scratch directories that killed writers of `name` left in `parent`. Best effort:
-/// anything unexpected leaves a directory alone.
-fn sweep_dead_scratch(parent: &Path, name: &str) {
+/// Whether `dir_name` is a scratch directory of the target whose `scratch_prefix` is `prefix`:
+/// that prefix, six random alphanumerics, `.docstore-tmp` (the hash in the prefix tells targets
+/// apart, so `corpus.v2`'s are not `corpus`'s).
+fn is_scratch_of(dir_name: &str, prefix: &str) -> bool {
+    let random = dir_name
+        .strip_prefix(prefix)
+        .and_then(|rest| rest.strip_suffix(SCRATCH_SUFFIX));
+    random
+        .is_some_and(|r| r.len() == SCRATCH_RANDOM && r.bytes().all(|b| b.is_ascii_alphanumeric()))
+}
+
+/// Removes the scratch directories that killed writers of the target whose `scratch_prefix` is
+/// `prefix` left in `parent`. Best effort: anything unexpected leaves a directory alone.
+fn sweep_dead_scratch(parent: &Path, prefix: &str) {
     let Ok(entries) = std::fs::read_dir(parent) else {
         return;
     };
@@ -720,7 +754,7 @@ fn sweep_dead_scratch(parent: &Path, name: &str) {
         let Some(dir_name) = file_name.to_str() else {
             continue;
         };
-        if !is_scratch_of(dir_name, name) {
+        if !is_scratch_of(dir_name, prefix) {
             continue;
         }
         let dir = entry.path();
@@ -834,10 +868,10 @@ fn write_data(
         let compressor = match &compressor {
             Some(c) => c,
             None => {
-                let dict = if options.level == codec::LEVEL_NONE {
-                    Vec::new() // nothing to train for
-                } else {
-                    codec::dictionary_for(batch.records(), options.dict_size)
+                let dict = match &options.dictionary {
+                    _ if options.level == codec::LEVEL_NONE => Vec::new(), // stored as is
+                    Some(given) => given.clone(),
+                    None => codec::dictionary_for(batch.records(), options.dict_size),
                 };
                 compressor.insert(start_data(&mut file, &dict)?)
             }
@@ -870,15 +904,38 @@ fn write_data(
 
 #[cfg(test)]
 mod tests {
-    use super::is_scratch_of;
+    use super::{is_scratch_of, scratch_prefix};
 
     #[test]
     fn scratch_directories_are_told_apart_by_their_whole_name() {
-        assert!(is_scratch_of(".corpus.a1B2c3.docstore-tmp", "corpus"));
-        assert!(is_scratch_of(".c.v2.ABCDEF.docstore-tmp", "c.v2"));
-        assert!(!is_scratch_of(".corpus.v2.a1B2c3.docstore-tmp", "corpus"));
-        assert!(!is_scratch_of(".corpus.a1B2c.docstore-tmp", "corpus"));
-        assert!(!is_scratch_of(".corpus.a1B2c3.docstore-tmp", "corpu"));
-        assert!(!is_scratch_of("corpus.a1B2c3.docstore-tmp", "corpus"));
+        let prefix = scratch_prefix;
+        let corpus = prefix("corpus");
+        assert!(corpus.starts_with(".corpus.") && corpus.len() == 1 + 6 + 1 + 16 + 1);
+        assert!(is_scratch_of(
+            &format!("{corpus}a1B2c3.docstore-tmp"),
+            &corpus
+        ));
+        assert!(!is_scratch_of(
+            &format!("{corpus}a1B2c.docstore-tmp"),
+            &corpus
+        ));
+        assert!(!is_scratch_of(
+            &format!("{corpus}a1B2c3.docstore-tm"),
+            &corpus
+        ));
+        let v2 = prefix("corpus.v2");
+        assert!(!is_scratch_of(&format!("{v2}a1B2c3.docstore-tmp"), &corpus));
+        assert!(!is_scratch_of(
+            &format!("{corpus}a1B2c3.docstore-tmp"),
+            &prefix("corpu")
+        ));
+        // Long names share their first 32 bytes, not their hash; the name stays short.
+        let (a, b) = (
+            prefix(&"é".repeat(127)),
+            prefix(&format!("{}x", "é".repeat(127))),
+        );
+        assert_ne!(a, b);
+        assert!(a.starts_with(&format!(".{}.", "é".repeat(16))));
+        assert!(a.len() + 6 + ".docstore-tmp".len() <= 70);
     }
 }

@@ -4,7 +4,7 @@
 //! child never gets a turn (the parent's thread that held one at the fork is not there).
 
 use super::{State, Writer};
-use crate::errors::new_error;
+use crate::errors::{new_error, Exc};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use std::ops::{Deref, DerefMut};
@@ -56,7 +56,7 @@ impl Writer {
                 self.path.display(),
                 self.pid
             );
-            return Err(new_error(py, "ClosedError", message));
+            return Err(new_error(py, Exc::Closed, message));
         }
         loop {
             let state = match self.state.try_lock() {

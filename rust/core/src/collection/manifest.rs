@@ -101,9 +101,9 @@ impl Manifest {
     /// Reads the manifest of the collection at `dir`.
     pub fn read(dir: &Path) -> Result<Manifest> {
         let path = dir.join(MANIFEST);
-        let bytes = match std::fs::read(&path) {
+        let bytes = match read_fallibly(&path) {
             Ok(bytes) => bytes,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(Error::Io(std::io::Error::new(
                     std::io::ErrorKind::InvalidInput,
                     format!(
@@ -112,7 +112,7 @@ impl Manifest {
                     ),
                 )))
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(e),
         };
         let manifest: Manifest = serde_json::from_slice(&bytes)
             .map_err(|e| Error::corrupt(format!("{}: {e}", path.display())))?;
@@ -150,4 +150,16 @@ impl Manifest {
         bytes.push(b'\n');
         bytes
     }
+}
+
+/// The bytes of the file at `path`, their room reserved fallibly: a file too large for the memory
+/// at hand (a manifest is a few KB; a crafted one need not be) is `OutOfMemory`, not an abort.
+fn read_fallibly(path: &Path) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path)?;
+    let len = file.metadata()?.len();
+    let mut bytes = Vec::new();
+    crate::error::try_reserve(&mut bytes, usize::try_from(len).unwrap_or(usize::MAX))?;
+    file.read_to_end(&mut bytes)?;
+    Ok(bytes)
 }

@@ -284,8 +284,7 @@ impl Collection {
         for (k, &i) in order.iter().enumerate() {
             at[i] = k;
         }
-        batch.reorder_from(base, &at);
-        Ok(())
+        batch.reorder_from(base, &at)
     }
 
     /// Reads every byte of every file (see `Store::verify`), and checks that the global index

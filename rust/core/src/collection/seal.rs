@@ -18,6 +18,7 @@ use crate::writer::{self, Summary, Writer, WriterOptions, MAX_DOCS};
 use memmap2::Mmap;
 use std::fs::File;
 use std::io::Write;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// The global id index's file name inside a collection.
@@ -40,6 +41,26 @@ pub fn seal(target: &Path, shards: &[PathBuf], overwrite: bool) -> Result<Summar
     let scratch = writer::Scratch::create(&parent, &name)?;
     let dir = scratch.path().to_path_buf();
     std::fs::create_dir(dir.join("shards"))?;
+
+    // The same file twice would only be found as a repeated id: say what it is.
+    let mut seen = std::collections::HashMap::new();
+    for source in shards {
+        let meta = std::fs::metadata(source).map_err(|e| named(Error::Io(e), source))?;
+        if meta.is_dir() {
+            return Err(Error::InvalidArgument(format!(
+                "shard {} is a directory (a collection?), not a store file: give its shards \
+                 (DocStore.info()[\"shards\"])",
+                source.display()
+            )));
+        }
+        if let Some(first) = seen.insert((meta.dev(), meta.ino()), source) {
+            return Err(Error::InvalidArgument(format!(
+                "shard {} is listed twice (also as {})",
+                source.display(),
+                first.display()
+            )));
+        }
+    }
 
     // Linked first, then opened there: what is indexed is what the collection holds.
     let mut entries = Vec::with_capacity(shards.len());

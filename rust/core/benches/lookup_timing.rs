@@ -1,5 +1,5 @@
 //! Times the core's lookups on an existing store, without Python:
-//! `cargo run --release -p docstore-core --example lookup_timing -- STORE`.
+//! `cargo bench -p docstore-core --bench lookup_timing -- STORE`.
 
 use docstore_core::Store;
 use std::time::Instant;
@@ -9,7 +9,11 @@ fn per_op(start: Instant, n: usize) -> f64 {
 }
 
 fn main() {
-    let path = std::env::args().nth(1).expect("usage: lookup_timing STORE");
+    // `cargo bench` passes `--bench` before the arguments given after `--`
+    let path = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with("--"))
+        .expect("usage: lookup_timing STORE");
     let store = Store::open(&path).expect("cannot open the store");
     let n = store.len();
     assert!(n > 0, "the store is empty");

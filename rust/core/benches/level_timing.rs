@@ -1,13 +1,17 @@
 //! Compression speed, size and decoding speed of every lz4 level on an existing store's records,
 //! one core, without Python (the trade-off behind the default level):
-//! `cargo run --release -p docstore-core --example level_timing -- STORE`.
+//! `cargo bench -p docstore-core --bench level_timing -- STORE`.
 
 use docstore_core::codec::{self, Compressor};
 use docstore_core::Store;
 use std::time::Instant;
 
 fn main() {
-    let path = std::env::args().nth(1).expect("usage: level_timing STORE");
+    // `cargo bench` passes `--bench` before the arguments given after `--`
+    let path = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with("--"))
+        .expect("usage: level_timing STORE");
     let store = Store::open(&path).expect("cannot open the store");
     let n = store.len().min(300_000);
     let raws: Vec<Vec<u8>> = (0..n)

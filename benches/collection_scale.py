@@ -1,0 +1,134 @@
+"""How a collection scales with the number of documents: tiny generated documents (~40 bytes of
+text each) built into a collection of shards (one process per shard), for 1M, 10M and 100M
+documents: build time, the peak RSS of every process, open time, and lookups per second.
+
+    python benches/collection_scale.py --docs 1e6,1e7,1e8 --shards 8 --dir /big/disk \
+        --out docs/collection_scale.json
+
+Not a pytest-benchmark (one build of 100M documents takes minutes): it prints a table and writes
+JSON for docs/collections.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import multiprocessing
+import resource
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+import docstore
+
+WORDS = np.array([f"w{i:03d}" for i in range(1000)])
+
+
+def _ids(start: int, stop: int) -> pa.Array:
+    return pa.array(np.char.add("doc", np.arange(start, stop).astype(str)))
+
+
+def _texts(start: int, stop: int) -> pa.Array:
+    """~40 bytes each: eight 4-letter words chosen by a hash of the position."""
+    pos = np.arange(start, stop, dtype=np.uint64)
+    parts = [
+        WORDS[((pos * np.uint64(2654435761 + 97 * k)) >> np.uint64(7)) % np.uint64(1000)] for k in range(8)
+    ]
+    text = parts[0]
+    for part in parts[1:]:
+        text = np.char.add(np.char.add(text, " "), part)
+    return pa.array(text)
+
+
+def build_shard(path: str, start: int, stop: int) -> dict:
+    t = time.perf_counter()
+    with docstore.Writer(path, {"text": "str"}) as writer:
+        for a in range(start, stop, 200_000):
+            b = min(stop, a + 200_000)
+            writer.add_many(_ids(a, b), {"text": _texts(a, b)})
+    return {
+        "seconds": time.perf_counter() - t,
+        "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    }
+
+
+def run(n: int, shards: int, root: Path) -> dict:
+    work = root / f"scale-{n}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    bounds = [n * k // shards for k in range(shards + 1)]
+    paths = [str(work / f"part-{k}.docstore") for k in range(shards)]
+    t = time.perf_counter()
+    with concurrent.futures.ProcessPoolExecutor(
+        shards, mp_context=multiprocessing.get_context("fork")
+    ) as pool:
+        parts = list(pool.map(build_shard, paths, bounds[:-1], bounds[1:]))
+    built = time.perf_counter() - t
+    t = time.perf_counter()
+    docstore.seal(work / "c.docstore", paths).close()
+    sealed = time.perf_counter() - t
+    opens = []
+    for _ in range(20):
+        t = time.perf_counter()
+        docstore.open(work / "c.docstore").close()
+        opens.append(time.perf_counter() - t)
+    store = docstore.open(work / "c.docstore")
+    rng = np.random.default_rng(0)
+    ids = [f"doc{i}" for i in rng.integers(0, n, 100_000)]
+    t = time.perf_counter()
+    for i in ids:
+        store[i]
+    get = len(ids) / (time.perf_counter() - t)
+    batches = [ids[k : k + 1000] for k in range(0, len(ids), 1000)]
+    t = time.perf_counter()
+    for batch in batches:
+        store.get_many(batch)
+    get_many = len(ids) / (time.perf_counter() - t)
+    info = store.info()
+    store.close()
+    return {
+        "docs": n,
+        "shards": shards,
+        "build_s": built,
+        "seal_s": sealed,
+        "peak_rss_per_shard_process": max(p["peak_rss"] for p in parts),
+        "peak_rss_sealing_process": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "open_ms_median": sorted(opens)[len(opens) // 2] * 1e3,
+        "get_per_s": get,
+        "get_many_docs_per_s": get_many,
+        "stored_bytes": info["stored_bytes"],
+        "raw_bytes": info["raw_bytes"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--docs", default="1e6,1e7", help="comma-separated document counts")
+    parser.add_argument("--shards", type=int, default=8)
+    parser.add_argument(
+        "--dir", default="benches/.data", help="where to build (needs ~70 bytes per document)"
+    )
+    parser.add_argument("--out", help="write the results as JSON here")
+    parser.add_argument("--keep", action="store_true", help="keep the built collections")
+    args = parser.parse_args()
+    results = []
+    for n in (int(float(x)) for x in args.docs.split(",")):
+        result = run(n, args.shards, Path(args.dir))
+        results.append(result)
+        print(json.dumps(result))
+        if not args.keep:
+            shutil.rmtree(Path(args.dir) / f"scale-{n}", ignore_errors=True)
+    columns = ("docs", "build_s", "seal_s", "peak_rss_per_shard_process", "open_ms_median", "get_per_s")
+    print(" ".join(f"{c:>16}" for c in (*columns, "get_many_docs_per_s")))
+    for r in results:
+        print(" ".join(f"{r[c]:>16,.2f}" for c in (*columns, "get_many_docs_per_s")))
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

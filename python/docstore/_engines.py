@@ -1,0 +1,216 @@
+"""What ``docstore.ray`` and ``docstore.spark`` share: the staging directory beside the target,
+one shard per task attempt, and the commit that seals exactly the shards the engine reports.
+
+A write job goes like this (docs/engines.md):
+
+1. the driver checks the target and the writer options, then makes a staging directory beside
+   the target, ``.NAME.staging-<uuid>/``, on the same file system (so sealing hard-links);
+2. every task attempt writes its documents into one uniquely named shard there (a single-file
+   store, through ``docstore.Writer``) and reports its path; a failed attempt reports nothing;
+3. the driver seals the shards reported by the successful attempts, in task order, into the
+   target, then removes the staging directory with every other attempt's files in it; if the job
+   fails, it only removes the staging directory. Nothing appears at the target in any other way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from . import errors
+from ._arrow import prepare, schema_fields
+from ._store import DocStore
+from ._store import open as open_store
+from ._writer import Writer
+from .errors import DocstoreError, SchemaError, StoreExistsError, StoreNotFoundError
+
+# What a job does when something is at the target already: refuse, replace it, add to it.
+MODES = ("errorifexists", "overwrite", "append")
+
+# The Writer's options an engine job passes through (all integers).
+# `dictionary` (bytes, e.g. from docstore.train_dictionary on the driver): every shard compresses
+# with it, and readers of the collection keep one copy (docs/collections.md).
+WRITER_OPTIONS = ("level", "dict_size", "batch_bytes", "key_buffer_bytes", "format_version", "dictionary")
+
+
+def check_mode(mode: str) -> str:
+    mode = {"error": "errorifexists", "default": "errorifexists"}.get(mode.lower(), mode.lower())
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    return mode
+
+
+def check_writer_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    unknown = [k for k in options if k not in WRITER_OPTIONS]
+    if unknown:
+        raise TypeError(f"unknown writer option(s) {unknown}; docstore.Writer takes {list(WRITER_OPTIONS)}")
+    return dict(options)
+
+
+def check_target(target: str, mode: str) -> None:
+    """Fails early (before any task runs) where the commit would fail at the end."""
+    if mode == "errorifexists" and os.path.lexists(target):
+        raise StoreExistsError(
+            f"{target} already exists; write with overwrite=True / mode 'overwrite' to replace it, "
+            "or mode 'append' to add to it"
+        )
+    parent = os.path.dirname(target)
+    if not os.path.isdir(parent):
+        raise StoreNotFoundError(f"directory {parent} does not exist")
+
+
+def make_staging(target: str, fields: Mapping[str, str] | None, options: Mapping[str, Any]) -> str:
+    """Creates the job's staging directory beside ``target`` and returns its path, after a trial
+    writer there has accepted ``fields`` (when known) and ``options``: a bad option fails the
+    job on the driver, not in every task."""
+    parent, name = os.path.split(target)
+    staging = os.path.join(parent, f".{name}.staging-{uuid.uuid4().hex}")
+    os.mkdir(staging)
+    try:
+        Writer(os.path.join(staging, "check.docstore"), dict(fields or {"text": "str"}), **options).abort()
+    except BaseException:
+        remove_staging(staging)
+        raise
+    return staging
+
+
+def remove_staging(staging: str | None) -> None:
+    if staging:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def write_shard(
+    staging: str,
+    name: str,
+    batches: Iterable[Any],
+    id_field: str,
+    fields: Mapping[str, str] | None,
+    options: Mapping[str, Any],
+) -> tuple[str | None, int, dict[str, str] | None]:
+    """Writes the Arrow ``batches`` (Tables or RecordBatches) of one task attempt into the shard
+    ``staging/name``; returns its path (None when the batches held no rows: no shard), its count
+    and the fields (inferred from the first batch with a schema when not given).
+
+    The staging directory is never created here: an attempt that outlives its job (a straggler
+    after the commit or abort removed the directory) fails instead of leaving files behind, and
+    a worker that does not share the driver's file system says so."""
+    if not os.path.isdir(staging):
+        raise StoreNotFoundError(
+            f"staging directory {staging} does not exist: the target must be on a file system that "
+            "the driver and every worker share (or the job has already ended)"
+        )
+    path = os.path.join(staging, name)
+    writer = None
+    try:
+        for batch in batches:
+            if fields is None and batch.num_columns:
+                fields = schema_fields(batch.schema, id_field)
+            if not batch.num_rows:
+                continue
+            assert fields is not None
+            if writer is None:
+                writer = Writer(path, dict(fields), **options)
+            writer.add_many(prepare(batch, id_field, fields), id_field=id_field)
+        if writer is None:
+            return None, 0, dict(fields) if fields is not None else None
+        count = writer.finish()["count"]
+        return path, count, dict(fields) if fields is not None else None
+    except BaseException:
+        if writer is not None and not writer.closed:
+            writer.abort()
+        raise
+
+
+def seal_shards(
+    target: str,
+    shards: Mapping[str, str],
+    mode: str,
+    staging: str,
+    fields: Mapping[str, str] | None,
+    options: Mapping[str, Any],
+) -> DocStore:
+    """Seals ``shards`` (paths, in this order, to what the user knows them as: "partition 3")
+    at ``target`` by ``mode``: ``append`` puts the shards of what is at the target first. A job
+    that wrote no shard seals one empty shard, so that the collection exists (and is empty).
+    An error naming a shard names it as the user knows it, not by its staging path, which is
+    gone once the job has ended."""
+    try:
+        return _seal(target, list(shards), mode, staging, fields, options)
+    except DocstoreError as error:
+        message = str(error)
+        for path, label in shards.items():
+            message = message.replace(path, label)
+        if message == str(error):
+            raise
+        renamed = copy.copy(error)  # keeps the class and its attributes (doc_id)
+        renamed.args = (message,)
+        raise renamed from error
+
+
+def _seal(
+    target: str,
+    shards: list[str],
+    mode: str,
+    staging: str,
+    fields: Mapping[str, str] | None,
+    options: Mapping[str, Any],
+) -> DocStore:
+    from ._collection import seal
+
+    if not shards:
+        if fields is None:
+            raise SchemaError(
+                "the data is empty and has no schema to take the fields from; pass fields={...} "
+                "to write an empty collection"
+            )
+        empty = os.path.join(staging, "empty.docstore")
+        Writer(empty, dict(fields), **options).finish()
+        shards = [empty]
+    if mode == "append" and os.path.lexists(target):
+        shards = existing_shards(target) + shards
+    return seal(target, shards, overwrite=mode != "errorifexists")
+
+
+def existing_shards(target: str) -> list[str]:
+    """The shard files of the collection at ``target`` in order (a single-file store is its own
+    one shard)."""
+    store = open_store(target)
+    try:
+        shards = store.info().get("shards")
+    finally:
+        store.close()
+    if not shards:
+        return [os.path.abspath(target)]
+    return [os.fspath(shard["path"]) for shard in shards]
+
+
+def report_error(report: str | None, error: BaseException) -> None:
+    """Records a docstore error for the driver process that started the job, where the engine
+    would hand back only its own wrapper of it (a Spark ``AnalysisException``)."""
+    if not report or not isinstance(error, DocstoreError):
+        return
+    content: dict[str, str | None] = {"type": type(error).__name__, "message": str(error)}
+    if isinstance(error, errors.DuplicateKeyError):
+        content["doc_id"] = error.doc_id
+    with contextlib.suppress(OSError), open(report, "x", encoding="utf-8") as file:
+        json.dump(content, file)  # the first error recorded wins: the one that failed the job
+
+
+def reported_error(report: str) -> DocstoreError | None:
+    try:
+        with open(report, encoding="utf-8") as file:
+            content = json.load(file)
+    except (OSError, ValueError):
+        return None
+    cls = getattr(errors, str(content.get("type")), None)
+    if not (isinstance(cls, type) and issubclass(cls, DocstoreError)):
+        return None
+    if cls is errors.DuplicateKeyError:
+        return cls(content["message"], content.get("doc_id"))
+    return cls(content["message"])

@@ -1,0 +1,183 @@
+"""Writing a docstore collection from a Ray Dataset: one shard per write task, then sealed.
+
+>>> import ray, docstore, docstore.ray
+>>> ds = ray.data.read_parquet("corpus/")
+>>> store = docstore.ray.write(ds, "corpus.docstore", id_field="doc_id")
+
+``pip install "docstore[ray]"``. Built on Ray Data's ``Datasink`` (``DocstoreDatasink``, also for
+``ds.write_datasink(...)``): every write task attempt writes its blocks, as Arrow, into its own
+shard in a staging directory beside the target; on the driver, ``on_write_complete`` seals the
+shards of the successful attempts in task order into one collection, and removes the staging
+directory. Positions follow the dataset's order when ``DataContext.execution_options.
+preserve_order`` is set. See docs/engines.md.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import ray
+from ray.data import Datasink
+from ray.data.block import BlockAccessor
+
+from ._arrow import schema_fields
+from ._engines import (
+    check_mode,
+    check_target,
+    check_writer_options,
+    make_staging,
+    remove_staging,
+    seal_shards,
+    write_shard,
+)
+from ._store import DocStore
+from .errors import SchemaError
+
+__all__ = ["DEFAULT_RAY_REMOTE_ARGS", "DocstoreDatasink", "write"]
+
+# Write tasks that fail are retried (an exception or a lost worker), up to 3 times: Ray Data
+# itself retries only system failures. A retried attempt writes a new shard; only the attempt
+# that succeeds is sealed.
+DEFAULT_RAY_REMOTE_ARGS: dict[str, Any] = {"max_retries": 3, "retry_exceptions": True}
+
+
+class DocstoreDatasink(Datasink):
+    """A Ray Data ``Datasink`` writing a docstore collection at ``path``.
+
+    ``id_field`` names the column of doc ids (strings); ``fields`` maps the columns to store to
+    their types (default: every other column, typed from its Arrow type: string ``str``,
+    binary ``bytes``, integers ``int64``, floats ``float64``, lists of numbers ``float32[]``
+    etc.). ``mode``: ``"errorifexists"`` (the default: ``StoreExistsError`` if something is at
+    ``path``), ``"overwrite"`` (replace it atomically) or ``"append"`` (seal the existing
+    collection's shards and the new ones into a new collection that replaces it atomically; ids
+    stay unique). ``writer_options`` go to each shard's ``docstore.Writer`` (``level``,
+    ``dict_size``, ...). After the write, ``store`` is the collection, opened.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        id_field: str = "doc_id",
+        fields: Mapping[str, str] | None = None,
+        mode: str = "errorifexists",
+        **writer_options: Any,
+    ) -> None:
+        self.path = os.path.abspath(os.fspath(path))
+        self.id_field = id_field
+        self.fields = dict(fields) if fields is not None else None
+        self.mode = check_mode(mode)
+        self.writer_options = check_writer_options(writer_options)
+        self.store: DocStore | None = None
+        self._staging: str | None = None
+        self._fallback_schema: Any = None  # driver only: a callable giving the dataset's schema
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_fallback_schema"] = state["store"] = None  # neither goes to the tasks
+        return state
+
+    def get_name(self) -> str:
+        return "Docstore"
+
+    def on_write_start(self, schema: Any = None) -> None:
+        """On the driver, before the first write task: checks the target and the options, and
+        makes the staging directory (a fresh one for each write)."""
+        check_target(self.path, self.mode)
+        # ``schema`` is not used: it is the first input bundle's, which, where Ray fuses the
+        # write with the operators before it (a read, a map), is not the data's (a file list).
+        # Each task takes the fields from its own blocks, unless ``fields`` gives them.
+        self.store = None
+        self._staging = make_staging(self.path, self.fields, self.writer_options)
+
+    def write(self, blocks: Iterable[Any], ctx: Any) -> dict[str, Any]:
+        """One task attempt: its blocks, as Arrow tables, into one new shard named after the
+        task index and a uuid (two attempts of one task never share a file)."""
+        if self._staging is None:
+            raise RuntimeError("DocstoreDatasink.write before on_write_start: this Ray is too old")
+        task = int(ctx.task_idx)
+        path, count, fields = write_shard(
+            self._staging,
+            f"part-{task:05d}-{uuid.uuid4().hex}.docstore",
+            (BlockAccessor.for_block(block).to_arrow() for block in blocks),
+            self.id_field,
+            self.fields,
+            self.writer_options,
+        )
+        return {"task_idx": task, "path": path, "count": count, "fields": fields}
+
+    def on_write_complete(self, write_result: Any) -> None:
+        """On the driver once every task succeeded: seals the shards the tasks returned, in task
+        order, then removes the staging directory (and the failed attempts' files in it)."""
+        if self._staging is None:  # no input at all: on_write_start was never called
+            self.on_write_start(None)
+        assert self._staging is not None
+        try:
+            returns = [r for r in write_result.write_returns if r is not None]
+            returns.sort(key=lambda r: r["task_idx"])  # stable: ties keep Ray's order
+            fields = self.fields or next((r["fields"] for r in returns if r["fields"]), None)
+            if fields is None and self._fallback_schema is not None:
+                schema = self._fallback_schema()
+                if schema is not None and len(schema.names):
+                    fields = schema_fields(_arrow_schema(schema), self.id_field)
+            shards = {r["path"]: f"write task {r['task_idx']}" for r in returns if r["path"] is not None}
+            self.store = seal_shards(self.path, shards, self.mode, self._staging, fields, self.writer_options)
+        finally:
+            remove_staging(self._staging)
+            self._staging = None
+
+    def on_write_failed(self, error: Exception) -> None:
+        """On the driver when the job failed: removes the staging directory; the target is as
+        it was."""
+        remove_staging(self._staging)
+        self._staging = None
+
+
+def _arrow_schema(schema: Any) -> Any:
+    """A ``ray.data.Schema`` (or already a pyarrow schema) as a pyarrow schema."""
+    base = getattr(schema, "base_schema", schema)
+    import pyarrow as pa
+
+    if isinstance(base, pa.Schema):
+        return base
+    raise SchemaError(f"the dataset's schema is not an Arrow schema ({schema}); pass fields={{...}}")
+
+
+def write(
+    ds: ray.data.Dataset,
+    path: str | os.PathLike[str],
+    *,
+    id_field: str = "doc_id",
+    fields: Mapping[str, str] | None = None,
+    overwrite: bool = False,
+    append: bool = False,
+    ray_remote_args: Mapping[str, Any] | None = None,
+    concurrency: int | None = None,
+    **writer_options: Any,
+) -> DocStore:
+    """Writes the Ray Dataset ``ds`` as a docstore collection at ``path``; returns it opened.
+
+    One shard per write task, sealed in task order: with
+    ``ray.data.DataContext.get_current().execution_options.preserve_order = True``, ``store.at(i)``
+    is the i-th row of ``ds``. ``overwrite=True`` replaces what is at ``path`` atomically,
+    ``append=True`` adds the documents to the collection there (ids stay unique). Write tasks are
+    retried as ``ray_remote_args`` say (default ``DEFAULT_RAY_REMOTE_ARGS``: 3 retries, on any
+    exception); a retried task never duplicates documents. See ``DocstoreDatasink`` for
+    ``fields`` and ``writer_options``.
+    """
+    if overwrite and append:
+        raise ValueError("overwrite and append exclude each other")
+    mode = "overwrite" if overwrite else "append" if append else "errorifexists"
+    sink = DocstoreDatasink(path, id_field=id_field, fields=fields, mode=mode, **writer_options)
+    check_target(sink.path, sink.mode)  # before any work: a dataset's own tasks may be costly
+    sink._fallback_schema = ds.schema  # an empty dataset's fields, asked for only then
+    remote_args = dict(DEFAULT_RAY_REMOTE_ARGS if ray_remote_args is None else ray_remote_args)
+    if concurrency is None:  # older Rays have no such argument
+        ds.write_datasink(sink, ray_remote_args=remote_args)
+    else:
+        ds.write_datasink(sink, ray_remote_args=remote_args, concurrency=concurrency)
+    assert sink.store is not None
+    return sink.store

@@ -1,0 +1,276 @@
+"""Writing a docstore collection from a PySpark DataFrame: one shard per partition, then sealed.
+
+>>> import docstore, docstore.spark
+>>> store = docstore.spark.write(df, "corpus.docstore", id_field="doc_id")
+
+``pip install "docstore[spark]"`` (PySpark 4, which needs Java 17 or newer). Built on PySpark's
+Python Data Source API: ``DocstoreDataSource`` (format ``"docstore"``) writes through a
+``DataSourceArrowWriter``, which receives each partition as ``pyarrow.RecordBatch``es; every
+task attempt writes its own shard in a staging directory beside the target, and ``commit`` on
+the driver seals the shards of the committed attempts in partition order (``abort`` removes
+them). ``write`` registers the source in the DataFrame's session, after which
+``df.write.format("docstore").mode("overwrite").option("id_field", "pid").save(path)`` works too.
+See docs/engines.md.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import glob
+import inspect
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+
+from ._arrow import schema_fields
+from ._engines import (
+    WRITER_OPTIONS,
+    check_mode,
+    check_target,
+    make_staging,
+    remove_staging,
+    report_error,
+    reported_error,
+    seal_shards,
+    write_shard,
+)
+from ._store import DocStore
+from ._store import open as open_store
+from .errors import InternalError, SchemaError
+
+__all__ = ["DocstoreDataSource", "DocstoreWriter", "ShardMessage", "register", "write"]
+
+# The data source's options (case-insensitive, as Spark passes them): Spark's "path", then
+# docstore's own. "mode" is docstore's save mode, as Spark tells a Python data source only
+# whether it overwrites (see DocstoreWriter); "report" is internal to write().
+OPTIONS = ("path", "id_field", "fields", "mode", "report", *WRITER_OPTIONS)
+
+
+@dataclass
+class ShardMessage(WriterCommitMessage):
+    """What one successful task attempt hands the driver: its shard (None if its partition was
+    empty) and the shard's document count."""
+
+    partition_id: int
+    attempt: int
+    path: str | None
+    count: int
+
+
+class DocstoreDataSource(DataSource):
+    """The ``"docstore"`` format: writes only (a collection is read with ``docstore.open``)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "docstore"
+
+    def writer(self, schema: Any, overwrite: bool) -> DocstoreWriter:
+        return DocstoreWriter(dict(self.options), schema, overwrite)
+
+
+class DocstoreWriter(DataSourceArrowWriter):
+    """Made once on the driver (it checks the target and makes the staging directory), then
+    pickled to every task and to the commit.
+
+    Modes: Spark hands a Python data source the save modes ``overwrite`` (``overwrite=True``)
+    and ``append`` only (it refuses ``errorifexists`` and ``ignore`` before asking the source),
+    so the option ``mode`` carries docstore's own: ``errorifexists``, ``overwrite`` or
+    ``append``. Without it, Spark's ``overwrite`` replaces the target and ``append`` appends.
+    ``docstore.spark.write`` always sets it.
+    """
+
+    def __init__(self, options: Mapping[str, str], schema: Any, overwrite: bool) -> None:
+        options = {k.lower(): v for k, v in options.items()}
+        self.report = options.get("report")
+        try:
+            unknown = sorted(k for k in options if k not in OPTIONS)
+            if unknown:
+                raise ValueError(
+                    f"unknown docstore option(s) {unknown}; the options are {list(OPTIONS[1:4])} "
+                    f"and the Writer's {list(WRITER_OPTIONS)}"
+                )
+            if not options.get("path"):
+                raise ValueError("no path: df.write.format('docstore').save(PATH)")
+            self.path = os.path.abspath(options["path"])
+            self.mode = check_mode(options.get("mode") or ("overwrite" if overwrite else "append"))
+            if overwrite != (self.mode == "overwrite"):
+                raise ValueError(
+                    f"the docstore option mode={self.mode!r} contradicts Spark's save mode "
+                    f"({'overwrite' if overwrite else 'append'})"
+                )
+            self.id_field = options.get("id_field") or "doc_id"
+            self.writer_options: dict[str, Any] = {
+                k: base64.b64decode(options[k]) if k == "dictionary" else _int_option(k, options[k])
+                for k in WRITER_OPTIONS
+                if k in options
+            }
+            given = parse_fields(options["fields"]) if options.get("fields") else None
+            needed = None if given is None else {self.id_field, *given}
+            self.fields = schema_fields(_arrow_schema(schema, needed), self.id_field, given)
+            check_target(self.path, self.mode)
+            self.staging = make_staging(self.path, self.fields, self.writer_options)
+        except Exception as error:
+            report_error(self.report, error)
+            raise
+
+    def write(self, iterator: Iterator[Any]) -> ShardMessage:
+        """One task attempt: its partition's record batches into one new shard, named after the
+        partition, the attempt and a uuid."""
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        partition = context.partitionId() if context is not None else 0
+        attempt = context.attemptNumber() if context is not None else 0
+        name = f"part-{partition:05d}-{attempt}-{uuid.uuid4().hex}"
+        try:
+            path, count, _ = write_shard(
+                self.staging, f"{name}.docstore", iterator, self.id_field, self.fields, self.writer_options
+            )
+        except Exception as error:
+            # The staging directory is shared with the driver: abort() hands this on to write().
+            report_error(os.path.join(self.staging, f"{name}.error.json"), error)
+            raise
+        return ShardMessage(partition, attempt, path, count)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        """On the driver when every partition has committed: seals exactly the shards of the
+        committed attempts, in partition order, then removes the staging directory."""
+        try:
+            if any(m is None for m in messages):
+                raise InternalError("commit with a failed task's message")
+            by_partition: dict[int, ShardMessage] = {}
+            for message in messages:
+                assert isinstance(message, ShardMessage)
+                by_partition.setdefault(message.partition_id, message)  # Spark commits one per partition
+            shards = {m.path: f"partition {p}" for p, m in sorted(by_partition.items()) if m.path is not None}
+            seal_shards(self.path, shards, self.mode, self.staging, self.fields, self.writer_options).close()
+        except Exception as error:
+            report_error(self.report, error)
+            raise
+        finally:
+            remove_staging(self.staging)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """On the driver when the job failed: removes the staging directory (every attempt's
+        shard); the target is as it was. A task's docstore error goes on to ``write``."""
+        for error_file in sorted(glob.glob(os.path.join(glob.escape(self.staging), "*.error.json"))):
+            error = reported_error(error_file)
+            if error is not None:
+                report_error(self.report, error)
+                break
+        remove_staging(self.staging)
+
+
+def _int_option(name: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"docstore option {name} must be an integer, got {value!r}") from None
+
+
+def _arrow_schema(schema: Any, needed: set[str] | None) -> Any:
+    """The Arrow schema of the batches a task receives for the Spark ``schema``; a column that
+    Arrow cannot hold is refused if it is ``needed`` (None: every column is)."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    parameters = inspect.signature(to_arrow_type).parameters
+    options: dict[str, Any] = {"timezone": "UTC"} if "timezone" in parameters else {}
+    fields = []
+    for field in schema.fields:
+        try:
+            arrow_type = to_arrow_type(field.dataType, **options)
+        except Exception:
+            if needed is not None and field.name not in needed:
+                arrow_type = pa.null()
+            else:
+                raise SchemaError(
+                    f"column {field.name!r} has Spark type {field.dataType.simpleString()}, which "
+                    "docstore has no field type for; cast or drop the column, or pass fields={...}"
+                ) from None
+        fields.append(pa.field(field.name, arrow_type))
+    return pa.schema(fields)
+
+
+def format_fields(fields: Mapping[str, str]) -> str:
+    """``{"text": "str", "n": "int64"}`` as the option ``"text:str,n:int64"``."""
+    for name in fields:
+        if not name or any(c in name for c in ",:"):
+            raise ValueError(f"field name {name!r} cannot go in the fields option (empty, or has ',' or ':')")
+    return ",".join(f"{name}:{kind}" for name, kind in fields.items())
+
+
+def parse_fields(option: str) -> dict[str, str]:
+    fields = {}
+    for item in option.split(","):
+        name, sep, kind = item.partition(":")
+        if not sep or not name.strip():
+            raise ValueError(f"the fields option wants name:type pairs separated by ',', got {item!r}")
+        fields[name.strip()] = kind.strip()
+    return fields
+
+
+def register(spark: Any) -> None:
+    """Registers the ``"docstore"`` format in the SparkSession ``spark``."""
+    spark.dataSource.register(DocstoreDataSource)
+
+
+def write(
+    df: Any,
+    path: str | os.PathLike[str],
+    *,
+    id_field: str = "doc_id",
+    fields: Mapping[str, str] | None = None,
+    mode: str = "errorifexists",
+    **writer_options: Any,
+) -> DocStore | None:
+    """Writes the PySpark DataFrame ``df`` as a docstore collection at ``path``; returns it opened
+    (None when ``mode="ignore"`` found something there and wrote nothing).
+
+    One shard per partition, sealed in partition order: ``store.at(i)`` is the i-th row of
+    ``df.collect()``. ``mode``: ``"errorifexists"`` (``StoreExistsError`` if something is at
+    ``path``), ``"overwrite"`` (replace it atomically), ``"append"`` (seal the collection there
+    and the new shards into a new one that replaces it atomically; ids stay unique) or
+    ``"ignore"`` (write nothing if something is there). ``fields`` maps the columns to store to
+    their types (default: every column but the ids, typed from its Spark type);
+    ``writer_options`` (``level``, ``dict_size``, ...) go to each shard's ``docstore.Writer``.
+    A docstore error of the job (``DuplicateKeyError`` across partitions, ``SchemaError`` ...)
+    is raised as itself, from Spark's exception.
+    """
+    path = os.path.abspath(os.fspath(path))
+    if mode.lower() == "ignore":
+        if os.path.lexists(path):
+            return None
+        mode = "errorifexists"
+    mode = check_mode(mode)
+    check_target(path, mode)
+    register(df.sparkSession)
+    writer = df.write.format("docstore").mode("overwrite" if mode == "overwrite" else "append")
+    writer = writer.option("id_field", id_field).option("mode", mode)
+    if fields is not None:
+        writer = writer.option("fields", format_fields(fields))
+    for name, value in writer_options.items():
+        if name not in WRITER_OPTIONS:
+            raise TypeError(f"unknown writer option {name!r}; docstore.Writer takes {list(WRITER_OPTIONS)}")
+        if name == "dictionary":  # Spark options are strings
+            writer = writer.option(name, base64.b64encode(bytes(value)).decode("ascii"))
+        else:
+            writer = writer.option(name, str(int(value)))
+    report = os.path.join(tempfile.gettempdir(), f"docstore-spark-{uuid.uuid4().hex}.json")
+    try:
+        writer.option("report", report).save(path)
+    except Exception as spark_error:
+        error = reported_error(report)
+        if error is not None:
+            raise error from spark_error
+        raise
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(report)
+    return open_store(path)

@@ -1,0 +1,263 @@
+"""docstore.ray: collections written by Ray Data write tasks, on a local 2-CPU Ray cluster (one
+per module: Ray takes ~5-10 s to start)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import docstore
+
+from .conftest import FIELDS, assert_doc_equal, make_docs
+
+ray = pytest.importorskip("ray")
+pa = pytest.importorskip("pyarrow")
+docstore_ray = pytest.importorskip("docstore.ray")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cluster():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    context = ray.data.DataContext.get_current()
+    saved = context.execution_options.preserve_order, context.enable_progress_bars
+    context.execution_options.preserve_order = True  # positions follow the dataset's order
+    context.enable_progress_bars = False
+    yield
+    context.execution_options.preserve_order, context.enable_progress_bars = saved
+    ray.shutdown()
+
+
+def arrow_table(docs: dict[str, dict]) -> pa.Table:
+    values = list(docs.values())
+    return pa.table(
+        {
+            "doc_id": list(docs),
+            "text": [d["text"] for d in values],
+            "label": pa.array([d["label"] for d in values], pa.int64()),
+            "score": pa.array([d["score"] for d in values], pa.float64()),
+            "tokens": pa.array([d["tokens"] for d in values], pa.list_(pa.int32())),
+            "raw": pa.array([d["raw"] for d in values], pa.binary()),
+        }
+    )
+
+
+def dataset(docs: dict[str, dict], blocks: int = 4) -> ray.data.Dataset:
+    """One Arrow block per slice, in order: one write task (one shard) per block."""
+    table = arrow_table(docs)
+    step = -(-len(docs) // blocks) if docs else 1
+    return ray.data.from_arrow([table.slice(i, step) for i in range(0, max(len(docs), 1), step)])
+
+
+def named(n: int, prefix: str) -> dict[str, dict]:
+    return {f"{prefix}{doc_id}": doc for doc_id, doc in make_docs(n).items()}
+
+
+def only(directory, *names):
+    """Nothing but ``names`` in ``directory``: no staging directory, no attempt files."""
+    assert sorted(os.listdir(directory)) == sorted(names)
+
+
+def test_every_document_by_id_and_position(tmp_path, oracle):
+    docs = dict(list(oracle.items())[:1000])
+    ds = dataset(docs, blocks=3).repartition(5, shuffle=False)  # more tasks than blocks, in order
+    store = docstore_ray.write(ds, tmp_path / "c.docstore", level=0)
+    only(tmp_path, "c.docstore")
+    assert len(store) == len(docs) and store.fields == FIELDS
+    shards = store.info()["shards"]
+    assert len(shards) >= 2 and sum(s["count"] for s in shards) == len(docs)
+    rows = ds.take_all()
+    assert [d.doc_id for d in store.take(range(len(store)))] == [r["doc_id"] for r in rows]
+    for i, (doc_id, expected) in enumerate(docs.items()):
+        assert_doc_equal(store[doc_id], doc_id, expected)
+        assert_doc_equal(store.at(i), doc_id, expected)
+    store.verify()
+
+
+def test_shards_share_a_dictionary_trained_on_the_driver(tmp_path, oracle):
+    docs = dict(list(oracle.items())[:600])
+    ds = dataset(docs, blocks=3)
+    dictionary = docstore.train_dictionary(ds.take(200), fields=FIELDS)
+    store = docstore_ray.write(ds, tmp_path / "c.docstore", dictionary=dictionary)
+    shards = [docstore.open(s["path"]) for s in store.info()["shards"]]
+    assert len(shards) >= 2 and all(s.dictionary == dictionary for s in shards)
+    for doc_id, expected in list(docs.items())[::13]:
+        assert_doc_equal(store[doc_id], doc_id, expected)
+
+
+@pytest.mark.parametrize("remote_args", [None, {}], ids=["retries", "fused"])
+def test_read_parquet(tmp_path, remote_args):
+    """With Ray's default remote arguments the write fuses with the read into one task, whose
+    first input is a list of files: the fields come from the blocks the write gets."""
+    import pyarrow.parquet as pq
+
+    docs = make_docs(200)
+    table = arrow_table(docs)
+    (tmp_path / "in").mkdir()
+    for i in range(4):
+        pq.write_table(table.slice(i * 50, 50), tmp_path / "in" / f"{i}.parquet")
+    ds = ray.data.read_parquet(str(tmp_path / "in"))
+    store = docstore_ray.write(ds, tmp_path / "c", ray_remote_args=remote_args)
+    assert store.fields == FIELDS and sorted(store.keys()) == sorted(docs)
+    for doc_id, expected in docs.items():
+        assert_doc_equal(store[doc_id], doc_id, expected)
+    only(tmp_path, "in", "c")
+
+
+def test_datasink_with_write_datasink(tmp_path):
+    docs = make_docs(50)
+    sink = docstore_ray.DocstoreDatasink(tmp_path / "c", fields={"text": "str", "label": "int64"})
+    dataset(docs, blocks=2).write_datasink(sink)
+    assert sink.store is not None and sink.store.fields == {"text": "str", "label": "int64"}
+    assert [d.text for d in sink.store.take(range(50))] == [d["text"] for d in docs.values()]
+    only(tmp_path, "c")
+
+
+def test_id_repeated_across_tasks(tmp_path):
+    docs = make_docs(40)
+    table = arrow_table(docs)
+    repeated = table.slice(30, 1).to_pylist()[0]["doc_id"]
+    ds = ray.data.from_arrow([table.slice(0, 20), table.slice(20, 20), table.slice(30, 1)])
+    with pytest.raises(docstore.DuplicateKeyError) as error:
+        docstore_ray.write(ds, tmp_path / "c")
+    assert error.value.doc_id == repeated and repeated in str(error.value)
+    only(tmp_path)
+
+
+@pytest.mark.parametrize("how", ["raise", "crash"])
+def test_task_that_fails_once_after_writing_part_of_its_shard(tmp_path, how):
+    """The first attempt of task 1 adds its first block to its shard, then raises (or its
+    worker dies, leaving the attempt's scratch files); Ray retries it; the collection holds every
+    document once, and nothing but it remains."""
+    marker = tmp_path / "marker"
+    (tmp_path / "out").mkdir()
+
+    class FlakySink(docstore_ray.DocstoreDatasink):
+        def write(self, blocks, ctx):
+            if ctx.task_idx != 1 or marker.exists():
+                return super().write(blocks, ctx)
+
+            def failing():
+                yield from blocks
+                marker.touch()
+                if how == "crash":
+                    os._exit(1)
+                raise RuntimeError("injected failure")
+
+            return super().write(failing(), ctx)
+
+    docs = make_docs(300)
+    table = arrow_table(docs)
+    ds = ray.data.from_arrow([table.slice(0, 100), table.slice(100, 100), table.slice(200, 100)])
+    sink = FlakySink(tmp_path / "out" / "c")
+    ds.write_datasink(sink, ray_remote_args=docstore_ray.DEFAULT_RAY_REMOTE_ARGS)
+    assert marker.exists()
+    store = docstore.open(tmp_path / "out" / "c")
+    assert list(store.keys()) == list(docs)
+    only(tmp_path / "out", "c")
+
+
+def test_udf_that_fails_once_is_retried(tmp_path):
+    marker = tmp_path / "marker"
+    (tmp_path / "out").mkdir()
+
+    docs = make_docs(100)
+    victim = list(docs)[60]
+
+    def fail_once(batch):
+        if not marker.exists() and victim in batch["doc_id"].to_pylist():
+            marker.touch()
+            raise RuntimeError("injected failure")
+        return batch
+
+    # The map's retry options are the write's: Ray fuses the two into one task, retried as one.
+    retries = docstore_ray.DEFAULT_RAY_REMOTE_ARGS
+    ds = dataset(docs).map_batches(fail_once, batch_format="pyarrow", batch_size=None, **retries)
+    store = docstore_ray.write(ds, tmp_path / "out" / "c")
+    assert marker.exists() and list(store.keys()) == list(docs)
+    only(tmp_path / "out", "c")
+
+
+def test_failed_job_leaves_nothing(tmp_path):
+    docs = make_docs(100)
+    victim = list(docs)[60]
+
+    def always_fail(batch):
+        if victim in batch["doc_id"].to_pylist():
+            raise RuntimeError("injected failure")
+        return batch
+
+    ds = dataset(docs).map_batches(always_fail, batch_format="pyarrow", batch_size=None)
+    with pytest.raises(Exception, match="injected failure"):
+        docstore_ray.write(ds, tmp_path / "c", ray_remote_args={"max_retries": 0})
+    only(tmp_path)
+
+
+def test_overwrite_and_append(tmp_path):
+    path = tmp_path / "c"
+    a, b, c = named(30, "a-"), named(30, "b-"), named(30, "c-")
+    docstore_ray.write(dataset(a, 2), path)
+    with pytest.raises(docstore.StoreExistsError):
+        docstore_ray.write(dataset(b, 2), path)
+    store = docstore_ray.write(dataset(b, 2), path, overwrite=True)
+    assert list(store.keys()) == list(b)
+    appended = docstore_ray.write(dataset(c, 3), path, append=True)
+    assert list(appended.keys()) == list(b) + list(c)
+    assert len(appended.info()["shards"]) == len(store.info()["shards"]) + 3
+    assert list(store.keys()) == list(b)  # the replaced collection still reads
+    with pytest.raises(docstore.DuplicateKeyError):
+        docstore_ray.write(dataset(c, 1), path, append=True)
+    assert list(docstore.open(path).keys()) == list(b) + list(c)
+    only(tmp_path, "c")
+
+
+def test_empty_dataset(tmp_path):
+    empty = ray.data.from_arrow(arrow_table(make_docs(5)).slice(0, 0))
+    store = docstore_ray.write(empty, tmp_path / "a")
+    assert len(store) == 0 and store.fields == FIELDS
+    filtered = dataset(make_docs(20)).filter(lambda row: False)
+    store = docstore_ray.write(filtered, tmp_path / "b", fields={"text": "str"})
+    assert len(store) == 0 and store.fields == {"text": "str"}
+    with pytest.raises(docstore.SchemaError, match="pass fields"):
+        docstore_ray.write(ray.data.from_items([]), tmp_path / "c")
+    only(tmp_path, "a", "b")
+
+
+@pytest.mark.parametrize(
+    ("columns", "error", "message"),
+    [
+        ({"doc_id": pa.array([1, 2], pa.int64())}, docstore.InvalidKeyError, "must be strings"),
+        ({"doc_id": ["a", None]}, docstore.InvalidKeyError, "null"),
+        ({"key": ["a", "b"]}, docstore.SchemaError, "no id column 'doc_id'"),
+        ({"doc_id": ["a", "b"], "flag": [True, False]}, docstore.SchemaError, "'flag' is bool"),
+        ({"doc_id": ["a", "b"], "m": [{"x": 1}, {"x": 2}]}, docstore.SchemaError, "Arrow type struct"),
+    ],
+)
+def test_bad_input(tmp_path, columns, error, message):
+    ds = ray.data.from_arrow(pa.table(columns))
+    with pytest.raises(error, match=message):
+        docstore_ray.write(ds, tmp_path / "c", ray_remote_args={"max_retries": 0})
+    only(tmp_path)
+
+
+def test_bad_writer_option_fails_on_the_driver(tmp_path):
+    with pytest.raises(docstore.InvalidArgumentError, match="compression level"):
+        docstore_ray.write(dataset(make_docs(10)), tmp_path / "c", level=99)
+    with pytest.raises(TypeError, match="unknown writer option"):
+        docstore_ray.write(dataset(make_docs(10)), tmp_path / "c", levle=3)
+    only(tmp_path)
+
+
+def test_arrow_encodings(tmp_path):
+    table = pa.table(
+        {
+            "doc_id": pa.array(["b", "a", "c"]).dictionary_encode(),
+            "text": pa.array(["x", "y", "z"], pa.large_string()),
+            "vec": pa.array([[1, 2], [3, 4], [5, 6]], pa.list_(pa.float16(), 2)),
+        }
+    )
+    store = docstore_ray.write(ray.data.from_arrow(table), tmp_path / "c")
+    assert store.fields == {"text": "str", "vec": "float32[]"}
+    assert store["a"].text == "y" and store.at(0).doc_id == "b"
+    np.testing.assert_array_equal(store["c"].vec, np.array([5, 6], np.float32))

@@ -1,0 +1,215 @@
+"""docstore.spark: collections written by PySpark 4's Python Data Source API, one shard per
+partition, in local mode (one SparkSession per module: it takes 10-20 s to start). The master is
+``local[2,3]``: two cores, and a failed task is tried up to 3 times, as on a cluster."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+import docstore
+
+from .conftest import assert_doc_equal, make_docs
+
+pytest.importorskip("pyarrow")
+pyspark_sql = pytest.importorskip("pyspark.sql")
+docstore_spark = pytest.importorskip("docstore.spark")
+
+
+def _java_ok() -> bool:
+    """As PySpark finds Java: JAVA_HOME, else java on PATH; its version 17 or newer."""
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    if not java or not os.path.exists(java):
+        return False
+    out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
+    major = re.search(r'version "(\d+)', out)
+    return major is not None and int(major.group(1)) >= 17
+
+
+if not _java_ok():  # CI installs one (.ci/run); docs/engines.md says how
+    pytest.skip("PySpark 4 needs Java 17 or newer", allow_module_level=True)
+
+SCHEMA = "doc_id string, text string, label long, score double, tokens array<int>, raw binary"
+FIELDS = {"text": "str", "label": "int64", "score": "float64", "tokens": "int32[]", "raw": "bytes"}
+
+
+@pytest.fixture(scope="module")
+def spark():
+    session = (
+        pyspark_sql.SparkSession.builder.master("local[2,3]")
+        .appName("docstore-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "64")  # several batches a task
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("OFF")  # failed tasks are part of the tests
+    yield session
+    session.stop()
+
+
+def frame(spark, docs: dict[str, dict], partitions: int = 4):
+    """A DataFrame of ``docs`` in their order, in ``partitions`` contiguous slices."""
+    rows = [
+        (doc_id, d["text"], d["label"], d["score"], d["tokens"].tolist(), bytearray(d["raw"]))
+        for doc_id, d in docs.items()
+    ]
+    return spark.createDataFrame(spark.sparkContext.parallelize(rows, partitions), SCHEMA)
+
+
+def named(n: int, prefix: str) -> dict[str, dict]:
+    return {f"{prefix}{doc_id}": doc for doc_id, doc in make_docs(n).items()}
+
+
+def only(directory, *names):
+    """Nothing but ``names`` in ``directory``: no staging directory, no attempt files."""
+    assert sorted(os.listdir(directory)) == sorted(names)
+
+
+def test_every_document_by_id_and_position(spark, tmp_path, oracle):
+    docs = dict(list(oracle.items())[:1000])
+    df = frame(spark, docs, partitions=5)
+    store = docstore_spark.write(df, tmp_path / "c.docstore", level=0)
+    only(tmp_path, "c.docstore")
+    assert len(store) == len(docs) and store.fields == FIELDS
+    shards = store.info()["shards"]
+    assert [s["count"] for s in shards] == [200] * 5
+    assert [d.doc_id for d in store.take(range(len(store)))] == [r.doc_id for r in df.collect()]
+    for i, (doc_id, expected) in enumerate(docs.items()):
+        assert_doc_equal(store[doc_id], doc_id, expected)
+        assert_doc_equal(store.at(i), doc_id, expected)
+    store.verify()
+
+
+def test_shards_share_a_dictionary_trained_on_the_driver(spark, tmp_path, oracle):
+    docs = dict(list(oracle.items())[:600])
+    df = frame(spark, docs, partitions=3)
+    dictionary = docstore.train_dictionary([r.asDict() for r in df.limit(200).collect()], fields=FIELDS)
+    store = docstore_spark.write(df, tmp_path / "c.docstore", dictionary=dictionary)
+    shards = [docstore.open(s["path"]) for s in store.info()["shards"]]
+    assert len(shards) == 3 and all(s.dictionary == dictionary for s in shards)
+    for doc_id, expected in list(docs.items())[::13]:
+        assert_doc_equal(store[doc_id], doc_id, expected)
+
+
+def test_format_and_options(spark, tmp_path):
+    """The data source alone, as ``df.write.format("docstore")`` (registered by write())."""
+    docs = make_docs(100)
+    docstore_spark.register(spark)
+    df = frame(spark, docs).withColumnRenamed("doc_id", "pid")
+    df.write.format("docstore").mode("append").option("id_field", "pid").option(
+        "fields", "text:str,label:int64"
+    ).option("level", "-1").save(str(tmp_path / "c"))
+    store = docstore.open(tmp_path / "c")
+    assert store.fields == {"text": "str", "label": "int64"} and store.info()["codec"] == "none"
+    assert [d.text for d in store.take(range(100))] == [d["text"] for d in docs.values()]
+    with pytest.raises(Exception, match="unknown docstore option"):
+        df.write.format("docstore").mode("overwrite").option("levle", "3").save(str(tmp_path / "c"))
+    only(tmp_path, "c")
+
+
+def test_id_repeated_across_partitions(spark, tmp_path):
+    docs = make_docs(100)
+    df = frame(spark, docs)
+    repeated = list(docs)[3]
+    with pytest.raises(docstore.DuplicateKeyError) as error:
+        docstore_spark.write(df.union(df.filter(df.doc_id == repeated)), tmp_path / "c")
+    assert error.value.doc_id == repeated
+    assert "partition 0" in str(error.value) and "partition 4" in str(error.value)
+    only(tmp_path)
+
+
+@pytest.mark.parametrize("how", ["raise", "crash"])
+def test_task_that_fails_once_after_writing_part_of_its_shard(spark, tmp_path, how):
+    """The first attempt of partition 1 hands the writer its first batches, then raises (or its
+    Python worker dies); Spark retries it; every document is in the collection once, and
+    nothing but the collection remains."""
+    marker = str(tmp_path / "marker")
+    (tmp_path / "out").mkdir()
+
+    def fail_once(batches):
+        from pyspark import TaskContext
+
+        flaky = TaskContext.get().partitionId() == 1 and not os.path.exists(marker)
+        for i, batch in enumerate(batches):
+            if flaky and i == 2:
+                open(marker, "x").close()
+                if how == "crash":
+                    os._exit(1)
+                raise RuntimeError("injected failure")
+            yield batch
+
+    docs = make_docs(1000)
+    df = frame(spark, docs)
+    store = docstore_spark.write(df.mapInArrow(fail_once, df.schema), tmp_path / "out" / "c")
+    assert os.path.exists(marker)
+    assert list(store.keys()) == list(docs)
+    only(tmp_path / "out", "c")
+
+
+def test_failed_job_leaves_nothing(spark, tmp_path):
+    def always_fail(batches):
+        from pyspark import TaskContext
+
+        for batch in batches:
+            if TaskContext.get().partitionId() == 2:
+                raise RuntimeError("injected failure")
+            yield batch
+
+    df = frame(spark, make_docs(400))
+    with pytest.raises(Exception, match="injected failure"):
+        docstore_spark.write(df.mapInArrow(always_fail, df.schema), tmp_path / "c")
+    only(tmp_path)
+
+
+def test_modes(spark, tmp_path):
+    path = tmp_path / "c"
+    a, b, c = named(30, "a-"), named(30, "b-"), named(30, "c-")
+    docstore_spark.write(frame(spark, a, 2), path)
+    with pytest.raises(docstore.StoreExistsError):
+        docstore_spark.write(frame(spark, b, 2), path)
+    assert docstore_spark.write(frame(spark, b, 2), path, mode="ignore") is None
+    assert list(docstore.open(path).keys()) == list(a)
+    store = docstore_spark.write(frame(spark, b, 2), path, mode="overwrite")
+    assert list(store.keys()) == list(b)
+    appended = docstore_spark.write(frame(spark, c, 3), path, mode="append")
+    assert list(appended.keys()) == list(b) + list(c)
+    assert len(appended.info()["shards"]) == 2 + 3
+    assert list(store.keys()) == list(b)  # the replaced collection still reads
+    with pytest.raises(docstore.DuplicateKeyError):
+        docstore_spark.write(frame(spark, c, 1), path, mode="append")
+    assert list(docstore.open(path).keys()) == list(b) + list(c)
+    with pytest.raises(ValueError, match="mode must be one of"):
+        docstore_spark.write(frame(spark, c, 1), path, mode="upsert")
+    only(tmp_path, "c")
+
+
+def test_empty(spark, tmp_path):
+    store = docstore_spark.write(frame(spark, {}, 2), tmp_path / "a")
+    assert len(store) == 0 and store.fields == FIELDS
+    no_partitions = spark.createDataFrame([], SCHEMA)
+    store = docstore_spark.write(no_partitions, tmp_path / "b", fields={"text": "str"})
+    assert len(store) == 0 and store.fields == {"text": "str"}
+    only(tmp_path, "a", "b")
+
+
+@pytest.mark.parametrize(
+    ("select", "error", "message"),
+    [
+        (["cast(label as string) as key", "text"], docstore.SchemaError, "no id column 'doc_id'"),
+        (["label as doc_id", "text"], docstore.InvalidKeyError, "must be strings"),
+        (["if(label > 0, doc_id, null) as doc_id", "text"], docstore.InvalidKeyError, "null"),
+        (["doc_id", "label > 0 as flag"], docstore.SchemaError, "'flag' is bool"),
+        (["doc_id", "current_timestamp() as t"], docstore.SchemaError, "Arrow type timestamp"),
+    ],
+)
+def test_bad_input(spark, tmp_path, select, error, message):
+    df = frame(spark, make_docs(50)).selectExpr(*select)
+    with pytest.raises(error, match=message):
+        docstore_spark.write(df, tmp_path / "c")
+    only(tmp_path)
