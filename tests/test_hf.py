@@ -101,6 +101,21 @@ def test_add_many_takes_datasets_and_streams(tmp_path):
     assert store["12"].text == "passage 2" and store["16"].text == "y"
 
 
+def test_build_from_a_pyarrow_table_of_other_encodings(tmp_path):
+    table = pa.table(
+        {
+            "id": pa.array([3, 1, 2], pa.int32()),
+            "text": pa.array(["x", "y", "x"]).dictionary_encode(),
+            "v": pa.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], pa.list_(pa.float16(), 2)),
+            "ok": [True, False, True],
+        }
+    )
+    store = docstore.build(tmp_path / "s", table, id_field="id", batch_size=2)
+    assert store.fields == {"text": "str", "v": "float32[]", "ok": "int64"}
+    assert list(store) == ["3", "1", "2"] and store["2"].text == "x" and store["1"].ok == 0
+    assert store["1"].v.tolist() == [3.0, 4.0]
+
+
 def test_errors_name_the_way_out(tmp_path):
     ds = datasets.Dataset.from_dict(rows(10))
     with pytest.raises(docstore.SchemaError, match="no id column 'doc_id'.*id_field"):

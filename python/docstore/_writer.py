@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ._arrow import field_type, prepare, unsupported
 from ._docstore import ARRAY_DTYPES
 from ._docstore import Writer as _Writer
 from ._store import DocStore
@@ -144,7 +145,12 @@ class Writer(_Writer):
                 f"no id column {id_field!r} (columns: {table.schema.names}); pass id_field= naming "
                 "the column of ids, or id_field=None to number the rows by position"
             )
-        self.add_many(table, id_field=id_field)
+        missing = [n for n in self.fields if n not in table.schema.names]
+        if missing:
+            names = table.schema.names
+            raise SchemaError(f"the data has no column for field(s) {missing} (columns: {names})")
+        # Only the id and the fields, with dictionaries, views and fixed-size lists made plain.
+        self.add_many(prepare(table, id_field, self.fields), id_field=id_field)
 
 
 # The id column of a table whose rows are numbered (a name no field may have).
@@ -231,30 +237,20 @@ def _string_ids(column: Any, id_field: str) -> Any:
 
 
 def arrow_field_type(name: str, arrow_type: Any) -> str:
-    """The field type for a column of ``arrow_type`` (``build`` from a table or dataset)."""
+    """The field type for a column of ``arrow_type`` (``build`` from a table or dataset): the
+    mapping of ``_arrow.field_type``, and bools as ``int64`` 0/1, as ``build`` infers them from
+    Python values."""
     import pyarrow as pa
 
-    t = arrow_type.value_type if pa.types.is_dictionary(arrow_type) else arrow_type
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return "str"
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
-        return "bytes"
-    if pa.types.is_integer(t) or pa.types.is_boolean(t):  # bool as 0/1, as build() infers it
-        return "int64"
-    if pa.types.is_floating(t):
-        return "float64"
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        element = t.value_type
-        if pa.types.is_integer(element) or pa.types.is_floating(element):
-            dtype = np.dtype(element.to_pandas_dtype()).name
-            if dtype in ARRAY_DTYPES:
-                return f"{dtype}[]"
-            if dtype == "float16":  # the narrowest float field, as build() infers
-                return "float32[]"
-    raise SchemaError(
-        f"column {name!r} has Arrow type {arrow_type}, which docstore has no field type for; "
-        "pass fields={...} naming the columns to keep (and their types), or drop it first"
-    )
+    kind = field_type(arrow_type)
+    if kind is None and pa.types.is_boolean(arrow_type):
+        kind = "int64"
+    if kind is None:
+        raise SchemaError(
+            f"{unsupported(name, arrow_type)}; pass fields={{...}} naming the columns to keep (and "
+            "their types), or drop it first"
+        )
+    return kind
 
 
 def _is_arrow_table(obj: Any) -> bool:
