@@ -73,10 +73,14 @@ for part in $PARTS; do
       fi
       echo "--- CPython $v (Debian sid, x86_64, $deps): $(basename "${wheels[0]}")"
       mkdir -p "$root/tmp/wheels" && cp "${wheels[0]}" scripts/smoke_test.py "$root/tmp/wheels/"
+      # pip in the chroot trusts what this machine's pip trusts (a proxy's CA, say).
+      ca="${PIP_CERT:-${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}}"
+      [ -f "$ca" ] && cp "$ca" "$root/tmp/wheels/host-ca.crt"
       if chroot "$root" /bin/sh -ec "
           cd /tmp/wheels && rm -rf venv$v
           python$v -m venv $venv venv$v
           PATH=/tmp/wheels/venv$v/bin:/usr/bin:/bin
+          if [ -f host-ca.crt ]; then export PIP_CERT=/tmp/wheels/host-ca.crt SSL_CERT_FILE=/tmp/wheels/host-ca.crt; fi
           ! command -v cargo
           python -m pip install -q $install $(basename "${wheels[0]}")
           python -I smoke_test.py"; then
