@@ -22,6 +22,7 @@
 #   CARGO_TARGET_DIR                          cargo's build directory (default: target/)
 #   WHEEL_TOOLS_VENV=build/wheel-tools        where the build tools are installed
 #   SDIST=1                                   0: no sdist
+#   DIST=dist                                 where the files go (its docstore files are replaced)
 #
 # Every Rust compiler warning fails the build (each target must stay warning-free); every wheel
 # is checked with `auditwheel show` (must be manylinux_2_17 for its arch) and
@@ -34,6 +35,7 @@ PYTHONS="${PYTHONS:-3.9 3.10 3.11 3.12 3.13 3.14}"
 ARCHS="${ARCHS:-x86_64 aarch64}"
 SDIST="${SDIST:-1}"
 TOOLS="${WHEEL_TOOLS_VENV:-build/wheel-tools}"
+DIST="${DIST:-dist}"
 PY="${PYTHON:-$(command -v python3 || command -v python)}"
 
 echo "--- build tools ($TOOLS)"
@@ -47,8 +49,8 @@ export PATH="$TOOLS/bin:$PATH"
 maturin --version
 echo "zig $(python -m ziglang version)"
 
-mkdir -p dist
-rm -f dist/docstore-*.whl dist/docstore-*.tar.gz
+mkdir -p "$DIST"
+rm -f "$DIST"/docstore-*.whl "$DIST"/docstore-*.tar.gz
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 failed=0
@@ -56,8 +58,8 @@ skipped=()
 
 if [ "$SDIST" = 1 ]; then
   echo "--- sdist"
-  maturin sdist -o dist
-  sdist=(dist/docstore-*.tar.gz)
+  maturin sdist -o "$DIST"
+  sdist=("$DIST"/docstore-*.tar.gz)
   # What must not be in it (pyproject.toml [tool.maturin] exclude), and what must.
   list="$(tar tzf "${sdist[0]}" | sed 's|^[^/]*/||')"
   if grep -E '^(benches/|docs/img/|\.ci/|\.gitignore$|target/|dist/|build/)' <<<"$list"; then
@@ -87,7 +89,7 @@ for arch in $ARCHS; do
   # One maturin run per arch: docstore-core and the dependencies compile once, only the pyo3
   # crates and the link are redone per version. --zig links against glibc 2.17's symbols.
   if ! maturin build --release --zig --compatibility manylinux2014 --target "$triple" \
-      -i "${interpreters[@]}" -o dist 2>&1 | tee "$log"; then
+      -i "${interpreters[@]}" -o "$DIST" 2>&1 | tee "$log"; then
     echo "ERROR: maturin build failed for $triple"; failed=1; continue
   fi
   # cargo shows warnings only for this workspace's crates (dependencies' are capped): any is ours.
@@ -98,7 +100,7 @@ done
 
 echo "--- check"
 shopt -s nullglob
-wheels=(dist/docstore-*.whl)
+wheels=("$DIST"/docstore-*.whl)
 if [ "${#wheels[@]}" -eq 0 ]; then echo "ERROR: no wheel built"; exit 1; fi
 for whl in "${wheels[@]}"; do
   out="$(auditwheel show "$whl" 2>&1)" || { echo "$out"; echo "ERROR: auditwheel show $whl"; failed=1; continue; }
@@ -109,10 +111,10 @@ for whl in "${wheels[@]}"; do
     echo "$out"; echo "ERROR: $whl is not manylinux_2_17_$arch"; failed=1
   fi
 done
-twine check --strict dist/* || failed=1
+twine check --strict "$DIST"/docstore-* || failed=1
 
-echo "--- dist/"
-ls -l dist/
+echo "--- $DIST/"
+ls -l "$DIST"/
 if [ "${#skipped[@]}" -gt 0 ]; then echo "NOTE: not built (no Rust target): ${skipped[*]}"; fi
 if [ "$failed" -ne 0 ]; then echo "FAILED"; exit 1; fi
-echo "OK: ${#wheels[@]} wheels and the sdist in dist/, all checked"
+echo "OK: ${#wheels[@]} wheels$([ "$SDIST" = 1 ] && echo " and the sdist") in $DIST/, all checked"

@@ -19,6 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PARTS="${PARTS:-sid arm64}"
+DIST="${DIST:-dist}"  # where the wheels are
 MIRROR="${MIRROR:-http://deb.debian.org/debian}"
 ROOTS="$PWD/build/test-wheels"
 mkdir -p "$ROOTS"
@@ -63,8 +64,8 @@ for part in $PARTS; do
       v="$(basename "$py")"; v="${v#python}"
       [[ "$v" =~ ^3\.[0-9]+$ ]] || continue
       tag="cp${v/./}"
-      wheels=(dist/docstore-*-"$tag"-"$tag"-*x86_64*.whl)
-      if [ "${#wheels[@]}" -eq 0 ]; then echo "no $tag x86_64 wheel in dist/: CPython $v skipped"; continue; fi
+      wheels=("$DIST"/docstore-*-"$tag"-"$tag"-*x86_64*.whl)
+      if [ "${#wheels[@]}" -eq 0 ]; then echo "no $tag x86_64 wheel in $DIST/: CPython $v skipped"; continue; fi
       # Debian's numpy where it is built for this version, else numpy and tqdm from PyPI.
       if chroot "$root" "python$v" -c "import numpy, tqdm" 2>/dev/null; then
         venv="--system-site-packages"; install="--no-index --no-deps"; deps="Debian's numpy"
@@ -106,9 +107,9 @@ for part in $PARTS; do
       [ -e "$root/usr/lib/aarch64-linux-gnu/$lib" ] \
         && ln -sf "$lib" "$root/usr/lib/aarch64-linux-gnu/$(basename "$lib")"
     done
-    wheels=(dist/docstore-*-cp311-cp311-*aarch64*.whl)
+    wheels=("$DIST"/docstore-*-cp311-cp311-*aarch64*.whl)
     if [ "${#wheels[@]}" -eq 0 ]; then
-      echo "no cp311 aarch64 wheel in dist/: arm64 skipped"; failed+=("arm64: no wheel"); continue
+      echo "no cp311 aarch64 wheel in $DIST/: arm64 skipped"; failed+=("arm64: no wheel"); continue
     fi
     echo "--- CPython 3.11 (Debian bookworm, aarch64 under qemu-user): $(basename "${wheels[0]}")"
     cp "$(command -v qemu-aarch64-static)" "$root/usr/bin/"
