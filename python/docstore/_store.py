@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import functools
+import multiprocessing.context
 import os
+import re
 from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, Sequence, ValuesView
 from typing import Any
 
@@ -21,11 +23,21 @@ class DocStore(Reader):
 
     Lookups release the GIL and batch lookups decode in parallel. A DocStore is safe to share
     between threads, survives ``fork()``, and pickles as its path (it reopens where unpickled),
-    so it can go to DataLoader workers under any start method.
+    so it can go to DataLoader workers under any start method. A remote store pickles as its URL
+    and options (credentials: see ``docstore.open``).
     """
 
     def __reduce__(self) -> tuple[Any, ...]:
+        if self.url is not None:
+            return (functools.partial(open, **_remote_kwargs(self, for_pickle=True)), (self.url,))
         return (functools.partial(open, read=self.read), (os.fspath(self.path),))
+
+    def remote_stats(self) -> dict[str, int] | None:
+        """For a remote store: requests sent, bytes received (``data_bytes``: by rounds that
+        fetched documents only), round trips (fetches that waited on the network, each with its
+        requests at once), retries, the peak of requests in flight, and the bytes its cache and
+        the whole cache directory hold; ``None`` for a local store."""
+        return self._remote_stats()
 
     def __enter__(self) -> DocStore:
         if self.closed:
@@ -133,8 +145,31 @@ class DocStore(Reader):
 Mapping.register(DocStore)
 
 
-def open(path: str | bytes | os.PathLike[str], *, read: str = "mmap") -> DocStore:
-    """Opens the store at ``path``. Constant time: nothing proportional to its size is read.
+def open(
+    path: str | bytes | os.PathLike[str],
+    *,
+    read: str = "mmap",
+    cache_dir: str | os.PathLike[str] | None = None,
+    cache_bytes: float | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    pickle_credentials: bool = False,
+) -> DocStore:
+    """Opens the store or collection at ``path`` (a file, a directory, or a URL: ``s3://``,
+    ``gs://``, ``az://``, ``http(s)://``). Constant time: nothing proportional to its size is read.
+
+    A remote store (docs/remote.md) reads only the bytes its lookups need, through a cache on
+    local disk that every process of the node shares:
+
+    * ``cache_dir``: where (default ``$DOCSTORE_CACHE_DIR``, else ``~/.cache/docstore``);
+    * ``cache_bytes``: how much, all stores together (default ``$DOCSTORE_CACHE_BYTES``, else
+      10 GiB); ``0`` keeps nothing beyond this process;
+    * ``storage_options``: object_store's options (``aws_endpoint``, ``aws_region``,
+      ``allow_http``, ``timeout`` ...), after the cloud's environment variables, plus docstore's
+      own (``max_in_flight``, ``merge_gap``, ``max_retries``, ``retry_timeout``, ``cache_lease`` ...);
+    * ``pickle_credentials``: whether a pickle of the store carries the secrets given in
+      ``storage_options`` (keys, tokens, passwords). By default it does not, except to the
+      processes that multiprocessing starts (DataLoader workers), which get them through a pipe;
+      elsewhere the unpickled store takes its credentials from the environment.
 
     ``read`` says how documents are read; the index is always memory-mapped:
 
@@ -148,7 +183,66 @@ def open(path: str | bytes | os.PathLike[str], *, read: str = "mmap") -> DocStor
     """
     if isinstance(path, bytes):  # a path as os.listdir(b".") gives it
         path = os.fsdecode(path)
+    if isinstance(path, str) and is_url(path) and not path.startswith("file://"):
+        options = {str(k): _option_text(v) for k, v in (storage_options or {}).items()}
+        store = DocStore(
+            path,
+            read=read,
+            cache_dir=None if cache_dir is None else os.fspath(cache_dir),
+            cache_bytes=None if cache_bytes is None else _byte_count(cache_bytes),
+            storage_options=options,
+        )
+        store._remote = {
+            "cache_dir": None if cache_dir is None else os.fspath(cache_dir),
+            "cache_bytes": None if cache_bytes is None else _byte_count(cache_bytes),
+            "storage_options": dict(storage_options or {}),
+            "pickle_credentials": bool(pickle_credentials),
+        }
+        return store
+    if cache_dir is not None or cache_bytes is not None or storage_options:
+        raise ValueError("cache_dir, cache_bytes and storage_options apply to remote stores (URLs) only")
     return DocStore(path, read=read)
+
+
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
+# Option names that hold secrets: not written into pickles in clear (see `open`).
+_SECRET = re.compile(
+    r"secret|token|password|passwd|credential|sas|signature|private|(^|_)key$|access_key", re.I
+)
+
+
+def is_url(path: Any) -> bool:
+    """Whether ``path`` is a URL (``scheme://...``) rather than a file system path."""
+    return isinstance(path, str) and _URL.match(path) is not None
+
+
+def _option_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _byte_count(value: float) -> int:
+    n = int(value)
+    if n < 0 or n != value:
+        raise ValueError(f"cache_bytes must be a whole number of bytes >= 0, got {value!r}")
+    return n
+
+
+def _remote_kwargs(store: DocStore, for_pickle: bool) -> dict[str, Any]:
+    """The keyword arguments that reopen a remote store as it was opened. For a pickle, the
+    secrets of ``storage_options`` are left out unless the user asked for them or the pickle goes
+    to a process multiprocessing is starting (a DataLoader worker)."""
+    remote = dict(store.__dict__.get("_remote") or {})
+    pickle_credentials = remote.pop("pickle_credentials", False)
+    options = dict(remote.get("storage_options") or {})
+    spawning = multiprocessing.context.get_spawning_popen() is not None
+    if for_pickle and not pickle_credentials and not spawning:
+        options = {k: v for k, v in options.items() if not _SECRET.search(str(k))}
+    remote["storage_options"] = options
+    if pickle_credentials:
+        remote["pickle_credentials"] = True
+    return remote
 
 
 class _Values(ValuesView):

@@ -11,12 +11,14 @@ use crate::text::{RecordTexts, Wants};
 use arc_swap::ArcSwapOption;
 use docstore_core::record;
 use docstore_core::repeats::{distinct, distinct_keys};
-use docstore_core::{Collection, DataAccess};
+use docstore_core::{Collection, DataAccess, RemoteOptions};
 use numpy::PyArray1;
 use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple, PyType};
+use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 enum Select {
@@ -44,6 +46,8 @@ impl Wants for Select {
 pub struct Reader {
     store: ArcSwapOption<Collection>,
     path: PathBuf,
+    /// The URL of a remote store or collection (then `path` holds it too, for messages).
+    url: Option<String>,
     access: DataAccess,
     doc_class: Py<PyType>,
     field_names: Vec<String>,
@@ -177,8 +181,15 @@ impl Reader {
 #[pymethods]
 impl Reader {
     #[new]
-    #[pyo3(signature = (path, *, read="mmap"))]
-    fn new(py: Python<'_>, path: PathBuf, read: &str) -> PyResult<Self> {
+    #[pyo3(signature = (path, *, read="mmap", cache_dir=None, cache_bytes=None, storage_options=None))]
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        read: &str,
+        cache_dir: Option<PathBuf>,
+        cache_bytes: Option<u64>,
+        storage_options: Option<HashMap<String, String>>,
+    ) -> PyResult<Self> {
         let access = match read {
             "mmap" => DataAccess::Mmap,
             "pread" => DataAccess::Pread,
@@ -188,6 +199,28 @@ impl Reader {
                 )))
             }
         };
+        let url = path
+            .to_str()
+            .filter(|p| is_url(p) && !p.starts_with("file://"))
+            .map(str::to_string);
+        let path = match path.to_str().and_then(|p| p.strip_prefix("file://")) {
+            Some(local) => PathBuf::from(local),
+            None => path,
+        };
+        if let Some(url) = url {
+            let mut options: Vec<(String, String)> =
+                storage_options.unwrap_or_default().into_iter().collect();
+            options.sort();
+            return guard(py, || {
+                let store = py
+                    .detach(|| {
+                        RemoteOptions::new(options, cache_dir, cache_bytes)
+                            .and_then(|o| Collection::open_remote(&url, o))
+                    })
+                    .py_err(py)?;
+                Reader::with_store(py, store, PathBuf::from(&url), Some(url), DataAccess::Mmap)
+            });
+        }
         // Absolute, so that a pickled store reopens the same file whatever the working directory
         // of the process that unpickles it (or of this one, later).
         let path = std::path::absolute(&path).unwrap_or(path);
@@ -208,27 +241,52 @@ impl Reader {
                     ),
                     e => crate::errors::to_pyerr(py, e),
                 })?;
-            let field_names: Vec<String> = store
-                .schema()
-                .fields
-                .iter()
-                .map(|f| f.name.clone())
-                .collect();
-            let doc_class = doc_class(py, &field_names)?.unbind();
-            Ok(Reader {
-                store: ArcSwapOption::from_pointee(store),
-                path,
-                access,
-                doc_class,
-                field_names,
-            })
+            Reader::with_store(py, store, path, None, access)
         })
     }
 
-    /// The path the store was opened from, made absolute.
+    /// The path the store was opened from, made absolute; the URL of a remote store.
     #[getter]
-    fn path(&self) -> PathBuf {
-        self.path.clone()
+    fn path<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        match &self.url {
+            Some(url) => Ok(PyString::new(py, url).into_any()),
+            None => self.path.clone().into_pyobject(py).map(Bound::into_any),
+        }
+    }
+
+    /// The URL of a remote store or collection, `None` for a local one.
+    #[getter]
+    fn url(&self) -> Option<String> {
+        self.url.clone()
+    }
+
+    /// Counters of a remote store since it was opened (requests, bytes, round trips, cache
+    /// hits, retries, peak requests in flight, bytes the cache holds); `None` for a local one.
+    fn _remote_stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let store = self.store(py)?;
+        let Some(remote) = store.remote() else {
+            return Ok(None);
+        };
+        let stats = &remote.stats;
+        let dict = PyDict::new(py);
+        dict.set_item("requests", stats.requests.load(Ordering::Relaxed))?;
+        dict.set_item("bytes", stats.bytes.load(Ordering::Relaxed))?;
+        dict.set_item("data_bytes", stats.data_bytes.load(Ordering::Relaxed))?;
+        dict.set_item("round_trips", stats.rounds.load(Ordering::Relaxed))?;
+        dict.set_item("retries", stats.retries.load(Ordering::Relaxed))?;
+        dict.set_item(
+            "peak_in_flight",
+            stats.peak_in_flight.load(Ordering::Relaxed),
+        )?;
+        let files = store.index().into_iter().chain(store.shards());
+        let (mut held, mut usage) = (0u64, 0u64);
+        for file in files.filter_map(|s| s.remote_file()) {
+            held += file.cache().held();
+            usage = file.cache().usage();
+        }
+        dict.set_item("cache_bytes_held", held)?;
+        dict.set_item("cache_dir_bytes", usage)?;
+        Ok(Some(dict))
     }
 
     /// How documents are read: "mmap" (through the memory map) or "pread" (system calls).
@@ -340,6 +398,7 @@ impl Reader {
             })
             .collect();
         guard(py, || {
+            py.detach(|| store.prefetch_keyed(&keys)).py_err(py)?;
             let found = py
                 .detach(|| {
                     in_chunks(&keys, &mut Vec::<()>::new(), |chunk, _| {
@@ -390,6 +449,7 @@ impl Reader {
             None => (keys, objects.iter().collect()),
         };
         guard(py, || {
+            py.detach(|| store.prefetch_keyed(&keys)).py_err(py)?;
             let mut batches = Batches::take();
             let out = PyDict::new(py);
             let mut objects = objects.iter();
@@ -469,6 +529,8 @@ impl Reader {
             positions = d.firsts.iter().map(|&row| positions[row]).collect();
         }
         guard(py, || {
+            py.detach(|| store.prefetch_records(&positions))
+                .py_err(py)?;
             let mut batches = Batches::take();
             let mut items = Vec::with_capacity(positions.len());
             let mut at = positions.iter();
@@ -506,6 +568,9 @@ impl Reader {
         let clamp = |i: i64| (if i < 0 { i + n } else { i }).clamp(0, n) as u64;
         let (start, stop) = (clamp(start), clamp(stop));
         guard(py, || {
+            // A remote store fetches the keys first, with Python released.
+            py.detach(|| store.prefetch_keys(start.min(stop)..stop))
+                .py_err(py)?;
             let keys = (start.min(stop)..stop)
                 .map(|pos| store.key_at(pos).map(|k| PyString::new(py, k)))
                 .collect::<Result<Vec<_>, _>>()
@@ -524,7 +589,7 @@ impl Reader {
     /// and for a collection its `shards` (each with the same keys, and `path`).
     fn _info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let store = self.store(py)?;
-        let describe = |shard: &docstore_core::Store<docstore_core::Mmap>| -> PyResult<_> {
+        let describe = |shard: &docstore_core::Store<docstore_core::StoreFile>| -> PyResult<_> {
             let header = shard.header();
             let info = PyDict::new(py);
             info.set_item("count", header.count)?;
@@ -546,7 +611,10 @@ impl Reader {
         let (mut raw, mut dictionary) = (0u64, 0usize);
         for (shard, path) in shards.iter().zip(store.shard_paths()) {
             let item = describe(shard)?;
-            item.set_item("path", path)?;
+            match &self.url {
+                Some(_) => item.set_item("path", path.to_string_lossy())?,
+                None => item.set_item("path", path)?,
+            }
             list.append(item)?;
             raw += shard.header().raw_bytes;
             dictionary += shard.dictionary().len();
@@ -585,7 +653,45 @@ impl Reader {
     }
 }
 
+/// Whether `path` is a URL (`scheme://...`) rather than a path.
+fn is_url(path: &str) -> bool {
+    match path.split_once("://") {
+        Some((scheme, _)) => {
+            !scheme.is_empty()
+                && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+                && scheme
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+        }
+        None => false,
+    }
+}
+
 impl Reader {
+    fn with_store(
+        py: Python<'_>,
+        store: Collection,
+        path: PathBuf,
+        url: Option<String>,
+        access: DataAccess,
+    ) -> PyResult<Reader> {
+        let field_names: Vec<String> = store
+            .schema()
+            .fields
+            .iter()
+            .map(|f| f.name.clone())
+            .collect();
+        let doc_class = doc_class(py, &field_names)?.unbind();
+        Ok(Reader {
+            store: ArcSwapOption::from_pointee(store),
+            path,
+            url,
+            access,
+            doc_class,
+            field_names,
+        })
+    }
+
     fn get_impl<'py>(
         &self,
         py: Python<'py>,

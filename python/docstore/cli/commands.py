@@ -20,6 +20,7 @@ import numpy as np
 from .. import Writer, seal, set_num_threads, upgrade
 from .. import open as open_store
 from .._docstore import FORMAT_VERSION
+from .._store import is_url
 from .._writer import infer_type
 from ..errors import InvalidKeyError, SchemaError
 from .inputs import (
@@ -456,7 +457,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if not args.output:
         _write_docs(store, sys.stdout, args.id_field)
         return 0
-    if os.path.exists(args.output) and os.path.samefile(args.output, args.store):
+    if not is_url(args.store) and os.path.exists(args.output) and os.path.samefile(args.output, args.store):
         raise UsageError(f"{args.output} is the store being exported: export to another file")
     with open(args.output, "w", encoding="utf-8") as out:
         _write_docs(store, out, args.id_field)

@@ -13,7 +13,7 @@ from torch.utils.data import Dataset
 
 import docstore
 
-from .._store import DocStore
+from .._store import DocStore, _remote_kwargs, is_url
 
 NUMERIC_ARRAY: tuple[str, ...] = ("int8[]", "uint8[]", "int16[]", "uint16[]", "int32[]", "uint32[]")
 NUMERIC_ARRAY += ("int64[]", "uint64[]", "float32[]", "float64[]")
@@ -53,21 +53,34 @@ class StoreHandle:
     not read another store than its parent. A replaced store raises ``StoreChangedError``.
     """
 
-    __slots__ = ("_fingerprint", "_owned", "_pid", "_store", "path")
+    __slots__ = ("_fingerprint", "_open_kwargs", "_owned", "_pid", "_store", "path")
 
     def __init__(self, store_or_path: Any) -> None:
         self._owned = False  # whether _store was opened here (and may be closed here)
         self._fingerprint: int | None = None
+        # A remote store's options (cache, storage_options): reopened with them.
+        self._open_kwargs: dict[str, Any] = {}
         # docstore.ir_datasets.load(...)'s dataset stands for its store
         store = getattr(store_or_path, "docstore", None) if hasattr(store_or_path, "docs_iter") else None
         if isinstance(store, DocStore):
             store_or_path = store
-        if isinstance(store_or_path, DocStore):
+        if isinstance(store_or_path, DocStore) and store_or_path.url is not None:
+            self.path = store_or_path.url
+            self._open_kwargs = _remote_kwargs(store_or_path, for_pickle=False)
+            open_here = not store_or_path.closed
+            self._store = store_or_path if open_here else None
+            self._pid = os.getpid() if open_here else None
+            self._fingerprint = store_or_path.fingerprint if open_here else None
+        elif isinstance(store_or_path, DocStore):
             self.path = os.path.abspath(os.fspath(store_or_path.path))
             open_here = not store_or_path.closed  # a closed one is reopened from its path
             self._store: DocStore | None = store_or_path if open_here else None
             self._pid: int | None = os.getpid() if open_here else None
             self._fingerprint = store_or_path.fingerprint if open_here else None
+        elif is_url(store_or_path):
+            self.path = store_or_path
+            self._store = None
+            self._pid = None
         elif isinstance(store_or_path, (str, os.PathLike)):
             self.path = os.path.abspath(os.fspath(store_or_path))
             self._store = None
@@ -86,7 +99,7 @@ class StoreHandle:
             _configure_worker_threads()
             # A store inherited through fork() would work too; reopening costs a few syscalls
             # and keeps the parent's object out of the child's way.
-            store = docstore.open(self.path, read="pread")
+            store = docstore.open(self.path, read="pread", **self._open_kwargs)
             if self._fingerprint is None:
                 self._fingerprint = store.fingerprint
             elif store.fingerprint != self._fingerprint:
@@ -107,17 +120,29 @@ class StoreHandle:
             store.close()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"path": self.path, "fingerprint": self._fingerprint}
+        state: dict[str, Any] = {"path": self.path, "fingerprint": self._fingerprint}
+        if self._open_kwargs:  # a remote store: its options, secrets as `docstore.open` says
+            holder = _Options()
+            holder._remote = self._open_kwargs
+            state["open_kwargs"] = _remote_kwargs(holder, for_pickle=True)  # type: ignore[arg-type]
+        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.path = state["path"]
         self._fingerprint = state["fingerprint"]
+        self._open_kwargs = state.get("open_kwargs", {})
         self._store = None
         self._pid = None
         self._owned = False
 
     def __repr__(self) -> str:
         return f"<store {self.path!r}>"
+
+
+class _Options:
+    """Holds a remote store's options where ``_remote_kwargs`` looks for them."""
+
+    _remote: dict[str, Any]
 
 
 class StoreDataset(Dataset):

@@ -19,6 +19,7 @@ pub mod reader;
 pub mod record;
 pub mod repeats;
 pub mod schema;
+pub mod storage;
 mod varint;
 pub mod writer;
 
@@ -28,4 +29,5 @@ pub use memmap2::Mmap;
 pub use reader::{DataAccess, RecordBatch, Store};
 pub use record::Value;
 pub use schema::{ElemType, Field, FieldType, Schema};
+pub use storage::{RemoteOptions, StoreFile};
 pub use writer::{Summary, Writer, WriterOptions, MAX_DOCS};

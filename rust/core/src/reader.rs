@@ -15,6 +15,7 @@ use crate::parallel;
 use crate::prefetch::prefetch;
 use crate::record;
 use crate::schema::Schema;
+use crate::storage::{remote::RemoteFile, Storage, StoreFile};
 use memmap2::{Advice, Mmap};
 use rayon::prelude::*;
 use std::borrow::Cow;
@@ -55,6 +56,12 @@ impl RecordBatch {
     /// Bytes the batch's buffers hold (used or not).
     pub fn capacity_bytes(&self) -> usize {
         self.data.capacity() + self.ends.capacity() * std::mem::size_of::<usize>()
+    }
+
+    /// Drops the records from `len` on (a batch read again after a failed attempt).
+    pub(crate) fn truncate(&mut self, len: usize) {
+        self.ends.truncate(len);
+        self.data.truncate(self.ends.last().copied().unwrap_or(0));
     }
 
     fn push(&mut self, raw: &[u8]) -> Result<()> {
@@ -194,50 +201,7 @@ impl Store<Mmap> {
 
     /// Like `open`, reading documents as `access` says (the index is always mapped).
     pub fn open_with(path: impl AsRef<Path>, access: DataAccess) -> Result<Store<Mmap>> {
-        // Opening a FIFO for reading blocks until a writer comes: look before opening.
-        let kind = std::fs::metadata(path.as_ref())?.file_type();
-        if !kind.is_file() {
-            let what = if kind.is_dir() {
-                "a directory"
-            } else {
-                "not a regular file (a FIFO, socket or device)"
-            };
-            return Err(Error::Io(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!("{} is {what}", path.as_ref().display()),
-            )));
-        }
-        let file = File::options()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(path.as_ref())?;
-        if !file.metadata()?.is_file() {
-            // Replaced by something else between the two looks.
-            return Err(Error::Io(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!("{} is not a regular file", path.as_ref().display()),
-            )));
-        }
-        if file.metadata()?.len() < HEADER_SIZE as u64 {
-            // mmap of an empty file fails; report what it is instead.
-            let mut start = [0u8; 12];
-            let n = std::io::Read::read(&mut &file, &mut start)?;
-            Header::decode(&start[..n], n as u64)?;
-            return Err(Error::corrupt(
-                "file is shorter than its header (truncated)",
-            ));
-        }
-        // SAFETY: stores are immutable once renamed into place; a store changed underneath a
-        // reader is outside the contract (as with any mmapped file).
-        let mmap = unsafe { Mmap::map(&file)? };
-        // Lookups touch one or two pages each: read-ahead would only evict useful pages.
-        let _ = mmap.advise(Advice::Random);
-        // Open reads the header, the schema and the whole dictionary: one read, not a fault per
-        // page, when they are not cached.
-        if let Ok(header) = Header::decode(&mmap, mmap.len() as u64) {
-            let dictionary = header.section(Section::Dictionary);
-            pagecache::will_need(&mmap, 0..(dictionary.offset + dictionary.len) as usize);
-        }
+        let (file, mmap) = map_store_file(path.as_ref())?;
         let mut store = Store::from_bytes(mmap)?;
         store.mapped = true;
         if access == DataAccess::Pread {
@@ -247,10 +211,95 @@ impl Store<Mmap> {
     }
 }
 
-impl<B: AsRef<[u8]>> Store<B> {
+impl Store<StoreFile> {
+    /// `Store::open_with` over a `StoreFile` (what a collection holds).
+    pub fn open_local(path: impl AsRef<Path>, access: DataAccess) -> Result<Store<StoreFile>> {
+        let (file, mmap) = map_store_file(path.as_ref())?;
+        let mut store = Store::from_bytes(StoreFile::local(mmap))?;
+        store.mapped = true;
+        if access == DataAccess::Pread {
+            store.data_file = Some(file);
+        }
+        Ok(store)
+    }
+
+    /// A remote store: `file` has fetched the first bytes (header, schema, dictionary); opening
+    /// fetches, in one round of concurrent requests, the rest of what `from_bytes` reads (the
+    /// ends of two offset arrays, the first key) and the key fences, which every lookup reads.
+    pub fn open_remote(file: RemoteFile) -> Result<Store<StoreFile>> {
+        Store::from_bytes(StoreFile::remote(file)?)
+    }
+
+    /// The remote file behind this store, if it is one.
+    pub fn remote_file(&self) -> Option<&RemoteFile> {
+        self.buf.remote_file()
+    }
+}
+
+/// Opens and maps a store file read-only (see `Store::open`).
+fn map_store_file(path: &Path) -> Result<(File, Mmap)> {
+    // Opening a FIFO for reading blocks until a writer comes: look before opening.
+    let kind = std::fs::metadata(path)?.file_type();
+    if !kind.is_file() {
+        let what = if kind.is_dir() {
+            "a directory"
+        } else {
+            "not a regular file (a FIFO, socket or device)"
+        };
+        return Err(Error::Io(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{} is {what}", path.display()),
+        )));
+    }
+    let file = File::options()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        // Replaced by something else between the two looks.
+        return Err(Error::Io(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{} is not a regular file", path.display()),
+        )));
+    }
+    if file.metadata()?.len() < HEADER_SIZE as u64 {
+        // mmap of an empty file fails; report what it is instead.
+        let mut start = [0u8; 12];
+        let n = std::io::Read::read(&mut &file, &mut start)?;
+        Header::decode(&start[..n], n as u64)?;
+        return Err(Error::corrupt(
+            "file is shorter than its header (truncated)",
+        ));
+    }
+    // SAFETY: stores are immutable once renamed into place; a store changed underneath a
+    // reader is outside the contract (as with any mmapped file).
+    let mmap = unsafe { Mmap::map(&file)? };
+    // Lookups touch one or two pages each: read-ahead would only evict useful pages.
+    let _ = mmap.advise(Advice::Random);
+    // Open reads the header, the schema and the whole dictionary: one read, not a fault per
+    // page, when they are not cached.
+    if let Ok(header) = Header::decode(&mmap, mmap.len() as u64) {
+        let dictionary = header.section(Section::Dictionary);
+        pagecache::will_need(&mmap, 0..(dictionary.offset + dictionary.len) as usize);
+    }
+    Ok((file, mmap))
+}
+
+impl<B: Storage> Store<B> {
     pub fn from_bytes(buf: B) -> Result<Store<B>> {
         let bytes = buf.as_ref();
         let header = Header::decode(bytes, bytes.len() as u64)?;
+        if buf.is_remote() {
+            // Pinned first, so that no eviction can come between the checks below and a read.
+            let mut ranges = open_ranges(&header);
+            buf.pin(&ranges);
+            buf.ensure(&mut ranges)?;
+            let fences = header.section(Section::KeyFences);
+            let at = fences.offset as usize..(fences.offset + fences.len) as usize;
+            if xxh3_64(&bytes[at]) != fences.checksum {
+                return Err(Error::corrupt("key fences checksum mismatch"));
+            }
+        }
         let ranges = Section::ALL.map(|s| {
             let entry = header.section(s);
             entry.offset as usize..(entry.offset + entry.len) as usize
@@ -292,6 +341,14 @@ impl<B: AsRef<[u8]>> Store<B> {
             cold: Default::default(),
         };
         // The last offsets close their sections: a cheap check that catches most truncations.
+        store.need(
+            Section::DocOffsets,
+            count as usize * 8..count as usize * 8 + 8,
+        )?;
+        store.need(
+            Section::KeyOffsets,
+            count as usize * 8..count as usize * 8 + 8,
+        )?;
         if store.offset(Section::DocOffsets, count) != store.section(Section::Data).len() as u64
             || store.offset(Section::KeyOffsets, count) != store.section(Section::Keys).len() as u64
         {
@@ -312,6 +369,56 @@ impl<B: AsRef<[u8]>> Store<B> {
 
     fn section(&self, s: Section) -> &[u8] {
         &self.buf.as_ref()[self.ranges[s as usize].clone()]
+    }
+
+    /// Makes bytes `range` of section `s` readable before they are read: nothing to do for a
+    /// local store; a remote one fetches what its cache lacks (see `storage`).
+    #[inline(always)]
+    fn need(&self, s: Section, range: Range<usize>) -> Result<()> {
+        if self.buf.is_remote() {
+            self.need_remote(s, range)?;
+        }
+        Ok(())
+    }
+
+    #[cold]
+    fn need_remote(&self, s: Section, range: Range<usize>) -> Result<()> {
+        let section = &self.ranges[s as usize];
+        let start = (section.start + range.start).min(section.end);
+        let end = (section.start + range.end).min(section.end);
+        if start < end {
+            self.buf.ensure_one(start as u64..end as u64)?;
+        }
+        Ok(())
+    }
+
+    /// Whether entries `range` (of `size` bytes each) of section `s` are readable (always, for a
+    /// local store).
+    fn present(&self, s: Section, range: Range<u64>, size: usize) -> bool {
+        let base = self.ranges[s as usize].start as u64;
+        let size = size as u64;
+        self.buf
+            .is_present(base + range.start * size..base + range.end * size)
+    }
+
+    /// Makes every range of `wants` readable, fetching what is missing in one round of
+    /// concurrent requests (ranges are clipped to their sections).
+    #[cold]
+    fn fetch(&self, wants: impl IntoIterator<Item = (Section, Range<usize>)>) -> Result<()> {
+        // Present ranges are only stamped (no allocation: a warm batch passes through here).
+        let mut missing: Vec<Range<u64>> = Vec::new();
+        for (s, r) in wants {
+            let section = &self.ranges[s as usize];
+            let start = (section.start + r.start).min(section.end);
+            let end = (section.start + r.end).min(section.end);
+            if start < end && !self.buf.check(start as u64..end as u64) {
+                missing.push(start as u64..end as u64);
+            }
+        }
+        if missing.is_empty() {
+            return Ok(());
+        }
+        self.buf.ensure(&mut missing)
     }
 
     fn offset(&self, s: Section, i: u64) -> u64 {
@@ -370,6 +477,8 @@ impl<B: AsRef<[u8]>> Store<B> {
     /// `start..end` of entry `i` in a section indexed by an offsets section.
     /// Where entry `i` lies in `target`, from `offsets[i]..offsets[i + 1]`, bounds-checked.
     fn range_at(&self, offsets: Section, target: Section, i: u64) -> Result<Range<usize>> {
+        let at = i as usize * 8;
+        self.need(offsets, at..at + 16)?;
         let (start, end) = (self.offset(offsets, i), self.offset(offsets, i + 1));
         if start > end || end > self.section(target).len() as u64 {
             return Err(Error::corrupt(format!("{} out of bounds", offsets.name())));
@@ -378,7 +487,9 @@ impl<B: AsRef<[u8]>> Store<B> {
     }
 
     fn slice_at(&self, offsets: Section, target: Section, i: u64) -> Result<&[u8]> {
-        Ok(&self.section(target)[self.range_at(offsets, target, i)?])
+        let range = self.range_at(offsets, target, i)?;
+        self.need(target, range.clone())?;
+        Ok(&self.section(target)[range])
     }
 
     pub(crate) fn key_of_rank(&self, rank: u64) -> Result<&[u8]> {
@@ -408,6 +519,9 @@ impl<B: AsRef<[u8]>> Store<B> {
             Some(target) => {
                 let start = self.block_of(target) * KEY_BLOCK;
                 let end = (start + KEY_BLOCK).min(self.len());
+                if self.buf.is_remote() && !self.present(Section::KeyIndex, start..end, KEY_ENTRY) {
+                    self.fetch_blocks([(target, key.len())])?;
+                }
                 let index = self.section(Section::KeyIndex);
                 self.settle(
                     key,
@@ -425,7 +539,7 @@ impl<B: AsRef<[u8]>> Store<B> {
 
     /// The position of the document whose key has `rank`, range-checked.
     pub(crate) fn position_of_rank(&self, rank: u64) -> Result<u64> {
-        let pos = u64::from(self.entry(rank).position);
+        let pos = u64::from(self.entry(rank)?.position);
         self.check_position(pos)
             .map_err(|_| Error::corrupt("key position out of range"))?;
         Ok(pos)
@@ -523,6 +637,16 @@ impl<B: AsRef<[u8]>> Store<B> {
         if self.mapped && keys.len() >= PREFETCH_MIN {
             self.prefetch_index(keys);
         }
+        if self.buf.is_remote() && !self.is_empty() {
+            // Only the keys whose key index block is missing (a warm batch fetches nothing).
+            let n = self.len();
+            self.fetch_blocks(keys.iter().filter_map(|k| {
+                let target = self.target(k)?;
+                let start = self.block_of(target) * KEY_BLOCK;
+                let block = start..(start + KEY_BLOCK).min(n);
+                (!self.present(Section::KeyIndex, block, KEY_ENTRY)).then_some((target, k.len()))
+            }))?;
+        }
         let mut out = vec![None; keys.len()];
         for (keys, out) in keys.chunks(GROUP).zip(out.chunks_mut(GROUP)) {
             self.ranks_into(keys, out)?;
@@ -533,6 +657,204 @@ impl<B: AsRef<[u8]>> Store<B> {
             }
         }
         Ok(out)
+    }
+
+    /// For a remote store, fetches what searching for keys (their targets and lengths) reads, in
+    /// as few rounds of concurrent requests as the search allows: the key index block where each
+    /// is searched and that block's key offsets (the fences say which: one round); then, for
+    /// keys longer than the common prefix plus 8 bytes (told apart by whole keys), the blocks
+    /// and keys that `settle` reads: the run of entries sharing the key's prefix, as far as its
+    /// gallop probes (more rounds only while a run goes past the blocks fetched so far).
+    #[cold]
+    fn fetch_blocks(&self, wanted: impl IntoIterator<Item = (u64, usize)>) -> Result<()> {
+        let n = self.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let short = self.header.common_prefix as usize + 8;
+        let wanted: Vec<(u64, bool)> = wanted
+            .into_iter()
+            .map(|(target, len)| (target, len > short))
+            .collect();
+        let span = |b: u64| (b * KEY_BLOCK) as usize..((b + 1) * KEY_BLOCK).min(n) as usize;
+        let mut fetched = std::collections::BTreeSet::new();
+        let fetch_blocks = |fetched: &mut std::collections::BTreeSet<u64>,
+                            blocks: &mut dyn Iterator<Item = u64>|
+         -> Result<()> {
+            let new: Vec<u64> = blocks.filter(|&b| fetched.insert(b)).collect();
+            self.fetch(new.iter().flat_map(|&b| {
+                let ranks = span(b);
+                [
+                    (
+                        Section::KeyIndex,
+                        ranks.start * KEY_ENTRY..ranks.end * KEY_ENTRY,
+                    ),
+                    (Section::KeyOffsets, ranks.start * 8..ranks.end * 8 + 8),
+                ]
+            }))
+        };
+        fetch_blocks(
+            &mut fetched,
+            &mut wanted.iter().map(|&(t, _)| self.block_of(t)),
+        )?;
+        // Long keys: where `settle` starts its gallop (past the short keys of the run), and how
+        // far the gallop probes; blocks it reads that are missing are fetched, and it tries again.
+        let index = self.section(Section::KeyIndex);
+        let mut long: Vec<(u64, Option<Range<u64>>)> = (wanted.iter())
+            .filter(|&&(_, long)| long)
+            .map(|&(t, _)| (t, None))
+            .collect();
+        for _ in 0..64 {
+            let known = |rank: u64| fetched.contains(&(rank / KEY_BLOCK));
+            let mut missing = std::collections::BTreeSet::new();
+            for (target, run) in long.iter_mut().filter(|(_, run)| run.is_none()) {
+                let block = self.block_of(*target);
+                let ranks = span(block);
+                let mut rank = lower_bound(
+                    index,
+                    KEY_ENTRY,
+                    ranks.start as u64..ranks.end as u64,
+                    *target,
+                );
+                let entry = |r: u64| KeyEntry::at(index, r);
+                let mut stuck = None;
+                while rank < n {
+                    if !known(rank) {
+                        stuck = Some(rank);
+                        break;
+                    }
+                    let e = entry(rank);
+                    if e.prefix != *target || e.key_len as usize > short {
+                        break;
+                    }
+                    rank += 1;
+                }
+                let (lo, mut hi, mut step) = (rank, rank, 1);
+                while stuck.is_none() && hi < n {
+                    if !known(hi) {
+                        stuck = Some(hi);
+                        break;
+                    }
+                    if entry(hi).prefix != *target {
+                        break;
+                    }
+                    hi = (lo + step).min(n);
+                    step *= 2;
+                }
+                match stuck {
+                    Some(rank) => {
+                        missing.insert(rank / KEY_BLOCK);
+                    }
+                    None => *run = Some(lo..hi),
+                }
+            }
+            if missing.is_empty() {
+                break;
+            }
+            fetch_blocks(&mut fetched, &mut missing.into_iter())?;
+        }
+        // The binary search over whole keys reads the key offsets and keys of the whole run.
+        let runs: Vec<Range<u64>> = long.into_iter().filter_map(|(_, run)| run).collect();
+        fetch_blocks(
+            &mut fetched,
+            &mut runs
+                .iter()
+                .flat_map(|r| r.start / KEY_BLOCK..=r.end.min(n - 1) / KEY_BLOCK),
+        )?;
+        self.fetch(runs.iter().filter_map(|r| {
+            let start = self.offset(Section::KeyOffsets, r.start) as usize;
+            let end = self.offset(Section::KeyOffsets, r.end) as usize;
+            (start <= end).then_some((Section::Keys, start..end))
+        }))
+    }
+
+    /// What reading the records at `positions` reads, fetched in rounds of concurrent requests
+    /// (a remote store): their doc offsets (and, with `keys`, key ranks), then their blobs (and
+    /// key offsets), then their keys.
+    #[cold]
+    fn fetch_records(
+        &self,
+        positions: impl Iterator<Item = u64> + Clone,
+        keys: bool,
+    ) -> Result<()> {
+        self.fetch_positions(positions, true, keys)
+    }
+
+    /// For a remote store, fetches what reading the records of `positions` reads (with their
+    /// keys in a checked store), in a few rounds of concurrent requests for the whole batch.
+    pub fn prefetch_batch(&self, positions: &[u64]) -> Result<()> {
+        if self.buf.is_remote() {
+            self.fetch_positions(positions.iter().copied(), true, self.checked())?;
+        }
+        Ok(())
+    }
+
+    /// For a remote store, fetches what looking up `keys` and reading their records reads: the
+    /// key index blocks, then doc offsets, then blobs (three rounds for the whole batch).
+    pub fn prefetch_keyed(&self, keys: &[&[u8]]) -> Result<()> {
+        if self.buf.is_remote() {
+            let found = self.locate_many(keys)?;
+            self.fetch_positions(found.into_iter().flatten(), true, false)?;
+        }
+        Ok(())
+    }
+
+    /// For a remote store, fetches the keys of `positions` (key ranks, key offsets, keys: three
+    /// rounds of concurrent requests), so that `key_at` then reads them from the cache. Nothing
+    /// to do for a local store.
+    pub fn prefetch_keys(&self, positions: Range<u64>) -> Result<()> {
+        if self.buf.is_remote() {
+            self.fetch_positions(positions, false, true)?;
+        }
+        Ok(())
+    }
+
+    #[cold]
+    fn fetch_positions(
+        &self,
+        positions: impl Iterator<Item = u64> + Clone,
+        blobs: bool,
+        keys: bool,
+    ) -> Result<()> {
+        let n = self.len();
+        let positions = positions.filter(move |&p| p < n);
+        self.fetch(positions.clone().flat_map(|p| {
+            let p = p as usize;
+            [
+                blobs.then_some((Section::DocOffsets, p * 8..p * 8 + 16)),
+                keys.then_some((Section::KeyRanks, p * 4..p * 4 + 4)),
+            ]
+            .into_iter()
+            .flatten()
+        }))?;
+        let rank = |p: u64| self.index_u32(Section::KeyRanks, p).min(n);
+        let before = self.buf.fetched_bytes();
+        self.fetch(positions.clone().flat_map(|p| {
+            let blob = blobs
+                .then(|| self.range_at(Section::DocOffsets, Section::Data, p).ok())
+                .flatten();
+            let r = rank(p) as usize;
+            [
+                blob.map(|b| (Section::Data, b)),
+                keys.then_some((Section::KeyOffsets, r * 8..r * 8 + 16)),
+            ]
+            .into_iter()
+            .flatten()
+        }))?;
+        if blobs && !keys {
+            self.buf
+                .add_data_bytes(self.buf.fetched_bytes().saturating_sub(before));
+        }
+        if keys {
+            self.fetch(positions.filter_map(|p| {
+                let r = rank(p);
+                (r < n)
+                    .then(|| self.range_at(Section::KeyOffsets, Section::Keys, r).ok())
+                    .flatten()
+                    .map(|k| (Section::Keys, k))
+            }))?;
+        }
+        Ok(())
     }
 
     /// When the key index pages that `keys` need look uncached (by a sample), asks for all of
@@ -585,8 +907,10 @@ impl<B: AsRef<[u8]>> Store<B> {
         }
     }
 
-    fn entry(&self, rank: u64) -> KeyEntry {
-        KeyEntry::at(self.section(Section::KeyIndex), rank)
+    fn entry(&self, rank: u64) -> Result<KeyEntry> {
+        let at = rank as usize * KEY_ENTRY;
+        self.need(Section::KeyIndex, at..at + KEY_ENTRY)?;
+        Ok(KeyEntry::at(self.section(Section::KeyIndex), rank))
     }
 
     /// `ranks` for at most GROUP keys, misses not confirmed: the fences say which block (page)
@@ -617,6 +941,16 @@ impl<B: AsRef<[u8]>> Store<B> {
             *low = start;
             *size = KEY_BLOCK.min(n - start);
         }
+        if self.buf.is_remote() {
+            self.fetch(
+                (targets.iter().zip(lows.iter().zip(&sizes)))
+                    .filter(|(t, _)| t.is_some())
+                    .map(|(_, (&lo, &size))| {
+                        let lo = lo as usize * KEY_ENTRY;
+                        (Section::KeyIndex, lo..lo + size as usize * KEY_ENTRY)
+                    }),
+            )?;
+        }
         lower_bounds(&targets, &mut lows, &mut sizes, index, KEY_ENTRY);
         for (i, target) in targets.iter().enumerate().take(keys.len()) {
             let Some(target) = *target else { continue };
@@ -634,7 +968,7 @@ impl<B: AsRef<[u8]>> Store<B> {
         // prefix and the length are the whole key.
         let mut rank = lo;
         while rank < n {
-            let entry = self.entry(rank);
+            let entry = self.entry(rank)?;
             if entry.prefix != target || entry.key_len as usize > short {
                 break;
             }
@@ -650,7 +984,7 @@ impl<B: AsRef<[u8]>> Store<B> {
         let lo = rank;
         let mut hi = lo;
         let mut step = 1;
-        while hi < n && self.entry(hi).prefix == target {
+        while hi < n && self.entry(hi)?.prefix == target {
             hi = (lo + step).min(n);
             step *= 2;
         }
@@ -677,6 +1011,7 @@ impl<B: AsRef<[u8]>> Store<B> {
 
     fn key_bytes_at(&self, pos: u64) -> Result<&[u8]> {
         self.check_position(pos)?;
+        self.need(Section::KeyRanks, pos as usize * 4..pos as usize * 4 + 4)?;
         let rank = self.index_u32(Section::KeyRanks, pos);
         if rank >= self.len() {
             return Err(Error::corrupt("key rank out of range"));
@@ -745,6 +1080,23 @@ impl<B: AsRef<[u8]>> Store<B> {
                 None => Ok(blob),
             }
         }
+        if self.buf.is_remote() {
+            // Copied out of the cache before it is checked and decoded: what is checked is
+            // what is decoded, even if the cache evicts meanwhile (a memcpy, no system call).
+            let blob = self.blob(pos)?;
+            let read = |buf: &mut Vec<u8>| -> Result<R> {
+                buf.clear();
+                try_reserve(buf, blob.len())?;
+                buf.extend_from_slice(blob);
+                let result = f(body(buf, key, pos)?);
+                codec::release_if_huge(buf, 0);
+                result
+            };
+            return BLOB.with(|cell| match cell.try_borrow_mut() {
+                Ok(mut buf) => read(&mut buf),
+                Err(_) => read(&mut Vec::new()),
+            });
+        }
         let Some(file) = &self.data_file else {
             return f(body(self.blob(pos)?, key, pos)?);
         };
@@ -805,6 +1157,9 @@ impl<B: AsRef<[u8]>> Store<B> {
         if self.mapped && items.len() >= PREFETCH_MIN {
             let positions: Vec<u64> = items.iter().map(&pos_of).collect();
             self.prefetch_records(&positions);
+        }
+        if self.buf.is_remote() {
+            self.fetch_records(items.iter().map(&pos_of), keys)?;
         }
         let offsets = self.section(Section::DocOffsets);
         let (ranks, key_offsets) = (
@@ -886,6 +1241,11 @@ impl<B: AsRef<[u8]>> Store<B> {
     where
         B: Sync,
     {
+        if self.buf.is_remote() {
+            // (A collection verifies a remote store on a downloaded copy: `Collection::verify`.)
+            let whole = 0..self.file_len();
+            self.buf.ensure(&mut vec![whole])?;
+        }
         // Bytes outside every section (alignment padding) must be zeros and the file must end
         // where the last section does, so that no flipped byte goes unnoticed.
         let mut covered = HEADER_SIZE;
@@ -918,7 +1278,7 @@ impl<B: AsRef<[u8]>> Store<B> {
                     return Err(Error::corrupt("keys are not sorted and unique"));
                 }
                 let common = self.header.common_prefix as usize;
-                let entry = self.entry(rank);
+                let entry = self.entry(rank)?;
                 if key.len() < common
                     || key[..common] != self.key_of_rank(0)?[..common]
                     || entry.prefix != key_prefix(&key[common..])
@@ -966,6 +1326,30 @@ impl<B: AsRef<[u8]>> Store<B> {
             Ok(())
         })
     }
+}
+
+/// What opening a remote store reads past its first bytes, fetched at once: the schema and the
+/// dictionary (when they do not fit the first request), the key fences, the last doc and key
+/// offsets, the first key offsets and the start of the keys (the first key: the common prefix).
+fn open_ranges(header: &Header) -> Vec<Range<u64>> {
+    let whole = |s: Section| {
+        let e = header.section(s);
+        e.offset..e.offset + e.len
+    };
+    let part = |s: Section, at: Range<u64>| {
+        let e = header.section(s);
+        e.offset + at.start.min(e.len)..e.offset + at.end.min(e.len)
+    };
+    let count = header.count;
+    vec![
+        whole(Section::Schema),
+        whole(Section::Dictionary),
+        whole(Section::KeyFences),
+        part(Section::DocOffsets, count * 8..count * 8 + 8),
+        part(Section::KeyOffsets, 0..16),
+        part(Section::KeyOffsets, count * 8..count * 8 + 8),
+        part(Section::Keys, 0..4096),
+    ]
 }
 
 #[cfg(test)]

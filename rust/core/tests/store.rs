@@ -51,7 +51,7 @@ fn build(path: &Path, n: usize, options: WriterOptions) -> docstore_core::Summar
     writer.finish().unwrap()
 }
 
-fn check_all(store: &Store<impl AsRef<[u8]>>, n: usize) {
+fn check_all(store: &Store<impl docstore_core::storage::Storage>, n: usize) {
     assert_eq!(store.len(), n as u64);
     let schema = schema();
     for i in 0..n {

@@ -60,6 +60,11 @@ impl FileEntry {
 
     /// The file's path inside `dir`; refuses names that would leave it.
     pub fn path_in(&self, dir: &Path) -> Result<PathBuf> {
+        Ok(dir.join(self.relative()?))
+    }
+
+    /// The file's name relative to the collection, refused if it would leave it.
+    pub fn relative(&self) -> Result<&Path> {
         let relative = Path::new(&self.file);
         let inside = !self.file.is_empty()
             && relative
@@ -71,7 +76,7 @@ impl FileEntry {
                 self.file
             )));
         }
-        Ok(dir.join(relative))
+        Ok(relative)
     }
 }
 
@@ -114,12 +119,16 @@ impl Manifest {
             }
             Err(e) => return Err(e),
         };
-        let manifest: Manifest = serde_json::from_slice(&bytes)
-            .map_err(|e| Error::corrupt(format!("{}: {e}", path.display())))?;
+        Manifest::parse(&bytes, &path.display().to_string())
+    }
+
+    /// Parses and checks a manifest's bytes; `name` says where they came from in errors.
+    pub fn parse(bytes: &[u8], name: &str) -> Result<Manifest> {
+        let manifest: Manifest =
+            serde_json::from_slice(bytes).map_err(|e| Error::corrupt(format!("{name}: {e}")))?;
         if manifest.format != FORMAT {
             return Err(Error::corrupt(format!(
-                "{}: format is {:?}, not {FORMAT:?}",
-                path.display(),
+                "{name}: format is {:?}, not {FORMAT:?}",
                 manifest.format
             )));
         }
@@ -131,16 +140,12 @@ impl Manifest {
         }
         if manifest.checksum != manifest.expected_checksum() {
             return Err(Error::corrupt(format!(
-                "{}: checksum mismatch (the manifest was changed or damaged)",
-                path.display()
+                "{name}: checksum mismatch (the manifest was changed or damaged)"
             )));
         }
         let total: u64 = manifest.shards.iter().map(|s| s.count).sum();
         if manifest.shards.is_empty() || total != manifest.count || manifest.index.count != total {
-            return Err(Error::corrupt(format!(
-                "{}: the counts do not add up",
-                path.display()
-            )));
+            return Err(Error::corrupt(format!("{name}: the counts do not add up")));
         }
         Ok(manifest)
     }

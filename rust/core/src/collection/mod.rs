@@ -8,7 +8,8 @@
 //! one asked for, so a damaged index can fail a lookup but never answer it with another document.
 //!
 //! A single store file opens as a collection of one shard without an index, so the bindings hold
-//! one type whatever was opened.
+//! one type whatever was opened. A remote store or collection (a URL: `storage::remote`) opens
+//! as the same type over remote files: the same lookups, over another storage.
 
 mod manifest;
 mod seal;
@@ -19,20 +20,38 @@ pub use seal::seal;
 use crate::error::{Error, Result};
 use crate::reader::{DataAccess, RecordBatch, Store};
 use crate::schema::Schema;
-use memmap2::Mmap;
+use crate::storage::remote::{self, Remote, RemoteFile, RemoteOptions};
+use crate::storage::StoreFile;
 use rayon::prelude::*;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use xxhash_rust::xxh3::xxh3_64;
 
 pub struct Collection {
-    shards: Vec<Store<Mmap>>,
+    shards: Vec<Store<StoreFile>>,
     paths: Vec<PathBuf>,
     /// The global position of each shard's first document, then the total.
     starts: Vec<u64>,
     /// The global id index; `None` for a single store file (its own key index serves).
-    index: Option<Store<Mmap>>,
+    index: Option<Store<StoreFile>>,
     fingerprint: u64,
+    /// The client of a remote store or collection (`None`: local files).
+    remote: Option<Arc<Remote>>,
+    /// Batch prefetches in a row that found everything cached (see `should_prefetch`).
+    warm_streak: AtomicU32,
+    skipped: AtomicU32,
 }
+
+/// Prefetches in a row that must find everything cached before batches stop prefetching.
+const WARM_STREAK: u32 = 4;
+/// Once warm, one batch in this many prefetches all the same (and finds out if it still is).
+const PREFETCH_EVERY: u32 = 16;
+
+/// A damaged read of a remote store is tried again this many times, its bytes fetched anew:
+/// the cache may have been evicted under it, or the network may have handed over bad bytes
+/// that passed as the right length.
+const REMOTE_ATTEMPTS: u32 = 3;
 
 impl Collection {
     /// Opens a collection directory, or a single store file as a collection of one.
@@ -41,33 +60,118 @@ impl Collection {
         if std::fs::metadata(path)?.is_dir() {
             Collection::open_dir(path, access)
         } else {
-            let store = Store::open_with(path, access)?;
-            let fingerprint = store.fingerprint();
-            Ok(Collection {
-                starts: vec![0, store.len()],
-                shards: vec![store],
-                paths: vec![path.to_path_buf()],
-                index: None,
-                fingerprint,
-            })
+            let store = Store::open_local(path, access)?;
+            Ok(Collection::single(store, path.to_path_buf(), None))
         }
+    }
+
+    fn single(store: Store<StoreFile>, path: PathBuf, remote: Option<Arc<Remote>>) -> Collection {
+        let fingerprint = store.fingerprint();
+        Collection {
+            starts: vec![0, store.len()],
+            shards: vec![store],
+            paths: vec![path],
+            index: None,
+            fingerprint,
+            remote,
+            warm_streak: AtomicU32::new(0),
+            skipped: AtomicU32::new(0),
+        }
+    }
+
+    /// Opens a remote store (`s3://bucket/corpus.docstore`) or collection (the prefix holding
+    /// `docstore-collection.json`, `index.docstore` and the shards). A URL ending in `/` is a
+    /// collection; otherwise the object is tried first, then the manifest under it.
+    pub fn open_remote(url: &str, options: RemoteOptions) -> Result<Collection> {
+        let remote = Remote::new(url, options)?;
+        if !url.ends_with('/') {
+            match RemoteFile::open(&remote, url) {
+                Ok(file) => {
+                    let store = Store::open_remote(file)?;
+                    return Ok(Collection::single(store, PathBuf::from(url), Some(remote)));
+                }
+                Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let base = url.trim_end_matches('/');
+        let manifest_url = format!("{base}/{MANIFEST}");
+        let bytes = remote
+            .get_all(&remote.path_of(&manifest_url)?, &manifest_url)
+            .map_err(|e| match e {
+                Error::Io(io) if io.kind() == std::io::ErrorKind::NotFound => {
+                    Error::Io(std::io::Error::new(
+                        io.kind(),
+                        format!("no store or collection at {url} ({io})"),
+                    ))
+                }
+                e => e,
+            })?;
+        let manifest = Manifest::parse(&bytes, &manifest_url)?;
+        let mut urls = Vec::with_capacity(manifest.shards.len() + 1);
+        for entry in std::iter::once(&manifest.index).chain(&manifest.shards) {
+            let relative = entry.relative()?.to_string_lossy().into_owned();
+            urls.push(format!("{base}/{relative}"));
+        }
+        // Every file at once: each open is one or two round trips.
+        let opened: Vec<Result<Store<StoreFile>>> = std::thread::scope(|scope| {
+            let remote = &remote;
+            let handles: Vec<_> = urls
+                .chunks(urls.len().div_ceil(32).max(1))
+                .map(|chunk| {
+                    scope.spawn(move || {
+                        chunk
+                            .iter()
+                            .map(|u| RemoteFile::open(remote, u).and_then(Store::open_remote))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().expect("a thread opening a remote file panicked"))
+                .collect()
+        });
+        let mut opened = opened.into_iter();
+        let index = opened.next().expect("the index comes first")?;
+        let shards = opened
+            .zip(&urls[1..])
+            .map(|(store, url)| store.map(|s| (s, PathBuf::from(url))))
+            .collect::<Result<Vec<_>>>()?;
+        Collection::assemble(&manifest, url, index, shards, Some(remote))
     }
 
     /// Opens every file the manifest names and checks that each is the one sealed there.
     fn open_dir(dir: &Path, access: DataAccess) -> Result<Collection> {
         let manifest = Manifest::read(dir)?;
-        let pinned = |store: &Store<Mmap>, entry: &FileEntry| -> Result<()> {
+        let index = Store::open_local(manifest.index.path_in(dir)?, DataAccess::Mmap)?;
+        let mut shards = Vec::with_capacity(manifest.shards.len());
+        for entry in &manifest.shards {
+            let path = entry.path_in(dir)?;
+            shards.push((Store::open_local(&path, access)?, path));
+        }
+        Collection::assemble(&manifest, &dir.display().to_string(), index, shards, None)
+    }
+
+    /// A collection from its opened files, once each is checked to be the one the manifest
+    /// pins, with the fields of the first and document checks.
+    fn assemble(
+        manifest: &Manifest,
+        name: &str,
+        index: Store<StoreFile>,
+        opened: Vec<(Store<StoreFile>, PathBuf)>,
+        remote: Option<Arc<Remote>>,
+    ) -> Result<Collection> {
+        let pinned = |store: &Store<StoreFile>, entry: &FileEntry| -> Result<()> {
             if store.fingerprint() != entry.fingerprint()? || store.len() != entry.count {
                 return Err(Error::corrupt(format!(
-                    "{} in {} is not the file that was sealed there (fingerprint or count \
+                    "{} in {name} is not the file that was sealed there (fingerprint or count \
                      differs): the collection was changed after sealing",
                     entry.file,
-                    dir.display()
                 )));
             }
             Ok(())
         };
-        let index = Store::open(manifest.index.path_in(dir)?)?;
         pinned(&index, &manifest.index)?;
         if !index.schema().fields.is_empty() || !index.checked() {
             return Err(Error::corrupt(
@@ -75,9 +179,7 @@ impl Collection {
             ));
         }
         let (mut shards, mut paths, mut starts) = (Vec::new(), Vec::new(), vec![0]);
-        for entry in &manifest.shards {
-            let path = entry.path_in(dir)?;
-            let shard = Store::open_with(&path, access)?;
+        for (entry, (shard, path)) in manifest.shards.iter().zip(opened) {
             pinned(&shard, entry)?;
             if shard.schema() != shards.first().map_or(shard.schema(), Store::schema) {
                 return Err(Error::corrupt(format!(
@@ -106,7 +208,35 @@ impl Collection {
             starts,
             index: Some(index),
             fingerprint: xxh3_64(&ids),
+            remote,
+            warm_streak: AtomicU32::new(0),
+            skipped: AtomicU32::new(0),
         })
+    }
+
+    /// The client of a remote store or collection (its counters), `None` for local files.
+    pub fn remote(&self) -> Option<&Arc<Remote>> {
+        self.remote.as_ref()
+    }
+
+    /// Runs a read; for a remote store, a read that finds damage is run again after evicting
+    /// what it read from the cache (see `REMOTE_ATTEMPTS`).
+    fn retrying<R>(&self, mut op: impl FnMut() -> Result<R>) -> Result<R> {
+        if self.remote.is_none() {
+            return op();
+        }
+        let mut attempt = 1;
+        loop {
+            remote::begin_read();
+            match op() {
+                Err(Error::Corrupt(_)) if attempt < REMOTE_ATTEMPTS => {
+                    attempt += 1;
+                    let files = self.index.iter().chain(&self.shards);
+                    remote::invalidate_read(files.filter_map(Store::remote_file));
+                }
+                other => return other,
+            }
+        }
     }
 
     pub fn len(&self) -> u64 {
@@ -122,7 +252,7 @@ impl Collection {
     }
 
     /// The shards in position order (one for a single store file).
-    pub fn shards(&self) -> &[Store<Mmap>] {
+    pub fn shards(&self) -> &[Store<StoreFile>] {
         &self.shards
     }
 
@@ -132,7 +262,7 @@ impl Collection {
     }
 
     /// The global id index (`None` for a single store file).
-    pub fn index(&self) -> Option<&Store<Mmap>> {
+    pub fn index(&self) -> Option<&Store<StoreFile>> {
         self.index.as_ref()
     }
 
@@ -178,6 +308,10 @@ impl Collection {
 
     /// The position of `key`, confirmed by its document's check.
     pub fn position(&self, key: &[u8]) -> Result<Option<u64>> {
+        self.retrying(|| self.position_once(key))
+    }
+
+    fn position_once(&self, key: &[u8]) -> Result<Option<u64>> {
         let Some(index) = &self.index else {
             return self.shards[0].position(key);
         };
@@ -191,6 +325,10 @@ impl Collection {
 
     /// `position` of many keys.
     pub fn positions(&self, keys: &[&[u8]]) -> Result<Vec<Option<u64>>> {
+        self.retrying(|| self.positions_once(keys))
+    }
+
+    fn positions_once(&self, keys: &[&[u8]]) -> Result<Vec<Option<u64>>> {
         let Some(index) = &self.index else {
             return self.shards[0].positions(keys);
         };
@@ -206,12 +344,107 @@ impl Collection {
 
     /// The key of the document at `pos`.
     pub fn key_at(&self, pos: u64) -> Result<&str> {
-        let (shard, local) = self.shard_of(pos)?;
-        self.shards[shard].key_at(local)
+        self.retrying(|| {
+            let (shard, local) = self.shard_of(pos)?;
+            self.shards[shard].key_at(local)
+        })
+    }
+
+    /// For a remote store, fetches at once what `read_records(positions)` will read, so that
+    /// reading it in chunks (on several threads) waits on nothing: a batch is a few rounds of
+    /// concurrent requests, not a few per chunk. Nothing to do for local files.
+    pub fn prefetch_records(&self, positions: &[u64]) -> Result<()> {
+        self.prefetching(|| self.prefetch_records_now(positions))
+    }
+
+    /// Whether a batch prefetches: always while batches find something to fetch; once
+    /// `WARM_STREAK` in a row found everything cached, one in `PREFETCH_EVERY` (a prefetch costs
+    /// a second search of the batch, half the time of a warm batch, measured). A batch that
+    /// skips it and finds bytes missing still reads right, fetching them chunk by chunk.
+    fn prefetching(&self, prefetch: impl FnOnce() -> Result<()>) -> Result<()> {
+        let Some(remote) = &self.remote else {
+            return Ok(());
+        };
+        if self.warm_streak.load(Ordering::Relaxed) >= WARM_STREAK
+            && !(self.skipped.fetch_add(1, Ordering::Relaxed)).is_multiple_of(PREFETCH_EVERY)
+        {
+            return Ok(());
+        }
+        let before = remote.stats.bytes.load(Ordering::Relaxed);
+        prefetch()?;
+        let fetched = remote.stats.bytes.load(Ordering::Relaxed) != before;
+        match fetched {
+            true => self.warm_streak.store(0, Ordering::Relaxed),
+            false => {
+                let _ =
+                    (self.warm_streak).fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| {
+                        Some(s.saturating_add(1))
+                    });
+            }
+        }
+        Ok(())
+    }
+
+    fn prefetch_records_now(&self, positions: &[u64]) -> Result<()> {
+        self.retrying(|| {
+            let mut by_shard: Vec<Vec<u64>> = vec![Vec::new(); self.shards.len()];
+            for &pos in positions {
+                if let Ok((shard, local)) = self.shard_of(pos) {
+                    by_shard[shard].push(local);
+                }
+            }
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = (self.shards.iter().zip(&by_shard))
+                    .filter(|(_, locals)| !locals.is_empty())
+                    .map(|(shard, locals)| scope.spawn(move || shard.prefetch_batch(locals)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .try_for_each(|h| h.join().expect("a prefetching thread panicked"))
+            })
+        })
+    }
+
+    /// `prefetch_records` for lookups by key (`read_many`, `positions`).
+    pub fn prefetch_keyed(&self, keys: &[&[u8]]) -> Result<()> {
+        self.prefetching(|| {
+            self.retrying(|| {
+                let Some(index) = &self.index else {
+                    return self.shards[0].prefetch_keyed(keys);
+                };
+                let found: Vec<u64> = index.locate_many(keys)?.into_iter().flatten().collect();
+                self.prefetch_records_now(&found)
+            })
+        })
+    }
+
+    /// For a remote store, fetches the keys of positions `range` at once (see
+    /// `Store::prefetch_keys`), so that `key_at` over them waits on nothing.
+    pub fn prefetch_keys(&self, range: std::ops::Range<u64>) -> Result<()> {
+        if self.remote.is_none() || range.is_empty() {
+            return Ok(());
+        }
+        let end = range.end.min(self.len());
+        let mut pos = range.start;
+        while pos < end {
+            let (shard, local) = self.shard_of(pos)?;
+            let take = (self.starts[shard + 1] - pos).min(end - pos);
+            self.shards[shard].prefetch_keys(local..local + take)?;
+            pos += take;
+        }
+        Ok(())
     }
 
     /// Appends the raw records of `positions` to `batch`, in request order.
     pub fn read_records(&self, positions: &[u64], batch: &mut RecordBatch) -> Result<()> {
+        let base = batch.len();
+        self.retrying(|| {
+            batch.truncate(base);
+            self.read_records_once(positions, batch)
+        })
+    }
+
+    fn read_records_once(&self, positions: &[u64], batch: &mut RecordBatch) -> Result<()> {
         if self.index.is_none() {
             return self.shards[0].read_records(positions, batch);
         }
@@ -228,6 +461,14 @@ impl Collection {
     /// Positions of many keys (`None` when absent), the records of those found appended to
     /// `batch` in request order, each checked against the key it was asked by.
     pub fn read_many(&self, keys: &[&[u8]], batch: &mut RecordBatch) -> Result<Vec<Option<u64>>> {
+        let base = batch.len();
+        self.retrying(|| {
+            batch.truncate(base);
+            self.read_many_once(keys, batch)
+        })
+    }
+
+    fn read_many_once(&self, keys: &[&[u8]], batch: &mut RecordBatch) -> Result<Vec<Option<u64>>> {
         let Some(index) = &self.index else {
             return self.shards[0].read_many(keys, batch);
         };
@@ -244,6 +485,14 @@ impl Collection {
 
     /// Position of `key` (`None` when absent), its record appended to `batch`, checked against it.
     pub fn read_one(&self, key: &[u8], batch: &mut RecordBatch) -> Result<Option<u64>> {
+        let base = batch.len();
+        self.retrying(|| {
+            batch.truncate(base);
+            self.read_one_once(key, batch)
+        })
+    }
+
+    fn read_one_once(&self, key: &[u8], batch: &mut RecordBatch) -> Result<Option<u64>> {
         let Some(index) = &self.index else {
             return self.shards[0].read_one(key, batch);
         };
@@ -262,7 +511,7 @@ impl Collection {
         &self,
         items: &[(usize, u64, T)],
         batch: &mut RecordBatch,
-        read: impl Fn(&Store<Mmap>, &[(u64, T)], &mut RecordBatch) -> Result<()>,
+        read: impl Fn(&Store<StoreFile>, &[(u64, T)], &mut RecordBatch) -> Result<()>,
     ) -> Result<()> {
         let Some(&(first, _, _)) = items.first() else {
             return Ok(());
@@ -287,9 +536,40 @@ impl Collection {
         batch.reorder_from(base, &at)
     }
 
+    /// A remote collection's files downloaded whole into temporary files, each checked to be
+    /// the file opened (its fingerprint): what `verify` reads.
+    fn downloaded(&self) -> Result<Collection> {
+        let load = |store: &Store<StoreFile>| -> Result<Store<StoreFile>> {
+            let file = store
+                .remote_file()
+                .expect("a remote collection's files are remote");
+            let copy = Store::from_bytes(StoreFile::local(file.download()?))?;
+            if copy.fingerprint() != store.fingerprint() {
+                return Err(Error::corrupt(format!(
+                    "{} changed since it was opened",
+                    file.url()
+                )));
+            }
+            Ok(copy)
+        };
+        Ok(Collection {
+            shards: self.shards.iter().map(load).collect::<Result<_>>()?,
+            paths: self.paths.clone(),
+            starts: self.starts.clone(),
+            index: self.index.as_ref().map(load).transpose()?,
+            fingerprint: self.fingerprint,
+            remote: None,
+            warm_streak: AtomicU32::new(0),
+            skipped: AtomicU32::new(0),
+        })
+    }
+
     /// Reads every byte of every file (see `Store::verify`), and checks that the global index
     /// holds exactly the shards' ids at their global positions.
     pub fn verify(&self) -> Result<()> {
+        if self.remote.is_some() {
+            return self.downloaded()?.verify();
+        }
         let Some(index) = &self.index else {
             return self.shards[0].verify();
         };

@@ -1,0 +1,665 @@
+//! The node-wide cache of remote stores: one sparse file per store, the size of the object, that
+//! every process of the node maps and fills; DataLoader workers and DDP ranks read each other's
+//! fetches through the page cache, as they would a local file.
+//!
+//! Layout of a cache directory (`cache_dir`, see docs/remote.md):
+//!
+//! ```text
+//! usage                       8 bytes: the bytes held by every store below (an atomic counter)
+//! <fingerprint>-<size>/data   sparse, the object's size: fetched bytes at their own offsets
+//! <fingerprint>-<size>/map    which 512-byte units of `data` hold fetched bytes (a bitmap), and
+//!                             per 1 MiB segment its generation and last use
+//! ```
+//!
+//! The directory is named by the store's fingerprint (its header checksum, which covers every
+//! section's checksum), so a replaced object is a new directory and never served stale.
+//!
+//! Concurrency, between threads and processes alike (everything shared is an atomic word in a
+//! shared mapping):
+//! - A unit's bit is set only after its bytes are written (`pwrite`), so no reader ever trusts a
+//!   half-written unit: a writer killed half way leaves bits unset, and the next writer rewrites
+//!   the same bytes. Two writers of one unit write the same bytes.
+//! - Eviction works by segment, least recently used first (CLOCK): it flags the segment, clears
+//!   its bits, punches a hole (the disk space goes back at once), then bumps its generation.
+//!   A segment used within the lease (`lease`, 30 s by default) is never evicted, so bytes a
+//!   lookup has just made present stay there while it reads them; a writer stamps the segment
+//!   before it writes, and one that finds the generation moved under it clears what it set.
+//! - Whatever still slips through (a process stopped for longer than the lease) reads zeros,
+//!   which the document checks of format 2 turn into an error that the reader answers by
+//!   evicting what it read and fetching again (`Collection`'s retry), never into a document.
+
+use crate::error::{Error, Result};
+use memmap2::{Mmap, MmapMut};
+use std::fs::File;
+use std::ops::Range;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Presence is kept per unit of this many bytes: a random document costs its size rounded out
+/// to units (measured: 1.6x the stored size of documents of ~150 bytes; 512-byte units made it
+/// 7x). The map costs one bit per unit: 1 GiB for a 1 TiB object, allocated as it is used.
+pub const UNIT: u64 = 128;
+/// Eviction works on segments of this many bytes.
+pub const SEGMENT: u64 = 1 << 20;
+const UNITS_PER_SEGMENT: u64 = SEGMENT / UNIT;
+const WORDS_PER_SEGMENT: u64 = UNITS_PER_SEGMENT / 64;
+
+const MAGIC: &[u8; 8] = b"DSCACHE2";
+/// Map header: magic, object size, unit, segment, bytes held (atomic), clock hand (atomic).
+const MAP_HEADER: u64 = 64;
+const BYTES_AT: u64 = 24;
+const HAND_AT: u64 = 32;
+
+/// Segment word: bit 63 = being evicted, bit 62 = pinned, bits 32..62 = generation, bits 0..32 =
+/// last use (s).
+const EVICTING: u64 = 1 << 63;
+/// Never evicted: what a reader relies on without a check per read (the header, schema,
+/// dictionary and key fences, checked once at open; the common key prefix). A damaged
+/// dictionary would decode documents wrongly although their checks pass.
+const PINNED: u64 = 1 << 62;
+const GEN_MASK: u64 = 0x3fff_ffff;
+/// A writer waits this long for an evictor before taking the segment over (the evictor died).
+const EVICTOR_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
+/// An eviction pass looks at this many segments at most.
+const SWEEP: u64 = 4096;
+
+/// Where and how much to cache.
+#[derive(Clone, Debug)]
+pub struct CacheConfig {
+    /// The node-wide directory, or `None` for a private cache (unlinked at once, this process
+    /// only: `cache_bytes=0`).
+    pub dir: Option<PathBuf>,
+    /// The most bytes the directory holds (all stores together), past what the lease protects.
+    pub budget: u64,
+    /// Seconds a segment stays safe from eviction after its last use.
+    pub lease: u32,
+}
+
+/// Bytes a private cache (`cache_bytes=0`) keeps, past what the lease protects.
+pub const PRIVATE_BUDGET: u64 = 64 << 20;
+
+/// The `usage` counter: shared by the node, or this process's own.
+enum Usage {
+    Shared(MmapMut),
+    Private(AtomicU64),
+}
+
+impl Usage {
+    fn counter(&self) -> &AtomicU64 {
+        match self {
+            // SAFETY: the mapping is at least 8 bytes, page-aligned, lives as long as `self`, and
+            // every process only ever accesses these bytes atomically.
+            Usage::Shared(map) => unsafe { AtomicU64::from_ptr(map.as_ptr() as *mut u64) },
+            Usage::Private(counter) => counter,
+        }
+    }
+}
+
+/// One store's cache: its sparse data file and its map.
+pub struct CacheFile {
+    data: File,
+    map: MmapMut,
+    size: u64,
+    segments: u64,
+    usage: Usage,
+    budget: u64,
+    lease: u32,
+}
+
+/// Seconds since the epoch, from the coarse clock (a few ns: every read stamps its segments).
+fn now() -> u32 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes the current time into `ts`, a valid timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
+    ts.tv_sec as u32
+}
+
+fn map_len(size: u64) -> u64 {
+    let segments = size.div_ceil(SEGMENT);
+    MAP_HEADER + segments * 8 + segments * WORDS_PER_SEGMENT * 8
+}
+
+fn io(context: impl std::fmt::Display, e: std::io::Error) -> Error {
+    Error::Io(std::io::Error::new(e.kind(), format!("{context}: {e}")))
+}
+
+impl CacheFile {
+    /// The cache of the store with `fingerprint` and `size` bytes: found in the directory, or
+    /// made there (under a scratch name, then renamed: two processes never see half a cache).
+    pub fn open(config: &CacheConfig, fingerprint: u64, size: u64) -> Result<CacheFile> {
+        let Some(dir) = &config.dir else {
+            return CacheFile::private(config, size);
+        };
+        std::fs::create_dir_all(dir).map_err(|e| io(dir.display(), e))?;
+        let usage = shared_usage(dir)?;
+        let name = format!("{fingerprint:016x}-{size:x}");
+        let target = dir.join(&name);
+        for _ in 0..3 {
+            match CacheFile::open_existing(&target, size) {
+                Ok(Some((data, map))) => return Ok(CacheFile::new(data, map, size, usage, config)),
+                Ok(None) => {}
+                Err(_) => {
+                    // Not a cache this docstore can use (damaged, another layout): set aside.
+                    let aside = dir.join(format!(".stale-{name}-{}", crate::process::id()));
+                    let _ = std::fs::rename(&target, &aside);
+                    let _ = std::fs::remove_dir_all(&aside);
+                }
+            }
+            let scratch = tempfile::Builder::new()
+                .prefix(".new-")
+                .tempdir_in(dir)
+                .map_err(|e| io(dir.display(), e))?;
+            create_files(scratch.path(), size)?;
+            let scratch = scratch.keep();
+            if std::fs::rename(&scratch, &target).is_err() {
+                // Another process made it first: use theirs.
+                let _ = std::fs::remove_dir_all(&scratch);
+            }
+        }
+        Err(io(
+            target.display(),
+            std::io::Error::other("cannot create the cache entry"),
+        ))
+    }
+
+    /// A cache for this process alone: made in the temporary directory and unlinked at once.
+    fn private(config: &CacheConfig, size: u64) -> Result<CacheFile> {
+        let scratch = tempfile::Builder::new()
+            .prefix("docstore-cache-")
+            .tempdir()
+            .map_err(|e| io("temporary directory", e))?;
+        let (data, map) = create_files(scratch.path(), size)?;
+        drop(scratch); // unlinks both: the open files live on
+        let config = CacheConfig {
+            budget: PRIVATE_BUDGET,
+            ..config.clone()
+        };
+        Ok(CacheFile::new(
+            data,
+            map,
+            size,
+            Usage::Private(AtomicU64::new(0)),
+            &config,
+        ))
+    }
+
+    fn open_existing(dir: &Path, size: u64) -> Result<Option<(File, MmapMut)>> {
+        let data = match File::options()
+            .read(true)
+            .write(true)
+            .open(dir.join("data"))
+        {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let map_file = File::options()
+            .read(true)
+            .write(true)
+            .open(dir.join("map"))?;
+        if data.metadata()?.len() != size || map_file.metadata()?.len() != map_len(size) {
+            return Err(Error::corrupt("cache entry of another size"));
+        }
+        // SAFETY: the map file is only ever accessed through atomics (and its header, written
+        // before the directory was renamed into place, is only read).
+        let map = unsafe { MmapMut::map_mut(&map_file)? };
+        if &map[..8] != MAGIC
+            || crate::format::u64_at(&map, 8) != size
+            || crate::format::u32_at(&map, 16) as u64 != UNIT
+        {
+            return Err(Error::corrupt("not a docstore cache entry"));
+        }
+        Ok(Some((data, map)))
+    }
+
+    fn new(data: File, map: MmapMut, size: u64, usage: Usage, config: &CacheConfig) -> CacheFile {
+        CacheFile {
+            data,
+            map,
+            size,
+            segments: size.div_ceil(SEGMENT),
+            usage,
+            budget: config.budget,
+            lease: config.lease,
+        }
+    }
+
+    /// The data file, mapped read-only: what the reader reads (holes read as zeros, and are
+    /// never read: the reader asks `ensure` first).
+    pub fn map_data(&self) -> Result<Mmap> {
+        // SAFETY: bytes of the data file only ever change from a hole to their one true value
+        // (pwrite before the bit is set) or, when evicted under the lease, back to a hole; the
+        // reader reads only ranges it made present (see the module's note on concurrency).
+        let map = unsafe { Mmap::map(&self.data)? };
+        let _ = map.advise(memmap2::Advice::Random);
+        Ok(map)
+    }
+
+    fn word(&self, at: u64) -> &AtomicU64 {
+        debug_assert!(at + 8 <= self.map.len() as u64 && at.is_multiple_of(8));
+        // SAFETY: `at` is 8-aligned inside the live, page-aligned mapping (callers compute it
+        // from the layout of `map_len`), and the map's words are only accessed atomically.
+        unsafe { AtomicU64::from_ptr(self.map.as_ptr().add(at as usize) as *mut u64) }
+    }
+
+    fn segment_word(&self, segment: u64) -> &AtomicU64 {
+        self.word(MAP_HEADER + segment * 8)
+    }
+
+    fn bitmap_word(&self, word: u64) -> &AtomicU64 {
+        self.word(MAP_HEADER + self.segments * 8 + word * 8)
+    }
+
+    fn bytes_held(&self) -> &AtomicU64 {
+        self.word(BYTES_AT)
+    }
+
+    /// Units `first..end` as (word, mask) pairs.
+    fn masks(units: Range<u64>) -> impl Iterator<Item = (u64, u64)> {
+        let mut unit = units.start;
+        std::iter::from_fn(move || {
+            if unit >= units.end {
+                return None;
+            }
+            let word = unit / 64;
+            let lo = unit % 64;
+            let hi = (units.end - word * 64).min(64);
+            unit = word * 64 + hi;
+            let mask = if hi - lo == 64 {
+                u64::MAX
+            } else {
+                ((1u64 << (hi - lo)) - 1) << lo
+            };
+            Some((word, mask))
+        })
+    }
+
+    /// The units that cover `range` (absolute bytes), clipped to the file.
+    pub fn units(&self, range: &Range<u64>) -> Range<u64> {
+        let end = range.end.min(self.size);
+        range.start / UNIT..end.div_ceil(UNIT)
+    }
+
+    /// Byte range of `units`, clipped to the file.
+    pub fn bytes_of(&self, units: &Range<u64>) -> Range<u64> {
+        units.start * UNIT..(units.end * UNIT).min(self.size)
+    }
+
+    /// Runs of units of `units` that are not present, appended to `out`.
+    pub fn missing(&self, units: Range<u64>, out: &mut Vec<Range<u64>>) {
+        let mut run: Option<Range<u64>> = None;
+        for (word, mask) in Self::masks(units.clone()) {
+            let bits = self.bitmap_word(word).load(Ordering::Acquire);
+            if bits & mask == mask {
+                if let Some(r) = run.take() {
+                    out.push(r);
+                }
+                continue;
+            }
+            for bit in 0..64 {
+                if mask >> bit & 1 == 0 {
+                    continue;
+                }
+                let unit = word * 64 + bit;
+                if bits >> bit & 1 == 1 {
+                    if let Some(r) = run.take() {
+                        out.push(r);
+                    }
+                } else {
+                    match &mut run {
+                        Some(r) if r.end == unit => r.end = unit + 1,
+                        _ => {
+                            if let Some(r) = run.replace(unit..unit + 1) {
+                                out.push(r);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        out.extend(run);
+    }
+
+    /// Marks the segments of `units` as used now (readers do, at most once a second each).
+    pub fn touch(&self, units: &Range<u64>) {
+        let now = now();
+        for segment in self.segments_of(units) {
+            let word = self.segment_word(segment);
+            let old = word.load(Ordering::Relaxed);
+            if old & EVICTING == 0 && (old as u32) < now {
+                let _ = word.compare_exchange(
+                    old,
+                    (old & !0xffff_ffff) | u64::from(now),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+            }
+        }
+    }
+
+    fn segments_of(&self, units: &Range<u64>) -> Range<u64> {
+        if units.is_empty() {
+            return 0..0;
+        }
+        units.start / UNITS_PER_SEGMENT..(units.end - 1) / UNITS_PER_SEGMENT + 1
+    }
+
+    /// Stamps the segments of `units` for a write and returns their generations: waits for an
+    /// evictor at work there (taking over from one that died).
+    fn begin_write(&self, units: &Range<u64>) -> Vec<u64> {
+        let now = u64::from(now());
+        self.segments_of(units)
+            .map(|segment| {
+                let word = self.segment_word(segment);
+                let started = std::time::Instant::now();
+                loop {
+                    let old = word.load(Ordering::Acquire);
+                    if old & EVICTING != 0 {
+                        if started.elapsed() < EVICTOR_PATIENCE {
+                            std::thread::sleep(std::time::Duration::from_millis(1));
+                            continue;
+                        }
+                        // The evictor died half way: finish its work (clear, next generation).
+                        self.clear_segment(segment);
+                        let next = ((old >> 32) + 1) & GEN_MASK;
+                        let _ = word.compare_exchange(
+                            old,
+                            next << 32 | (old & 0xffff_ffff),
+                            Ordering::AcqRel,
+                            Ordering::Relaxed,
+                        );
+                        continue;
+                    }
+                    let new = (old & !0xffff_ffff) | now;
+                    // (`PINNED` and the generation are kept.)
+                    if word
+                        .compare_exchange(old, new, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_ok()
+                    {
+                        return (old >> 32) & GEN_MASK;
+                    }
+                }
+            })
+            .collect()
+    }
+
+    /// Writes `bytes` (the contents of `units`, fetched) and marks them present; then, if the
+    /// cache holds more than its budget, evicts.
+    pub fn write(&self, units: Range<u64>, bytes: &[u8]) -> Result<()> {
+        let range = self.bytes_of(&units);
+        debug_assert_eq!(bytes.len() as u64, range.end - range.start);
+        let generations = self.begin_write(&units);
+        self.data
+            .write_all_at(bytes, range.start)
+            .map_err(|e| io("writing the cache", e))?;
+        let mut added = 0u64;
+        for (word, mask) in Self::masks(units.clone()) {
+            let before = self.bitmap_word(word).fetch_or(mask, Ordering::AcqRel);
+            added += u64::from((mask & !before).count_ones());
+        }
+        // Evicted while writing (a writer stalled past the lease): what it set is not trusted.
+        let moved = self
+            .segments_of(&units)
+            .zip(&generations)
+            .any(|(s, &g)| (self.segment_word(s).load(Ordering::Acquire) >> 32) & GEN_MASK != g);
+        if moved {
+            for (word, mask) in Self::masks(units) {
+                self.bitmap_word(word).fetch_and(!mask, Ordering::AcqRel);
+            }
+            return Ok(());
+        }
+        self.account(added as i64 * UNIT as i64);
+        if self.usage.counter().load(Ordering::Relaxed) > self.budget {
+            self.evict();
+        }
+        Ok(())
+    }
+
+    fn account(&self, delta: i64) {
+        for counter in [self.bytes_held(), self.usage.counter()] {
+            if delta >= 0 {
+                counter.fetch_add(delta as u64, Ordering::Relaxed);
+            } else {
+                // Saturating: counters of a cache damaged by hand must not wrap around.
+                let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                    Some(v.saturating_sub(delta.unsigned_abs()))
+                });
+            }
+        }
+    }
+
+    /// Bytes this store's cache holds.
+    pub fn held(&self) -> u64 {
+        self.bytes_held().load(Ordering::Relaxed)
+    }
+
+    /// Bytes the whole cache directory holds.
+    pub fn usage(&self) -> u64 {
+        self.usage.counter().load(Ordering::Relaxed)
+    }
+
+    /// Clears a segment's bits and punches its hole; returns the units it held.
+    fn clear_segment(&self, segment: u64) -> u64 {
+        let mut freed = 0;
+        for w in 0..WORDS_PER_SEGMENT {
+            let word = segment * WORDS_PER_SEGMENT + w;
+            freed += u64::from(
+                self.bitmap_word(word)
+                    .swap(0, Ordering::AcqRel)
+                    .count_ones(),
+            );
+        }
+        let start = segment * SEGMENT;
+        let len = SEGMENT.min(self.size - start);
+        // SAFETY: a plain system call on our own descriptor; the range lies inside the file.
+        unsafe {
+            libc::fallocate(
+                self.data.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                start as libc::off_t,
+                len as libc::off_t,
+            )
+        };
+        freed
+    }
+
+    /// Evicts one segment: flag, clear and punch, next generation. `force` ignores the lease (a
+    /// reader that found damage there). Returns the bytes freed, or `None` if it was not evicted.
+    fn evict_segment(&self, segment: u64, force: bool) -> Option<u64> {
+        let word = self.segment_word(segment);
+        let old = word.load(Ordering::Acquire);
+        let recent = u64::from(old as u32) + u64::from(self.lease) > u64::from(now());
+        if old & (EVICTING | PINNED) != 0 || (!force && recent) {
+            return None;
+        }
+        word.compare_exchange(old, old | EVICTING, Ordering::AcqRel, Ordering::Relaxed)
+            .ok()?;
+        let freed = self.clear_segment(segment) * UNIT;
+        let next = ((old >> 32) + 1) & GEN_MASK;
+        word.store(next << 32 | (old & 0xffff_ffff), Ordering::Release);
+        self.account(-(freed as i64));
+        Some(freed)
+    }
+
+    /// Evicts segments least recently used first (a clock hand over the segments, shared by
+    /// every process) until the cache is 1/16 under budget or a pass found nothing more.
+    fn evict(&self) {
+        let hand = self.word(HAND_AT);
+        let target = self.budget - self.budget / 16;
+        for _ in 0..SWEEP.min(self.segments) {
+            if self.usage.counter().load(Ordering::Relaxed) <= target {
+                return;
+            }
+            let segment = hand.fetch_add(1, Ordering::Relaxed) % self.segments;
+            let holds = (0..WORDS_PER_SEGMENT).any(|w| {
+                self.bitmap_word(segment * WORDS_PER_SEGMENT + w)
+                    .load(Ordering::Relaxed)
+                    != 0
+            });
+            if holds {
+                self.evict_segment(segment, false);
+            }
+        }
+    }
+
+    /// Keeps the segments of `units` for good (see `PINNED`).
+    pub fn pin(&self, units: &Range<u64>) {
+        for segment in self.segments_of(units) {
+            self.segment_word(segment)
+                .fetch_or(PINNED, Ordering::AcqRel);
+        }
+    }
+
+    /// The data file, for reads that copy (`pread`) rather than map.
+    pub fn data_file(&self) -> &File {
+        &self.data
+    }
+
+    /// Evicts the segments of `units` whatever their lease: bytes read there were found damaged.
+    pub fn invalidate(&self, units: &Range<u64>) {
+        for segment in self.segments_of(units) {
+            self.evict_segment(segment, true);
+        }
+    }
+
+    /// Whether every unit of `units` is present.
+    pub fn present(&self, units: &Range<u64>) -> bool {
+        Self::masks(units.clone())
+            .all(|(w, m)| self.bitmap_word(w).load(Ordering::Acquire) & m == m)
+    }
+}
+
+/// Makes `data` (sparse, `size` bytes) and `map` (header written) in `dir`.
+fn create_files(dir: &Path, size: u64) -> Result<(File, MmapMut)> {
+    let data = File::options()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(dir.join("data"))
+        .map_err(|e| io(dir.display(), e))?;
+    data.set_len(size)?;
+    let map_file = File::options()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(dir.join("map"))
+        .map_err(|e| io(dir.display(), e))?;
+    map_file.set_len(map_len(size))?;
+    let mut header = [0u8; MAP_HEADER as usize];
+    header[..8].copy_from_slice(MAGIC);
+    header[8..16].copy_from_slice(&size.to_le_bytes());
+    header[16..20].copy_from_slice(&(UNIT as u32).to_le_bytes());
+    header[20..24].copy_from_slice(&(SEGMENT as u32).to_le_bytes());
+    map_file.write_all_at(&header, 0)?;
+    // SAFETY: a file this process just made; every later access to its words is atomic.
+    let map = unsafe { MmapMut::map_mut(&map_file)? };
+    Ok((data, map))
+}
+
+/// The node's `usage` counter, made if missing; recounted from the stores' own counters, so that
+/// a store directory deleted by hand stops counting.
+fn shared_usage(dir: &Path) -> Result<Usage> {
+    let path = dir.join("usage");
+    let file = File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| io(path.display(), e))?;
+    if file.metadata()?.len() < 8 {
+        file.set_len(8)?;
+    }
+    // SAFETY: an 8-byte counter only ever accessed atomically, by every process.
+    let map = unsafe { MmapMut::map_mut(&file)? };
+    let usage = Usage::Shared(map);
+    let mut total = 0u64;
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let map = entry.path().join("map");
+            let mut held = [0u8; 8];
+            if let Ok(file) = File::open(&map) {
+                let mut magic = [0u8; 8];
+                if file.read_exact_at(&mut magic, 0).is_ok()
+                    && &magic == MAGIC
+                    && file.read_exact_at(&mut held, BYTES_AT).is_ok()
+                {
+                    total += u64::from_le_bytes(held);
+                }
+            }
+        }
+    }
+    usage.counter().store(total, Ordering::Relaxed);
+    Ok(usage)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(dir: &Path, budget: u64, lease: u32) -> CacheConfig {
+        CacheConfig {
+            dir: Some(dir.to_path_buf()),
+            budget,
+            lease,
+        }
+    }
+
+    #[test]
+    fn writes_are_present_once_written_and_shared_between_opens() {
+        let dir = tempfile::tempdir().unwrap();
+        let size = 3 * SEGMENT + 100;
+        let a = CacheFile::open(&config(dir.path(), 1 << 30, 30), 7, size).unwrap();
+        let units = a.units(&(1000..5000));
+        let mut missing = Vec::new();
+        a.missing(units.clone(), &mut missing);
+        assert_eq!(missing, vec![units.clone()]);
+        let range = a.bytes_of(&units);
+        a.write(
+            units.clone(),
+            &vec![9u8; (range.end - range.start) as usize],
+        )
+        .unwrap();
+        assert!(a.present(&units));
+        let b = CacheFile::open(&config(dir.path(), 1 << 30, 30), 7, size).unwrap();
+        assert!(b.present(&units), "another open (process) sees the write");
+        assert_eq!(&b.map_data().unwrap()[1000..5000], &[9u8; 4000][..]);
+        assert_eq!(b.usage(), (units.end - units.start) * UNIT);
+        // The tail unit is clipped to the file.
+        let tail = a.units(&(size - 10..size));
+        assert_eq!(a.bytes_of(&tail), size - 100..size);
+        let mut partial = Vec::new();
+        a.missing(0..20, &mut partial);
+        assert_eq!(partial, vec![0..1, units.end..20]);
+    }
+
+    #[test]
+    fn evicts_past_the_budget_outside_the_lease_and_punches_holes() {
+        let dir = tempfile::tempdir().unwrap();
+        let size = 8 * SEGMENT;
+        let cache = CacheFile::open(&config(dir.path(), 2 * SEGMENT, 0), 1, size).unwrap();
+        for segment in 0..4 {
+            let units = cache.units(&(segment * SEGMENT..(segment + 1) * SEGMENT));
+            cache.write(units, &vec![1u8; SEGMENT as usize]).unwrap();
+        }
+        assert!(cache.usage() <= 2 * SEGMENT, "{}", cache.usage());
+        let present = (0..4)
+            .filter(|s| cache.present(&cache.units(&(s * SEGMENT..s * SEGMENT + 1))))
+            .count();
+        assert!(present <= 2);
+        let leased = CacheFile::open(&config(dir.path(), SEGMENT, 3600), 2, size).unwrap();
+        for segment in 0..3 {
+            let units = leased.units(&(segment * SEGMENT..(segment + 1) * SEGMENT));
+            leased.write(units, &vec![1u8; SEGMENT as usize]).unwrap();
+        }
+        assert!(
+            (0..3).all(|s| leased.present(&leased.units(&(s * SEGMENT..s * SEGMENT + 1)))),
+            "nothing used within the lease is evicted"
+        );
+    }
+}

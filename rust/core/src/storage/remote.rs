@@ -1,0 +1,719 @@
+//! Remote stores: byte ranges of an object in S3-compatible storage, GCS, Azure or behind plain
+//! HTTP, fetched with the Apache Arrow project's `object_store` client into the node cache
+//! (`cache`), which the reader then reads as it reads a local file.
+//!
+//! - Configuration as the ecosystem does it: each cloud's environment variables (`AWS_*`,
+//!   `GOOGLE_*`, `AZURE_*`), then `storage_options` (object_store's keys, plus docstore's own:
+//!   `max_in_flight`, `merge_gap`, `max_request_bytes`, `max_retries`, `retry_timeout`,
+//!   `init_backoff`, `max_backoff`, `cache_lease`). Options go through each builder's
+//!   `with_config`, never `with_client_options`, which would replace what the builder took from
+//!   the environment (`AWS_ALLOW_HTTP` included).
+//! - Batches: the missing units of every range a batch needs, merged where they are at most
+//!   `merge_gap` apart (default 4 KiB: object_store's own `get_ranges` merges up to 1 MiB, which
+//!   downloads most of the object for random documents), fetched with at most `max_in_flight`
+//!   requests at once (default 256: 1024 at once means 1024 new connections, slower measured).
+//! - Faults: object_store retries timeouts, 5xx and dropped connections with backoff
+//!   (`max_retries`, `retry_timeout`); a response of the wrong length, or a body cut short, is
+//!   retried here too (twice). What finally surfaces is an `Io` error naming the URL, the byte
+//!   range and the cause (`StoreIOError` in Python). Nothing waits forever: every request has
+//!   object_store's timeouts (`timeout`, `connect_timeout`), every retry loop a bound.
+//! - fork(): a tokio runtime made before a fork hangs forever in the child (its threads are not
+//!   there). The runtime and the client are made per process, found by pid as the decode pool is
+//!   (`parallel`); a child makes its own and leaks what it inherited.
+
+use crate::error::{Error, Result};
+use crate::storage::cache::{CacheConfig, CacheFile};
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
+use memmap2::Mmap;
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt, ObjectStoreScheme, RetryConfig};
+use std::ops::Range;
+use std::path::PathBuf;
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Bytes the first request of an open asks for: the header, the schema and the dictionary (at
+/// most 64 KiB) of nearly every store, in one request.
+pub const OPEN_PREFIX: u64 = 128 << 10;
+/// The shortest lease (`cache_lease`): bytes used within it are never evicted, so that a read
+/// finds what its `ensure` just made present.
+const MIN_LEASE: u64 = 2;
+/// Extra attempts at a range whose response was short or failed after object_store's retries.
+const EXTRA_ATTEMPTS: u32 = 2;
+
+/// How to reach and cache a remote store.
+#[derive(Clone, Debug)]
+pub struct RemoteOptions {
+    /// Passed to object_store's builder (`with_config`), after the environment.
+    pub storage_options: Vec<(String, String)>,
+    pub cache: CacheConfig,
+    /// Range requests in flight at once, at most.
+    pub max_in_flight: usize,
+    /// Missing ranges at most this many bytes apart are fetched in one request.
+    pub merge_gap: u64,
+    /// A request asks for at most this many bytes (larger ranges are split, fetched at once).
+    pub max_request: u64,
+    pub max_retries: usize,
+    pub retry_timeout: Duration,
+    pub init_backoff: Duration,
+    pub max_backoff: Duration,
+}
+
+/// The default cache directory: `DOCSTORE_CACHE_DIR`, else `$XDG_CACHE_HOME/docstore`, else
+/// `~/.cache/docstore`.
+pub fn default_cache_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("DOCSTORE_CACHE_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("docstore")
+}
+
+/// The default cache budget: `DOCSTORE_CACHE_BYTES`, else 10 GiB.
+pub fn default_cache_bytes() -> u64 {
+    std::env::var("DOCSTORE_CACHE_BYTES")
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|v| *v >= 0.0)
+        .map_or(10 << 30, |v| v as u64)
+}
+
+fn invalid(msg: impl Into<String>) -> Error {
+    Error::InvalidArgument(msg.into())
+}
+
+/// `30s`, `500ms`, `2m`, or a number of seconds.
+fn duration(key: &str, value: &str) -> Result<Duration> {
+    let v = value.trim();
+    let (number, unit) = match v.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) => (&v[..i], &v[i..]),
+        None => (v, "s"),
+    };
+    let n: f64 = number
+        .trim()
+        .parse()
+        .ok()
+        .filter(|n: &f64| n.is_finite() && *n >= 0.0)
+        .ok_or_else(|| {
+            invalid(format!(
+                "{key}: {value:?} is not a duration (e.g. 30s, 500ms)"
+            ))
+        })?;
+    let seconds = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" | "min" => n * 60.0,
+        _ => {
+            return Err(invalid(format!(
+                "{key}: unknown unit in {value:?} (ms, s, m)"
+            )))
+        }
+    };
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+fn number(key: &str, value: &str) -> Result<u64> {
+    value
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|n| n.is_finite() && *n >= 0.0)
+        .map(|n| n as u64)
+        .ok_or_else(|| invalid(format!("{key}: {value:?} is not a number")))
+}
+
+impl RemoteOptions {
+    /// Options from `storage_options` (docstore's own keys taken out), the cache directory
+    /// (`None`: the default) and budget (`None`: the default; 0: a private cache).
+    pub fn new(
+        options: Vec<(String, String)>,
+        cache_dir: Option<PathBuf>,
+        cache_bytes: Option<u64>,
+    ) -> Result<RemoteOptions> {
+        let budget = cache_bytes.unwrap_or_else(default_cache_bytes);
+        let mut out = RemoteOptions {
+            storage_options: Vec::new(),
+            cache: CacheConfig {
+                dir: (budget > 0).then(|| cache_dir.unwrap_or_else(default_cache_dir)),
+                budget,
+                lease: 30,
+            },
+            max_in_flight: 256,
+            merge_gap: 4 << 10,
+            max_request: 8 << 20,
+            max_retries: 5,
+            retry_timeout: Duration::from_secs(60),
+            init_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(5),
+        };
+        for (key, value) in options {
+            match key.to_ascii_lowercase().as_str() {
+                "max_in_flight" => {
+                    out.max_in_flight = number(&key, &value)?.clamp(1, 4096) as usize
+                }
+                "merge_gap" => out.merge_gap = number(&key, &value)?,
+                "max_request_bytes" => out.max_request = number(&key, &value)?.max(64 << 10),
+                "max_retries" => out.max_retries = number(&key, &value)? as usize,
+                "retry_timeout" => out.retry_timeout = duration(&key, &value)?,
+                "init_backoff" => out.init_backoff = duration(&key, &value)?,
+                "max_backoff" => out.max_backoff = duration(&key, &value)?,
+                "cache_lease" => {
+                    // At least MIN_LEASE: a read must find what it just made present.
+                    let secs = duration(&key, &value)?.as_secs();
+                    out.cache.lease = secs.clamp(MIN_LEASE, u32::MAX.into()) as u32
+                }
+                _ => out.storage_options.push((key, value)),
+            }
+        }
+        Ok(out)
+    }
+
+    fn retry_config(&self) -> RetryConfig {
+        RetryConfig {
+            backoff: object_store::BackoffConfig {
+                init_backoff: self.init_backoff,
+                max_backoff: self.max_backoff,
+                base: 2.0,
+            },
+            max_retries: self.max_retries,
+            retry_timeout: self.retry_timeout,
+        }
+    }
+}
+
+/// Counters of one remote store (every file of a collection together).
+#[derive(Debug, Default)]
+pub struct RemoteStats {
+    /// Range requests sent (retries included).
+    pub requests: AtomicU64,
+    /// Bytes received.
+    pub bytes: AtomicU64,
+    /// Bytes received by rounds that fetched documents only (blobs of a batch read by key).
+    pub data_bytes: AtomicU64,
+    /// `ensure` calls that had to fetch: sequential round trips, each with its requests at once.
+    pub rounds: AtomicU64,
+    /// Requests retried here after object_store's own retries (short or failed responses).
+    pub retries: AtomicU64,
+    pub in_flight: AtomicUsize,
+    pub peak_in_flight: AtomicUsize,
+}
+
+/// This process's runtime and client (see the module note on fork).
+struct Conn {
+    pid: u32,
+    runtime: tokio::runtime::Runtime,
+    store: Arc<dyn ObjectStore>,
+}
+
+/// A remote location (a bucket, a container, an HTTP server) and how to read it: shared by the
+/// files of a collection.
+pub struct Remote {
+    url: url::Url,
+    scheme: ObjectStoreScheme,
+    options: RemoteOptions,
+    conn: AtomicPtr<Conn>,
+    pub stats: RemoteStats,
+}
+
+impl Drop for Remote {
+    fn drop(&mut self) {
+        let conn = *self.conn.get_mut();
+        // SAFETY: `conn` came from `Box::into_raw` and is dropped only here, in the process that
+        // made it (one inherited through fork is leaked: its runtime's threads are not there).
+        if let Some(owned) = unsafe { conn.as_ref() } {
+            if owned.pid == crate::process::id() {
+                // SAFETY: as above; no other reference outlives `self`.
+                let conn = unsafe { Box::from_raw(conn) };
+                conn.runtime.shutdown_background();
+            }
+        }
+    }
+}
+
+fn store_error(url: &str, what: &str, e: object_store::Error) -> Error {
+    let kind = match e {
+        object_store::Error::NotFound { .. } => std::io::ErrorKind::NotFound,
+        object_store::Error::PermissionDenied { .. }
+        | object_store::Error::Unauthenticated { .. } => std::io::ErrorKind::PermissionDenied,
+        _ => std::io::ErrorKind::Other,
+    };
+    Error::Io(std::io::Error::new(kind, format!("{url}{what}: {e}")))
+}
+
+impl Remote {
+    /// A client for `url` (its scheme and bucket or host; the path is the caller's), made at once
+    /// so that bad options fail here.
+    pub fn new(url: &str, options: RemoteOptions) -> Result<Arc<Remote>> {
+        let parsed = url::Url::parse(url).map_err(|e| invalid(format!("{url}: {e}")))?;
+        let (scheme, _) =
+            ObjectStoreScheme::parse(&parsed).map_err(|e| invalid(format!("{url}: {e}")))?;
+        if matches!(scheme, ObjectStoreScheme::Local | ObjectStoreScheme::Memory) {
+            return Err(invalid(format!(
+                "{url}: not a remote URL (s3://, gs://, az://, http(s)://); give a path"
+            )));
+        }
+        let remote = Arc::new(Remote {
+            url: parsed,
+            scheme,
+            options,
+            conn: AtomicPtr::new(ptr::null_mut()),
+            stats: RemoteStats::default(),
+        });
+        remote.conn()?;
+        Ok(remote)
+    }
+
+    pub fn options(&self) -> &RemoteOptions {
+        &self.options
+    }
+
+    /// The object path of `url` (a URL under this remote's).
+    pub fn path_of(&self, url: &str) -> Result<ObjectPath> {
+        let parsed = url::Url::parse(url).map_err(|e| invalid(format!("{url}: {e}")))?;
+        let (_, path) =
+            ObjectStoreScheme::parse(&parsed).map_err(|e| invalid(format!("{url}: {e}")))?;
+        Ok(path)
+    }
+
+    fn build(&self) -> Result<Arc<dyn ObjectStore>> {
+        use object_store::{aws, azure, gcp, http, ClientConfigKey};
+        let url = self.url.as_str();
+        let options = &self.options.storage_options;
+        let unknown = |key: &str| invalid(format!("unknown storage option {key:?} for {url}"));
+        let built = |e: object_store::Error| invalid(format!("{url}: {e}"));
+        let retry = self.options.retry_config();
+        // Each builder starts from the environment, then takes the options one by one: never
+        // `with_client_options`, which would drop what came from the environment.
+        macro_rules! build {
+            ($builder:expr, $key:ty) => {{
+                let mut builder = $builder.with_url(url);
+                for (key, value) in options {
+                    let parsed: $key =
+                        key.to_ascii_lowercase().parse().map_err(|_| unknown(key))?;
+                    builder = builder.with_config(parsed, value);
+                }
+                Arc::new(builder.with_retry(retry).build().map_err(built)?) as Arc<dyn ObjectStore>
+            }};
+        }
+        Ok(match self.scheme {
+            ObjectStoreScheme::AmazonS3 => {
+                build!(aws::AmazonS3Builder::from_env(), aws::AmazonS3ConfigKey)
+            }
+            ObjectStoreScheme::GoogleCloudStorage => {
+                build!(
+                    gcp::GoogleCloudStorageBuilder::from_env(),
+                    gcp::GoogleConfigKey
+                )
+            }
+            ObjectStoreScheme::MicrosoftAzure => {
+                build!(
+                    azure::MicrosoftAzureBuilder::from_env(),
+                    azure::AzureConfigKey
+                )
+            }
+            ObjectStoreScheme::Http => {
+                let base = &self.url[..url::Position::BeforePath];
+                let mut builder = http::HttpBuilder::new().with_url(base);
+                if self.url.scheme() == "http" {
+                    // The URL says plain HTTP: that is consent enough.
+                    builder = builder.with_config(ClientConfigKey::AllowHttp, "true");
+                }
+                for (key, value) in options {
+                    let parsed: ClientConfigKey =
+                        key.to_ascii_lowercase().parse().map_err(|_| unknown(key))?;
+                    builder = builder.with_config(parsed, value);
+                }
+                Arc::new(builder.with_retry(retry).build().map_err(built)?)
+            }
+            _ => return Err(invalid(format!("{url}: unsupported scheme"))),
+        })
+    }
+
+    /// This process's runtime and client, made on first use (and again after a fork).
+    fn conn(&self) -> Result<&Conn> {
+        let pid = crate::process::id();
+        loop {
+            let current = self.conn.load(Ordering::Acquire);
+            // SAFETY: a stored Conn is freed only by `drop`, which has `&mut self`.
+            if let Some(conn) = unsafe { current.as_ref() } {
+                if conn.pid == pid {
+                    return Ok(conn);
+                }
+            }
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("docstore-io")
+                .enable_all()
+                .build()
+                .map_err(Error::Io)?;
+            let store = {
+                // Builders may look at the runtime (credential providers): build inside it.
+                let _entered = runtime.enter();
+                self.build()?
+            };
+            let fresh = Box::into_raw(Box::new(Conn {
+                pid,
+                runtime,
+                store,
+            }));
+            match self
+                .conn
+                .compare_exchange(current, fresh, Ordering::AcqRel, Ordering::Acquire)
+            {
+                // The replaced one (a parent's, after a fork) is leaked: its threads are not here.
+                // SAFETY: `fresh` came from `Box::into_raw` and, installed, lives until `drop`.
+                Ok(_) => return Ok(unsafe { &*fresh }),
+                Err(_) => {
+                    // SAFETY: `fresh` came from `Box::into_raw` and no other thread saw it.
+                    let conn = unsafe { Box::from_raw(fresh) };
+                    conn.runtime.shutdown_background();
+                }
+            }
+        }
+    }
+
+    /// The first bytes of `path` (up to `len`) and the object's size: one request.
+    pub fn head(&self, path: &ObjectPath, url: &str, len: u64) -> Result<(Bytes, u64)> {
+        let conn = self.conn()?;
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        self.stats.rounds.fetch_add(1, Ordering::Relaxed);
+        let options = object_store::GetOptions {
+            range: Some(object_store::GetRange::Bounded(0..len)),
+            ..Default::default()
+        };
+        let started = Instant::now();
+        let mut attempt = 0;
+        loop {
+            let result = conn.runtime.block_on(async {
+                let got = conn.store.get_opts(path, options.clone()).await?;
+                let size = got.meta.size;
+                let bytes = got.bytes().await?;
+                Ok::<_, object_store::Error>((bytes, size))
+            });
+            let fail = match result {
+                Ok((bytes, size)) if bytes.len() as u64 == len.min(size) => {
+                    self.stats
+                        .bytes
+                        .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                    return Ok((bytes, size));
+                }
+                Ok((bytes, size)) => Error::Io(std::io::Error::other(format!(
+                    "{url}: short response ({} of {} bytes)",
+                    bytes.len(),
+                    len.min(size)
+                ))),
+                Err(
+                    e @ (object_store::Error::NotFound { .. }
+                    | object_store::Error::PermissionDenied { .. }
+                    | object_store::Error::Unauthenticated { .. }),
+                ) => return Err(store_error(url, "", e)),
+                Err(e) => store_error(url, "", e),
+            };
+            attempt += 1;
+            if attempt > EXTRA_ATTEMPTS || started.elapsed() > self.options.retry_timeout {
+                return Err(fail);
+            }
+            self.stats.retries.fetch_add(1, Ordering::Relaxed);
+            std::thread::sleep(self.backoff(attempt));
+        }
+    }
+
+    fn backoff(&self, attempt: u32) -> Duration {
+        let factor = 2u32.saturating_pow(attempt.saturating_sub(1));
+        (self.options.init_backoff * factor).min(self.options.max_backoff)
+    }
+
+    /// A whole small object (a collection's manifest).
+    pub fn get_all(&self, path: &ObjectPath, url: &str) -> Result<Bytes> {
+        let conn = self.conn()?;
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        self.stats.rounds.fetch_add(1, Ordering::Relaxed);
+        let bytes = conn
+            .runtime
+            .block_on(async { conn.store.get(path).await?.bytes().await })
+            .map_err(|e| store_error(url, "", e))?;
+        self.stats
+            .bytes
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        Ok(bytes)
+    }
+
+    /// Fetches `ranges` of `path`, at most `max_in_flight` at once, each checked for its length
+    /// and retried; `sink` gets each one as it arrives.
+    pub fn fetch(
+        &self,
+        path: &ObjectPath,
+        url: &str,
+        ranges: Vec<Range<u64>>,
+        sink: impl Fn(Range<u64>, Bytes) -> Result<()>,
+    ) -> Result<()> {
+        let conn = self.conn()?;
+        self.stats.rounds.fetch_add(1, Ordering::Relaxed);
+        let store = &conn.store;
+        conn.runtime.block_on(async {
+            futures::stream::iter(ranges)
+                .map(|range| async move {
+                    let bytes = self.fetch_one(store, path, url, range.clone()).await?;
+                    Ok::<_, Error>((range, bytes))
+                })
+                .buffer_unordered(self.options.max_in_flight)
+                .try_for_each(|(range, bytes)| {
+                    let done = sink(range, bytes);
+                    async move { done }
+                })
+                .await
+        })
+    }
+
+    async fn fetch_one(
+        &self,
+        store: &Arc<dyn ObjectStore>,
+        path: &ObjectPath,
+        url: &str,
+        range: Range<u64>,
+    ) -> Result<Bytes> {
+        let started = Instant::now();
+        let mut attempt = 0;
+        let what = format!(" (bytes {}..{})", range.start, range.end);
+        loop {
+            self.stats.requests.fetch_add(1, Ordering::Relaxed);
+            let now = self.stats.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+            self.stats.peak_in_flight.fetch_max(now, Ordering::Relaxed);
+            let result = store.get_range(path, range.clone()).await;
+            self.stats.in_flight.fetch_sub(1, Ordering::Relaxed);
+            let fail = match result {
+                Ok(bytes) if bytes.len() as u64 == range.end - range.start => {
+                    self.stats
+                        .bytes
+                        .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                    return Ok(bytes);
+                }
+                Ok(bytes) => Error::Io(std::io::Error::other(format!(
+                    "{url}{what}: short response ({} of {} bytes)",
+                    bytes.len(),
+                    range.end - range.start
+                ))),
+                Err(
+                    e @ (object_store::Error::NotFound { .. }
+                    | object_store::Error::PermissionDenied { .. }
+                    | object_store::Error::Unauthenticated { .. }),
+                ) => return Err(store_error(url, &what, e)),
+                Err(e) => store_error(url, &what, e),
+            };
+            attempt += 1;
+            if attempt > EXTRA_ATTEMPTS || started.elapsed() > self.options.retry_timeout {
+                return Err(fail);
+            }
+            self.stats.retries.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(self.backoff(attempt)).await;
+        }
+    }
+}
+
+thread_local! {
+    /// What this thread's current read made present, per file (by address): evicted again if
+    /// the read finds damage (`invalidate_read`).
+    static READ: std::cell::RefCell<Vec<(usize, Range<u64>)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Ranges a read remembers for `invalidate_read`, at most (past that, the rest is not evicted
+/// again: it is refetched only when its lease runs out).
+const READ_MEMORY: usize = 1 << 16;
+
+/// Starts a read on this thread (see `invalidate_read`).
+pub fn begin_read() {
+    READ.with(|r| r.borrow_mut().clear());
+}
+
+/// Evicts from `files` what this thread's read since `begin_read` made present.
+pub fn invalidate_read<'a>(files: impl Iterator<Item = &'a RemoteFile>) {
+    let read = READ.with(|r| std::mem::take(&mut *r.borrow_mut()));
+    for file in files {
+        let me = file as *const RemoteFile as usize;
+        let ranges: Vec<Range<u64>> = (read.iter())
+            .filter(|(at, _)| *at == me)
+            .map(|(_, r)| r.clone())
+            .collect();
+        file.invalidate(&ranges);
+    }
+}
+
+/// One remote store file behind its node cache.
+pub struct RemoteFile {
+    remote: Arc<Remote>,
+    path: ObjectPath,
+    url: String,
+    size: u64,
+    cache: CacheFile,
+}
+
+impl RemoteFile {
+    /// Opens `url`: one request for its first bytes (header, schema, dictionary), which also
+    /// gives its size and fingerprint, so its cache.
+    pub fn open(remote: &Arc<Remote>, url: &str) -> Result<RemoteFile> {
+        let path = remote.path_of(url)?;
+        let (first, size) = remote.head(&path, url, OPEN_PREFIX)?;
+        crate::format::Header::decode(&first, size)?;
+        let fingerprint = crate::format::header_checksum(&first);
+        let cache = CacheFile::open(&remote.options.cache, fingerprint, size)?;
+        let file = RemoteFile {
+            remote: remote.clone(),
+            path,
+            url: url.to_string(),
+            size,
+            cache,
+        };
+        // What the first request brought, whole units only (or all of it at the end of the file).
+        let whole = if first.len() as u64 == size {
+            file.cache.units(&(0..size))
+        } else {
+            0..first.len() as u64 / crate::storage::cache::UNIT
+        };
+        let bytes = file.cache.bytes_of(&whole);
+        // The header's segment is pinned: a reader relies on it without a check per read.
+        file.cache.pin(&file.cache.units(&(0..512)));
+        if !file.cache.present(&whole) {
+            file.cache
+                .write(whole, &first[..(bytes.end - bytes.start) as usize])?;
+        }
+        Ok(file)
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    pub fn remote(&self) -> &Arc<Remote> {
+        &self.remote
+    }
+
+    pub fn cache(&self) -> &CacheFile {
+        &self.cache
+    }
+
+    pub(crate) fn map(&self) -> Result<Mmap> {
+        self.cache.map_data()
+    }
+
+    /// `ensure` of one range: when it is present (a warm cache), a presence check and a stamp.
+    pub fn ensure_one(&self, range: Range<u64>) -> Result<()> {
+        if self.check(range.clone()) {
+            return Ok(());
+        }
+        self.ensure(&mut vec![range])
+    }
+
+    /// Whether `range` is present; if so, stamps its segments and remembers it as read.
+    pub fn check(&self, range: Range<u64>) -> bool {
+        let units = self.cache.units(&range);
+        if !self.cache.present(&units) {
+            return false;
+        }
+        let me = self as *const RemoteFile as usize;
+        READ.with(|r| {
+            let mut read = r.borrow_mut();
+            if read.len() < READ_MEMORY {
+                read.push((me, range));
+            }
+        });
+        self.cache.touch(&units);
+        true
+    }
+
+    /// Makes `ranges` present in the cache: what is missing is fetched in one round of
+    /// concurrent requests (see the module note). Empties `ranges`.
+    pub fn ensure(&self, ranges: &mut Vec<Range<u64>>) -> Result<()> {
+        let me = self as *const RemoteFile as usize;
+        READ.with(|r| {
+            let mut read = r.borrow_mut();
+            let room = READ_MEMORY.saturating_sub(read.len());
+            read.extend(ranges.iter().take(room).map(|range| (me, range.clone())));
+        });
+        let mut missing = Vec::new();
+        for range in ranges.iter() {
+            let units = self.cache.units(range);
+            self.cache.missing(units.clone(), &mut missing);
+            self.cache.touch(&units);
+        }
+        ranges.clear();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        // Merge runs of units close enough that one request is cheaper than two, then split
+        // what is too long for one request.
+        missing.sort_unstable_by_key(|r| r.start);
+        let unit = crate::storage::cache::UNIT;
+        let gap = self.remote.options.merge_gap.div_ceil(unit);
+        let most = (self.remote.options.max_request / unit).max(1);
+        let mut merged: Vec<Range<u64>> = Vec::with_capacity(missing.len());
+        for run in missing {
+            match merged.last_mut() {
+                Some(last)
+                    if run.start <= last.end + gap
+                        && run.end.max(last.end) - last.start <= most =>
+                {
+                    last.end = last.end.max(run.end)
+                }
+                _ => merged.push(run),
+            }
+        }
+        let mut requests = Vec::with_capacity(merged.len());
+        for run in merged {
+            let mut start = run.start;
+            while start < run.end {
+                let end = (start + most).min(run.end);
+                requests.push(self.cache.bytes_of(&(start..end)));
+                start = end;
+            }
+        }
+        self.remote
+            .fetch(&self.path, &self.url, requests, |range, bytes| {
+                let units = range.start / unit..range.end.div_ceil(unit);
+                self.cache.write(units, &bytes)
+            })
+    }
+
+    /// The whole object, downloaded into an unlinked temporary file (concurrent requests of at
+    /// most `max_request_bytes`), mapped: what `verify` reads, whatever the cache's budget.
+    pub fn download(&self) -> Result<Mmap> {
+        let file = tempfile::tempfile().map_err(Error::Io)?;
+        file.set_len(self.size)?;
+        let step = self.remote.options.max_request;
+        let ranges: Vec<Range<u64>> = (0..self.size.div_ceil(step))
+            .map(|i| i * step..((i + 1) * step).min(self.size))
+            .collect();
+        self.remote
+            .fetch(&self.path, &self.url, ranges, |range, bytes| {
+                use std::os::unix::fs::FileExt;
+                file.write_all_at(&bytes, range.start).map_err(Error::Io)
+            })?;
+        // SAFETY: a private, unlinked file that nothing else can open or change.
+        Ok(unsafe { Mmap::map(&file)? })
+    }
+
+    /// Keeps what `ranges` cover in the cache for good (see `cache::PINNED`).
+    pub fn pin(&self, ranges: &[Range<u64>]) {
+        for range in ranges {
+            self.cache.pin(&self.cache.units(range));
+        }
+    }
+
+    /// Evicts what `ranges` cover whatever its lease: bytes read there were found damaged.
+    pub fn invalidate(&self, ranges: &[Range<u64>]) {
+        for range in ranges {
+            self.cache.invalidate(&self.cache.units(range));
+        }
+    }
+}

@@ -1,0 +1,426 @@
+"""Remote stores (docs/remote.md): a store or collection read where it lies, S3 (moto's server)
+or plain HTTP, through the node cache; every read checked against the local file.
+
+Real servers on 127.0.0.1 (tests/remote_servers.py), nothing mocked inside docstore. Every read
+runs under short client timeouts, and whatever runs in another process has a subprocess timeout,
+so no test can hang.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import docstore
+from docstore._store import _same
+
+from .conftest import assert_doc_equal, make_docs, write_store
+from .remote_servers import BUCKET, FaultProxy, MotoS3, RangeHTTPServer, environment
+
+# Short timeouts: a fault costs a test seconds, not minutes.
+FAST = {"timeout": "5s", "connect_timeout": "2s", "init_backoff": "10ms", "max_backoff": "200ms"}
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def s3():
+    server = MotoS3()
+    with environment(server.env):
+        yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def docs():
+    return make_docs(1500, seed=3)
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory, docs):
+    path = tmp_path_factory.mktemp("remote") / "corpus.docstore"
+    write_store(path, docs).close()
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def url(s3, local):
+    return s3.upload(local, "corpus.docstore")
+
+
+@pytest.fixture(scope="module")
+def collection(tmp_path_factory, docs):
+    base = tmp_path_factory.mktemp("remote-coll")
+    ids = list(docs)
+    parts = []
+    for i, chunk in enumerate(np.array_split(np.arange(len(ids)), 3)):
+        part = base / f"part{i}.docstore"
+        write_store(part, {ids[j]: docs[ids[j]] for j in chunk}).close()
+        parts.append(str(part))
+    target = base / "coll.docstore"
+    docstore.seal(target, parts).close()
+    return str(target)
+
+
+def open_remote(url, cache, **options):
+    return docstore.open(url, cache_dir=str(cache), storage_options={**FAST, **options})
+
+
+def check_same(remote, local_path, docs):
+    """Every read of ``remote`` answers as the local file does."""
+    local = docstore.open(local_path)
+    ids = list(docs)
+    assert len(remote) == len(local) == len(ids)
+    assert remote.fields == local.fields
+    assert remote.fingerprint == local.fingerprint
+    assert list(remote) == list(local)
+    for doc_id in ids[:200]:
+        assert_doc_equal(remote[doc_id], doc_id, docs[doc_id])
+    got = remote.get_many(ids[::-1])
+    assert list(got) == ids[::-1]
+    for doc_id, doc in got.items():
+        assert_doc_equal(doc, doc_id, docs[doc_id])
+    positions = np.random.default_rng(0).permutation(len(ids))
+    for doc, want in zip(remote.take(positions), local.take(positions)):
+        assert doc.doc_id == want.doc_id
+        assert_doc_equal(doc, want.doc_id, docs[want.doc_id])
+    assert remote.positions([*ids[:50], "nope"]).tolist() == local.positions([*ids[:50], "nope"]).tolist()
+    assert "nope" not in remote and ids[7] in remote
+    assert remote.get("nope", 5) == 5
+    with pytest.raises(KeyError):
+        remote["nope"]
+    assert _same(remote.at(-1), local.at(-1))
+    assert remote.get(ids[3], field="text") == docs[ids[3]]["text"]
+    assert [d.doc_id for d in remote.values()] == [d.doc_id for d in local.values()]
+    local.close()
+
+
+def test_store_on_s3_reads_as_the_local_file(url, local, docs, tmp_path):
+    store = open_remote(url, tmp_path / "cache")
+    assert store.url == url and store.path == url
+    check_same(store, local, docs)
+    info = store.info()
+    assert info["path"] == url and info["count"] == len(docs)
+    assert info["stored_bytes"] == os.path.getsize(local)
+
+
+def test_open_costs_two_round_trips_and_a_lookup_three(url, docs, tmp_path):
+    store = open_remote(url, tmp_path / "cache")
+    stats = store.remote_stats()
+    # The header, schema and dictionary in the first request; the key fences and the ends of
+    # two offset arrays in one round of concurrent requests.
+    assert stats["round_trips"] == 2, stats
+    assert stats["requests"] <= 6, stats
+    doc_id = list(docs)[123]
+    store[doc_id]
+    after = store.remote_stats()
+    # Key index block, doc offsets, blob (docs/remote.md: what a lookup costs).
+    assert after["round_trips"] - stats["round_trips"] <= 3, after
+    before = after
+    store[doc_id]
+    assert store.remote_stats()["requests"] == before["requests"], "a cached lookup asks nothing"
+
+
+def test_batches_fetch_concurrently_in_a_few_rounds(url, docs, tmp_path):
+    store = open_remote(url, tmp_path / "cache", max_in_flight="64")
+    ids = list(docs)
+    opened = store.remote_stats()
+    store.get_many(ids[::3])
+    stats = store.remote_stats()
+    rounds = stats["round_trips"] - opened["round_trips"]
+    assert rounds <= 4, stats  # key index blocks, doc offsets, blobs (+ a run past a block)
+    assert 1 < stats["peak_in_flight"] <= 64, stats
+    positions = np.arange(0, len(ids), 5)
+    before = store.remote_stats()["round_trips"]
+    store.take(positions)
+    # Doc offsets and key ranks, blobs and key offsets, keys.
+    assert store.remote_stats()["round_trips"] - before <= 3
+
+
+def test_warm_cache_is_shared_and_keyed_by_fingerprint(url, s3, local, docs, tmp_path):
+    cache = tmp_path / "cache"
+    first = open_remote(url, cache)
+    first.get_many(list(docs))
+    first.take(range(len(docs)))
+    second = open_remote(url, cache)
+    opened = second.remote_stats()["requests"]
+    assert opened == 1, "a warm open asks for the header only (it names the cache entry)"
+    second.get_many(list(docs))
+    second.take(range(len(docs)))
+    assert second.remote_stats()["requests"] == 1
+    # The object replaced by another store: another fingerprint, another cache entry.
+    other = {k: {**v, "text": v["text"] + " (new)"} for k, v in list(docs.items())[:50]}
+    path = tmp_path / "other.docstore"
+    write_store(path, other).close()
+    s3.upload(str(path), "replaced.docstore")
+    replaced = open_remote(f"s3://{BUCKET}/replaced.docstore", cache)
+    s3.upload(local, "replaced.docstore")
+    again = open_remote(f"s3://{BUCKET}/replaced.docstore", cache)
+    assert again.fingerprint != replaced.fingerprint
+    doc_id = next(iter(docs))
+    assert again[doc_id].text == docs[doc_id]["text"]
+    assert len(os.listdir(cache)) >= 3  # usage + two entries
+
+
+def test_no_cache_keeps_nothing_on_disk(url, docs, tmp_path):
+    cache = tmp_path / "cache"
+    store = docstore.open(url, cache_dir=str(cache), cache_bytes=0, storage_options=FAST)
+    doc_id = list(docs)[5]
+    assert_doc_equal(store[doc_id], doc_id, docs[doc_id])
+    assert not cache.exists()
+
+
+def test_collection_on_s3_reads_as_the_local_collection(s3, collection, docs, tmp_path):
+    url = s3.upload(collection, "coll.docstore")
+    for form in (url, url + "/"):
+        store = open_remote(form, tmp_path / "cache")
+        check_same(store, collection, docs)
+        info = store.info()
+        assert [s["path"] for s in info["shards"]] == [
+            f"{url}/shards/{os.path.basename(s['path'])}" for s in info["shards"]
+        ]
+    stats = store.remote_stats()
+    assert stats["round_trips"] > 0
+    store.close()
+    single = open_remote(url, tmp_path / "cache2")
+    doc_id = list(docs)[700]
+    before = single.remote_stats()["round_trips"]
+    assert_doc_equal(single[doc_id], doc_id, docs[doc_id])
+    # The index's key block, then the shard's doc offsets, then the blob.
+    assert single.remote_stats()["round_trips"] - before <= 3
+
+
+def test_plain_http_server_with_ranges(local, collection, docs, tmp_path):
+    root = os.path.dirname(local)
+    server = RangeHTTPServer(root)
+    try:
+        store = open_remote(f"{server.url}/{os.path.basename(local)}", tmp_path / "cache")
+        check_same(store, local, docs)
+    finally:
+        server.stop()
+    server = RangeHTTPServer(os.path.dirname(collection))
+    try:
+        store = open_remote(f"{server.url}/{os.path.basename(collection)}", tmp_path / "cache")
+        check_same(store, collection, docs)
+    finally:
+        server.stop()
+
+
+def test_missing_object_and_bad_options(s3, tmp_path):
+    with pytest.raises(docstore.StoreNotFoundError, match="nothing-here"):
+        open_remote(f"s3://{BUCKET}/nothing-here.docstore", tmp_path / "c")
+    with pytest.raises(docstore.InvalidArgumentError, match="no_such_option"):
+        open_remote(f"s3://{BUCKET}/x.docstore", tmp_path / "c", no_such_option="1")
+    with pytest.raises(ValueError, match="remote"):
+        docstore.open(str(tmp_path / "x.docstore"), cache_bytes=10)
+
+
+def test_faults_are_retried_and_nothing_wrong_is_returned(s3, url, local, docs, tmp_path):
+    proxy = FaultProxy("127.0.0.1", s3.port, seed=1)
+    try:
+        with environment({"AWS_ENDPOINT_URL": proxy.url}):
+            proxy.faults = ["503", "drop", "truncate"]
+            store = open_remote(url, tmp_path / "cache", max_retries="8")
+            proxy.rate = 0.3
+            check_same(store, local, docs)
+            assert sum(proxy.injected.values()) > 10, proxy.injected
+            assert set(proxy.injected) == {"503", "drop", "truncate"}
+
+            # A server that keeps failing: a bounded wait, then StoreIOError naming the URL.
+            proxy.rate, proxy.kinds = 0.0, ("503",)
+            dead = open_remote(url, tmp_path / "cache3", max_retries="2", retry_timeout="3s")
+            proxy.rate = 1.0
+            started = time.monotonic()
+            with pytest.raises(docstore.StoreIOError, match=r"corpus\.docstore"):
+                dead[list(docs)[1]]
+            assert time.monotonic() - started < 30
+    finally:
+        proxy.stop()
+
+
+def test_a_delayed_server_times_out(s3, url, docs, tmp_path):
+    proxy = FaultProxy("127.0.0.1", s3.port)
+    try:
+        with environment({"AWS_ENDPOINT_URL": proxy.url}):
+            store = open_remote(url, tmp_path / "cache", timeout="500ms", max_retries="1", retry_timeout="2s")
+            proxy.delay = 3.0
+            proxy.faults = ["delay"] * 100
+            started = time.monotonic()
+            with pytest.raises(docstore.StoreIOError):
+                store[list(docs)[9]]
+            assert time.monotonic() - started < 20
+    finally:
+        proxy.stop()
+
+
+def test_pickle_carries_url_and_options_not_secrets(url, docs, tmp_path):
+    store = docstore.open(
+        url,
+        cache_dir=str(tmp_path / "cache"),
+        storage_options={**FAST, "aws_secret_access_key": "testing", "aws_access_key_id": "testing"},
+    )
+    blob = pickle.dumps(store)
+    assert b"aws_secret_access_key" not in blob and url.encode() in blob
+    again = pickle.loads(blob)  # credentials from the environment
+    doc_id = list(docs)[11]
+    assert_doc_equal(again[doc_id], doc_id, docs[doc_id])
+    assert again.fingerprint == store.fingerprint
+    explicit = docstore.open(
+        url,
+        cache_dir=str(tmp_path / "cache"),
+        storage_options={"aws_secret_access_key": "testing"},
+        pickle_credentials=True,
+    )
+    assert b"aws_secret_access_key" in pickle.dumps(explicit)
+
+
+def run_python(code: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **env, "PYTHONPATH": ROOT},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+@pytest.fixture(scope="module")
+def big(s3, tmp_path_factory):
+    """A store of ~8 MB (incompressible documents): eight cache segments and more."""
+    rng = np.random.default_rng(7)
+    path = tmp_path_factory.mktemp("big") / "big.docstore"
+    with docstore.Writer(path, fields={"raw": "bytes", "n": "int64"}, level=-1) as writer:
+        for i in range(4000):
+            writer.add(f"big{i:05d}", {"raw": rng.bytes(int(rng.integers(500, 3500))), "n": i})
+    return str(path), s3.upload(str(path), "big.docstore")
+
+
+def test_processes_share_one_cache_while_it_evicts(big, tmp_path):
+    local, url = big
+    cache = tmp_path / "cache"
+    code = f"""
+        import sys, time, numpy as np, docstore
+        from docstore._store import _same
+        remote = docstore.open({url!r}, cache_dir={str(cache)!r}, cache_bytes=1 << 20,
+                               storage_options={{**{FAST!r}, "cache_lease": "0s"}})
+        local = docstore.open({local!r})
+        rng = np.random.default_rng(int(sys.argv[1]))
+        ids = list(local)
+        # A window that sweeps the store: what it left behind ages past the lease and goes.
+        for step in range(60):
+            window = (step * 80 + int(sys.argv[1]) * 20) % (len(ids) - 100)
+            batch = [ids[i] for i in window + rng.integers(0, 100, 40)]
+            time.sleep(0.05)
+            got = remote.get_many(batch)
+            want = local.get_many(batch)
+            assert list(got) == list(want)
+            assert all(_same(got[k], want[k]) for k in want)
+            for p in window + rng.integers(0, 100, 5):
+                assert _same(remote.at(int(p)), local.at(int(p)))
+        print(remote.remote_stats())
+    """
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(code), str(seed)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": ROOT},
+        )
+        for seed in range(4)
+    ]
+    for proc in procs:
+        out, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0, out + err
+    entry = next(p for p in cache.iterdir() if p.is_dir())
+    stored = os.path.getsize(local)
+    held = os.stat(entry / "data").st_blocks * 512
+    assert held < stored / 2, (held, stored)  # evicted: holes where segments were
+
+
+def test_forked_dataloader_worker_reads_after_its_parent(url, docs, tmp_path):
+    pytest.importorskip("torch")
+    code = f"""
+        import multiprocessing, docstore, torch
+        from docstore.torch import DocDataset
+        store = docstore.open({url!r}, cache_dir={str(tmp_path / "cache")!r},
+                              storage_options={FAST!r})
+        first = store.at(0)  # the parent has read: its runtime and client exist
+        ds = DocDataset(store, field="text")
+        loader = torch.utils.data.DataLoader(
+            ds, batch_size=16, num_workers=2, multiprocessing_context="fork",
+            collate_fn=lambda b: b, timeout=60)
+        texts = [t for batch in loader for t in batch]
+        assert texts == store.take(range(len(store)), field="text")
+        # And a store inherited as such, read in a forked child.
+        pid = __import__("os").fork()
+        if pid == 0:
+            ok = store.at(len(store) - 1).doc_id == store.at(-1).doc_id
+            __import__("os")._exit(0 if ok else 3)
+        _, status = __import__("os").waitpid(pid, 0)
+        assert __import__("os").WEXITSTATUS(status) == 0
+        print("ok")
+    """
+    assert "ok" in run_python(code, {}, timeout=180).stdout
+
+
+def test_cli_on_a_remote_store(url, local, docs, tmp_path):
+    env = {"DOCSTORE_CACHE_DIR": str(tmp_path / "cache")}
+    cli = [sys.executable, "-m", "docstore.cli"]
+
+    def run(*args: str) -> str:
+        proc = subprocess.run(
+            [*cli, *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, **env, "PYTHONPATH": ROOT},
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return proc.stdout
+
+    info = json.loads(run("info", url, "--json"))
+    assert info["count"] == len(docs) and info["path"] == url
+    doc_id = list(docs)[4]
+    assert json.loads(run("get", url, doc_id))["doc_id"] == doc_id
+    assert "OK" in run("verify", url)
+    out = tmp_path / "out.jsonl"
+    run("export", url, "-o", str(out))
+    local_out = tmp_path / "local.jsonl"
+    run("export", local, "-o", str(local_out))
+    assert out.read_text() == local_out.read_text()
+
+
+def test_threads_share_a_remote_store(url, docs, tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    store = open_remote(url, tmp_path / "cache")
+    ids = list(docs)
+
+    def read(i: int) -> bool:
+        batch = ids[i::8]
+        got = store.get_many(batch)
+        return all(got[k].doc_id == k for k in batch) and len(got) == len(batch)
+
+    with ThreadPoolExecutor(8) as pool:
+        assert all(pool.map(read, range(8)))
+
+
+def test_torch_dataset_pickles_a_remote_store(url, docs, tmp_path):
+    pytest.importorskip("torch")
+    from docstore.torch import DocDataset
+
+    store = open_remote(url, tmp_path / "cache")
+    ds = DocDataset(store, field="text")
+    again = pickle.loads(pickle.dumps(ds))
+    assert again[3] == ds[3] == store.at(3, field="text")
+    assert again.path == url
