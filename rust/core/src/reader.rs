@@ -418,7 +418,20 @@ impl<B: Storage> Store<B> {
         if missing.is_empty() {
             return Ok(());
         }
-        self.buf.ensure(&mut missing)
+        let asked = missing.clone();
+        self.buf.ensure(&mut missing)?;
+        // A section fetched whole is checked against its checksum (a small store's index).
+        for s in Section::ALL {
+            let r = &self.ranges[s as usize];
+            let whole = |a: &Range<u64>| a.start <= r.start as u64 && r.end as u64 <= a.end;
+            if r.start < r.end
+                && asked.iter().any(whole)
+                && xxh3_64(self.section(s)) != self.header.section(s).checksum
+            {
+                return Err(Error::corrupt(format!("{} checksum mismatch", s.name())));
+            }
+        }
+        Ok(())
     }
 
     fn offset(&self, s: Section, i: u64) -> u64 {
@@ -678,25 +691,32 @@ impl<B: Storage> Store<B> {
             .collect();
         let span = |b: u64| (b * KEY_BLOCK) as usize..((b + 1) * KEY_BLOCK).min(n) as usize;
         let mut fetched = std::collections::BTreeSet::new();
-        let fetch_blocks = |fetched: &mut std::collections::BTreeSet<u64>,
-                            blocks: &mut dyn Iterator<Item = u64>|
+        // A block's key offsets come with it only for long keys (short ones never read keys).
+        let mut with_offsets = std::collections::BTreeSet::new();
+        let mut fetch_blocks = |fetched: &mut std::collections::BTreeSet<u64>,
+                                blocks: &mut dyn Iterator<Item = (u64, bool)>|
          -> Result<()> {
-            let new: Vec<u64> = blocks.filter(|&b| fetched.insert(b)).collect();
-            self.fetch(new.iter().flat_map(|&b| {
+            let mut wants = Vec::new();
+            for (b, long) in blocks {
                 let ranks = span(b);
-                [
-                    (
+                if fetched.insert(b) {
+                    // And the next block's first entry: a key past the block's last entry is
+                    // settled there (one request still, the ranges touch).
+                    wants.push((
                         Section::KeyIndex,
-                        ranks.start * KEY_ENTRY..ranks.end * KEY_ENTRY,
-                    ),
-                    (Section::KeyOffsets, ranks.start * 8..ranks.end * 8 + 8),
-                ]
-            }))
+                        ranks.start * KEY_ENTRY..(ranks.end + 1) * KEY_ENTRY,
+                    ));
+                }
+                if long && with_offsets.insert(b) {
+                    wants.push((Section::KeyOffsets, ranks.start * 8..ranks.end * 8 + 8));
+                }
+            }
+            self.fetch(wants)
         };
-        fetch_blocks(
-            &mut fetched,
-            &mut wanted.iter().map(|&(t, _)| self.block_of(t)),
-        )?;
+        let first: Vec<(u64, bool)> = (wanted.iter())
+            .map(|&(t, long)| (self.block_of(t), long))
+            .collect();
+        fetch_blocks(&mut fetched, &mut first.into_iter())?;
         // Long keys: where `settle` starts its gallop (past the short keys of the run), and how
         // far the gallop probes; blocks it reads that are missing are fetched, and it tries again.
         let index = self.section(Section::KeyIndex);
@@ -751,7 +771,7 @@ impl<B: Storage> Store<B> {
             if missing.is_empty() {
                 break;
             }
-            fetch_blocks(&mut fetched, &mut missing.into_iter())?;
+            fetch_blocks(&mut fetched, &mut missing.into_iter().map(|b| (b, true)))?;
         }
         // The binary search over whole keys reads the key offsets and keys of the whole run.
         let runs: Vec<Range<u64>> = long.into_iter().filter_map(|(_, run)| run).collect();
@@ -759,7 +779,8 @@ impl<B: Storage> Store<B> {
             &mut fetched,
             &mut runs
                 .iter()
-                .flat_map(|r| r.start / KEY_BLOCK..=r.end.min(n - 1) / KEY_BLOCK),
+                .flat_map(|r| r.start / KEY_BLOCK..=r.end.min(n - 1) / KEY_BLOCK)
+                .map(|b| (b, true)),
         )?;
         self.fetch(runs.iter().filter_map(|r| {
             let start = self.offset(Section::KeyOffsets, r.start) as usize;
