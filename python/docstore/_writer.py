@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import operator
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from ._arrow import field_type, prepare, unsupported
 from ._docstore import ARRAY_DTYPES
 from ._docstore import Writer as _Writer
 from ._store import DocStore
 from ._store import open as open_store
 from .errors import SchemaError
+
+# Rows per Arrow batch read from a Hugging Face dataset or a pyarrow table.
+ARROW_BATCH_ROWS = 8192
 
 
 class Writer(_Writer):
@@ -53,15 +58,46 @@ class Writer(_Writer):
         """Same as ``finish()``."""
         return self.finish()
 
-    def add_many(self, doc_ids: Any, columns: Any = None, *, id_field: str = "doc_id") -> None:
+    def add_many(
+        self,
+        doc_ids: Any,
+        columns: Any = None,
+        *,
+        id_field: str | None = "doc_id",
+        batch_size: int = ARROW_BATCH_ROWS,
+    ) -> None:
         """Adds documents column by column.
 
         ``add_many(ids, {"text": [...], "label": [...]})``; columns may be lists, numpy arrays
         (a 2-D array for an array field gives one row per document) or pyarrow arrays. A pyarrow
         ``RecordBatch`` or ``Table`` works as ``columns``, or alone with its ids in ``id_field``.
+
+        A Hugging Face ``datasets.Dataset`` or streaming ``datasets.IterableDataset`` works alone
+        too: it is read as Arrow batches of ``batch_size`` rows, each added as a table (text
+        columns straight from Arrow's buffers), so a streamed dataset of any size goes through
+        bounded memory. Its ids are the ``id_field`` column (integer ids are written as their
+        decimal strings); ``id_field=None`` numbers the rows by their position in the store.
+        Columns the writer has no field for are not read. Each batch is checked before any of
+        it is added; a bad row stops the call with the batches before it added (leaving the
+        ``with`` block by that exception writes nothing).
         """
         if isinstance(doc_ids, (str, bytes)):
             raise TypeError("add_many takes a collection of doc ids, got one str; use add() for one document")
+        if _hf_kind(columns) is not None:
+            raise SchemaError(
+                "pass a Hugging Face dataset alone, with its ids in the column named by id_field "
+                "(or id_field=None to number the rows): add_many(dataset, id_field='id')"
+            )
+        if columns is None and _hf_kind(doc_ids) is not None:
+            batches = _hf_batches(doc_ids, [n for n in (id_field, *self.fields) if n], batch_size)
+            for batch in batches:
+                self._add_arrow_batch(batch, id_field)
+            return
+        if id_field is None:
+            if columns is not None or not _is_arrow_table(doc_ids):
+                raise SchemaError("id_field=None (rows numbered by position) is for a table or a dataset")
+            self._add_arrow_batch(doc_ids, None)
+            return
         if columns is None:
             if not _is_arrow_table(doc_ids):
                 raise SchemaError("add_many needs columns, or a pyarrow Table/RecordBatch with an id column")
@@ -90,6 +126,131 @@ class Writer(_Writer):
         else:
             raise SchemaError("columns must be a dict of field name -> sequence, or a pyarrow Table")
         self._add_columns(_as_list(doc_ids), data)
+
+    def _add_arrow_batch(self, table: Any, id_field: str | None) -> None:
+        """Adds a pyarrow table whose ids are the ``id_field`` column (strings, or integers
+        written as decimal strings), or positions in the store when ``id_field`` is None."""
+        if not hasattr(table, "set_column"):  # a RecordBatch of an older pyarrow
+            import pyarrow as pa
+
+            table = pa.Table.from_batches([table])
+        if id_field is None:
+            ids = _row_numbers(self.count, table.num_rows)
+            table = _with_column(table, _ROW_ID, ids)
+            id_field = _ROW_ID
+        elif id_field in table.schema.names:
+            table = _with_column(table, id_field, _string_ids(table.column(id_field), id_field))
+        else:
+            raise SchemaError(
+                f"no id column {id_field!r} (columns: {table.schema.names}); pass id_field= naming "
+                "the column of ids, or id_field=None to number the rows by position"
+            )
+        missing = [n for n in self.fields if n not in table.schema.names]
+        if missing:
+            names = table.schema.names
+            raise SchemaError(f"the data has no column for field(s) {missing} (columns: {names})")
+        # Only the id and the fields, with dictionaries, views and fixed-size lists made plain.
+        self.add_many(prepare(table, id_field, self.fields), id_field=id_field)
+
+
+# The id column of a table whose rows are numbered (a name no field may have).
+_ROW_ID = "\x00row"
+
+
+def _hf_kind(obj: Any) -> str | None:
+    """``"dataset"`` or ``"iterable"`` for a Hugging Face ``datasets.Dataset`` or
+    ``IterableDataset`` (told by the module of its class, so that ``datasets`` is imported by
+    nothing else), else None; a ``DatasetDict`` is refused with the way out."""
+    for cls in type(obj).__mro__:
+        module = cls.__module__ or ""
+        if module != "datasets" and not module.startswith("datasets."):
+            continue
+        if cls.__name__ == "Dataset":
+            return "dataset"
+        if cls.__name__ == "IterableDataset":
+            return "iterable"
+        if cls.__name__ in ("DatasetDict", "IterableDatasetDict"):
+            splits = ", ".join(map(str, obj))
+            raise TypeError(f"a {cls.__name__} holds several splits ({splits}); pass one: dataset['train']")
+    return None
+
+
+def _hf_batches(dataset: Any, wanted: Sequence[str] | None, batch_size: int) -> Iterator[Any]:
+    """pyarrow tables of ``batch_size`` rows of a Hugging Face dataset, in its order: its Arrow
+    data sliced for a ``Dataset``, batches of its stream for an ``IterableDataset``. Only the
+    ``wanted`` columns (those present) are kept, when given."""
+    import pyarrow as pa
+
+    batch_size = operator.index(batch_size)
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    names = dataset.column_names  # None for a stream of unknown features
+    if wanted is not None and names is not None:
+        keep = [n for n in names if n in set(wanted)]
+        if keep != list(names):
+            dataset = dataset.select_columns(keep)
+    try:
+        arrow = dataset.with_format("arrow")
+    except ValueError:  # a datasets release without Arrow formatting for streams
+        arrow = None
+    if arrow is not None:
+        for batch in arrow.iter(batch_size=batch_size):
+            yield batch if wanted is None or names is not None else _select(batch, wanted)
+        return
+    for columns in dataset.with_format(None).iter(batch_size=batch_size):
+        batch = pa.table(columns)
+        yield batch if wanted is None else _select(batch, wanted)
+
+
+def _select(table: Any, wanted: Sequence[str]) -> Any:
+    keep = set(wanted)
+    return table.select([n for n in table.schema.names if n in keep])
+
+
+def _with_column(table: Any, name: str, column: Any) -> Any:
+    if name in table.schema.names:
+        return table.set_column(table.schema.get_field_index(name), name, column)
+    return table.append_column(name, column)
+
+
+def _row_numbers(start: int, count: int) -> Any:
+    """Decimal strings of ``start .. start + count - 1`` as an Arrow string array."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return pc.cast(pa.array(np.arange(start, start + count, dtype=np.int64)), pa.string())
+
+
+def _string_ids(column: Any, id_field: str) -> Any:
+    """An id column as Arrow strings: strings as they are, integers as decimal strings."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = column.type
+    if pa.types.is_dictionary(kind):
+        column, kind = column.cast(kind.value_type), kind.value_type
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return column
+    if pa.types.is_integer(kind):
+        return pc.cast(column, pa.string())
+    raise SchemaError(f"the id column {id_field!r} is {kind}; ids must be strings or integers")
+
+
+def arrow_field_type(name: str, arrow_type: Any) -> str:
+    """The field type for a column of ``arrow_type`` (``build`` from a table or dataset): the
+    mapping of ``_arrow.field_type``, and bools as ``int64`` 0/1, as ``build`` infers them from
+    Python values."""
+    import pyarrow as pa
+
+    kind = field_type(arrow_type)
+    if kind is None and pa.types.is_boolean(arrow_type):
+        kind = "int64"
+    if kind is None:
+        raise SchemaError(
+            f"{unsupported(name, arrow_type)}; pass fields={{...}} naming the columns to keep (and "
+            "their types), or drop it first"
+        )
+    return kind
 
 
 def _is_arrow_table(obj: Any) -> bool:
@@ -198,17 +359,33 @@ def _as_dict(record: Any) -> dict[str, Any]:
 def build(
     path: str | os.PathLike[str],
     records: Iterable[Any],
-    id_field: str = "doc_id",
+    id_field: str | None = "doc_id",
     fields: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
+    *,
+    batch_size: int = ARROW_BATCH_ROWS,
     **options: Any,
 ) -> DocStore:
     """Builds a store from an iterable of dicts, namedtuples or dataclasses; returns it opened.
 
     Field types are inferred from the first record when ``fields`` is not given. ``options`` go to
     :class:`Writer` (``overwrite``, ``level``, ``dict_size`` ...).
+
+    ``records`` may also be a Hugging Face ``datasets.Dataset``, a streaming
+    ``datasets.IterableDataset`` or a pyarrow ``Table``/``RecordBatch``: they are read as Arrow
+    batches of ``batch_size`` rows (no Python object per row for text columns; a stream is read
+    once, in bounded memory), field types come from the Arrow schema (string -> ``str``, binary
+    -> ``bytes``, integers and bools -> ``int64``, floats -> ``float64``, lists of numbers ->
+    arrays such as ``int32[]``), every column but the ids becomes a field unless ``fields``
+    names the ones to keep, and ``id_field`` names the id column (integer ids become decimal
+    strings; ``None`` numbers the rows 0, 1, 2 ...).
     """
+    kind = _hf_kind(records)
     if isinstance(records, Mapping):
         raise TypeError("build() takes an iterable of records, not a mapping; pass its .values()")
+    if kind is not None or _is_arrow_table(records):
+        return _build_from_arrow(path, records, kind, id_field, fields, batch_size, options)
+    if id_field is None:
+        raise SchemaError("id_field=None (rows numbered by position) is for a table or a dataset")
     iterator = iter(records)
     first = next(iterator, _NONE)
     if fields is None:
@@ -233,6 +410,59 @@ def build(
 
 
 _NONE = object()  # no first record (None is a record, if a bad one)
+
+
+def _build_from_arrow(
+    path: str | os.PathLike[str],
+    source: Any,
+    kind: str | None,
+    id_field: str | None,
+    fields: Mapping[str, str] | Sequence[tuple[str, str]] | None,
+    batch_size: int,
+    options: dict[str, Any],
+) -> DocStore:
+    """``build`` from a Hugging Face dataset (``kind``) or a pyarrow table."""
+    if fields is not None:
+        fields = dict(fields)
+        wanted: list[str] | None = [n for n in (id_field, *fields) if n]
+    else:
+        wanted = None
+    if kind is not None:
+        batches = _hf_batches(source, wanted, batch_size)
+    else:
+        import pyarrow as pa
+
+        table = source if isinstance(source, pa.Table) else pa.Table.from_batches([source])
+        table = table if wanted is None else _select(table, wanted)
+        batches = iter(table.to_batches(max_chunksize=operator.index(batch_size)))
+    first = next(batches, None)
+    if fields is None:
+        schema = first.schema if first is not None else _hf_schema(source)
+        if schema is None:
+            raise SchemaError("no rows and no features to infer fields from; pass fields={...}")
+        if id_field is not None and id_field not in schema.names:
+            raise SchemaError(
+                f"no id column {id_field!r} (columns: {schema.names}); pass id_field= naming the "
+                "column of ids, or id_field=None to number the rows by position"
+            )
+        if id_field != "doc_id" and "doc_id" in schema.names:
+            raise SchemaError(
+                f"the data has a 'doc_id' column beside the id column {id_field!r}; 'doc_id' is the "
+                "name docstore gives the key, so rename or drop that column, or use it as id_field"
+            )
+        fields = {f.name: arrow_field_type(f.name, f.type) for f in schema if f.name != id_field}
+    with Writer(path, fields, **options) as writer:
+        if first is not None:
+            for batch in itertools.chain([first], batches):
+                writer._add_arrow_batch(batch, id_field)
+    return open_store(path)
+
+
+def _hf_schema(dataset: Any) -> Any:
+    """The Arrow schema of a Hugging Face dataset's features, or None when unknown."""
+    features = getattr(dataset, "features", None)
+    return None if features is None else features.arrow_schema
+
 
 # Positions decoded per `take` while rewriting a store.
 _UPGRADE_CHUNK = 4096

@@ -21,14 +21,21 @@ are set to ``max(1, cpus // num_workers)`` so that workers do not oversubscribe 
 torch sets its own threads to 1 there); set ``DOCSTORE_NUM_THREADS`` to choose another number.
 
 **Distributed training.** Sharding is the sampler's job, not the dataset's: ``distributed_sampler``
-returns a ``DistributedSampler`` that takes rank and world size from the initialised process group
-(or a single-replica one when ``torch.distributed`` is not initialised, so the same code runs
-alone and under DDP, and shuffles by ``(seed, epoch)`` either way). A dataset stays a view of the
+returns a ``DistributedSampler`` (an :class:`ElasticSampler`) that takes rank and world size as
+given, or from the initialised process group (or a single-replica one when ``torch.distributed``
+is not initialised, so the same code runs alone and under DDP, and shuffles by ``(seed, epoch)``
+either way). A dataset stays a view of the
 whole store: the same object and ``len`` on every rank, random access that reshuffles globally each
 epoch, nothing to decide when the dataset is pickled, and the usual ``set_epoch`` contract. A
 dataset that sharded itself would have to know its rank when created or unpickled and could only
 shuffle within its shard. ``DistributedSampler`` pads the last round with repeated samples unless
 ``len(dataset)`` divides by the world size (or ``drop_last=True``).
+
+**Resuming.** Torchdata's ``StatefulDataLoader`` resumes every dataset here exactly (same
+batches, same random negatives and windows: they depend on ``(seed, epoch, index)`` only), with
+``shuffle=True`` or with ``distributed_sampler``, whose state (the epoch and the samples the
+whole job consumed) also resumes on another number of ranks or workers without reading the
+skipped samples (see :class:`ElasticSampler` and docs/training.md).
 
 **Epochs.** ``set_epoch(loader, epoch)`` calls ``set_epoch`` on the loader's sampler and dataset.
 A ``TripletDataset``'s epoch lives in a small shared-memory counter that its DataLoader workers
@@ -41,13 +48,14 @@ from __future__ import annotations
 from ._arrays import ArrayDataset
 from ._docs import DocDataset
 from ._pairs import PairDataset
-from ._sampling import distributed_sampler, set_epoch
+from ._sampling import ElasticSampler, distributed_sampler, set_epoch
 from ._tokens import TokenDataset, pad_collate
 from ._triplets import TripletDataset
 
 __all__ = [
     "ArrayDataset",
     "DocDataset",
+    "ElasticSampler",
     "PairDataset",
     "TokenDataset",
     "TripletDataset",

@@ -33,3 +33,31 @@ def uniform(seed: int, epoch: int, indices: np.ndarray, attempt: int) -> np.ndar
 
 def below(u: np.ndarray, n: np.ndarray | int) -> np.ndarray:
     return np.minimum((u * n).astype(np.int64), np.asarray(n, dtype=np.int64) - 1)
+
+
+def permute(values: np.ndarray, n: int, seed: int, epoch: int) -> np.ndarray:
+    """The images of ``values`` (in ``[0, n)``) under a pseudo-random permutation of ``[0, n)``
+    that depends on ``(seed, epoch)`` only: computed value by value (a 4-round Feistel network
+    over the smallest even number of bits that holds ``n``, walked until it lands below ``n``),
+    so any block of the permutation costs its own size, never ``n``."""
+    values = np.asarray(values, dtype=np.uint64)
+    if n <= 1 or values.size == 0:
+        return values.astype(np.int64)
+    half = max(1, ((n - 1).bit_length() + 1) // 2)
+    mask = np.uint64((1 << half) - 1)
+    base = _mix_int(_mix_int(seed & _M64) ^ (epoch & _M64) ^ 0x5045524D)  # "PERM"
+    keys = [np.uint64(_mix_int(base ^ r)) for r in range(4)]
+    shift = np.uint64(half)
+
+    def rounds(x: np.ndarray) -> np.ndarray:
+        left, right = x >> shift, x & mask
+        for key in keys:
+            left, right = right, left ^ (_mix(right ^ key) & mask)
+        return (left << shift) | right
+
+    out = rounds(values)
+    outside = out >= n
+    while outside.any():  # cycle walking: a bijection of [0, 4^half) restricted to [0, n)
+        out[outside] = rounds(out[outside])
+        outside = out >= n
+    return out.astype(np.int64)

@@ -369,6 +369,9 @@ impl Search<'_> {
                 _mm_prefetch::<_MM_HINT_T0>(bucket.cast());
             }
         }
+        // Elsewhere (aarch64 ...) the hint is left out: the arguments are unused, not a warning.
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (ip, candidates);
     }
 
     /// Longest match at `ip` (possibly extended backwards down to `low`) longer than `longest`:

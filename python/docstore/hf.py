@@ -1,0 +1,244 @@
+"""Hugging Face ``datasets`` over a store: a streaming ``datasets.IterableDataset`` that reads the
+store in parallel chunks, for ``SentenceTransformerTrainer`` and anything else that takes one.
+
+>>> import docstore.hf
+>>> train = docstore.hf.to_iterable_dataset("pairs.docstore", {"anchor": "query", "positive": "text"},
+...                                         epochs=None)            # endless: stop by max_steps
+>>> trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=train, loss=loss)
+
+(``pip install "docstore[hf]"``.) Building a store *from* a Hugging Face dataset needs nothing
+from here: ``docstore.build(path, dataset)`` and ``Writer.add_many(dataset)`` take a
+``datasets.Dataset`` or a streaming ``IterableDataset``.
+
+**What it reads.** The dataset is ``datasets.IterableDataset.from_generator`` over a list of
+``num_shards`` shard numbers (``gen_kwargs``), so ``datasets`` splits the shards between
+DataLoader workers, and ``datasets.distributed.split_dataset_by_node`` (or Accelerate, with
+``dispatch_batches=False``) between DDP ranks. Each epoch's order of the store's ``n`` items is a
+pseudo-random permutation that depends on ``(seed, epoch)`` only (``range(n)`` without
+``shuffle``), computed item by item (never ``n`` at once); shard ``s`` is its ``s``-th block of
+``n / num_shards`` items. A shard's items are read ``chunk_size`` at a time with one
+``store.take`` each (decoded in parallel from 256 items, the GIL released), so a process holds
+one chunk of the corpus, never the corpus; the shards of all processes together read each item
+once per epoch.
+"""
+
+from __future__ import annotations
+
+import copy
+import operator
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ._store import DocStore
+from .torch._random import permute
+
+
+def to_iterable_dataset(
+    source: Any,
+    columns: Sequence[str] | Mapping[str, str] | None = None,
+    *,
+    shuffle: bool = True,
+    seed: int = 0,
+    epochs: int | None = 1,
+    chunk_size: int = 1024,
+    num_shards: int | None = None,
+) -> Any:
+    """A streaming ``datasets.IterableDataset`` of a store's items, with features.
+
+    ``source`` is a store (a path or a :class:`docstore.DocStore`), whose rows are its
+    ``columns``: a sequence of field names (``"doc_id"`` may be one), or a mapping of column name
+    -> field name to rename them (``{"anchor": "sentence1", "positive": "sentence2",
+    "score": "label"}``); all the fields, in order, by default. Or it is a ``docstore.torch``
+    dataset, whose items become rows: a ``TripletDataset`` gives ``anchor``, ``positive``,
+    ``negative`` (its random negatives drawn anew each epoch), a ``PairDataset`` its text fields
+    and label, a ``DocDataset`` its ``fields``; ``columns`` (a sequence) renames them. Sentence
+    Transformers' losses take the columns in order, a ``label`` or ``score`` column as the label.
+
+    ``epochs``: passes over the store, each in a new order (``dataset.repeat(epochs)``);
+    ``None`` never ends: training with ``max_steps``, which a trainer needs for an iterable
+    dataset anyway. A shard read again in the same process (another pass, or another iteration
+    of the dataset in the process that made it) reads its block of the next epoch; DataLoader
+    workers start again from epoch 0 each time they are started.
+    Items are read ``chunk_size`` at a time. ``num_shards`` (default: blocks of about 256 items
+    or more, 12 to 5040 shards, a highly composite number) should divide by the DataLoader
+    workers and by the ranks that share the dataset.
+    """
+    import datasets
+
+    from .torch._base import StoreDataset
+
+    if epochs is not None and operator.index(epochs) < 1:
+        raise ValueError(f"epochs must be >= 1 or None (endless), got {epochs}")
+    if isinstance(source, (str, os.PathLike, DocStore)):
+        source, names = _store_source(source, columns)
+    elif isinstance(source, StoreDataset):
+        names = _dataset_names(source, columns)
+    else:
+        what = type(source).__name__
+        raise TypeError(f"expected a store, its path or a docstore.torch dataset, got {what}")
+    chunk_size = operator.index(chunk_size)
+    num_shards = default_shards(len(source)) if num_shards is None else operator.index(num_shards)
+    if chunk_size < 1 or num_shards < 1:
+        raise ValueError("chunk_size and num_shards must be >= 1")
+    reader = _Reader(source, tuple(names), bool(shuffle), operator.index(seed), chunk_size, num_shards)
+    features = datasets.Features(dict(zip(names, _features(source))))
+    dataset = datasets.IterableDataset.from_generator(
+        reader, features=features, gen_kwargs={"shards": list(range(num_shards))}
+    )
+    if epochs == 1:
+        return dataset
+    if not hasattr(dataset, "repeat"):
+        raise ImportError(f"epochs={epochs} needs IterableDataset.repeat: pip install 'datasets>=3.4'")
+    return dataset.repeat(epochs)
+
+
+def _store_source(store: Any, columns: Sequence[str] | Mapping[str, str] | None) -> tuple[Any, list[str]]:
+    from .torch import DocDataset
+
+    fields = DocDataset(store).store.fields
+    if columns is None:
+        columns = list(fields)
+    if isinstance(columns, str):
+        raise TypeError("columns must be a sequence of field names or a mapping, not one str")
+    mapping = dict(columns) if isinstance(columns, Mapping) else {name: name for name in columns}
+    if not mapping:
+        raise ValueError("columns names no field")
+    return DocDataset(store, fields=tuple(mapping.values())), list(mapping)
+
+
+def _item_names(dataset: Any) -> list[str]:
+    from .torch import DocDataset, PairDataset, TripletDataset
+
+    if isinstance(dataset, TripletDataset):
+        return ["anchor", "positive", "negative"]
+    if isinstance(dataset, PairDataset):
+        return [*dataset.fields, *([dataset.label_field] if dataset.label_field else [])]
+    if isinstance(dataset, DocDataset):
+        if dataset.transform is not None:
+            raise TypeError("a DocDataset's transform is not applied here: map the iterable dataset instead")
+        if dataset.fields is not None:
+            return list(dataset.fields)
+        if dataset.field is not None:
+            return [dataset.field]
+        return ["doc_id", *dataset.store.fields]
+    raise TypeError(
+        f"{type(dataset).__name__} items are tensors: feed it to a torch DataLoader; an iterable dataset "
+        "of text comes from a store, a DocDataset, a PairDataset or a TripletDataset"
+    )
+
+
+def _dataset_names(dataset: Any, columns: Sequence[str] | Mapping[str, str] | None) -> list[str]:
+    names = _item_names(dataset)
+    if columns is None:
+        return names
+    if isinstance(columns, (str, Mapping)):
+        raise TypeError("for a dataset, columns is a sequence of names for its items' parts")
+    columns = list(columns)
+    if len(columns) != len(names):
+        what = type(dataset).__name__
+        raise ValueError(f"{what} items have {len(names)} parts {names}, columns names {columns}")
+    return columns
+
+
+def _rows(dataset: Any, positions: np.ndarray) -> list[tuple]:
+    """The items at ``positions`` as tuples, with only the fields the rows hold decoded."""
+    from .torch import DocDataset, PairDataset
+
+    if isinstance(dataset, PairDataset):
+        wanted = (*dataset.fields, *([dataset.label_field] if dataset.label_field else []))
+        return dataset.store.take(positions, fields=wanted)
+    if isinstance(dataset, DocDataset):
+        if dataset.fields is not None:
+            return dataset.store.take(positions, fields=dataset.fields)
+        if dataset.field is not None:
+            return [(v,) for v in dataset.store.take(positions, field=dataset.field)]
+        return [tuple(doc) for doc in dataset.store.take(positions)]
+    return dataset.__getitems__(positions)  # a TripletDataset: (query, positive, negative)
+
+
+def _feature(field_type: str) -> Any:
+    import datasets
+
+    if field_type.endswith("[]"):
+        value = datasets.Value(field_type[:-2])
+        return datasets.List(value) if hasattr(datasets, "List") else datasets.Sequence(value)
+    return datasets.Value({"str": "string", "bytes": "binary"}.get(field_type, field_type))
+
+
+def _features(dataset: Any) -> list[Any]:
+    from .torch import DocDataset, PairDataset, TripletDataset
+
+    fields = {**dataset.store.fields, "doc_id": "str"}
+    if isinstance(dataset, TripletDataset):
+        query = "str"
+        if dataset._query_store is not None:
+            query = dataset._query_store.get().fields[dataset.query_field]
+        return [_feature(t) for t in (query, fields[dataset.field], fields[dataset.field])]
+    if isinstance(dataset, PairDataset):
+        return [_feature(fields[f]) for f in _item_names(dataset)]
+    assert isinstance(dataset, DocDataset)
+    return [_feature(fields[f]) for f in _item_names(dataset)]
+
+
+class _Reader:
+    """The generator function of the iterable dataset (a picklable object: DataLoader workers
+    receive it with the dataset, which pickles as its path and options).
+
+    ``datasets`` calls it once per shard. The ``k``-th time a shard is read by this object (in
+    this process) it reads its block of epoch ``k``: ``repeat`` passes, and further iterations
+    in the process that made the dataset, go on to new orders (and new random negatives).
+    """
+
+    def __init__(
+        self, dataset: Any, names: tuple[str, ...], shuffle: bool, seed: int, chunk_size: int, num_shards: int
+    ) -> None:
+        self.dataset = dataset
+        self.names = names
+        self.shuffle = shuffle
+        self.seed = seed
+        self.chunk_size = chunk_size
+        self.num_shards = num_shards
+        self.count = len(dataset)
+        self.passes: dict[int, int] = {}  # shard -> times read here
+
+    def positions(self, shard: int, epoch: int) -> np.ndarray:
+        """Item numbers of ``shard`` in ``epoch``: its block of the epoch's order."""
+        n, total = self.count, self.num_shards
+        ranks = np.arange(shard * n // total, (shard + 1) * n // total, dtype=np.int64)
+        return permute(ranks, n, self.seed, epoch) if self.shuffle else ranks
+
+    def __call__(self, shards: list[int]) -> Iterator[dict[str, Any]]:
+        names = self.names
+        for shard in shards:  # one at a time, as datasets calls it
+            epoch = self.passes.get(shard, 0)
+            self.passes[shard] = epoch + 1
+            dataset = _at_epoch(self.dataset, epoch)
+            positions = self.positions(shard, epoch)
+            for start in range(0, len(positions), self.chunk_size):
+                for row in _rows(dataset, positions[start : start + self.chunk_size]):
+                    yield dict(zip(names, row))
+
+
+# Shard counts that divide among many numbers of workers x ranks (highly composite numbers).
+_SHARD_COUNTS = (1, 2, 4, 6, 12, 24, 36, 48, 60, 120, 180, 240, 360, 720, 840, 1260, 1680, 2520, 5040)
+
+
+def default_shards(count: int) -> int:
+    """Shards for ``count`` items: blocks of at least 256 items (one parallel ``take``), 12 to
+    5040 of them, a number that divides among many numbers of workers and ranks."""
+    target = min(max(count // 256, 12), _SHARD_COUNTS[-1])
+    return max(c for c in _SHARD_COUNTS if c <= target)
+
+
+def _at_epoch(dataset: Any, epoch: int) -> Any:
+    """The dataset as of ``epoch`` (a TripletDataset's negatives), leaving ``dataset`` alone."""
+    if not hasattr(dataset, "set_epoch"):
+        return dataset
+    from .torch._epoch import EpochCounter
+
+    view = copy.copy(dataset)  # shares the store handle and arrays; its own epoch
+    view._epoch = EpochCounter(epoch)
+    return view
