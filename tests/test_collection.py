@@ -495,3 +495,17 @@ def test_train_dictionary_gives_shards_one_dictionary(tmp_path, docs):
     assert store.dictionary == dictionary == docstore.open(shards[1]).dictionary
     for doc_id, expected in items[::11]:
         assert_doc_equal(store[doc_id], doc_id, expected)
+
+
+def test_cli_build_shards_of_a_file_with_a_byte_order_mark(tmp_path, capsys):
+    # The mark is not part of the first record, but it is part of the file's byte offsets.
+    lines = [json.dumps({"doc_id": f"d{i}", "text": "x" * (100 + i % 50)}) for i in range(60_000)]  # > 4 MiB
+    (tmp_path / "a.jsonl").write_bytes(b"\xef\xbb\xbf" + "\n".join(lines).encode())
+    target = str(tmp_path / "c.docstore")
+    assert cli(["build", str(tmp_path / "a.jsonl"), "-o", target, "--shards", "3", "-q"]) == 0
+    assert list(docstore.open(target)) == [f"d{i}" for i in range(60_000)]
+    lines[1_000] = "{not json"  # in the first batch, read from the start of the file
+    (tmp_path / "a.jsonl").write_bytes(b"\xef\xbb\xbf" + "\n".join(lines).encode())
+    assert cli(["build", str(tmp_path / "a.jsonl"), "-o", target, "--shards", "3", "--overwrite"]) == 1
+    offset = 3 + sum(len(line) + 1 for line in lines[:1_000])
+    assert f"the line at byte {offset}: invalid JSON" in capsys.readouterr().err

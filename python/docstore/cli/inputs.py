@@ -82,18 +82,22 @@ def read_records(
 
 def _read_jsonl(path: str, f: io.TextIOBase) -> Iterator[tuple[int, dict[str, Any]]]:
     for line_no, line in enumerate(f, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{path}:{line_no}: invalid JSON: {exc}") from None
-        except RecursionError:
-            raise UsageError(f"{path}:{line_no}: JSON nested too deeply to read") from None
-        if not isinstance(record, dict):
-            got = "null" if record is None else type(record).__name__
-            raise UsageError(f"{path}:{line_no}: a record must be a JSON object, got {got}")
-        yield line_no, record
+        if line.strip():
+            yield line_no, _json_record(line, f"{path}:{line_no}")
+
+
+def _json_record(line: str | bytes, place: str) -> dict[str, Any]:
+    """One line of JSON lines as a record; ``place`` says where it is in an error."""
+    try:
+        record = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{place}: invalid JSON: {exc}") from None
+    except RecursionError:
+        raise UsageError(f"{place}: JSON nested too deeply to read") from None
+    if not isinstance(record, dict):
+        got = "null" if record is None else type(record).__name__
+        raise UsageError(f"{place}: a record must be a JSON object, got {got}")
+    return record
 
 
 def is_gzip(path: str) -> bool:
@@ -113,20 +117,9 @@ def _read_jsonl_range(path: str, start: int, end: int) -> Iterator[tuple[int, di
             line = f.readline()
             if not line:
                 break
-            if at == 0 and line.startswith(b"\xef\xbb\xbf"):  # a byte-order mark, as utf-8-sig
-                line = line[3:]
-            if line.strip():
-                place = f"{path}: the line at byte {at}"
-                try:
-                    record = json.loads(line)
-                except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                    raise UsageError(f"{place}: invalid JSON: {exc}") from None
-                except RecursionError:
-                    raise UsageError(f"{place}: JSON nested too deeply to read") from None
-                if not isinstance(record, dict):
-                    got = "null" if record is None else type(record).__name__
-                    raise UsageError(f"{place}: a record must be a JSON object, got {got}")
-                yield at, record
+            text = line[3:] if at == 0 and line.startswith(b"\xef\xbb\xbf") else line  # as utf-8-sig
+            if text.strip():
+                yield at, _json_record(text, f"{path}: the line at byte {at}")
             at += len(line)
 
 
