@@ -64,30 +64,10 @@ impl RecordBatch {
         self.data.truncate(self.ends.last().copied().unwrap_or(0));
     }
 
-    fn push(&mut self, raw: &[u8]) -> Result<()> {
+    pub(crate) fn push(&mut self, raw: &[u8]) -> Result<()> {
         try_reserve(&mut self.data, raw.len())?;
         self.data.extend_from_slice(raw);
         self.ends.push(self.data.len());
-        Ok(())
-    }
-
-    /// Puts the records from `base` on in the order `order` gives: record `base + i` becomes the
-    /// one that was at `base + order[i]` (one copy; a collection reads a batch shard by shard).
-    pub(crate) fn reorder_from(&mut self, base: usize, order: &[usize]) -> Result<()> {
-        debug_assert_eq!(order.len(), self.len() - base);
-        let start = |i: usize| if i == 0 { 0 } else { self.ends[i - 1] };
-        let data_base = start(base);
-        let mut data = Vec::new();
-        try_reserve(&mut data, self.data.len() - data_base)?;
-        let mut ends = Vec::with_capacity(order.len());
-        for &i in order {
-            data.extend_from_slice(self.get(base + i));
-            ends.push(data_base + data.len());
-        }
-        self.data.truncate(data_base);
-        self.data.extend_from_slice(&data);
-        self.ends.truncate(base);
-        self.ends.extend_from_slice(&ends);
         Ok(())
     }
 }
@@ -1165,65 +1145,38 @@ impl<B: Storage> Store<B> {
     }
 
     /// Runs `read` on each item, in groups whose doc offsets and blobs are prefetched first, and
-    /// with `keys` the keys of their positions (what a checked read by position hashes): three
-    /// dependent loads each (key rank, key offset, key), better overlapped across a group than
-    /// queued one after another.
+    /// with `keys` the keys of their positions (what a checked read by position hashes).
     fn read_grouped<T>(
         &self,
         items: &[T],
         pos_of: impl Fn(&T) -> u64,
         keys: bool,
-        mut read: impl FnMut(&T) -> Result<()>,
+        read: impl FnMut(&T) -> Result<()>,
     ) -> Result<()> {
-        if self.mapped && items.len() >= PREFETCH_MIN {
-            let positions: Vec<u64> = items.iter().map(&pos_of).collect();
+        self.prepare_batch(items.iter().map(&pos_of), items.len(), keys)?;
+        read_pipelined(items, |item| (self, pos_of(item)), keys, read)
+    }
+
+    /// Whether `prepare_batch` has anything to do for a batch of `len` records.
+    pub(crate) fn prepares_batch(&self, len: usize) -> bool {
+        (self.mapped && len >= PREFETCH_MIN) || self.buf.is_remote()
+    }
+
+    /// What a batch of `len` records at `positions` needs before `read_pipelined` reads them:
+    /// from a remote store, their bytes fetched in a few rounds of concurrent requests; from a
+    /// mapped file that looks uncached, all their pages asked for at once.
+    pub(crate) fn prepare_batch(
+        &self,
+        positions: impl Iterator<Item = u64> + Clone,
+        len: usize,
+        keys: bool,
+    ) -> Result<()> {
+        if self.mapped && len >= PREFETCH_MIN {
+            let positions: Vec<u64> = positions.clone().collect();
             self.prefetch_records(&positions);
         }
         if self.buf.is_remote() {
-            self.fetch_records(items.iter().map(&pos_of), keys)?;
-        }
-        let offsets = self.section(Section::DocOffsets);
-        let (ranks, key_offsets) = (
-            self.section(Section::KeyRanks),
-            self.section(Section::KeyOffsets),
-        );
-        let n = self.len();
-        for group in items.chunks(GROUP) {
-            for item in group {
-                let pos = pos_of(item) as usize;
-                prefetch(offsets, pos.saturating_mul(8));
-                if keys {
-                    prefetch(ranks, pos.saturating_mul(4));
-                }
-            }
-            for item in group {
-                let pos = pos_of(item);
-                if pos < n && self.data_file.is_none() {
-                    prefetch(
-                        self.section(Section::Data),
-                        self.offset(Section::DocOffsets, pos) as usize,
-                    );
-                }
-                if keys && pos < n {
-                    let rank = self.index_u32(Section::KeyRanks, pos) as usize;
-                    prefetch(key_offsets, rank.saturating_mul(8));
-                }
-            }
-            if keys {
-                for item in group {
-                    let pos = pos_of(item);
-                    if pos < n {
-                        let rank = self.index_u32(Section::KeyRanks, pos);
-                        if rank < n {
-                            let at = self.offset(Section::KeyOffsets, rank) as usize;
-                            prefetch(self.section(Section::Keys), at);
-                        }
-                    }
-                }
-            }
-            for item in group {
-                read(item)?;
-            }
+            self.fetch_records(positions, keys)?;
         }
         Ok(())
     }
@@ -1371,6 +1324,57 @@ fn open_ranges(header: &Header) -> Vec<Range<u64>> {
         part(Section::KeyOffsets, count * 8..count * 8 + 8),
         part(Section::Keys, 0..4096),
     ]
+}
+
+/// Runs `read` on each item in order, each item naming its store (one store, or the shards of a
+/// collection) and its position there, in groups of `GROUP` whose doc offsets, blobs and (with
+/// `keys`) key ranks, key offsets and keys are prefetched into the CPU cache first: three
+/// dependent loads each, overlapped across a group rather than queued one after another.
+pub(crate) fn read_pipelined<'s, B: Storage + 's, T>(
+    items: &[T],
+    at: impl Fn(&T) -> (&'s Store<B>, u64),
+    keys: bool,
+    mut read: impl FnMut(&T) -> Result<()>,
+) -> Result<()> {
+    for group in items.chunks(GROUP) {
+        for item in group {
+            let (store, pos) = at(item);
+            let pos = pos as usize;
+            prefetch(store.section(Section::DocOffsets), pos.saturating_mul(8));
+            if keys {
+                prefetch(store.section(Section::KeyRanks), pos.saturating_mul(4));
+            }
+        }
+        for item in group {
+            let (store, pos) = at(item);
+            if pos < store.len() && store.data_file.is_none() {
+                prefetch(
+                    store.section(Section::Data),
+                    store.offset(Section::DocOffsets, pos) as usize,
+                );
+            }
+            if keys && pos < store.len() {
+                let rank = store.index_u32(Section::KeyRanks, pos) as usize;
+                prefetch(store.section(Section::KeyOffsets), rank.saturating_mul(8));
+            }
+        }
+        if keys {
+            for item in group {
+                let (store, pos) = at(item);
+                if pos < store.len() {
+                    let rank = store.index_u32(Section::KeyRanks, pos);
+                    if rank < store.len() {
+                        let key_at = store.offset(Section::KeyOffsets, rank) as usize;
+                        prefetch(store.section(Section::Keys), key_at);
+                    }
+                }
+            }
+        }
+        for item in group {
+            read(item)?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ pub use manifest::{FileEntry, Manifest, MANIFEST};
 pub use seal::seal;
 
 use crate::error::{Error, Result};
-use crate::reader::{DataAccess, RecordBatch, Store};
+use crate::reader::{self, DataAccess, RecordBatch, Store};
 use crate::schema::Schema;
 use crate::storage::remote::{self, Remote, RemoteFile, RemoteOptions};
 use crate::storage::StoreFile;
@@ -448,14 +448,18 @@ impl Collection {
         if self.index.is_none() {
             return self.shards[0].read_records(positions, batch);
         }
-        let items = positions
-            .iter()
-            .map(|&pos| self.shard_of(pos).map(|(s, local)| (s, local, ())))
+        let items = (positions.iter())
+            .map(|&pos| self.shard_of(pos))
             .collect::<Result<Vec<_>>>()?;
-        self.by_shard(&items, batch, |shard, items, batch| {
-            let locals: Vec<u64> = items.iter().map(|&(local, ())| local).collect();
-            shard.read_records(&locals, batch)
-        })
+        // Every shard is format 2 (sealing refuses others): a read by position is checked with
+        // the key of the position.
+        let keys = self.shards[0].checked();
+        self.read_across(
+            &items,
+            keys,
+            |&at| at,
+            |&(shard, local)| self.shards[shard].with_record(local, |raw| batch.push(raw))?,
+        )
     }
 
     /// Positions of many keys (`None` when absent), the records of those found appended to
@@ -477,9 +481,12 @@ impl Collection {
             .filter_map(|(pos, &key)| pos.map(|pos| (pos, key)))
             .map(|(pos, key)| self.indexed(pos).map(|(s, local)| (s, local, key)))
             .collect::<Result<Vec<_>>>()?;
-        self.by_shard(&items, batch, |shard, items, batch| {
-            shard.read_found(items, batch)
-        })?;
+        self.read_across(
+            &items,
+            false,
+            |&(s, local, _)| (s, local),
+            |&(s, local, key)| self.shards[s].with_record_of(local, key, |raw| batch.push(raw))?,
+        )?;
         Ok(found)
     }
 
@@ -504,36 +511,31 @@ impl Collection {
         Ok(Some(pos))
     }
 
-    /// Reads `items` (shard, position in it, what else `read` needs) shard by shard, each shard's
-    /// in one call of `read` (so that its prefetching and grouping apply), then puts the records
-    /// back in request order.
-    fn by_shard<T: Copy>(
+    /// Runs `read` on `items` in request order, `at` naming each one's shard and position there:
+    /// each shard's part of the batch prepared first (fetched from a remote store, or its pages
+    /// asked for when they look uncached), then one prefetching pipeline across the shards, so
+    /// that a batch spread over many shards overlaps its memory loads as one file's does (read
+    /// shard by shard, 64 shards left one or two documents a group and nothing to overlap).
+    fn read_across<T>(
         &self,
-        items: &[(usize, u64, T)],
-        batch: &mut RecordBatch,
-        read: impl Fn(&Store<StoreFile>, &[(u64, T)], &mut RecordBatch) -> Result<()>,
+        items: &[T],
+        keys: bool,
+        at: impl Fn(&T) -> (usize, u64),
+        read: impl FnMut(&T) -> Result<()>,
     ) -> Result<()> {
-        let Some(&(first, _, _)) = items.first() else {
-            return Ok(());
+        if (self.shards.iter()).any(|shard| shard.prepares_batch(items.len())) {
+            let mut wanted: Vec<(usize, u64)> = items.iter().map(&at).collect();
+            wanted.sort_unstable();
+            for part in wanted.chunk_by(|a, b| a.0 == b.0) {
+                let positions = part.iter().map(|&(_, local)| local);
+                self.shards[part[0].0].prepare_batch(positions, items.len(), keys)?;
+            }
+        }
+        let at = |item: &T| {
+            let (shard, local) = at(item);
+            (&self.shards[shard], local)
         };
-        if items.iter().all(|&(s, _, _)| s == first) {
-            let local: Vec<(u64, T)> = items.iter().map(|&(_, l, t)| (l, t)).collect();
-            return read(&self.shards[first], &local, batch);
-        }
-        // A stable sort by shard: `order[k]` is the request index of the k-th record read.
-        let mut order: Vec<usize> = (0..items.len()).collect();
-        order.sort_by_key(|&i| items[i].0);
-        let base = batch.len();
-        for group in order.chunk_by(|&a, &b| items[a].0 == items[b].0) {
-            let local: Vec<(u64, T)> = group.iter().map(|&i| (items[i].1, items[i].2)).collect();
-            read(&self.shards[items[group[0]].0], &local, batch)?;
-        }
-        // Record `base + k` answers request `order[k]`; request `i` wants record `base + at[i]`.
-        let mut at = vec![0; items.len()];
-        for (k, &i) in order.iter().enumerate() {
-            at[i] = k;
-        }
-        batch.reorder_from(base, &at)
+        reader::read_pipelined(items, at, keys, read)
     }
 
     /// A remote collection's files downloaded whole into temporary files, each checked to be
