@@ -54,6 +54,11 @@ def named(n: int, prefix: str) -> dict[str, dict]:
     return {f"{prefix}{doc_id}": doc for doc_id, doc in make_docs(n).items()}
 
 
+def dictionaries(store) -> set[bytes]:
+    """The distinct compression dictionaries of a collection's shards."""
+    return {docstore.open(s["path"]).dictionary for s in store.info()["shards"]}
+
+
 def only(directory, *names):
     """Nothing but ``names`` in ``directory``: no staging directory, no attempt files."""
     assert sorted(os.listdir(directory)) == sorted(names)
@@ -67,6 +72,7 @@ def test_every_document_by_id_and_position(tmp_path, oracle):
     assert len(store) == len(docs) and store.fields == FIELDS
     shards = store.info()["shards"]
     assert len(shards) >= 2 and sum(s["count"] for s in shards) == len(docs)
+    assert len(dictionaries(store)) == 1 and b"" not in dictionaries(store)  # one, trained on the driver
     rows = ds.take_all()
     assert [d.doc_id for d in store.take(range(len(store)))] == [r["doc_id"] for r in rows]
     for i, (doc_id, expected) in enumerate(docs.items()):
@@ -81,6 +87,8 @@ def test_shards_share_a_dictionary_trained_on_the_driver(tmp_path, oracle):
     dictionary = docstore.train_dictionary(ds.take(200), fields=FIELDS)
     store = docstore_ray.write(ds, tmp_path / "c.docstore", dictionary=dictionary)
     shards = [docstore.open(s["path"]) for s in store.info()["shards"]]
+    uncompressed = docstore_ray.write(ds, tmp_path / "none.docstore", level=-1)
+    assert dictionaries(uncompressed) == {b""}
     assert len(shards) >= 2 and all(s.dictionary == dictionary for s in shards)
     for doc_id, expected in list(docs.items())[::13]:
         assert_doc_equal(store[doc_id], doc_id, expected)
@@ -206,6 +214,7 @@ def test_overwrite_and_append(tmp_path):
     assert list(appended.keys()) == list(b) + list(c)
     assert len(appended.info()["shards"]) == len(store.info()["shards"]) + 3
     assert list(store.keys()) == list(b)  # the replaced collection still reads
+    assert dictionaries(appended) == dictionaries(store)  # the appended shards take the collection's
     with pytest.raises(docstore.DuplicateKeyError):
         docstore_ray.write(dataset(c, 1), path, append=True)
     assert list(docstore.open(path).keys()) == list(b) + list(c)

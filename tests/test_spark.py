@@ -66,6 +66,11 @@ def named(n: int, prefix: str) -> dict[str, dict]:
     return {f"{prefix}{doc_id}": doc for doc_id, doc in make_docs(n).items()}
 
 
+def dictionaries(store) -> set[bytes]:
+    """The distinct compression dictionaries of a collection's shards."""
+    return {docstore.open(s["path"]).dictionary for s in store.info()["shards"]}
+
+
 def only(directory, *names):
     """Nothing but ``names`` in ``directory``: no staging directory, no attempt files."""
     assert sorted(os.listdir(directory)) == sorted(names)
@@ -79,6 +84,7 @@ def test_every_document_by_id_and_position(spark, tmp_path, oracle):
     assert len(store) == len(docs) and store.fields == FIELDS
     shards = store.info()["shards"]
     assert [s["count"] for s in shards] == [200] * 5
+    assert len(dictionaries(store)) == 1 and b"" not in dictionaries(store)  # one, trained on the driver
     assert [d.doc_id for d in store.take(range(len(store)))] == [r.doc_id for r in df.collect()]
     for i, (doc_id, expected) in enumerate(docs.items()):
         assert_doc_equal(store[doc_id], doc_id, expected)
@@ -180,6 +186,7 @@ def test_modes(spark, tmp_path):
     appended = docstore_spark.write(frame(spark, c, 3), path, mode="append")
     assert list(appended.keys()) == list(b) + list(c)
     assert len(appended.info()["shards"]) == 2 + 3
+    assert dictionaries(appended) == dictionaries(store)  # the appended shards take the collection's
     assert list(store.keys()) == list(b)  # the replaced collection still reads
     with pytest.raises(docstore.DuplicateKeyError):
         docstore_spark.write(frame(spark, c, 1), path, mode="append")

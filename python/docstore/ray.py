@@ -25,12 +25,14 @@ from ray.data.block import BlockAccessor
 
 from ._arrow import schema_fields
 from ._engines import (
+    DICTIONARY_SAMPLE_ROWS,
     check_mode,
     check_target,
     check_writer_options,
     make_staging,
     remove_staging,
     seal_shards,
+    shared_dictionary,
     write_shard,
 )
 from ._store import DocStore
@@ -136,6 +138,15 @@ class DocstoreDatasink(Datasink):
         self._staging = None
 
 
+def _first_rows(ds: ray.data.Dataset) -> Any:
+    """The first rows of ``ds`` as one Arrow table, None if it has none: what the shards' one
+    dictionary is trained on."""
+    import pyarrow as pa
+
+    tables = [t for t in ray.get(ds.limit(DICTIONARY_SAMPLE_ROWS).to_arrow_refs()) if t.num_rows]
+    return pa.concat_tables(tables, promote_options="permissive") if tables else None
+
+
 def _arrow_schema(schema: Any) -> Any:
     """A ``ray.data.Schema`` (or already a pyarrow schema) as a pyarrow schema."""
     base = getattr(schema, "base_schema", schema)
@@ -167,12 +178,27 @@ def write(
     retried as ``ray_remote_args`` say (default ``DEFAULT_RAY_REMOTE_ARGS``: 3 retries, on any
     exception); a retried task never duplicates documents. See ``DocstoreDatasink`` for
     ``fields`` and ``writer_options``.
+
+    Every shard is compressed with one dictionary, so that readers keep one copy of it: the
+    ``dictionary`` writer option, else (unless ``level=-1``) one trained on the driver on the
+    dataset's first 10,000 rows (running the dataset's pipeline for those rows once more), or
+    for an append the existing collection's.
     """
     if overwrite and append:
         raise ValueError("overwrite and append exclude each other")
     mode = "overwrite" if overwrite else "append" if append else "errorifexists"
     sink = DocstoreDatasink(path, id_field=id_field, fields=fields, mode=mode, **writer_options)
     check_target(sink.path, sink.mode)  # before any work: a dataset's own tasks may be costly
+    dictionary = shared_dictionary(
+        sink.path,
+        sink.mode,
+        lambda: _first_rows(ds),
+        id_field,
+        sink.fields,
+        sink.writer_options,
+    )
+    if dictionary is not None:
+        sink.writer_options["dictionary"] = dictionary
     sink._fallback_schema = ds.schema  # an empty dataset's fields, asked for only then
     remote_args = dict(DEFAULT_RAY_REMOTE_ARGS if ray_remote_args is None else ray_remote_args)
     if concurrency is None:  # older Rays have no such argument

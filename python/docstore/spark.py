@@ -30,6 +30,7 @@ from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterComm
 
 from ._arrow import schema_fields
 from ._engines import (
+    DICTIONARY_SAMPLE_ROWS,
     WRITER_OPTIONS,
     check_mode,
     check_target,
@@ -38,6 +39,7 @@ from ._engines import (
     report_error,
     reported_error,
     seal_shards,
+    shared_dictionary,
     write_shard,
 )
 from ._store import DocStore
@@ -240,6 +242,10 @@ def write(
     ``"ignore"`` (write nothing if something is there). ``fields`` maps the columns to store to
     their types (default: every column but the ids, typed from its Spark type);
     ``writer_options`` (``level``, ``dict_size``, ...) go to each shard's ``docstore.Writer``.
+    Every shard is compressed with one dictionary, so that readers keep one copy of it: the
+    ``dictionary`` writer option, else (unless ``level=-1``) one trained on the driver on the
+    DataFrame's first 10,000 rows (one more Spark job), or for an append the existing
+    collection's.
     A docstore error of the job (``DuplicateKeyError`` across partitions, ``SchemaError`` ...)
     is raised as itself, from Spark's exception.
     """
@@ -255,6 +261,20 @@ def write(
     writer = writer.option("id_field", id_field).option("mode", mode)
     if fields is not None:
         writer = writer.option("fields", format_fields(fields))
+    for name in writer_options:
+        if name not in WRITER_OPTIONS:
+            raise TypeError(f"unknown writer option {name!r}; docstore.Writer takes {list(WRITER_OPTIONS)}")
+    columns = None if fields is None else [id_field, *(name for name in fields if name != id_field)]
+    dictionary = shared_dictionary(
+        path,
+        mode,
+        lambda: (df.select(*columns) if columns else df).limit(DICTIONARY_SAMPLE_ROWS).toArrow(),
+        id_field,
+        fields,
+        writer_options,
+    )
+    if dictionary is not None:
+        writer_options = {**writer_options, "dictionary": dictionary}
     for name, value in writer_options.items():
         if name not in WRITER_OPTIONS:
             raise TypeError(f"unknown writer option {name!r}; docstore.Writer takes {list(WRITER_OPTIONS)}")
