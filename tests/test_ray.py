@@ -270,3 +270,90 @@ def test_arrow_encodings(tmp_path):
     assert store.fields == {"text": "str", "vec": "float32[]"}
     assert store["a"].text == "y" and store.at(0).doc_id == "b"
     np.testing.assert_array_equal(store["c"].vec, np.array([5, 6], np.float32))
+
+
+# A driver (a process of its own, connected to this module's cluster) whose write task 0 has put
+# its blocks into its shard, then tells the test so over a socket and waits on it.
+KILLED_DRIVER = """
+import socket, sys
+import ray, docstore.ray
+
+address, target, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+ray.init(address=address, log_to_driver=False, configure_logging=False)
+ray.data.DataContext.get_current().enable_progress_bars = False
+
+
+class StalledSink(docstore.ray.DocstoreDatasink):
+    def write(self, blocks, ctx):
+        def stalled():
+            yield from blocks
+            if ctx.task_idx == 0:
+                with socket.create_connection(("127.0.0.1", port)) as conn:
+                    conn.sendall(b"writing")
+                    conn.recv(1)  # until the test lets go (if Ray has not killed this worker)
+            raise RuntimeError("the driver was killed")
+
+        return super().write(stalled(), ctx)
+
+
+rows = [{"doc_id": f"k{i}", "text": "killed"} for i in range(100)]
+ray.data.from_items(rows, override_num_blocks=2).write_datasink(StalledSink(target))
+"""
+
+
+def test_driver_killed_while_writing_leaves_staging_that_the_next_write_removes(tmp_path):
+    """kill -9 of the driver mid-job: its staging directory stays, unlocked; the next write to
+    the same path removes it, and leaves nothing but the collection."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    from docstore._staging import holds_lock
+
+    out = tmp_path / "out"
+    out.mkdir()
+    address = ray.get_runtime_context().gcs_address
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.settimeout(120)
+        port = server.getsockname()[1]
+        cmd = [sys.executable, "-c", KILLED_DRIVER, address, str(out / "c"), str(port)]
+        driver = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            conn, _ = server.accept()  # task 0 is writing its shard
+            with conn:
+                assert conn.recv(7) == b"writing"
+                (staging,) = (d for d in os.listdir(out) if d.startswith(".c.staging-"))
+                assert any("part-00000-" in n for n in os.listdir(out / staging))  # its scratch file
+                assert holds_lock(str(out / staging))
+                driver.send_signal(signal.SIGKILL)
+                driver.wait(timeout=60)
+                # Ray ends the dead job's worker (which may remove its scratch file on the way)
+                assert os.path.isdir(out / staging)
+                assert not holds_lock(str(out / staging))  # went with the driver
+                docs = make_docs(50)
+                store = docstore_ray.write(dataset(docs, 2), out / "c")
+                assert list(store.keys()) == list(docs)
+                only(out, "c")
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+                driver.wait()
+
+
+def test_write_keeps_a_live_jobs_staging(tmp_path):
+    """A staging directory of the same path that a live driver holds (here, this process) is
+    not removed; nor is one without a lock file (a bare Spark job's, or one being made)."""
+    from docstore import _engines
+
+    target = str(tmp_path / "c")
+    live = _engines.make_staging(target, None, {})
+    unlocked = _engines.make_unlocked_staging(target)
+    try:
+        docs = make_docs(20)
+        assert list(docstore_ray.write(dataset(docs, 2), target).keys()) == list(docs)
+        only(tmp_path, "c", os.path.basename(live.path), os.path.basename(unlocked))
+    finally:
+        live.remove()
+        _engines.remove_staging(unlocked)
+    only(tmp_path, "c")

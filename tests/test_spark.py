@@ -220,3 +220,58 @@ def test_bad_input(spark, tmp_path, select, error, message):
     with pytest.raises(error, match=message):
         docstore_spark.write(df, tmp_path / "c")
     only(tmp_path)
+
+
+# A process that makes and locks a staging directory of TARGET as docstore.spark.write does in
+# the driver, puts a shard's scratch file in it, says where, and waits to be killed.
+LOCKING_DRIVER = """
+import os, sys
+from docstore._engines import staging_prefix
+from docstore._staging import Staging
+
+target = sys.argv[1]
+staging = Staging(os.path.dirname(target), staging_prefix(target))
+open(os.path.join(staging.path, "part-00000-0-x.docstore-tmp"), "w").close()
+print(staging.path, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_write_removes_a_killed_drivers_staging_and_keeps_live_ones(spark, tmp_path):
+    """A driver killed with SIGKILL leaves its staging directory, unlocked: the next write to the
+    same path removes it. One that a live driver holds (this process), or that has no lock (a
+    bare ``df.write.format("docstore")`` job's, whose planner cannot hold one), stays."""
+    import signal
+    import sys
+
+    from docstore import _engines
+    from docstore._staging import holds_lock
+
+    target = str(tmp_path / "c")
+    driver = subprocess.Popen(
+        [sys.executable, "-c", LOCKING_DRIVER, target],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        dead = driver.stdout.readline().strip()
+        assert holds_lock(dead)
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(timeout=60)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    assert os.path.isdir(dead) and not holds_lock(dead)
+    live = _engines.make_staging(target, None, {})
+    unlocked = _engines.make_unlocked_staging(target)
+    try:
+        docs = named(40, "s-")
+        store = docstore_spark.write(frame(spark, docs, 2), target)
+        assert list(store.keys()) == list(docs)
+        only(tmp_path, "c", os.path.basename(live.path), os.path.basename(unlocked))
+    finally:
+        live.remove()
+        _engines.remove_staging(unlocked)
+    only(tmp_path, "c")

@@ -4,7 +4,9 @@ one shard per task attempt, and the commit that seals exactly the shards the eng
 A write job goes like this (docs/engines.md):
 
 1. the driver checks the target and the writer options, then makes a staging directory beside
-   the target, ``.NAME.staging-<uuid>/``, on the same file system (so sealing hard-links);
+   the target, ``.NAME.staging-<uuid>/``, on the same file system (so sealing hard-links), and
+   holds a lock on it for the job's life (``_staging.Staging``); on the way it removes the
+   staging directories of the same target whose lock is free: left by killed drivers;
 2. every task attempt writes its documents into one uniquely named shard there (a single-file
    store, through ``docstore.Writer``) and reports its path; a failed attempt reports nothing;
 3. the driver seals the shards reported by the successful attempts, in task order, into the
@@ -26,6 +28,7 @@ from typing import Any
 
 from . import errors
 from ._arrow import prepare, schema_fields
+from ._staging import Staging
 from ._store import DocStore
 from ._store import open as open_store
 from ._writer import Writer
@@ -66,23 +69,52 @@ def check_target(target: str, mode: str) -> None:
         raise StoreNotFoundError(f"directory {parent} does not exist")
 
 
-def make_staging(target: str, fields: Mapping[str, str] | None, options: Mapping[str, Any]) -> str:
-    """Creates the job's staging directory beside ``target`` and returns its path, after a trial
-    writer there has accepted ``fields`` (when known) and ``options``: a bad option fails the
-    job on the driver, not in every task."""
-    parent, name = os.path.split(target)
-    staging = os.path.join(parent, f".{name}.staging-{uuid.uuid4().hex}")
-    os.mkdir(staging)
+def staging_prefix(target: str) -> str:
+    """The names of ``target``'s staging directories: ``.NAME.staging-`` and a suffix."""
+    return f".{os.path.basename(target)}.staging-"
+
+
+def make_staging(target: str, fields: Mapping[str, str] | None, options: Mapping[str, Any]) -> Staging:
+    """Creates the job's staging directory beside ``target``, locked by this process until its
+    ``remove()`` (the driver's, for the job's life), after removing those of killed jobs of the
+    same target; then checks that a trial writer there accepts ``fields`` (when known) and
+    ``options``: a bad option fails the job on the driver, not in every task."""
+    staging = Staging(os.path.dirname(target), staging_prefix(target))
     try:
-        Writer(os.path.join(staging, "check.docstore"), dict(fields or {"text": "str"}), **options).abort()
+        check_writer(staging.path, fields, options)
     except BaseException:
-        remove_staging(staging)
+        staging.remove()
         raise
     return staging
 
 
-def remove_staging(staging: str | None) -> None:
-    if staging:
+def make_unlocked_staging(target: str) -> str:
+    """A staging directory that no process can hold a lock on for the job's life (the planner of
+    a bare Spark ``df.write.format("docstore")`` job is a short-lived worker): it has no lock
+    file, so no sweep removes it; a killed job's stays until removed by hand."""
+    staging = os.path.join(os.path.dirname(target), f"{staging_prefix(target)}{uuid.uuid4().hex}")
+    os.mkdir(staging)
+    return staging
+
+
+def check_staging(target: str, staging: str) -> None:
+    """``staging`` (given to a Spark job by its driver) is a staging directory of ``target``."""
+    parent, name = os.path.split(os.path.abspath(staging))
+    if parent != os.path.dirname(target) or not name.startswith(staging_prefix(target)):
+        raise ValueError(f"{staging} is not a staging directory of {target}")
+    if not os.path.isdir(staging):
+        raise StoreNotFoundError(f"staging directory {staging} does not exist")
+
+
+def check_writer(staging: str, fields: Mapping[str, str] | None, options: Mapping[str, Any]) -> None:
+    Writer(os.path.join(staging, "check.docstore"), dict(fields or {"text": "str"}), **options).abort()
+
+
+def remove_staging(staging: Staging | str | None) -> None:
+    """Removes a staging directory (and lets its lock go, where it is this process's)."""
+    if isinstance(staging, Staging):
+        staging.remove()
+    elif staging:
         shutil.rmtree(staging, ignore_errors=True)
 
 
@@ -114,12 +146,18 @@ def shared_dictionary(
         return None
     if fields is None:
         fields = schema_fields(table.schema, id_field)
+    import pyarrow as pa
+
+    # The dictionary learns from the values; the sample's ids are row numbers, so that ids the
+    # job will refuse (repeated, null) are refused by it, naming the tasks, not here.
+    columns = {id_field: pa.array([str(i) for i in range(table.num_rows)])}
+    columns.update((name, table.column(name)) for name in fields if name != id_field)
     size = {"dict_size": options["dict_size"]} if "dict_size" in options else {}
     with tempfile.TemporaryDirectory(prefix=".docstore-dictionary-") as scratch:
         # One batch holds the whole sample: the writer trains its dictionary on the first batch.
         writer = Writer(os.path.join(scratch, "sample.docstore"), dict(fields), batch_bytes=64 << 20, **size)
         with writer:
-            writer.add_many(prepare(table, id_field, fields), id_field=id_field)
+            writer.add_many(prepare(pa.table(columns), id_field, fields), id_field=id_field)
         with open_store(os.path.join(scratch, "sample.docstore")) as store:
             return store.dictionary or None
 

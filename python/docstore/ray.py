@@ -8,8 +8,9 @@
 ``ds.write_datasink(...)``): every write task attempt writes its blocks, as Arrow, into its own
 shard in a staging directory beside the target; on the driver, ``on_write_complete`` seals the
 shards of the successful attempts in task order into one collection, and removes the staging
-directory. Positions follow the dataset's order when ``DataContext.execution_options.
-preserve_order`` is set. See docs/engines.md.
+directory. The driver holds a lock on the staging directory while the job runs: one left by a
+killed driver is removed by the next write to the same path. Positions follow the dataset's
+order when ``DataContext.execution_options.preserve_order`` is set. See docs/engines.md.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from ._engines import (
     shared_dictionary,
     write_shard,
 )
+from ._staging import Staging
 from ._store import DocStore
 from .errors import SchemaError
 
@@ -74,12 +76,14 @@ class DocstoreDatasink(Datasink):
         self.mode = check_mode(mode)
         self.writer_options = check_writer_options(writer_options)
         self.store: DocStore | None = None
-        self._staging: str | None = None
+        self._staging: str | None = None  # its path, which the tasks get
+        self._staging_lock: Staging | None = None  # driver only: held for the job's life
         self._fallback_schema: Any = None  # driver only: a callable giving the dataset's schema
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_fallback_schema"] = state["store"] = None  # neither goes to the tasks
+        state["_staging_lock"] = None
         return state
 
     def get_name(self) -> str:
@@ -87,13 +91,16 @@ class DocstoreDatasink(Datasink):
 
     def on_write_start(self, schema: Any = None) -> None:
         """On the driver, before the first write task: checks the target and the options, and
-        makes the staging directory (a fresh one for each write)."""
+        makes the staging directory (a fresh one for each write), locked by this process until
+        the write ends; removes those that killed drivers left for the same path."""
         check_target(self.path, self.mode)
         # ``schema`` is not used: it is the first input bundle's, which, where Ray fuses the
         # write with the operators before it (a read, a map), is not the data's (a file list).
         # Each task takes the fields from its own blocks, unless ``fields`` gives them.
         self.store = None
-        self._staging = make_staging(self.path, self.fields, self.writer_options)
+        self._release_staging()  # a sink written twice: the first write's, if still there
+        self._staging_lock = make_staging(self.path, self.fields, self.writer_options)
+        self._staging = self._staging_lock.path
 
     def write(self, blocks: Iterable[Any], ctx: Any) -> dict[str, Any]:
         """One task attempt: its blocks, as Arrow tables, into one new shard named after the
@@ -128,14 +135,17 @@ class DocstoreDatasink(Datasink):
             shards = {r["path"]: f"write task {r['task_idx']}" for r in returns if r["path"] is not None}
             self.store = seal_shards(self.path, shards, self.mode, self._staging, fields, self.writer_options)
         finally:
-            remove_staging(self._staging)
-            self._staging = None
+            self._release_staging()
 
     def on_write_failed(self, error: Exception) -> None:
         """On the driver when the job failed: removes the staging directory; the target is as
         it was."""
-        remove_staging(self._staging)
-        self._staging = None
+        self._release_staging()
+
+    def _release_staging(self) -> None:
+        """Removes the staging directory, then lets its lock go."""
+        remove_staging(self._staging_lock or self._staging)
+        self._staging = self._staging_lock = None
 
 
 def _first_rows(ds: ray.data.Dataset) -> Any:

@@ -8,7 +8,9 @@ Python Data Source API: ``DocstoreDataSource`` (format ``"docstore"``) writes th
 ``DataSourceArrowWriter``, which receives each partition as ``pyarrow.RecordBatch``es; every
 task attempt writes its own shard in a staging directory beside the target, and ``commit`` on
 the driver seals the shards of the committed attempts in partition order (``abort`` removes
-them). ``write`` registers the source in the DataFrame's session, after which
+them). ``write`` makes the staging directory in the calling process and holds a lock on it for
+the job's life, so that one left by a killed driver is removed by the next write to the same
+path. ``write`` registers the source in the DataFrame's session, after which
 ``df.write.format("docstore").mode("overwrite").option("id_field", "pid").save(path)`` works too.
 See docs/engines.md.
 """
@@ -33,15 +35,19 @@ from ._engines import (
     DICTIONARY_SAMPLE_ROWS,
     WRITER_OPTIONS,
     check_mode,
+    check_staging,
     check_target,
-    make_staging,
+    check_writer,
+    make_unlocked_staging,
     remove_staging,
     report_error,
     reported_error,
     seal_shards,
     shared_dictionary,
+    staging_prefix,
     write_shard,
 )
+from ._staging import Staging
 from ._store import DocStore
 from ._store import open as open_store
 from .errors import InternalError, SchemaError
@@ -50,8 +56,8 @@ __all__ = ["DocstoreDataSource", "DocstoreWriter", "ShardMessage", "register", "
 
 # The data source's options (case-insensitive, as Spark passes them): Spark's "path", then
 # docstore's own. "mode" is docstore's save mode, as Spark tells a Python data source only
-# whether it overwrites (see DocstoreWriter); "report" is internal to write().
-OPTIONS = ("path", "id_field", "fields", "mode", "report", *WRITER_OPTIONS)
+# whether it overwrites (see DocstoreWriter); "report" and "staging" are internal to write().
+OPTIONS = ("path", "id_field", "fields", "mode", "report", "staging", *WRITER_OPTIONS)
 
 
 @dataclass
@@ -116,7 +122,17 @@ class DocstoreWriter(DataSourceArrowWriter):
             needed = None if given is None else {self.id_field, *given}
             self.fields = schema_fields(_arrow_schema(schema, needed), self.id_field, given)
             check_target(self.path, self.mode)
-            self.staging = make_staging(self.path, self.fields, self.writer_options)
+            if options.get("staging"):  # made and locked by write() in the user's process
+                self.staging = options["staging"]
+                check_staging(self.path, self.staging)
+                check_writer(self.staging, self.fields, self.writer_options)
+            else:  # this process ends before the job: nothing can hold a lock for its life
+                self.staging = make_unlocked_staging(self.path)
+                try:
+                    check_writer(self.staging, self.fields, self.writer_options)
+                except BaseException:
+                    remove_staging(self.staging)
+                    raise
         except Exception as error:
             report_error(self.report, error)
             raise
@@ -276,21 +292,24 @@ def write(
     if dictionary is not None:
         writer_options = {**writer_options, "dictionary": dictionary}
     for name, value in writer_options.items():
-        if name not in WRITER_OPTIONS:
-            raise TypeError(f"unknown writer option {name!r}; docstore.Writer takes {list(WRITER_OPTIONS)}")
         if name == "dictionary":  # Spark options are strings
             writer = writer.option(name, base64.b64encode(bytes(value)).decode("ascii"))
         else:
             writer = writer.option(name, str(int(value)))
     report = os.path.join(tempfile.gettempdir(), f"docstore-spark-{uuid.uuid4().hex}.json")
+    # The staging directory, locked by this process until the job has ended (the planner and
+    # commit run in Spark's Python workers, which do not live as long as the job); the trial
+    # writer runs in the planner, once the fields are known.
+    staging = Staging(os.path.dirname(path), staging_prefix(path))
     try:
-        writer.option("report", report).save(path)
+        writer.option("report", report).option("staging", staging.path).save(path)
     except Exception as spark_error:
         error = reported_error(report)
         if error is not None:
             raise error from spark_error
         raise
     finally:
+        staging.remove()
         with contextlib.suppress(OSError):
             os.remove(report)
     return open_store(path)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import base64
 import csv
-import fcntl
 import hashlib
 import json
 import math
@@ -20,6 +19,7 @@ import numpy as np
 from .. import Writer, seal, set_num_threads, upgrade
 from .. import open as open_store
 from .._docstore import FORMAT_VERSION
+from .._staging import Staging
 from .._store import is_url
 from .._writer import infer_type
 from ..errors import InvalidKeyError, SchemaError
@@ -161,17 +161,11 @@ def _build_shards(
     scratch files)."""
     import concurrent.futures
     import multiprocessing
-    import shutil
-    import tempfile
 
-    parent = os.path.dirname(os.path.abspath(output))
-    prefix = _staging_prefix(output)
-    _sweep_dead_staging(parent, prefix)
-    staging = tempfile.mkdtemp(prefix=prefix, dir=parent)
-    # Held (by this process and the workers it forks) until the build ends: a staging directory
-    # whose lock can be taken was left by a killed build, and the next build removes it.
-    lock = open(os.path.join(staging, "lock"), "w")  # noqa: SIM115 - closed in the finally below
-    fcntl.flock(lock, fcntl.LOCK_EX)
+    # Locked (by this process and the workers it forks) until the build ends: a staging
+    # directory whose lock can be taken was left by a killed build, and the next build removes it.
+    locked = Staging(os.path.dirname(os.path.abspath(output)), _staging_prefix(output))
+    staging = locked.path
     try:
         # One dictionary for every shard, trained once, on the input's first batch as a
         # single-file build trains it: shards compress alike, and readers keep one copy of it.
@@ -211,8 +205,7 @@ def _build_shards(
                 job.result()  # the first failure, in shard order
         seal(output, shards + paths, overwrite=overwrite)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        lock.close()
+        locked.remove()
 
 
 def _staging_prefix(output: str) -> str:
@@ -220,21 +213,6 @@ def _staging_prefix(output: str) -> str:
     output's name (a file name is at most 255 bytes), and the same for every build of it."""
     name = os.path.basename(os.path.abspath(output))
     return f".docstore-shards-{hashlib.sha1(os.fsencode(name)).hexdigest()[:12]}-"
-
-
-def _sweep_dead_staging(parent: str, prefix: str) -> None:
-    """Removes the staging directories that killed builds of the same output left in ``parent``."""
-    import shutil
-
-    for name in os.listdir(parent):
-        if not name.startswith(prefix):
-            continue
-        try:
-            with open(os.path.join(parent, name, "lock")) as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held: a live build
-        except OSError:
-            continue
-        shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
 
 
 def build_shard(
