@@ -83,21 +83,27 @@ def read_records(
 def _read_jsonl(path: str, f: io.TextIOBase) -> Iterator[tuple[int, dict[str, Any]]]:
     for line_no, line in enumerate(f, 1):
         if line.strip():
-            yield line_no, _json_record(line, f"{path}:{line_no}")
+            yield line_no, _json_record(line, path, line_no)
 
 
-def _json_record(line: str | bytes, place: str) -> dict[str, Any]:
-    """One line of JSON lines as a record; ``place`` says where it is in an error."""
+def _json_record(line: str | bytes, path: str, at: int, by_byte: bool = False) -> dict[str, Any]:
+    """One line of JSON lines as a record; ``path`` and ``at`` (its line number, or with
+    ``by_byte`` its byte offset) say where it is in an error, formatted only then, not for
+    every line read."""
     try:
         record = json.loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{place}: invalid JSON: {exc}") from None
+        raise UsageError(f"{_place(path, at, by_byte)}: invalid JSON: {exc}") from None
     except RecursionError:
-        raise UsageError(f"{place}: JSON nested too deeply to read") from None
+        raise UsageError(f"{_place(path, at, by_byte)}: JSON nested too deeply to read") from None
     if not isinstance(record, dict):
         got = "null" if record is None else type(record).__name__
-        raise UsageError(f"{place}: a record must be a JSON object, got {got}")
+        raise UsageError(f"{_place(path, at, by_byte)}: a record must be a JSON object, got {got}")
     return record
+
+
+def _place(path: str, at: int, by_byte: bool) -> str:
+    return f"{path}: the line at byte {at}" if by_byte else f"{path}:{at}"
 
 
 def is_gzip(path: str) -> bool:
@@ -119,7 +125,7 @@ def _read_jsonl_range(path: str, start: int, end: int) -> Iterator[tuple[int, di
                 break
             text = line[3:] if at == 0 and line.startswith(b"\xef\xbb\xbf") else line  # as utf-8-sig
             if text.strip():
-                yield at, _json_record(text, f"{path}: the line at byte {at}")
+                yield at, _json_record(text, path, at, by_byte=True)
             at += len(line)
 
 
