@@ -183,6 +183,27 @@ def test_warm_cache_is_shared_and_keyed_by_fingerprint(url, s3, local, docs, tmp
     assert len(os.listdir(cache)) >= 3  # usage + two entries
 
 
+def test_object_replaced_while_open_is_a_changed_store_not_its_documents(s3, local, docs, tmp_path):
+    """Every range asks for the object opened (If-Match its ETag): bytes of an object replaced
+    since are refused as StoreChangedError, never read as documents, even where the new object
+    has the same ids, sizes and layout (its texts differ in one letter)."""
+    s3.upload(local, "swapped.docstore")
+    store = open_remote(f"s3://{BUCKET}/swapped.docstore", tmp_path / "cache")
+    ids = list(docs)
+    assert_doc_equal(store[ids[0]], ids[0], docs[ids[0]])
+    swapped = {k: {**v, "text": v["text"].swapcase()} for k, v in docs.items()}
+    path = tmp_path / "swapped.docstore"
+    write_store(path, swapped).close()
+    s3.upload(str(path), "swapped.docstore")
+    with pytest.raises(docstore.StoreChangedError, match="swapped.docstore was replaced since it was opened"):
+        store.get_many(ids[1:])
+    with pytest.raises(docstore.StoreChangedError):
+        store.take(range(1, len(ids)))
+    again = open_remote(f"s3://{BUCKET}/swapped.docstore", tmp_path / "cache")
+    found = again.get_many(ids[1:4])
+    assert [found[i].text for i in ids[1:4]] == [swapped[i]["text"] for i in ids[1:4]]
+
+
 def test_no_cache_keeps_nothing_on_disk(url, docs, tmp_path):
     cache = tmp_path / "cache"
     store = docstore.open(url, cache_dir=str(cache), cache_bytes=0, storage_options=FAST)

@@ -61,8 +61,10 @@ class ClosedError(DocstoreError, ValueError):
 
 
 class StoreChangedError(DocstoreError):
-    """The file at a dataset's path is no longer the store the dataset was created from (it was
-    rebuilt or replaced): its positions would point at other documents."""
+    """The store changed under its reader: the file at a dataset's path is no longer the store
+    the dataset was created from (it was rebuilt or replaced), or a remote object was replaced
+    since it was opened (its ETag no longer matches). Its positions would point at other
+    documents: open it again."""
 
 
 class InternalError(DocstoreError):

@@ -32,12 +32,13 @@ pub enum Exc {
     StoreExists,
     StoreNotFound,
     StoreIO,
+    Changed,
     Closed,
     Internal,
 }
 
 impl Exc {
-    pub const ALL: [Exc; 12] = [
+    pub const ALL: [Exc; 13] = [
         Exc::Corrupt,
         Exc::UnsupportedVersion,
         Exc::Schema,
@@ -48,6 +49,7 @@ impl Exc {
         Exc::StoreExists,
         Exc::StoreNotFound,
         Exc::StoreIO,
+        Exc::Changed,
         Exc::Closed,
         Exc::Internal,
     ];
@@ -65,6 +67,7 @@ impl Exc {
             Exc::StoreExists => "StoreExistsError",
             Exc::StoreNotFound => "StoreNotFoundError",
             Exc::StoreIO => "StoreIOError",
+            Exc::Changed => "StoreChangedError",
             Exc::Closed => "ClosedError",
             Exc::Internal => "InternalError",
         }
@@ -97,6 +100,7 @@ pub fn to_pyerr(py: Python<'_>, err: Error) -> PyErr {
         Error::AlreadyExists(_) => Exc::StoreExists,
         Error::OutOfRange { .. } => return PyIndexError::new_err(message),
         Error::Closed(_) => Exc::Closed,
+        Error::Changed(_) => Exc::Changed,
         // Python's own: what any allocation that fails raises, and what callers catch.
         Error::OutOfMemory { .. } => return PyMemoryError::new_err(message),
         Error::Io(ref io) if io.kind() == std::io::ErrorKind::NotFound => Exc::StoreNotFound,

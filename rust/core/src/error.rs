@@ -44,6 +44,9 @@ pub enum Error {
     OutOfMemory {
         bytes: usize,
     },
+    /// A remote object changed since the store was opened (its ETag no longer matches): its
+    /// bytes are another store's.
+    Changed(String),
     Io(io::Error),
 }
 
@@ -92,6 +95,7 @@ impl fmt::Display for Error {
             Error::Schema(msg)
             | Error::FieldType(msg)
             | Error::Closed(msg)
+            | Error::Changed(msg)
             | Error::InvalidArgument(msg) => f.write_str(msg),
             Error::AlreadyExists(path) => write!(
                 f,

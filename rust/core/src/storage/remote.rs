@@ -387,8 +387,14 @@ impl Remote {
         }
     }
 
-    /// The first bytes of `path` (up to `len`) and the object's size: one request.
-    pub fn head(&self, path: &ObjectPath, url: &str, len: u64) -> Result<(Bytes, u64)> {
+    /// The first bytes of `path` (up to `len`), the object's size and its ETag (where the
+    /// server gives one): one request.
+    pub fn head(
+        &self,
+        path: &ObjectPath,
+        url: &str,
+        len: u64,
+    ) -> Result<(Bytes, u64, Option<String>)> {
         let conn = self.conn()?;
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
         self.stats.rounds.fetch_add(1, Ordering::Relaxed);
@@ -401,18 +407,18 @@ impl Remote {
         loop {
             let result = conn.runtime.block_on(async {
                 let got = conn.store.get_opts(path, options.clone()).await?;
-                let size = got.meta.size;
+                let (size, etag) = (got.meta.size, got.meta.e_tag.clone());
                 let bytes = got.bytes().await?;
-                Ok::<_, object_store::Error>((bytes, size))
+                Ok::<_, object_store::Error>((bytes, size, etag))
             });
             let fail = match result {
-                Ok((bytes, size)) if bytes.len() as u64 == len.min(size) => {
+                Ok((bytes, size, etag)) if bytes.len() as u64 == len.min(size) => {
                     self.stats
                         .bytes
                         .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-                    return Ok((bytes, size));
+                    return Ok((bytes, size, etag));
                 }
-                Ok((bytes, size)) => Error::Io(std::io::Error::other(format!(
+                Ok((bytes, size, _)) => Error::Io(std::io::Error::other(format!(
                     "{url}: short response ({} of {} bytes)",
                     bytes.len(),
                     len.min(size)
@@ -454,11 +460,13 @@ impl Remote {
     }
 
     /// Fetches `ranges` of `path`, at most `max_in_flight` at once, each checked for its length
-    /// and retried; `sink` gets each one as it arrives.
+    /// and retried; `sink` gets each one as it arrives. With `etag`, only from the object that
+    /// had it (`If-Match`): bytes of an object replaced since are `Error::Changed`, not read.
     pub fn fetch(
         &self,
         path: &ObjectPath,
         url: &str,
+        etag: Option<&str>,
         ranges: Vec<Range<u64>>,
         sink: impl Fn(Range<u64>, Bytes) -> Result<()>,
     ) -> Result<()> {
@@ -468,7 +476,9 @@ impl Remote {
         conn.runtime.block_on(async {
             futures::stream::iter(ranges)
                 .map(|range| async move {
-                    let bytes = self.fetch_one(store, path, url, range.clone()).await?;
+                    let bytes = self
+                        .fetch_one(store, path, url, etag, range.clone())
+                        .await?;
                     Ok::<_, Error>((range, bytes))
                 })
                 .buffer_unordered(self.options.max_in_flight)
@@ -485,16 +495,25 @@ impl Remote {
         store: &Arc<dyn ObjectStore>,
         path: &ObjectPath,
         url: &str,
+        etag: Option<&str>,
         range: Range<u64>,
     ) -> Result<Bytes> {
         let started = Instant::now();
         let mut attempt = 0;
         let what = format!(" (bytes {}..{})", range.start, range.end);
+        let options = object_store::GetOptions {
+            range: Some(object_store::GetRange::Bounded(range.clone())),
+            if_match: etag.map(str::to_string),
+            ..Default::default()
+        };
         loop {
             self.stats.requests.fetch_add(1, Ordering::Relaxed);
             let now = self.stats.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
             self.stats.peak_in_flight.fetch_max(now, Ordering::Relaxed);
-            let result = store.get_range(path, range.clone()).await;
+            let result = match store.get_opts(path, options.clone()).await {
+                Ok(got) => got.bytes().await,
+                Err(e) => Err(e),
+            };
             self.stats.in_flight.fetch_sub(1, Ordering::Relaxed);
             let fail = match result {
                 Ok(bytes) if bytes.len() as u64 == range.end - range.start => {
@@ -508,6 +527,13 @@ impl Remote {
                     bytes.len(),
                     range.end - range.start
                 ))),
+                Err(object_store::Error::Precondition { .. }) => {
+                    return Err(Error::Changed(format!(
+                        "{url} was replaced since it was opened (its ETag is no longer {}): \
+                         open it again",
+                        etag.unwrap_or_default()
+                    )))
+                }
                 Err(
                     e @ (object_store::Error::NotFound { .. }
                     | object_store::Error::PermissionDenied { .. }
@@ -563,6 +589,8 @@ pub struct RemoteFile {
     cache: CacheFile,
     /// Where the documents (the data section) lie in the file.
     documents: Range<u64>,
+    /// The object's ETag when opened: every later request asks for that object only.
+    etag: Option<String>,
 }
 
 impl RemoteFile {
@@ -570,7 +598,7 @@ impl RemoteFile {
     /// gives its size and fingerprint, so its cache.
     pub fn open(remote: &Arc<Remote>, url: &str) -> Result<RemoteFile> {
         let path = remote.path_of(url)?;
-        let (first, size) = remote.head(&path, url, OPEN_PREFIX)?;
+        let (first, size, etag) = remote.head(&path, url, OPEN_PREFIX)?;
         let header = crate::format::Header::decode(&first, size)?;
         let data = header.section(crate::format::Section::Data);
         let fingerprint = crate::format::header_checksum(&first);
@@ -582,6 +610,7 @@ impl RemoteFile {
             size,
             cache,
             documents: data.offset..data.offset + data.len,
+            etag,
         };
         // What the first request brought, whole units only (or all of it at the end of the file).
         let whole = if first.len() as u64 == size {
@@ -701,11 +730,16 @@ impl RemoteFile {
                 start = end;
             }
         }
-        self.remote
-            .fetch(&self.path, &self.url, requests, |range, bytes| {
+        self.remote.fetch(
+            &self.path,
+            &self.url,
+            self.etag.as_deref(),
+            requests,
+            |range, bytes| {
                 let units = range.start / unit..range.end.div_ceil(unit);
                 self.cache.write(units, &bytes)
-            })
+            },
+        )
     }
 
     /// The whole object, downloaded into an unlinked temporary file (concurrent requests of at
@@ -717,11 +751,16 @@ impl RemoteFile {
         let ranges: Vec<Range<u64>> = (0..self.size.div_ceil(step))
             .map(|i| i * step..((i + 1) * step).min(self.size))
             .collect();
-        self.remote
-            .fetch(&self.path, &self.url, ranges, |range, bytes| {
+        self.remote.fetch(
+            &self.path,
+            &self.url,
+            self.etag.as_deref(),
+            ranges,
+            |range, bytes| {
                 use std::os::unix::fs::FileExt;
                 file.write_all_at(&bytes, range.start).map_err(Error::Io)
-            })?;
+            },
+        )?;
         // SAFETY: a private, unlinked file that nothing else can open or change.
         Ok(unsafe { Mmap::map(&file)? })
     }
