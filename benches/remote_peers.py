@@ -125,6 +125,16 @@ def _litdata_docs(n: int) -> Iterator[dict]:
         yield {"id": i, "text": text, "label": label}
 
 
+def _litdata_allow_http(worker: int = 0) -> None:
+    """litdata fetches chunks with obstore, whose client options it sets itself: without
+    allow_http, obstore refuses this server's http:// endpoint ("builder error"), where an S3
+    endpoint would be https. The one option added, for the local server; also the DataLoader's
+    ``worker_init_fn``, for workers that are spawned."""
+    from litdata.streaming import downloader
+
+    downloader._OBSTORE_CLIENT_OPTIONS["allow_http"] = "true"
+
+
 class Litdata:
     """litdata ``optimize`` (chunk_bytes="64MB", the size its docs recommend), ``StreamingDataset``."""
 
@@ -144,12 +154,8 @@ class Litdata:
 
     def _dataset(self, cache: str, **kwargs: Any) -> Any:
         from litdata import StreamingDataset
-        from litdata.streaming import downloader
 
-        # litdata fetches chunks with obstore, whose client options it sets itself: without
-        # allow_http, obstore refuses this server's http:// endpoint ("builder error"), where an
-        # S3 endpoint would be https. The one option added, for the local server.
-        downloader._OBSTORE_CLIENT_OPTIONS["allow_http"] = "true"
+        _litdata_allow_http()
 
         return StreamingDataset(
             self.url,
@@ -186,7 +192,12 @@ class Litdata:
 
         ds = self._dataset(cache, shuffle=True)
         return time_loader(
-            lambda: iter(StreamingDataLoader(ds, batch_size=BATCH, num_workers=WORKERS)), batches
+            lambda: iter(
+                StreamingDataLoader(
+                    ds, batch_size=BATCH, num_workers=WORKERS, worker_init_fn=_litdata_allow_http
+                )
+            ),
+            batches,
         )
 
 
