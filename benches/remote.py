@@ -410,23 +410,25 @@ def table_peers(results: dict) -> str:
     for run in results["runs"]:
         for name, r in run.get("peers", {}).items():
             head = f"| {run['latency_ms']:g} ms | {name} | {r['stored_bytes_per_doc']:.0f} "
-            if "loader" not in r:
-                rows.append(head + f"| {r.get('error', 'failed')} |" + " |" * 11)
+            error = r.get("error", "").strip().splitlines()[-1:] or ["failed"]
+            if "get_cached" not in r:
+                rows.append(head + f"| {error[0]} |" + " |" * 11)
                 continue
-            stored, cold, cached, loader = (
-                r["stored_bytes_per_doc"],
-                r["get_cold"],
-                r["get_cached"],
-                r["loader"],
-            )
-            rows.append(
+            stored, cold, cached = r["stored_bytes_per_doc"], r["get_cold"], r["get_cached"]
+            row = (
                 head + f"| {r['open_s'] * 1000:.0f} ms, {r['open']['requests']} req "
                 f"| {1024 / r['get_cold_s']:,.0f} | {cold['requests'] / 1024:.2f} "
                 f"| {_per_doc(cold, 1024, stored)} "
                 f"| {cold['peak_in_flight']} "
                 f"| {1024 / r['get_cached_s']:,.0f} | {cached['requests'] / 1024:.2f} "
                 f"| {_per_doc(cached, 1024, stored)} "
-                f"| {loader['after_first_docs_per_s']:,.0f} ({loader['first_batch_s']:.2f} s) "
+            )
+            if "loader" not in r:
+                rows.append(row + f"| DataLoader failed: {error[0]} | | | |")
+                continue
+            loader = r["loader"]
+            rows.append(
+                row + f"| {loader['after_first_docs_per_s']:,.0f} ({loader['first_batch_s']:.2f} s) "
                 f"| {loader['requests'] / loader['docs']:.3f} | {_per_doc(loader, loader['docs'], stored)} "
                 f"| {loader['peak_in_flight']} |"
             )
