@@ -447,7 +447,7 @@ def plot_peers(results: dict, path: str) -> None:
     lat = [r["latency_ms"] for r in runs]
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     for name in names:
-        ok = [r for r in runs if "loader" in r["peers"][name]]
+        ok = [r for r in runs if "get_cached" in r["peers"][name]]
         x = [r["latency_ms"] for r in ok]
         p = [r["peers"][name] for r in ok]
         axes[0].plot(x, [1024 / q["get_cold_s"] for q in p], "o-", label=name)
@@ -455,9 +455,11 @@ def plot_peers(results: dict, path: str) -> None:
             x,
             [q["get_cold"]["bytes"] / 1024 / q["stored_bytes_per_doc"] for q in p],
             "o-",
-            label=f"{name}, cold",
+            label=f"{name}, cold" + (" (= litdata)" if name == "mosaic" else ""),
         )
-        axes[2].plot(x, [q["loader"]["after_first_docs_per_s"] for q in p], "o-", label=name)
+        ok = [r for r in runs if "loader" in r["peers"][name]]
+        x = [r["latency_ms"] for r in ok]
+        axes[2].plot(x, [r["peers"][name]["loader"]["after_first_docs_per_s"] for r in ok], "o-", label=name)
     axes[0].set(
         xlabel="latency per request (ms)", ylabel="documents / s", title="1024 random documents, cold"
     )
@@ -471,7 +473,7 @@ def plot_peers(results: dict, path: str) -> None:
     axes[2].set(
         xlabel="latency per request (ms)",
         ylabel="documents / s",
-        title="DataLoader (4 workers, batch 64), after its first batch",
+        title="DataLoader (4 workers, batch 64), after batch 1",
     )
     axes[2].set_yscale("log")
     for ax in axes:
