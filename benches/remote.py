@@ -28,9 +28,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from remote_peers import BUCKET, PEERS, SYSTEMS, set_endpoint
 
 import docstore
 from tests.remote_servers import RangeHTTPServer
@@ -71,13 +74,19 @@ class RustServer:
             self.proc = None
 
 
-def build(path: str, n: int) -> None:
+def docs(n: int) -> Iterator[tuple[str, str, int]]:
+    """The corpus: ``n`` documents (id, text of 20-80 words, label), the same for every system."""
     rng = random.Random(0)
     words = [f"w{i}" for i in range(5000)]
+    for i in range(n):
+        text = " ".join(rng.choice(words) for _ in range(rng.randint(20, 80)))
+        yield f"{i:08d}", text, i % 7
+
+
+def build(path: str, n: int) -> None:
     with docstore.Writer(path, fields={"text": "str", "label": "int64"}) as writer:
-        for i in range(n):
-            text = " ".join(rng.choice(words) for _ in range(rng.randint(20, 80)))
-            writer.add(f"{i:08d}", {"text": text, "label": i % 7})
+        for i, text, label in docs(n):
+            writer.add(i, {"text": text, "label": label})
 
 
 def floor(server: RangeHTTPServer | RustServer, name: str) -> dict[str, float]:
@@ -101,6 +110,52 @@ def floor(server: RangeHTTPServer | RustServer, name: str) -> dict[str, float]:
         list(pool.map(lambda i: [get(conns[i], (i * 4 + k) * 512) for k in range(4)], range(256)))
         many = time.perf_counter() - t
     return {"one_request_s": one, "requests_1024_at_256_s": many}
+
+
+def server_stats(port: int, reset: bool = True) -> dict:
+    """The range server's counters (requests, body bytes, peak in flight) since the last reset."""
+    conn = http.client.HTTPConnection("127.0.0.1", port)
+    conn.request("GET", "/__stats?reset" if reset else "/__stats")
+    out = json.loads(conn.getresponse().read())
+    conn.close()
+    return out
+
+
+def measure_peers(systems: list, port: int, local: str, n: int, batches: int) -> dict:
+    """Every system over S3 from the same server, counted by the server: open, ``get_many(1024)``
+    of random documents on an empty cache, another 1024 (what the first left cached: the index,
+    the metadata, chunks), and a DataLoader on another empty cache."""
+    rng = random.Random(2)
+    first, second = rng.sample(range(n), 1024), rng.sample(range(n), 1024)
+    local_store = docstore.open(local)
+    found = local_store.get_many([f"{i:08d}" for i in first + second])
+    expected = {i: found[f"{i:08d}"]["text"] for i in first + second}
+    out: dict = {}
+    for system in systems:
+        r: dict = {"stored_bytes": system.stored, "stored_bytes_per_doc": system.stored / n}
+        cache = tempfile.mkdtemp(prefix=f"bench-{system.name}-")
+        try:
+            server_stats(port)
+            t = time.perf_counter()
+            handle = system.open(os.path.join(cache, "a"))
+            r["open_s"], r["open"] = time.perf_counter() - t, server_stats(port)
+            for name, idx in (("cold", first), ("cached", second)):
+                t = time.perf_counter()
+                texts = system.take(handle, idx)
+                r[f"get_{name}_s"], r[f"get_{name}"] = time.perf_counter() - t, server_stats(port)
+                assert texts == [expected[i] for i in idx], f"{system.name} read other documents"
+            if system.name == "docstore":
+                r["docstore_stats"] = handle.remote_stats()
+            del handle
+            r["loader"] = system.loader(os.path.join(cache, "b"), batches)
+            r["loader"].update(server_stats(port))
+        except Exception as e:  # one peer failing leaves the others measured
+            r["error"] = f"{type(e).__name__}: {e}"
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
+        print(system.name, json.dumps(r), file=sys.stderr)
+        out[system.name] = r
+    return out
 
 
 def stats_delta(after: dict, before: dict) -> dict:
@@ -221,42 +276,72 @@ def main() -> None:
     parser.add_argument("--dir", default=None)
     parser.add_argument("--out", default=None)
     parser.add_argument("--server", choices=("rust", "python"), default="rust")
+    parser.add_argument(
+        "--peers",
+        nargs="*",
+        default=list(PEERS),
+        help=f"systems read over S3 from the same server, counted by it ({' '.join(PEERS)}; none: skip)",
+    )
+    parser.add_argument("--loader-batches", type=int, default=100, help="batches of 64 per DataLoader run")
+    parser.add_argument("--no-docstore-http", action="store_true", help="only the peers' comparison")
     parser.add_argument("--json", default=None, help="plot and tabulate an earlier --out instead of running")
     parser.add_argument("--plot", default=None, help="write a PNG of the figures (needs matplotlib)")
+    parser.add_argument("--plot-peers", default=None, help="write a PNG of the peers' comparison")
     args = parser.parse_args()
     if args.json:
         with open(args.json) as f:
             results = json.load(f)
         print(table(results))
+        print(table_peers(results))
         if args.plot:
             plot(results, args.plot)
+        if args.plot_peers:
+            plot_peers(results, args.plot_peers)
         return
     directory = args.dir or tempfile.mkdtemp(prefix="docstore-bench-")
-    local = os.path.join(directory, f"bench-{args.docs}.docstore")
+    # The server's root: the bucket is a directory of it (s3://bench/... and http://host/bench/...).
+    os.makedirs(os.path.join(directory, BUCKET), exist_ok=True)
+    local = os.path.join(directory, BUCKET, f"bench-{args.docs}.docstore")
     if not os.path.exists(local):
         t = time.perf_counter()
         build(local, args.docs)
         print(f"built {local} in {time.perf_counter() - t:.1f}s", file=sys.stderr)
     ids = list(docstore.open(local))
+    if args.peers and args.server != "rust":
+        parser.error("the peers need the S3 of the rust server (--server rust)")
+    systems = []
+    for name in args.peers or ():
+        t = time.perf_counter()
+        systems.append(SYSTEMS[name](directory, args.docs, local))
+        print(
+            f"{name}: {systems[-1].stored:,} bytes, ready in {time.perf_counter() - t:.1f}s", file=sys.stderr
+        )
     server: RangeHTTPServer | RustServer
     server = RustServer(directory) if args.server == "rust" else RangeHTTPServer(directory)
     results = {"docs": args.docs, "server": args.server, "stored_bytes": os.path.getsize(local), "runs": []}
+    name = f"{BUCKET}/{os.path.basename(local)}"
     try:
         for ms in args.latency:
             if isinstance(server, RustServer):
                 server.start(ms / 1000)
             else:
                 server.latency = ms / 1000
-            url = f"{server.url}/{os.path.basename(local)}"
-            run = {"floor": floor(server, os.path.basename(local))}
-            run.update(measure(url, local, ids, ms / 1000, args.workers))
+            run: dict = {"latency_ms": ms, "floor": floor(server, name)}
+            if not args.no_docstore_http:
+                run.update(measure(f"{server.url}/{name}", local, ids, ms / 1000, args.workers))
+            if systems:
+                set_endpoint(server.url)
+                run["peers"] = measure_peers(systems, server.port, local, args.docs, args.loader_batches)
             results["runs"].append(run)
             print(json.dumps(run, indent=1), file=sys.stderr)
     finally:
         server.stop()
     print(table(results))
+    print(table_peers(results))
     if args.plot:
         plot(results, args.plot)
+    if args.plot_peers:
+        plot_peers(results, args.plot_peers)
     if args.out:
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
         with open(args.out, "w") as f:
@@ -309,6 +394,96 @@ def plot(results: dict, path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
+def _per_doc(stats: dict, docs: int, stored_per_doc: float) -> str:
+    per_doc = stats["bytes"] / docs
+    return f"{per_doc:,.0f} B ({per_doc / stored_per_doc:,.1f}x)"
+
+
+def table_peers(results: dict) -> str:
+    """Each system over S3 from the same server, counted by the server."""
+    rows = [
+        "| latency | system | stored B/doc | open | get 1024 cold: docs/s | req/doc | bytes/doc (x stored) "
+        "| peak in flight | next 1024: docs/s | req/doc | bytes/doc (x stored) "
+        "| DataLoader docs/s after batch 1 (batch 1) | req/doc | bytes/doc (x stored) | peak in flight |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in results["runs"]:
+        for name, r in run.get("peers", {}).items():
+            head = f"| {run['latency_ms']:g} ms | {name} | {r['stored_bytes_per_doc']:.0f} "
+            error = r.get("error", "").strip().splitlines()[-1:] or ["failed"]
+            if "get_cached" not in r:
+                rows.append(head + f"| {error[0]} |" + " |" * 11)
+                continue
+            stored, cold, cached = r["stored_bytes_per_doc"], r["get_cold"], r["get_cached"]
+            row = (
+                head + f"| {r['open_s'] * 1000:.0f} ms, {r['open']['requests']} req "
+                f"| {1024 / r['get_cold_s']:,.0f} | {cold['requests'] / 1024:.2f} "
+                f"| {_per_doc(cold, 1024, stored)} "
+                f"| {cold['peak_in_flight']} "
+                f"| {1024 / r['get_cached_s']:,.0f} | {cached['requests'] / 1024:.2f} "
+                f"| {_per_doc(cached, 1024, stored)} "
+            )
+            if "loader" not in r:
+                rows.append(row + f"| DataLoader failed: {error[0]} | | | |")
+                continue
+            loader = r["loader"]
+            rows.append(
+                row + f"| {loader['after_first_docs_per_s']:,.0f} ({loader['first_batch_s']:.2f} s) "
+                f"| {loader['requests'] / loader['docs']:.3f} | {_per_doc(loader, loader['docs'], stored)} "
+                f"| {loader['peak_in_flight']} |"
+            )
+    return "\n".join(rows) if len(rows) > 2 else ""
+
+
+def plot_peers(results: dict, path: str) -> None:
+    """Docs/s of get 1024 (cold), bytes per document against stored, DataLoader docs/s, by latency."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [r for r in results["runs"] if r.get("peers")]
+    names = list(runs[0]["peers"])
+    lat = [r["latency_ms"] for r in runs]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    for name in names:
+        ok = [r for r in runs if "get_cached" in r["peers"][name]]
+        x = [r["latency_ms"] for r in ok]
+        p = [r["peers"][name] for r in ok]
+        axes[0].plot(x, [1024 / q["get_cold_s"] for q in p], "o-", label=name)
+        axes[1].plot(
+            x,
+            [q["get_cold"]["bytes"] / 1024 / q["stored_bytes_per_doc"] for q in p],
+            "o-",
+            label=f"{name}, cold" + (" (= litdata)" if name == "mosaic" else ""),
+        )
+        ok = [r for r in runs if "loader" in r["peers"][name]]
+        x = [r["latency_ms"] for r in ok]
+        axes[2].plot(x, [r["peers"][name]["loader"]["after_first_docs_per_s"] for r in ok], "o-", label=name)
+    axes[0].set(
+        xlabel="latency per request (ms)", ylabel="documents / s", title="1024 random documents, cold"
+    )
+    axes[0].set_yscale("log")
+    axes[1].set(
+        xlabel="latency per request (ms)",
+        ylabel="bytes fetched / stored bytes",
+        title="Bytes per random document",
+    )
+    axes[1].set_yscale("log")
+    axes[2].set(
+        xlabel="latency per request (ms)",
+        ylabel="documents / s",
+        title="DataLoader (4 workers, batch 64), after batch 1",
+    )
+    axes[2].set_yscale("log")
+    for ax in axes:
+        ax.set_xticks(lat)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"Random reads over S3 from one server: {results['docs']:,} documents")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def table(results: dict) -> str:
     rows = [
         "| latency | floor: 1 request | floor: 1024 at 256 | open | lookup (cold) | get_many(1024) cold "
@@ -317,6 +492,8 @@ def table(results: dict) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results["runs"]:
+        if "get_many_cold" not in r:
+            continue
         lat = r["latency_ms"]
         unit = f" ({r['get_many_cold_s'] / (lat / 1000):.1f} RTT)" if lat else ""
         cold = r["get_many_cold"]
