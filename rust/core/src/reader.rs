@@ -879,7 +879,7 @@ impl<B: Storage> Store<B> {
 
     /// When the blobs at `positions` look uncached (by a sample), asks for all their pages at
     /// once: first their doc offsets, then the blobs.
-    fn prefetch_records(&self, positions: &[u64]) {
+    fn prefetch_records(&self, positions: impl Iterator<Item = u64> + Clone) {
         let n = self.len();
         let data = self.section(Section::Data);
         let blob = |pos: u64| {
@@ -887,18 +887,21 @@ impl<B: Storage> Store<B> {
                 .then(|| self.range_at(Section::DocOffsets, Section::Data, pos).ok())
                 .flatten()
         };
+        let Some(first) = positions.clone().next() else {
+            return;
+        };
         if !self
             .cold
-            .is_cold(|| blob(positions[0]).is_none_or(|r| pagecache::resident(data, r.start)))
+            .is_cold(|| blob(first).is_none_or(|r| pagecache::resident(data, r.start)))
         {
             return;
         }
         let offsets = self.section(Section::DocOffsets);
-        for &pos in positions.iter().filter(|&&p| p < n) {
+        for pos in positions.clone().filter(|&p| p < n) {
             pagecache::will_need(offsets, pos as usize * 8..pos as usize * 8 + 16);
         }
         let data_start = self.ranges[Section::Data as usize].start as u64;
-        for range in positions.iter().filter_map(|&p| blob(p)) {
+        for range in positions.filter_map(blob) {
             match &self.data_file {
                 Some(file) => {
                     pagecache::will_need_file(file, data_start + range.start as u64, range.len())
@@ -1172,8 +1175,7 @@ impl<B: Storage> Store<B> {
         keys: bool,
     ) -> Result<()> {
         if self.mapped && len >= PREFETCH_MIN {
-            let positions: Vec<u64> = positions.clone().collect();
-            self.prefetch_records(&positions);
+            self.prefetch_records(positions.clone());
         }
         if self.buf.is_remote() {
             self.fetch_records(positions, keys)?;
