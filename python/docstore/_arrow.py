@@ -101,9 +101,9 @@ def schema_fields(schema: Any, id_field: str, fields: Mapping[str, str] | None =
 
 
 def prepare(batch: Any, id_field: str, fields: Mapping[str, str]) -> Any:
-    """``batch`` (a pyarrow Table or RecordBatch) cut to the id column and ``fields``, with the
-    column encodings the writer does not read directly (dictionaries, string/binary views,
-    fixed-size lists and binaries) cast to plain ones; its id column checked for nulls."""
+    """``batch`` (a pyarrow Table or RecordBatch) cut to the id column and ``fields``, with
+    dictionaries, string/binary views, fixed-size lists and binaries cast to plain encodings
+    (one layout for every shard of an engine's write); its id column checked for nulls."""
     import pyarrow as pa
 
     names = [id_field, *fields]

@@ -72,10 +72,14 @@ class Writer(_Writer):
         ``add_many(ids, {"text": [...], "label": [...]})``; columns may be lists, numpy arrays
         (a 2-D array for an array field gives one row per document) or pyarrow arrays. A pyarrow
         ``RecordBatch`` or ``Table`` works as ``columns``, or alone with its ids in ``id_field``.
+        Arrow ids and columns go to the writer as their buffers, with no Python object per value
+        (numbers converted to the field's type at once, by the rules ``add`` applies to one
+        value); a batch holding a null, or a value its field cannot hold, is refused as ``add``
+        refuses its first bad row.
 
         A Hugging Face ``datasets.Dataset`` or streaming ``datasets.IterableDataset`` works alone
-        too: it is read as Arrow batches of ``batch_size`` rows, each added as a table (text
-        columns straight from Arrow's buffers), so a streamed dataset of any size goes through
+        too: it is read as Arrow batches of ``batch_size`` rows, each added as a table (every
+        column straight from Arrow's buffers), so a streamed dataset of any size goes through
         bounded memory. Its ids are the ``id_field`` column (integer ids are written as their
         decimal strings); ``id_field=None`` numbers the rows by their position in the store.
         Columns the writer has no field for are not read. Each batch is checked before any of
@@ -333,7 +337,7 @@ def build(
 
     ``records`` may also be a Hugging Face ``datasets.Dataset``, a streaming
     ``datasets.IterableDataset`` or a pyarrow ``Table``/``RecordBatch``: they are read as Arrow
-    batches of ``batch_size`` rows (no Python object per row for text columns; a stream is read
+    batches of ``batch_size`` rows (no Python object per row; a stream is read
     once, in bounded memory), field types come from the Arrow schema (string -> ``str``, binary
     -> ``bytes``, integers and bools -> ``int64``, floats -> ``float64``, lists of numbers ->
     arrays such as ``int32[]``), every column but the ids becomes a field unless ``fields``
