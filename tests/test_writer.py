@@ -455,6 +455,248 @@ def test_arrow_text_columns_are_read_from_arrow_buffers(tmp_path):
     assert not (tmp_path / "bad").exists()
 
 
+def _arrow_cases():
+    """(field type, Arrow column of 7 rows) for every Arrow type the writer reads from buffers."""
+    pa = pytest.importorskip("pyarrow")
+    ints = [0, 1, -1, 7, 100, -100, 42]
+    lists = [[1, 2, 3], [], [4], [5, 6], [], [7, 8, 9, 10], [11]]
+    cases = [(f"int64<{t}", pa.array(ints, t)) for t in ("int8", "int16", "int32", "int64")]
+    cases += [(f"int64<{t}", pa.array([abs(v) for v in ints], t)) for t in ("uint8", "uint16", "uint32")]
+    cases += [
+        ("int64<uint64", pa.array([0, 2**63 - 1, 1, 2, 3, 4, 5], pa.uint64())),
+        ("int64<int64 extremes", pa.array([-(2**63), 2**63 - 1, 0, 1, -1, 2, 3], pa.int64())),
+        ("int64<bool", pa.array([True, False, True, True, False, False, True])),
+        ("int64<dictionary", pa.array(ints).dictionary_encode()),
+        ("float64<float64", pa.array([0.5, -0.0, float("nan"), float("inf"), -1e300, 1e-300, 3.0])),
+        ("float64<float32", pa.array([0.1, 2.5, float("-inf"), 1e38, -3.0, 0.0, 7.0], pa.float32())),
+        ("float64<float16", pa.array(np.array([0.1, 2.5, 1, 65504, -3, 0, 7], np.float16))),
+        ("float64<int32", pa.array(ints, pa.int32())),
+        ("float64<int64 exact", pa.array([2**53, -(2**62), -(2**63), 0, 1, 2, 3], pa.int64())),
+        ("float64<uint64 exact", pa.array([2**63, 2**64 - 2**11, 0, 1, 2, 3, 4], pa.uint64())),
+        ("float64<bool", pa.array([True, False, True, True, False, False, True])),
+        ("float32[]<list<float32>", pa.array(lists, pa.list_(pa.float32()))),
+        (
+            "float32[]<list<float16>",
+            pa.array([np.array(v, np.float16) for v in lists], pa.list_(pa.float16())),
+        ),
+        ("float32[]<list<float64>", pa.array([[x / 3 for x in v] for v in lists], pa.list_(pa.float64()))),
+        ("float64[]<list<int64>", pa.array(lists, pa.list_(pa.int64()))),
+        ("int64[]<large_list<int64>", pa.array(lists, pa.large_list(pa.int64()))),
+        ("int8[]<list<int32>", pa.array(lists, pa.list_(pa.int32()))),
+        ("uint8[]<list<bool>", pa.array([[x % 2 == 0 for x in v] for v in lists], pa.list_(pa.bool_()))),
+        ("uint64[]<list<uint64>", pa.array([[2**64 - x for x in v] for v in lists], pa.list_(pa.uint64()))),
+        ("int16[]<fixed_size_list<int16>[2]", pa.array([[i, -i] for i in ints], pa.list_(pa.int16(), 2))),
+        (
+            "float32[]<fixed_size_list<float64>[3]",
+            pa.array([[i / 7, i, -i] for i in ints], pa.list_(pa.float64(), 3)),
+        ),
+        ("str<string", pa.array(["a", "", "ünï", "x" * 50, "b", "c", "d"])),
+        ("str<large_string", pa.array(["a", "", "ünï", "x" * 50, "b", "c", "d"], pa.large_string())),
+        ("bytes<binary", pa.array([b"a", b"", b"\xff", b"x" * 50, b"b", b"c", b"d"])),
+        ("bytes<fixed_size_binary", pa.array([bytes([i]) * 3 for i in range(7)], pa.binary(3))),
+    ]
+    if hasattr(pa, "string_view"):
+        cases.append(
+            ("str<string_view", pa.array(["a", "", "ünï", "x" * 50, "b", "c", "d"], pa.string_view()))
+        )
+    return cases
+
+
+def _no_row_path(monkeypatch):
+    """Makes the value-by-value path of add_many fail: what goes through passed as buffers."""
+    from docstore import _writer
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("an Arrow batch took the value-by-value path")
+
+    monkeypatch.setattr(_writer, "_as_list", refuse)
+    monkeypatch.setattr(docstore.Writer, "_add_columns", refuse)
+
+
+def _row_path(monkeypatch):
+    """Makes add_many take the value-by-value path for every input (as before Arrow numeric
+    columns were read from buffers)."""
+    from docstore import _writer
+
+    monkeypatch.setattr(_writer, "_arrow_columns", lambda *args: None)
+
+
+def _write_arrow(path, fields, *tables):
+    with docstore.Writer(path, fields=fields, batch_bytes=300, dict_size=0) as w:
+        for table in tables:
+            w.add_many(table)
+    return docstore.open(path)
+
+
+@pytest.mark.parametrize(("case", "column"), _arrow_cases(), ids=[c for c, _ in _arrow_cases()])
+def test_arrow_columns_from_buffers_make_the_store_the_row_path_makes(tmp_path, monkeypatch, case, column):
+    # Each supported Arrow type, whole, sliced (offset arrays), in several chunks and in batches,
+    # against the same tables taken value by value: the same store, byte for byte.
+    pa = pytest.importorskip("pyarrow")
+    fields = {"c": case.split("<")[0]}
+    n = len(column)
+    ids = pa.array([f"d{i}" for i in range(n)])
+    table = pa.table({"doc_id": ids, "c": column})
+    chunked = pa.table({"doc_id": ids, "c": pa.chunked_array([column.slice(0, 3), column.slice(3)])})
+    inputs = {
+        "whole": [table],
+        "sliced": [table.slice(0, 2), table.slice(2, 4), table.slice(6)],
+        "chunked": [chunked],
+        "batches": list(chunked.to_batches(max_chunksize=2)),
+        "empty": [table.slice(0, 0), table.slice(n)],
+    }
+    with monkeypatch.context() as m:
+        _no_row_path(m)
+        got = {
+            name: _write_arrow(tmp_path / f"buffers-{name}", fields, *tables)
+            for name, tables in inputs.items()
+        }
+    with monkeypatch.context() as m:
+        _row_path(m)
+        want = _write_arrow(tmp_path / "rows", fields, table)
+        empty = _write_arrow(tmp_path / "rows-empty", fields, *inputs["empty"])
+    for name, store in got.items():
+        expected = empty if name == "empty" else want
+        assert store.fingerprint == expected.fingerprint, name
+        assert (tmp_path / f"buffers-{name}").read_bytes() == (
+            tmp_path / ("rows-empty" if name == "empty" else "rows")
+        ).read_bytes()
+    assert len(want) == n and len(empty) == 0
+
+
+def test_a_table_of_every_field_type_goes_through_buffers_together(tmp_path, monkeypatch):
+    pa = pytest.importorskip("pyarrow")
+    cases = _arrow_cases()
+    fields = {f"c{i}": case.split("<")[0] for i, (case, _) in enumerate(cases)}
+    columns = {f"c{i}": column for i, (_, column) in enumerate(cases)}
+    table = pa.table({"doc_id": [f"d{i}" for i in range(7)], **columns})
+    with monkeypatch.context() as m:
+        _no_row_path(m)
+        got = _write_arrow(tmp_path / "buffers", fields, table.slice(0, 3), table.slice(3))
+        # ids and columns given apart, as Arrow arrays in a dict, take the same way
+        with docstore.Writer(tmp_path / "dict", fields=fields, batch_bytes=300, dict_size=0) as w:
+            w.add_many(table.column("doc_id"), {name: table.column(name) for name in fields})
+    with monkeypatch.context() as m:
+        _row_path(m)
+        want = _write_arrow(tmp_path / "rows", fields, table)
+    assert got.fingerprint == want.fingerprint == docstore.open(tmp_path / "dict").fingerprint
+    assert [tuple(map(str, d)) for d in got.values()] == [tuple(map(str, d)) for d in want.values()]
+
+
+def _refusals():
+    pa = pytest.importorskip("pyarrow")
+    return [
+        ("int64", pa.array([1, None, 3]), 'doc "b": field "c" is int64, got NoneType'),
+        ("float64", pa.array([1.0, 2.0, None]), 'doc "c": field "c" is float64, got NoneType'),
+        ("str", pa.array(["x", None, "z"]), 'doc "b": field "c" is str, got NoneType'),
+        (
+            "int64",
+            pa.array([1, 2**64 - 1, 3], pa.uint64()),
+            "is int64, got 18446744073709551615: outside its range",
+        ),
+        ("int64", pa.array([1.0, 2.0, 3.0]), 'doc "a": field "c" is int64, got float'),
+        ("int64", pa.array(["1", "2", "3"]), 'doc "a": field "c" is int64, got str'),
+        ("float64", pa.array([1, 2**53 + 1, 3]), "got 9007199254740993, which float64 cannot hold exactly"),
+        (
+            "float64",
+            pa.array([2**63 - 1, 1, 3]),
+            "got 9223372036854775807, which float64 cannot hold exactly",
+        ),
+        ("float64", pa.array([1, 2**64 - 1, 3], pa.uint64()), "got 18446744073709551615, which float64"),
+        ("bytes", pa.array(["x", "y", "z"]), 'doc "a": field "c" is bytes, got str'),
+        (
+            "float32[]",
+            pa.array([[1.0], None, [2.0]], pa.list_(pa.float32())),
+            "doc 'b': field 'c' is float32\\[\\], got NoneType",
+        ),
+        ("float32[]", pa.array([[1.0], [2.0, None], []], pa.list_(pa.float32())), "doc 'b'.*None"),
+        ("int32[]", pa.array([[1], [], [2**40]], pa.list_(pa.int64())), "doc 'c'.*outside \\[-2147483648"),
+        ("int32[]", pa.array([[], [1.5], []], pa.list_(pa.float64())), "doc 'b'.*floating-point elements"),
+        ("float32[]", pa.array([[1.0], [1e300]], pa.list_(pa.float64())), "doc 'b'.*too large for float32"),
+        ("float32[]", pa.array([[1], [2**24 + 1]], pa.list_(pa.int64())), "doc 'b'.*cannot hold exactly"),
+        ("float32[]", pa.array([["x"], ["y"]], pa.list_(pa.string())), "doc 'a'.*float32"),
+        ("int64[]", pa.array([1, 2, 3]), "doc 'a': field 'c' is int64\\[\\], got int"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("kind", "column", "message"),
+    _refusals(),
+    ids=[f"{k}-{c.type}-{i}" for i, (k, c, _) in enumerate(_refusals())],
+)
+def test_arrow_columns_are_refused_as_the_row_path_refuses_them(tmp_path, monkeypatch, kind, column, message):
+    # Nulls, values out of range and wrong element types: the same error, by row and name, as
+    # each value taken by itself gives, and nothing added.
+    pa = pytest.importorskip("pyarrow")
+    table = pa.table({"doc_id": ["a", "b", "c"][: len(column)], "c": column})
+    errors = []
+    for path in ("default", "rows"):
+        with monkeypatch.context() as m:
+            if path == "rows":
+                _row_path(m)
+            with docstore.Writer(tmp_path / path, fields={"c": kind}) as w:
+                with pytest.raises(docstore.FieldTypeError, match=message) as info:
+                    w.add_many(table)
+                assert w.count == 0
+                w.abort()
+        errors.append((type(info.value), str(info.value)))
+    assert errors[0] == errors[1]
+
+
+@pytest.mark.parametrize(
+    ("ids", "error"),
+    [
+        (["c", "c", "e"], "DuplicateKeyError"),
+        (["c", "", "e"], "InvalidKeyError"),
+    ],
+)
+def test_an_arrow_batch_of_numbers_checks_its_ids_before_adding_any(tmp_path, monkeypatch, ids, error):
+    pa = pytest.importorskip("pyarrow")
+    _no_row_path(monkeypatch)
+    fields = {"n": "int64", "x": "float64", "v": "float32[]"}
+    table = pa.table(
+        {
+            "doc_id": ids,
+            "n": [1, 2, 3],
+            "x": [0.5, 1.5, 2.5],
+            "v": pa.array([[1.0], [], [2.0, 3.0]], pa.list_(pa.float32())),
+        }
+    )
+    with docstore.Writer(tmp_path / "s", fields=fields, batch_bytes=1) as w:
+        with pytest.raises(getattr(docstore, error)):
+            w.add_many(table)
+        assert w.count == 0
+        w.add_many(table.set_column(0, "doc_id", pa.array(["c", "d", "e"])))
+    assert [d.n for d in docstore.open(tmp_path / "s").values()] == [1, 2, 3]
+
+
+def test_add_arrow_columns_checks_its_buffers(tmp_path):
+    ids = (np.array([0, 1, 2], np.int64), np.frombuffer(b"ab", np.uint8))
+    offsets = np.array([0, 1, 3], np.int64)
+    with docstore.Writer(tmp_path / "s", fields={"n": "int64", "v": "float32[]"}) as w:
+        for columns, message in [
+            ([np.array([1, 2], np.int64)], "one column per field"),
+            (
+                [np.array([1.0, 2.0]), (offsets, np.zeros(3, np.float32))],
+                'field "n": expected an int64 array',
+            ),
+            ([np.array([1, 2]), (offsets, np.zeros(3, np.float64))], "contiguous, native float32 array"),
+            (
+                [np.array([1, 2]), (offsets, np.zeros(2, np.float32))],
+                "offsets must be non-decreasing and within",
+            ),
+            ([np.array([1, 2]), (offsets[::-1].copy(), np.zeros(3, np.float32))], "non-decreasing"),
+            ([np.array([1, 2, 3]), (offsets, np.zeros(3, np.float32))], "3 values for 2 doc ids"),
+            ([np.arange(4)[::2], (offsets, np.zeros(3, np.float32))], "contiguous"),
+        ]:
+            with pytest.raises(docstore.SchemaError, match=message):
+                w._add_arrow_columns(ids, columns)
+        assert w.count == 0
+        w._add_arrow_columns(ids, [np.array([5, 6]), (offsets, np.arange(3, dtype=np.float32))])
+    store = docstore.open(tmp_path / "s")
+    assert [(d.n, d.v.tolist()) for d in store.values()] == [(5, [0.0]), (6, [1.0, 2.0])]
+
+
 def test_build_from_dicts_namedtuples_dataclasses(tmp_path):
     records = [{"doc_id": f"d{i}", "text": f"t{i}", "n": i, "x": i / 2, "v": [i, 1]} for i in range(50)]
     store = docstore.build(tmp_path / "dicts", records)

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ._docstore import ARRAY_DTYPES
-from .errors import InvalidKeyError, SchemaError
+from .errors import FieldTypeError, InvalidKeyError, SchemaError
 
 
 def field_type(arrow_type: Any) -> str | None:
@@ -101,9 +101,9 @@ def schema_fields(schema: Any, id_field: str, fields: Mapping[str, str] | None =
 
 
 def prepare(batch: Any, id_field: str, fields: Mapping[str, str]) -> Any:
-    """``batch`` (a pyarrow Table or RecordBatch) cut to the id column and ``fields``, with the
-    column encodings the writer does not read directly (dictionaries, string/binary views,
-    fixed-size lists and binaries) cast to plain ones; its id column checked for nulls."""
+    """``batch`` (a pyarrow Table or RecordBatch) cut to the id column and ``fields``, with
+    dictionaries, string/binary views, fixed-size lists and binaries cast to plain encodings
+    (one layout for every shard of an engine's write); its id column checked for nulls."""
     import pyarrow as pa
 
     names = [id_field, *fields]
@@ -130,3 +130,150 @@ def prepare(batch: Any, id_field: str, fields: Mapping[str, str]) -> Any:
     if isinstance(batch, pa.RecordBatch) and all(isinstance(c, pa.Array) for c in columns):
         return pa.RecordBatch.from_arrays(columns, names=names)
     return pa.table(columns, names=names)
+
+
+def writer_columns(doc_ids: Any, columns: Sequence[Any], fields: Mapping[str, str]) -> tuple | None:
+    """The arguments of ``Writer._add_arrow_columns`` for Arrow ``doc_ids`` and ``columns`` (one
+    per field of ``fields``, in order): numpy views of their buffers, made without a Python
+    object per value. None when any column cannot go that way, which leaves the value-by-value
+    path to refuse it row by row, by name, as ``add`` does: a null, a column whose Arrow type
+    does not hold the field's values (a float column for an ``int64`` field), a value the field
+    cannot hold (a ``uint64`` beyond the int64 range), an element an array field's dtype cannot
+    hold (``docstore._convert.as_array`` decides, as it does for each row's array). Columns that
+    are not Arrow's (lists, numpy arrays) also give None."""
+    if not _is_arrow(doc_ids) or not all(_is_arrow(c) for c in columns):
+        return None
+    ids = _buffers(doc_ids, "str")
+    if ids is None:
+        return None
+    parts = []
+    for column, kind in zip(columns, fields.values()):
+        part = _buffers(column, kind)
+        if part is None:
+            return None
+        parts.append(part)
+    return ids, parts
+
+
+def _is_arrow(obj: Any) -> bool:
+    return type(obj).__module__.split(".")[0] == "pyarrow"
+
+
+def _buffers(column: Any, kind: str) -> Any:
+    """One column's argument of ``Writer._add_arrow_columns`` for a field of type ``kind`` (see
+    ``writer_columns``), or None."""
+    import pyarrow as pa
+
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    if not isinstance(column, pa.Array):
+        return None
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    if column.null_count:  # no field holds a None: the row path names the row
+        return None
+    if kind in ("str", "bytes"):
+        return _text(column, kind)
+    if kind == "int64":
+        return _integers(column)
+    if kind == "float64":
+        return _floats(column)
+    if kind.endswith("[]"):
+        return _arrays(column, kind[:-2])
+    return None
+
+
+def _text(column: Any, kind: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """(int64 offsets, uint8 data) of a string column for ``str``, a binary one for ``bytes``:
+    a column of the other kind is refused by name on the row path, as ``add`` refuses it."""
+    import pyarrow as pa
+
+    t = column.type
+    if kind == "str" and _is_view(t, "string"):
+        column = column.cast(pa.large_string())
+    elif kind == "bytes" and (_is_view(t, "binary") or pa.types.is_fixed_size_binary(t)):
+        column = column.cast(pa.large_binary())
+    t = column.type
+    if kind == "str":
+        small, large = pa.types.is_string(t), pa.types.is_large_string(t)
+    else:
+        small, large = pa.types.is_binary(t), pa.types.is_large_binary(t)
+    if not (small or large):
+        return None
+    if len(column) == 0:
+        return np.zeros(1, np.int64), np.zeros(0, np.uint8)
+    _, offsets, data = column.buffers()
+    width = np.int32 if small else np.int64
+    offsets = np.frombuffer(offsets, dtype=width)[column.offset : column.offset + len(column) + 1]
+    data = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+    return offsets.astype(np.int64), data
+
+
+def _integers(column: Any) -> np.ndarray | None:
+    """An ``int64`` field's values from an integer column of any width (a ``uint64`` one only
+    when every value fits int64) or a bool column (0 and 1, as ``add`` takes a bool)."""
+    import pyarrow as pa
+
+    t = column.type
+    if pa.types.is_boolean(t):
+        return column.to_numpy(zero_copy_only=False).astype(np.int64)
+    if not pa.types.is_integer(t):
+        return None  # floats included: an int64 field takes no float
+    values = column.to_numpy()
+    if values.dtype == np.uint64 and values.size and values.max() > np.iinfo(np.int64).max:
+        return None
+    return values.astype(np.int64, copy=False)
+
+
+def _floats(column: Any) -> np.ndarray | None:
+    """A ``float64`` field's values from a float column of any width, a bool column, or an
+    integer column whose every value float64 holds exactly (as ``add`` requires of an int)."""
+    import pyarrow as pa
+
+    t = column.type
+    if pa.types.is_floating(t):
+        return column.to_numpy().astype(np.float64, copy=False)
+    if pa.types.is_boolean(t):
+        return column.to_numpy(zero_copy_only=False).astype(np.float64)
+    if not pa.types.is_integer(t):
+        return None
+    ints = column.to_numpy()
+    floats = ints.astype(np.float64)
+    if ints.dtype.itemsize == 8 and ints.size:  # narrower integers are all exact in float64
+        limit = 2.0**64 if ints.dtype.kind == "u" else 2.0**63
+        fits = floats < limit  # the one float at or past the limit: a cast back would overflow
+        if not fits.all() or not np.array_equal(floats.astype(ints.dtype), ints):
+            return None
+    return floats
+
+
+def _arrays(column: Any, dtype: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """(int64 offsets, values of ``dtype``) of a list, large list or fixed-size list column of
+    numbers (or bools). Its elements become ``dtype`` by ``as_array``, all at once: each of its
+    rules (integers in range, exact in a float field, no float into an integer field, no
+    float32 overflow) holds of every element alone, so the whole is refused exactly when some
+    row would be."""
+    import pyarrow as pa
+
+    from ._convert import as_array
+
+    t = column.type
+    if pa.types.is_fixed_size_list(t):
+        size = t.list_size
+        offsets = np.arange(column.offset, column.offset + len(column) + 1, dtype=np.int64) * size
+    elif pa.types.is_list(t) or pa.types.is_large_list(t):
+        offsets = column.offsets.to_numpy().astype(np.int64)  # this slice's, into .values
+    else:
+        return None
+    element = t.value_type
+    if not (pa.types.is_integer(element) or pa.types.is_floating(element) or pa.types.is_boolean(element)):
+        return None
+    start, stop = int(offsets[0]), int(offsets[-1])
+    flat = column.values.slice(start, stop - start)
+    if flat.null_count:
+        return None
+    try:
+        values = as_array(flat.to_numpy(zero_copy_only=False), dtype, "", "")
+    except FieldTypeError:
+        return None
+    return offsets - start, values

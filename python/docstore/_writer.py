@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ._arrow import field_type, prepare, unsupported
+from ._arrow import writer_columns as _arrow_columns
 from ._docstore import ARRAY_DTYPES
 from ._docstore import Writer as _Writer
 from ._store import DocStore
@@ -71,10 +72,14 @@ class Writer(_Writer):
         ``add_many(ids, {"text": [...], "label": [...]})``; columns may be lists, numpy arrays
         (a 2-D array for an array field gives one row per document) or pyarrow arrays. A pyarrow
         ``RecordBatch`` or ``Table`` works as ``columns``, or alone with its ids in ``id_field``.
+        Arrow ids and columns go to the writer as their buffers, with no Python object per value
+        (numbers converted to the field's type at once, by the rules ``add`` applies to one
+        value); a batch holding a null, or a value its field cannot hold, is refused as ``add``
+        refuses its first bad row.
 
         A Hugging Face ``datasets.Dataset`` or streaming ``datasets.IterableDataset`` works alone
-        too: it is read as Arrow batches of ``batch_size`` rows, each added as a table (text
-        columns straight from Arrow's buffers), so a streamed dataset of any size goes through
+        too: it is read as Arrow batches of ``batch_size`` rows, each added as a table (every
+        column straight from Arrow's buffers), so a streamed dataset of any size goes through
         bounded memory. Its ids are the ``id_field`` column (integer ids are written as their
         decimal strings); ``id_field=None`` numbers the rows by their position in the store.
         Columns the writer has no field for are not read. Each batch is checked before any of
@@ -110,11 +115,7 @@ class Writer(_Writer):
             missing = [n for n in names if n not in columns.schema.names]
             if missing:
                 raise SchemaError(f"the table has no column for field(s) {missing}")
-            text = _arrow_text_columns(doc_ids, [columns.column(n) for n in names], self.fields)
-            if text is not None:  # text straight from Arrow's buffers, no Python str per value
-                self._add_text_columns(*text)
-                return
-            data = [_as_list(columns.column(n)) for n in names]
+            data = [columns.column(n) for n in names]
         elif isinstance(columns, Mapping):
             extra = [k for k in columns if k not in self.fields]
             missing = [n for n in names if n not in columns]
@@ -122,10 +123,14 @@ class Writer(_Writer):
                 raise SchemaError(
                     f"add_many columns must match the fields {names}: missing {missing}, unknown {extra}"
                 )
-            data = [_as_list(columns[n]) for n in names]
+            data = [columns[n] for n in names]
         else:
             raise SchemaError("columns must be a dict of field name -> sequence, or a pyarrow Table")
-        self._add_columns(_as_list(doc_ids), data)
+        arrow = _arrow_columns(doc_ids, data, self.fields)
+        if arrow is not None:  # straight from Arrow's buffers, no Python object per value
+            self._add_arrow_columns(*arrow)
+            return
+        self._add_columns(_as_list(doc_ids), [_as_list(c) for c in data])
 
     def _add_arrow_batch(self, table: Any, id_field: str | None) -> None:
         """Adds a pyarrow table whose ids are the ``id_field`` column (strings, or integers
@@ -257,46 +262,6 @@ def _is_arrow_table(obj: Any) -> bool:
     return type(obj).__module__.startswith("pyarrow") and hasattr(obj, "schema") and hasattr(obj, "column")
 
 
-def _arrow_text(column: Any, field_type: str) -> tuple[np.ndarray, np.ndarray] | None:
-    """(int64 offsets, uint8 data) of a pyarrow column without nulls whose type is that of
-    ``field_type`` (string for ``str``, binary for ``bytes``), else None: other columns take the
-    value-by-value path, which refuses a mismatch by name as ``add`` does."""
-    import pyarrow as pa
-
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-    if not isinstance(column, pa.Array) or column.null_count:
-        return None
-    kind = column.type
-    if field_type == "str":
-        small, large = pa.types.is_string(kind), pa.types.is_large_string(kind)
-    else:
-        small, large = pa.types.is_binary(kind), pa.types.is_large_binary(kind)
-    if small:
-        width = np.int32
-    elif large:
-        width = np.int64
-    else:
-        return None
-    _, offsets, data = column.buffers()
-    offsets = np.frombuffer(offsets, dtype=width)[column.offset : column.offset + len(column) + 1]
-    data = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
-    return offsets.astype(np.int64), data
-
-
-def _arrow_text_columns(doc_ids: Any, columns: list[Any], fields: Mapping[str, str]) -> tuple | None:
-    """Arguments of ``_add_text_columns`` when the ids and every field are Arrow text, else None."""
-    if type(doc_ids).__module__.split(".")[0] != "pyarrow" or any(
-        t not in ("str", "bytes") for t in fields.values()
-    ):
-        return None
-    types = ["str", *fields.values()]
-    parts = [_arrow_text(c, t) for c, t in zip((doc_ids, *columns), types)]
-    if any(p is None for p in parts):
-        return None
-    return parts[0], parts[1:]
-
-
 def _as_list(column: Any) -> list[Any]:
     if isinstance(column, list):
         return column
@@ -372,7 +337,7 @@ def build(
 
     ``records`` may also be a Hugging Face ``datasets.Dataset``, a streaming
     ``datasets.IterableDataset`` or a pyarrow ``Table``/``RecordBatch``: they are read as Arrow
-    batches of ``batch_size`` rows (no Python object per row for text columns; a stream is read
+    batches of ``batch_size`` rows (no Python object per row; a stream is read
     once, in bounded memory), field types come from the Arrow schema (string -> ``str``, binary
     -> ``bytes``, integers and bools -> ``int64``, floats -> ``float64``, lists of numbers ->
     arrays such as ``int32[]``), every column but the ids becomes a field unless ``fields``

@@ -265,7 +265,7 @@ fn equals_exactly(obj: &Bound<'_, PyAny>, x: f64) -> PyResult<bool> {
 
 /// The bytes of `obj` if it is a 1-D, C-contiguous, little-endian numpy array of exactly `elem`.
 /// Not of a subclass: a masked array's data holds its masked slots too, and `as_array` refuses it.
-fn exact_array<'a>(obj: &'a Bound<'_, PyAny>, elem: ElemType) -> Option<&'a [u8]> {
+pub(crate) fn exact_array<'a>(obj: &'a Bound<'_, PyAny>, elem: ElemType) -> Option<&'a [u8]> {
     if !obj.is_exact_instance_of::<PyUntypedArray>() {
         return None;
     }

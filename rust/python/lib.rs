@@ -4,13 +4,13 @@
 mod args;
 mod chunks;
 mod collection;
+mod columns;
 mod convert;
 mod doc;
 mod errors;
 mod reader;
 mod scratch;
 mod text;
-mod text_columns;
 mod writer;
 
 use pyo3::prelude::*;

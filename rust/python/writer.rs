@@ -1,16 +1,17 @@
 //! `docstore._docstore.Writer`: builds a store from Python values. The Python class
 //! `docstore.Writer` subclasses it (context manager, pyarrow input). How calls take turns at it
-//! is in `turn`, its arguments are read in `args`, text columns in `text_columns`.
+//! is in `turn`, its arguments are read in `args`, Arrow columns' buffers in `columns`.
 
 mod turn;
 
 use crate::args::{as_dict, key_of, option, schema_of};
+use crate::columns::Buffers;
 use crate::convert::{from_python, Holder};
 use crate::errors::{guard, new_error, Exc, IntoPy};
-use crate::text_columns::{check_text_rows, TextColumn};
 use docstore_core::repeats::first_repeat;
-use docstore_core::{FieldType, Schema, Value, Writer as CoreWriter, WriterOptions, MAX_DOCS};
-use numpy::PyReadonlyArray1;
+use docstore_core::{
+    Columns, FieldType, Schema, Value, Writer as CoreWriter, WriterOptions, MAX_DOCS,
+};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 use std::path::PathBuf;
@@ -367,71 +368,45 @@ impl State {
         })
     }
 
-    fn add_text_columns(
+    fn add_arrow_columns<'py>(
         &mut self,
-        py: Python<'_>,
-        doc_ids: (PyReadonlyArray1<'_, i64>, PyReadonlyArray1<'_, u8>),
-        columns: Vec<(PyReadonlyArray1<'_, i64>, PyReadonlyArray1<'_, u8>)>,
+        py: Python<'py>,
+        doc_ids: &Bound<'py, PyAny>,
+        columns: Vec<Bound<'py, PyAny>>,
     ) -> PyResult<()> {
         let error = |message: String| new_error(py, Exc::Schema, message);
         if columns.len() != self.schema.len() {
             return Err(error("one column per field is needed".into()));
         }
-        let ids =
-            TextColumn::new(&doc_ids.0, &doc_ids.1).map_err(|e| error(format!("doc ids: {e}")))?;
-        let mut text = Vec::with_capacity(columns.len());
-        for (field, (offsets, data)) in self.schema.fields.iter().zip(&columns) {
-            if !matches!(field.ty, FieldType::Str | FieldType::Bytes) {
-                return Err(error(format!(
-                    "field {:?} is {}, not a text column",
-                    field.name, field.ty
-                )));
-            }
-            let column = TextColumn::new(offsets, data)
-                .map_err(|e| error(format!("field {:?}: {e}", field.name)))?;
-            if column.len() != ids.len() {
-                return Err(error(format!(
-                    "columns have {} values for {} doc ids",
-                    column.len(),
-                    ids.len()
-                )));
-            }
-            text.push(column);
-        }
-        let kinds: Vec<(bool, String)> = self
+        let ids = Buffers::extract(doc_ids, FieldType::Str, "doc ids")?;
+        let buffers = self
             .schema
             .fields
             .iter()
-            .map(|f| (f.ty == FieldType::Str, f.name.clone()))
-            .collect();
+            .zip(&columns)
+            .map(|(field, obj)| Buffers::extract(obj, field.ty, &format!("field {:?}", field.name)))
+            .collect::<PyResult<Vec<_>>>()?;
+        let ids = ids.column().map_err(|e| error(format!("doc ids: {e}")))?;
+        let mut borrowed = Vec::with_capacity(buffers.len());
+        for (field, column) in self.schema.fields.iter().zip(&buffers) {
+            borrowed.push(
+                column
+                    .column()
+                    .map_err(|e| error(format!("field {:?}: {e}", field.name)))?,
+            );
+        }
         guard(py, || {
+            let schema = &self.schema;
             // Every row is checked before any is added, so a bad one leaves the writer as it was.
-            self.check_room(py, ids.len())?;
-            py.detach(|| check_text_rows(&ids, &text, &kinds))
+            let batch = py
+                .detach(|| Columns::new(schema, ids, borrowed))
                 .py_err(py)?;
+            self.check_room(py, batch.len())?;
             let mut row = 0;
-            while row < ids.len() {
+            while row < batch.len() {
                 let writer = self.inner(py)?;
                 // Rows until the batch is full, with Python released; then the usual flush.
-                row = py
-                    .detach(|| -> docstore_core::Result<usize> {
-                        let mut values = Vec::with_capacity(text.len());
-                        while row < ids.len() && !writer.needs_flush() {
-                            values.clear();
-                            for ((is_str, _), column) in kinds.iter().zip(&text) {
-                                values.push(match is_str {
-                                    // SAFETY: checked to be UTF-8 by `check_text_rows`.
-                                    true => Value::Str(unsafe { column.str_unchecked(row) }),
-                                    false => Value::Bytes(column.get(row)),
-                                });
-                            }
-                            // SAFETY: as above.
-                            writer.add(unsafe { ids.str_unchecked(row) }, &values)?;
-                            row += 1;
-                        }
-                        Ok(row)
-                    })
-                    .py_err(py)?;
+                row = py.detach(|| writer.add_columns(&batch, row)).py_err(py)?;
                 if self.inner(py)?.needs_flush() {
                     self.flush(py)?;
                 }
@@ -567,16 +542,18 @@ impl Writer {
         self.lock(py)?.add_columns(py, doc_ids, columns)
     }
 
-    /// Adds documents whose id and every field are Arrow-style string/binary columns, given as
-    /// (int64 offsets, uint8 data) pairs: no Python object per value, and Python released for the
-    /// whole batch. `str` values (and ids) are checked to be UTF-8, all before any is added.
-    fn _add_text_columns(
+    /// Adds documents given as the buffers of Arrow columns, one per field in schema order: the
+    /// ids and `str`/`bytes` fields as (int64 offsets, uint8 data), `int64` and `float64` fields
+    /// as arrays of that dtype, array fields as (int64 offsets, values of the field's dtype). No
+    /// Python object per value, and Python released for the whole batch; every row is checked
+    /// (ids non-empty and distinct, ids and `str` values UTF-8) before any is added.
+    fn _add_arrow_columns<'py>(
         &self,
-        py: Python<'_>,
-        doc_ids: (PyReadonlyArray1<'_, i64>, PyReadonlyArray1<'_, u8>),
-        columns: Vec<(PyReadonlyArray1<'_, i64>, PyReadonlyArray1<'_, u8>)>,
+        py: Python<'py>,
+        doc_ids: &Bound<'py, PyAny>,
+        columns: Vec<Bound<'py, PyAny>>,
     ) -> PyResult<()> {
-        self.lock(py)?.add_text_columns(py, doc_ids, columns)
+        self.lock(py)?.add_arrow_columns(py, doc_ids, columns)
     }
 
     /// Completes the store and moves it into place. Returns a summary dict.

@@ -5,6 +5,7 @@
 pub mod check;
 pub mod codec;
 pub mod collection;
+pub mod columns;
 mod dictionary;
 mod encoder;
 pub mod error;
@@ -24,6 +25,7 @@ mod varint;
 pub mod writer;
 
 pub use collection::Collection;
+pub use columns::{Column, Columns};
 pub use error::{Error, Result};
 pub use memmap2::Mmap;
 pub use reader::{DataAccess, RecordBatch, Store};

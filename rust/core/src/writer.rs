@@ -7,6 +7,7 @@
 
 use crate::check;
 use crate::codec::{self, Compressor};
+use crate::columns::Columns;
 use crate::error::{Error, Result};
 use crate::format::{
     self, key_prefix, Header, KeyEntry, Section, SectionEntry, ALIGN, HEADER_SIZE, KEY_BLOCK,
@@ -307,6 +308,22 @@ impl Writer {
     /// A rejected document leaves the writer as it was.
     pub fn add(&mut self, key: &str, values: &[Value<'_>]) -> Result<()> {
         self.add_record(key, values, true)
+    }
+
+    /// Adds rows `from..` of `columns` (made against this writer's schema) as `add` adds each,
+    /// until the rows run out or the batch is full (`needs_flush`); returns the row to go on
+    /// from, after a `flush`. The batch was checked whole when made, so no row fails here but
+    /// for a writer that cannot take more (`MAX_DOCS`).
+    pub fn add_columns(&mut self, columns: &Columns<'_>, from: usize) -> Result<usize> {
+        let mut values = Vec::with_capacity(columns.width());
+        let mut row = from;
+        while row < columns.len() && !self.needs_flush() {
+            values.clear();
+            columns.values(row, &mut values);
+            self.add(columns.key(row), &values)?;
+            row += 1;
+        }
+        Ok(row)
     }
 
     /// `add`, leaving the key out of the key sort: for `finish_with`, whose caller gives the
