@@ -382,6 +382,29 @@ def test_processes_share_one_cache_while_it_evicts(big, tmp_path):
     assert held < stored / 2, (held, stored)  # evicted: holes where segments were
 
 
+def test_budget_bounds_the_directory_not_only_the_stores_being_read(big, url, local, docs, tmp_path):
+    """A store no process reads any more gives its bytes back when another store needs room:
+    the budget is the directory's."""
+    big_local, big_url = big
+    cache = tmp_path / "cache"
+    first = docstore.open(big_url, cache_dir=str(cache), cache_bytes=1 << 30, storage_options=FAST)
+    first.take(range(len(first)))
+    entry = next(p for p in cache.iterdir() if p.is_dir())
+    held = os.stat(entry / "data").st_blocks * 512
+    assert held >= os.path.getsize(big_local) * 0.9
+    first.close()
+    # Its segments must age past the shortest lease (2 s) before a sweep may take them: the
+    # lease, not a synchronisation, is what is waited for.
+    time.sleep(3)
+    second = docstore.open(
+        url, cache_dir=str(cache), cache_bytes=1 << 20, storage_options={**FAST, "cache_lease": "0s"}
+    )
+    check_same(second, local, docs)
+    left = os.stat(entry / "data").st_blocks * 512
+    assert left < held / 4, (left, held)  # the idle entry was swept: holes where its segments were
+    assert second.remote_stats()["requests"] > 0
+
+
 def test_forked_dataloader_worker_reads_after_its_parent(url, docs, tmp_path):
     pytest.importorskip("torch")
     code = f"""

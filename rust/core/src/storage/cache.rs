@@ -107,6 +107,9 @@ pub struct CacheFile {
     usage: Usage,
     budget: u64,
     lease: u32,
+    /// The cache directory and this entry's name in it (none for a private cache): where the
+    /// other entries are, which eviction takes from too.
+    entry: Option<(PathBuf, String)>,
 }
 
 /// Seconds since the epoch, from the coarse clock (a few ns: every read stamps its segments).
@@ -142,7 +145,10 @@ impl CacheFile {
         let target = dir.join(&name);
         for _ in 0..3 {
             match CacheFile::open_existing(&target, size) {
-                Ok(Some((data, map))) => return Ok(CacheFile::new(data, map, size, usage, config)),
+                Ok(Some((data, map))) => {
+                    let entry = Some((dir.clone(), name));
+                    return Ok(CacheFile::new(data, map, size, usage, config, entry));
+                }
                 Ok(None) => {}
                 Err(_) => {
                     // Not a cache this docstore can use (damaged, another layout): set aside.
@@ -186,6 +192,7 @@ impl CacheFile {
             size,
             Usage::Private(AtomicU64::new(0)),
             &config,
+            None,
         ))
     }
 
@@ -218,7 +225,14 @@ impl CacheFile {
         Ok(Some((data, map)))
     }
 
-    fn new(data: File, map: MmapMut, size: u64, usage: Usage, config: &CacheConfig) -> CacheFile {
+    fn new(
+        data: File,
+        map: MmapMut,
+        size: u64,
+        usage: Usage,
+        config: &CacheConfig,
+        entry: Option<(PathBuf, String)>,
+    ) -> CacheFile {
         CacheFile {
             data,
             map,
@@ -227,6 +241,7 @@ impl CacheFile {
             usage,
             budget: config.budget,
             lease: config.lease,
+            entry,
         }
     }
 
@@ -487,14 +502,24 @@ impl CacheFile {
         Some(freed)
     }
 
-    /// Evicts segments least recently used first (a clock hand over the segments, shared by
-    /// every process) until the cache is 1/16 under budget or a pass found nothing more.
+    /// Evicts until the cache is 1/16 under budget: from this entry first, then from the other
+    /// entries of the directory, the longest idle first, so that the budget bounds the whole
+    /// directory, stores that no process reads any more included.
     fn evict(&self) {
-        let hand = self.word(HAND_AT);
         let target = self.budget - self.budget / 16;
+        if !self.sweep(target) {
+            self.evict_others(target);
+        }
+    }
+
+    /// Evicts this entry's segments least recently used first (a clock hand over the segments,
+    /// shared by every process) until the cache holds `target` bytes or a pass found nothing
+    /// more; returns whether it got there.
+    fn sweep(&self, target: u64) -> bool {
+        let hand = self.word(HAND_AT);
         for _ in 0..SWEEP.min(self.segments) {
             if self.usage.counter().load(Ordering::Relaxed) <= target {
-                return;
+                return true;
             }
             let segment = hand.fetch_add(1, Ordering::Relaxed) % self.segments;
             let holds = (0..WORDS_PER_SEGMENT).any(|w| {
@@ -505,6 +530,53 @@ impl CacheFile {
             if holds {
                 self.evict_segment(segment, false);
             }
+        }
+        self.usage.counter().load(Ordering::Relaxed) <= target
+    }
+
+    /// Sweeps the directory's other entries, the one whose map changed longest ago first (every
+    /// read stamps its segments there), until the cache holds `target` bytes. Their segments
+    /// used within the lease and their pinned ones stay, as in any sweep.
+    fn evict_others(&self, target: u64) {
+        let Some((dir, me)) = &self.entry else {
+            return;
+        };
+        // Once a second per process at most: with everything else within its lease, every
+        // write would list and map the whole directory for nothing.
+        static LAST: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let second = now();
+        if LAST.swap(second, Ordering::Relaxed) == second {
+            return;
+        }
+        let Ok(listing) = std::fs::read_dir(dir) else {
+            return;
+        };
+        let mut others: Vec<(std::time::SystemTime, PathBuf, u64)> = listing
+            .filter_map(|e| {
+                let e = e.ok()?;
+                let name = e.file_name().into_string().ok()?;
+                // `<fingerprint>-<size>`: scratch entries (`.new-...`) and `usage` are not.
+                let size = u64::from_str_radix(name.split_once('-')?.1, 16).ok()?;
+                let changed = e.path().join("map").metadata().ok()?.modified().ok()?;
+                (name != *me).then(|| (changed, e.path(), size))
+            })
+            .collect();
+        others.sort();
+        for (_, path, size) in others {
+            if self.usage.counter().load(Ordering::Relaxed) <= target {
+                return;
+            }
+            let (Ok(Some((data, map))), Ok(usage)) =
+                (CacheFile::open_existing(&path, size), shared_usage(dir))
+            else {
+                continue;
+            };
+            let config = CacheConfig {
+                dir: None,
+                budget: self.budget,
+                lease: self.lease,
+            };
+            CacheFile::new(data, map, size, usage, &config, None).sweep(target);
         }
     }
 
