@@ -365,14 +365,34 @@ def test_shard_plan_covers_every_byte_once_in_order(tmp_path):
 
     (tmp_path / "x.jsonl").write_bytes(b"{}\n" * 1000)
     (tmp_path / "y.csv").write_bytes(b"a\n" * 10)
-    for n in (1, 2, 3, 7, 64, 5000):
-        plan = shard_plan([str(tmp_path / "x.jsonl"), str(tmp_path / "y.csv")], ["jsonl", "csv"], n)
+    for n, workers in [(n, w) for n in (1, 2, 3, 7, 64, 5000) for w in (None, 1, 2, 3, 5)]:
+        plan = shard_plan(
+            [str(tmp_path / "x.jsonl"), str(tmp_path / "y.csv")], ["jsonl", "csv"], n, workers=workers
+        )
         assert len(plan) == n
         pieces = [p for run in plan for p in run]
         ranges = [p[2] for p in pieces if p[0].endswith("x.jsonl")]
         assert ranges[0][0] == 0 and ranges[-1][1] == 3000
         assert all(a[1] == b[0] and a[0] < a[1] for a, b in zip(ranges, ranges[1:]))
         assert [p[2] for p in pieces if p[0].endswith("y.csv")] == [None]
+
+
+def test_shard_plan_gives_each_worker_equal_bytes():
+    """7 shards on 2 workers: the first builds 4 of them, the second 3, each half the bytes (7
+    equal shards would leave the first worker building its fourth alone)."""
+    import tempfile
+
+    from docstore.cli.commands import balanced_groups, shard_plan
+
+    assert [list(g) for g in balanced_groups(7, 2)] == [[0, 1, 2, 3], [4, 5, 6]]
+    assert [len(g) for g in balanced_groups(3, 5)] == [1, 1, 1]
+    with tempfile.NamedTemporaryFile(suffix=".jsonl") as f:
+        f.write(b"{}\n" * 12_000)
+        f.flush()
+        plan = shard_plan([f.name], ["jsonl"], 7, workers=2)
+    size = [sum(p[2][1] - p[2][0] for p in run) for run in plan]
+    assert abs(sum(size[:4]) - sum(size[4:])) <= 3 * 7
+    assert max(size[:4]) - min(size[:4]) <= 6 and max(size[4:]) - min(size[4:]) <= 6
 
 
 def test_cli_build_shards_failures_name_the_place_and_leave_nothing(tmp_path, capsys):
@@ -509,3 +529,31 @@ def test_cli_build_shards_of_a_file_with_a_byte_order_mark(tmp_path, capsys):
     assert cli(["build", str(tmp_path / "a.jsonl"), "-o", target, "--shards", "3", "--overwrite"]) == 1
     offset = 3 + sum(len(line) + 1 for line in lines[:1_000])
     assert f"the line at byte {offset}: invalid JSON" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("block", [7, 64, 1 << 20])
+@pytest.mark.parametrize("tail", ["\n", ""], ids=["newline", "no-newline"])
+def test_byte_ranges_of_json_lines_read_each_record_once(tmp_path, monkeypatch, block, tail):
+    """The lines read by every byte range of a split are the file's lines, once each, at their
+    byte offsets, whatever the reading block (ASCII and not, a byte-order mark, blank lines)."""
+    from docstore.cli import inputs
+
+    monkeypatch.setattr(inputs, "RANGE_BLOCK", block)
+    rng = np.random.default_rng(block)
+    words = ["a", "bé", "日本", "x" * 40, "\u2028", ""]
+    records = [{"doc_id": f"d{i}", "text": " ".join(rng.choice(words, 5))} for i in range(300)]
+    lines = [json.dumps(r, ensure_ascii=bool(i % 2)) for i, r in enumerate(records)]
+    lines[10] = lines[20] = ""  # blank lines are skipped
+    body = ("\ufeff" + "\n".join(lines) + tail).encode()
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(body)
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line.encode()) + 1)
+    # Where each line starts: the first at 0 (its byte-order mark read with it), the others 3
+    # bytes after the offsets counted without the mark.
+    want = [(offsets[i] + 3 if i else 0, json.loads(line)) for i, line in enumerate(lines) if line]
+    for n in (1, 3, 17):
+        cuts = sorted({0, len(body), *rng.integers(0, len(body), n - 1).tolist()})
+        got = [r for a, b in zip(cuts, cuts[1:]) for r in inputs._read_jsonl_range(str(path), a, b)]
+        assert got == want

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import bisect
 import csv
 import hashlib
 import json
@@ -12,6 +13,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator
+from fractions import Fraction
 from typing import Any, Optional
 
 import numpy as np
@@ -130,27 +132,59 @@ def _build_one(
 Piece = tuple[str, str, Optional[tuple[int, int]]]  # path, format, byte range (None: all of it)
 
 
-def shard_plan(inputs: list[str], formats: list[str], n: int, start: int = 0) -> list[list[Piece]]:
-    """The inputs cut into ``n`` runs of about equal bytes, in input order: uncompressed JSON
-    lines split between lines (a piece holds the lines that start in its byte range), any other
-    file whole, in the run where it starts. Runs can be empty (fewer files than shards).
-    ``start``: where in the first input (uncompressed JSON lines) to begin."""
+def shard_plan(
+    inputs: list[str], formats: list[str], n: int, start: int = 0, workers: int | None = None
+) -> list[list[Piece]]:
+    """The inputs cut into ``n`` runs, in input order: uncompressed JSON lines split between lines
+    (a piece holds the lines that start in its byte range), any other file whole, in the run
+    where it starts. Runs can be empty (fewer files than shards). ``start``: where in the first
+    input (uncompressed JSON lines) to begin.
+
+    The runs hold about equal bytes, or with ``workers`` (each to build a consecutive group of
+    runs, ``balanced_groups``), each group holds about equal bytes, its runs equal parts of it:
+    7 shards on 2 workers are 4 eighths and 3 sixths, not 7 sevenths of which one worker builds 4.
+    """
     sizes = [os.path.getsize(p) for p in inputs]
     total = max(sum(sizes) - start, 1)
+    ends = [Fraction(k + 1, n) for k in range(n)]
+    if workers is not None and n % workers:
+        groups = balanced_groups(n, workers)
+        ends = [
+            Fraction(w, len(groups)) + Fraction(j + 1, len(g) * len(groups))
+            for w, g in enumerate(groups)
+            for j in range(len(g))
+        ]
+
+    def run_end(k: int) -> int:  # the byte (from `start`) where run k ends, rounded up
+        return math.ceil(ends[k] * total)
+
+    def run_of(at: int) -> int:  # the run holding byte `at`
+        return min(n - 1, bisect.bisect_right(ends, Fraction(at, total)))
+
     plan: list[list[Piece]] = [[] for _ in range(n)]
     offset = -start  # where each input begins, counted from `start`
     for path, fmt, size in zip(inputs, formats, sizes):
         if fmt == "jsonl" and not is_gzip(path):
             at = max(offset, 0)
             while at < offset + size:
-                k = min(n - 1, at * n // total)
-                end = min(offset + size, -(-(k + 1) * total // n))  # > at: ceil of run k's end
+                k = run_of(at)
+                end = min(offset + size, max(run_end(k), at + 1))
                 plan[k].append((path, fmt, (at - offset, end - offset)))
                 at = end
         else:
-            plan[min(n - 1, max(offset, 0) * n // total)].append((path, fmt, None))
+            plan[run_of(max(offset, 0))].append((path, fmt, None))
         offset += size
     return plan
+
+
+def balanced_groups(n: int, workers: int) -> list[range]:
+    """Runs ``0 .. n-1`` in ``workers`` consecutive groups whose sizes differ by one at most."""
+    groups, at = [], 0
+    for w in range(min(n, workers)):
+        size = n // workers + (w < n % workers)
+        groups.append(range(at, at + size))
+        at += size
+    return groups
 
 
 def _build_shards(
@@ -178,28 +212,36 @@ def _build_shards(
         store = open_store(head)
         dictionary = store.dictionary or None  # none trained (no records): each shard trains
         store.close()
+        shards = [head]
         if not splittable:  # the batch was a sample only
             os.remove(head)
-            shards, plan = [], shard_plan(inputs, formats, n)
+            shards = []
+        # One worker process per core at most, each building a consecutive group of shards in
+        # turn and compressing on its share of the cores: more processes than cores only contend
+        # for them (8 workers on 2 cores cost 1.2x the single build's CPU, measured); the groups
+        # hold equal bytes, so that no worker is left building alone at the end.
+        cores = len(os.sched_getaffinity(0))
+        runs = n - len(shards)
+        workers = max(1, min(runs, cores))
+        threads = max(1, cores // workers)
+        if not splittable:
+            plan = shard_plan(inputs, formats, runs, workers=workers)
         elif resume_at is not None:
-            shards, plan = [head], shard_plan(inputs, formats, n - 1, start=resume_at)
+            plan = shard_plan(inputs, formats, runs, start=resume_at, workers=workers)
         else:  # the first input fitted in the first batch
-            shards, plan = [head], shard_plan(inputs[1:], formats[1:], n - 1) if len(inputs) > 1 else []
+            plan = shard_plan(inputs[1:], formats[1:], runs, workers=workers) if len(inputs) > 1 else []
         paths = [os.path.join(staging, f"part-{k:05d}.docstore") for k in range(len(plan))]
+        groups = balanced_groups(len(plan), workers)
         # fork: the workers need nothing but their arguments, and spawn or forkserver would first
         # run the main module again (which a script read from stdin does not have); docstore is
         # fork-safe, and the writers are created in the children
         context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
-        # One worker process per core at most, each building its shards in turn and compressing
-        # on its share of the cores: more processes than cores only contend for them (8 workers
-        # on 2 cores cost 1.2x the single build's CPU, measured; one per core 1.0x-1.1x).
-        cores = len(os.sched_getaffinity(0))
-        workers = max(1, min(len(plan), cores))
-        threads = max(1, cores // workers)
-        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+        with concurrent.futures.ProcessPoolExecutor(max(1, len(groups)), mp_context=context) as pool:
             jobs = [
-                pool.submit(build_shard, path, pieces, *shard_args, dictionary, threads=threads)
-                for path, pieces in zip(paths, plan)
+                pool.submit(
+                    build_shards, [(paths[k], plan[k]) for k in group], *shard_args, dictionary, threads
+                )
+                for group in groups
             ]
             for job in jobs:
                 job.result()  # the first failure, in shard order
@@ -213,6 +255,14 @@ def _staging_prefix(output: str) -> str:
     output's name (a file name is at most 255 bytes), and the same for every build of it."""
     name = os.path.basename(os.path.abspath(output))
     return f".docstore-shards-{hashlib.sha1(os.fsencode(name)).hexdigest()[:12]}-"
+
+
+def build_shards(shards: list[tuple[str, list[Piece]]], *args: Any) -> None:
+    """Shards built in turn by one worker process: ``build_shard(path, pieces, *args)`` each,
+    where the last of ``args`` is the number of threads."""
+    *rest, threads = args
+    for path, pieces in shards:
+        build_shard(path, pieces, *rest, threads=threads)
 
 
 def build_shard(

@@ -111,6 +111,12 @@ def is_gzip(path: str) -> bool:
         return f.read(2) == _GZIP_MAGIC
 
 
+# Bytes a range reader takes at a time: it splits them into lines and, when they are ASCII,
+# decodes them in one call (C speed, as the whole-file reader's TextIOWrapper does), rather than
+# one readline() and one json.loads(bytes) decoding each line.
+RANGE_BLOCK = 4 << 20
+
+
 def _read_jsonl_range(path: str, start: int, end: int) -> Iterator[tuple[int, dict[str, Any]]]:
     """The records of the lines of ``path`` that start at a byte offset in ``[start, end)``: the
     line running across ``start`` belongs to the piece before it."""
@@ -119,14 +125,31 @@ def _read_jsonl_range(path: str, start: int, end: int) -> Iterator[tuple[int, di
             f.seek(start - 1)
             f.readline()  # ends at or after start - 1: the next line starts at or after start
         at = f.tell()
+        rest = b""
         while at < end:
-            line = f.readline()
-            if not line:
-                break
-            text = line[3:] if at == 0 and line.startswith(b"\xef\xbb\xbf") else line  # as utf-8-sig
-            if text.strip():
-                yield at, _json_record(text, path, at, by_byte=True)
-            at += len(line)
+            block = f.read(RANGE_BLOCK)
+            data = rest + block
+            cut = len(data) if not block else data.rfind(b"\n") + 1
+            if not data or (block and not cut):  # the end, or no whole line yet
+                if not block:
+                    break
+                rest = data
+                continue
+            rest = data[cut:]
+            lines = data[:cut].split(b"\n")
+            if lines[-1] == b"":
+                lines.pop()  # what followed the last newline
+            text: list[str] | list[bytes] = (
+                data[:cut].decode("ascii").split("\n") if data.isascii() else lines
+            )
+            for line, raw in zip(text, lines):
+                if at >= end:
+                    return
+                if at == 0 and raw.startswith(b"\xef\xbb\xbf"):  # as utf-8-sig
+                    line = raw[3:]
+                if line.strip():
+                    yield at, _json_record(line, path, at, by_byte=True)
+                at += len(raw) + 1
 
 
 def _read_delimited(
