@@ -557,3 +557,31 @@ def test_byte_ranges_of_json_lines_read_each_record_once(tmp_path, monkeypatch, 
         cuts = sorted({0, len(body), *rng.integers(0, len(body), n - 1).tolist()})
         got = [r for a, b in zip(cuts, cuts[1:]) for r in inputs._read_jsonl_range(str(path), a, b)]
         assert got == want
+
+
+def test_engines_shared_dictionary_leaves_bad_values_to_the_job(tmp_path):
+    """The driver's dictionary sample never raises for a value the job will refuse (it would
+    name a row number, not the real id): it trains nothing, and the task reports the error."""
+    pa = pytest.importorskip("pyarrow")
+    from docstore._engines import shared_dictionary
+
+    def sample(values):
+        return lambda: pa.table({"doc_id": [f"d{i}" for i in range(len(values))], "x": values})
+
+    target = str(tmp_path / "c.docstore")
+    texts = [f"some text number {i} " * 20 for i in range(500)]
+    assert shared_dictionary(target, "errorifexists", sample(texts), "doc_id", {"x": "str"}, {})
+    assert (
+        shared_dictionary(target, "errorifexists", sample([1.5, 2.0]), "doc_id", {"x": "int64"}, {}) is None
+    )
+    assert shared_dictionary(target, "errorifexists", sample(["a", None]), "doc_id", {"x": "str"}, {}) is None
+    assert (
+        shared_dictionary(target, "errorifexists", sample(texts), "doc_id", {"x": "str"}, {"level": -1})
+        is None
+    )
+    # An append takes the dictionary of what is there, a store file as well as a collection.
+    store = write_store(tmp_path / "one.docstore", make_docs(300))
+    mine = shared_dictionary(
+        str(tmp_path / "one.docstore"), "append", sample(texts), "doc_id", {"x": "str"}, {}
+    )
+    assert mine == store.dictionary and mine

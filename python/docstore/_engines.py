@@ -135,10 +135,11 @@ def shared_dictionary(
     collection's readers then keep one copy of it, not one per shard (64 shards with their own
     read batches at 0.65x of one file's speed, with one at 1.0x: docs/collections.md). For an
     append, the existing collection's; else one trained on ``sample()``, an Arrow table of the
-    data's first rows. None when the options turn compression off or there are no rows."""
+    data's first rows. None when the options turn compression off, there are no rows, the
+    existing store has no dictionary, or the sample holds a value the job will refuse."""
     if "dictionary" in options or options.get("level") == -1:
         return None
-    if mode == "append" and os.path.isdir(target):
+    if mode == "append" and os.path.lexists(target):  # a collection, or a store file
         with open_store(target) as existing:
             return existing.dictionary or None
     table = sample()
@@ -154,10 +155,17 @@ def shared_dictionary(
     columns.update((name, table.column(name)) for name in fields if name != id_field)
     size = {"dict_size": options["dict_size"]} if "dict_size" in options else {}
     with tempfile.TemporaryDirectory(prefix=".docstore-dictionary-") as scratch:
-        # One batch holds the whole sample: the writer trains its dictionary on the first batch.
-        writer = Writer(os.path.join(scratch, "sample.docstore"), dict(fields), batch_bytes=64 << 20, **size)
-        with writer:
-            writer.add_many(prepare(pa.table(columns), id_field, fields), id_field=id_field)
+        try:
+            # One batch holds the whole sample: the writer trains its dictionary on the first one.
+            writer = Writer(
+                os.path.join(scratch, "sample.docstore"), dict(fields), batch_bytes=64 << 20, **size
+            )
+            with writer:
+                writer.add_many(prepare(pa.table(columns), id_field, fields), id_field=id_field)
+        except DocstoreError:
+            # A value the job will refuse: let the task that meets it say so, naming its real
+            # id, rather than a row number here; its shards then train their own dictionaries.
+            return None
         with open_store(os.path.join(scratch, "sample.docstore")) as store:
             return store.dictionary or None
 

@@ -48,10 +48,14 @@ const UNITS_PER_SEGMENT: u64 = SEGMENT / UNIT;
 const WORDS_PER_SEGMENT: u64 = UNITS_PER_SEGMENT / 64;
 
 const MAGIC: &[u8; 8] = b"DSCACHE3";
-/// Map header: magic, object size, unit, segment, bytes held (atomic), clock hand (atomic).
+/// Map header: magic, object size, unit, segment, bytes held (atomic), clock hand (atomic),
+/// longest lease (atomic).
 const MAP_HEADER: u64 = 64;
 const BYTES_AT: u64 = 24;
 const HAND_AT: u64 = 32;
+/// The longest lease any reader of the entry asked for (atomic, raised at open): what a sweep
+/// from another entry honours.
+const LEASE_AT: u64 = 40;
 
 /// Segment word: bit 63 = being evicted, bit 62 = pinned, bits 32..62 = generation, bits 0..32 =
 /// last use (s).
@@ -110,6 +114,8 @@ pub struct CacheFile {
     /// The cache directory and this entry's name in it (none for a private cache): where the
     /// other entries are, which eviction takes from too.
     entry: Option<(PathBuf, String)>,
+    /// The second this entry last swept the others (see `evict_others`).
+    swept_others: std::sync::atomic::AtomicU32,
 }
 
 /// Seconds since the epoch, from the coarse clock (a few ns: every read stamps its segments).
@@ -147,7 +153,10 @@ impl CacheFile {
             match CacheFile::open_existing(&target, size) {
                 Ok(Some((data, map))) => {
                     let entry = Some((dir.clone(), name));
-                    return Ok(CacheFile::new(data, map, size, usage, config, entry));
+                    let file = CacheFile::new(data, map, size, usage, config, entry);
+                    file.word(LEASE_AT)
+                        .fetch_max(u64::from(config.lease), Ordering::Relaxed);
+                    return Ok(file);
                 }
                 Ok(None) => {}
                 Err(_) => {
@@ -242,6 +251,7 @@ impl CacheFile {
             budget: config.budget,
             lease: config.lease,
             entry,
+            swept_others: std::sync::atomic::AtomicU32::new(0),
         }
     }
 
@@ -541,11 +551,10 @@ impl CacheFile {
         let Some((dir, me)) = &self.entry else {
             return;
         };
-        // Once a second per process at most: with everything else within its lease, every
+        // Once a second per open entry at most: with everything else within its lease, every
         // write would list and map the whole directory for nothing.
-        static LAST: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let second = now();
-        if LAST.swap(second, Ordering::Relaxed) == second {
+        if self.swept_others.swap(second, Ordering::Relaxed) == second {
             return;
         }
         let Ok(listing) = std::fs::read_dir(dir) else {
@@ -566,17 +575,30 @@ impl CacheFile {
             if self.usage.counter().load(Ordering::Relaxed) <= target {
                 return;
             }
+            // The same shared counter, mapped once more (a recount per entry was quadratic in
+            // the number of entries).
             let (Ok(Some((data, map))), Ok(usage)) =
-                (CacheFile::open_existing(&path, size), shared_usage(dir))
+                (CacheFile::open_existing(&path, size), map_usage(dir))
             else {
                 continue;
             };
-            let config = CacheConfig {
-                dir: None,
-                budget: self.budget,
-                lease: self.lease,
-            };
-            CacheFile::new(data, map, size, usage, &config, None).sweep(target);
+            let mut other = CacheFile::new(
+                data,
+                map,
+                size,
+                usage,
+                &CacheConfig {
+                    dir: None,
+                    budget: self.budget,
+                    lease: self.lease,
+                },
+                None,
+            );
+            // Its readers' lease, not this one's: they may rely on a longer one.
+            other.lease = other
+                .lease
+                .max(other.word(LEASE_AT).load(Ordering::Relaxed) as u32);
+            other.sweep(target);
         }
     }
 
@@ -637,20 +659,7 @@ fn create_files(dir: &Path, size: u64) -> Result<(File, MmapMut)> {
 /// The node's `usage` counter, made if missing; recounted from the stores' own counters, so that
 /// a store directory deleted by hand stops counting.
 fn shared_usage(dir: &Path) -> Result<Usage> {
-    let path = dir.join("usage");
-    let file = File::options()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|e| io(path.display(), e))?;
-    if file.metadata()?.len() < 8 {
-        file.set_len(8)?;
-    }
-    // SAFETY: an 8-byte counter only ever accessed atomically, by every process.
-    let map = unsafe { MmapMut::map_mut(&file)? };
-    let usage = Usage::Shared(map);
+    let usage = map_usage(dir)?;
     let mut total = 0u64;
     if let Ok(entries) = std::fs::read_dir(dir) {
         for entry in entries.flatten() {
@@ -669,6 +678,24 @@ fn shared_usage(dir: &Path) -> Result<Usage> {
     }
     usage.counter().store(total, Ordering::Relaxed);
     Ok(usage)
+}
+
+/// The directory's shared byte counter, mapped as it is (`shared_usage` also recounts it).
+fn map_usage(dir: &Path) -> Result<Usage> {
+    let path = dir.join("usage");
+    let file = File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| io(path.display(), e))?;
+    if file.metadata()?.len() < 8 {
+        file.set_len(8)?;
+    }
+    // SAFETY: an 8-byte counter only ever accessed atomically, by every process.
+    let map = unsafe { MmapMut::map_mut(&file)? };
+    Ok(Usage::Shared(map))
 }
 
 #[cfg(test)]
@@ -734,5 +761,24 @@ mod tests {
             (0..3).all(|s| leased.present(&leased.units(&(s * SEGMENT..s * SEGMENT + 1)))),
             "nothing used within the lease is evicted"
         );
+    }
+
+    #[test]
+    fn a_sweep_from_another_entry_honours_the_longest_lease_of_its_readers() {
+        for (lease, kept) in [(3600, true), (0, false)] {
+            let dir = tempfile::tempdir().unwrap();
+            let idle =
+                CacheFile::open(&config(dir.path(), 1 << 30, lease), 1, 4 * SEGMENT).unwrap();
+            let first = idle.units(&(0..SEGMENT));
+            idle.write(first.clone(), &vec![7u8; SEGMENT as usize])
+                .unwrap();
+            // Stamped in an earlier second than the sweep's, so that a lease of 0 has run out.
+            idle.segment_word(0).fetch_sub(1, Ordering::Relaxed);
+            let busy =
+                CacheFile::open(&config(dir.path(), SEGMENT / 2, 0), 2, 4 * SEGMENT).unwrap();
+            busy.write(busy.units(&(0..SEGMENT)), &vec![9u8; SEGMENT as usize])
+                .unwrap();
+            assert_eq!(idle.present(&first), kept, "lease {lease}");
+        }
     }
 }

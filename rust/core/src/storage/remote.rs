@@ -599,6 +599,8 @@ impl RemoteFile {
     pub fn open(remote: &Arc<Remote>, url: &str) -> Result<RemoteFile> {
         let path = remote.path_of(url)?;
         let (first, size, etag) = remote.head(&path, url, OPEN_PREFIX)?;
+        // A weak ETag never matches `If-Match` (RFC 9110 compares strongly): no pin.
+        let etag = etag.filter(|tag| !tag.starts_with("W/"));
         let header = crate::format::Header::decode(&first, size)?;
         let data = header.section(crate::format::Section::Data);
         let fingerprint = crate::format::header_checksum(&first);
