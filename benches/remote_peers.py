@@ -92,27 +92,13 @@ class Docstore:
         return [found[i]["text"] for i in ids]
 
     def loader(self, cache: str, batches: int) -> dict:
-        import torch
 
         import docstore
         from docstore.torch import DocDataset
 
         ds = DocDataset(docstore.open(self.url, cache_dir=cache), field="text")
 
-        def make() -> Iterator:
-            sampler = torch.utils.data.RandomSampler(ds, generator=torch.Generator().manual_seed(0))
-            return iter(
-                torch.utils.data.DataLoader(
-                    ds,
-                    batch_size=BATCH,
-                    sampler=sampler,
-                    num_workers=WORKERS,
-                    collate_fn=_collate,
-                    multiprocessing_context="fork",
-                )
-            )
-
-        return time_loader(make, batches)
+        return time_loader(lambda: _shuffled_batches(ds, "fork"), batches)
 
 
 # -- litdata -------------------------------------------------------------------------------------
@@ -329,24 +315,26 @@ class Lance:
         return table.column("text").to_pylist()
 
     def loader(self, cache: str, batches: int) -> dict:
-        import torch
 
         ds = LanceDocs(self.url, self.n)
 
-        def make() -> Iterator:
-            sampler = torch.utils.data.RandomSampler(ds, generator=torch.Generator().manual_seed(0))
-            return iter(
-                torch.utils.data.DataLoader(
-                    ds,
-                    batch_size=BATCH,
-                    sampler=sampler,
-                    num_workers=WORKERS,
-                    collate_fn=_collate,
-                    multiprocessing_context="spawn",
-                )
-            )
+        return time_loader(lambda: _shuffled_batches(ds, "spawn"), batches)
 
-        return time_loader(make, batches)
+
+def _shuffled_batches(ds: Any, context: str) -> Iterator:
+    """Batches of ``ds`` in a seeded random order, from a DataLoader of ``WORKERS`` workers."""
+    import torch
+
+    sampler = torch.utils.data.RandomSampler(ds, generator=torch.Generator().manual_seed(0))
+    loader = torch.utils.data.DataLoader(
+        ds,
+        batch_size=BATCH,
+        sampler=sampler,
+        num_workers=WORKERS,
+        collate_fn=_collate,
+        multiprocessing_context=context,
+    )
+    return iter(loader)
 
 
 SYSTEMS = {"docstore": Docstore, "litdata": Litdata, "mosaic": Mosaic, "lance": Lance}
