@@ -166,12 +166,7 @@ class Litdata:
         return ds
 
     def take(self, ds: Any, idx: list[int]) -> list[str]:
-        out = []
-        for i in idx:
-            d = ds[i]
-            assert d["id"] == f"{i:08d}", (d["id"], i)
-            out.append(d["text"])
-        return out
+        return _texts_by_index(ds, idx)
 
     def loader(self, cache: str, batches: int) -> dict:
         from litdata import StreamingDataLoader
@@ -221,12 +216,7 @@ class Mosaic:
         return self._dataset(cache)
 
     def take(self, ds: Any, idx: list[int]) -> list[str]:
-        out = []
-        for i in idx:
-            d = ds[i]
-            assert d["id"] == f"{i:08d}", (d["id"], i)
-            out.append(d["text"])
-        return out
+        return _texts_by_index(ds, idx)
 
     def loader(self, cache: str, batches: int) -> dict:
         import torch
@@ -335,6 +325,16 @@ def _shuffled_batches(ds: Any, context: str) -> Iterator:
         multiprocessing_context=context,
     )
     return iter(loader)
+
+
+def _texts_by_index(ds: Any, idx: list[int]) -> list[str]:
+    """The texts of rows ``idx`` of a peer's dataset, one ``ds[i]`` each, checked by id."""
+    out = []
+    for i in idx:
+        d = ds[i]
+        assert d["id"] == f"{i:08d}", (d["id"], i)
+        out.append(d["text"])
+    return out
 
 
 SYSTEMS = {"docstore": Docstore, "litdata": Litdata, "mosaic": Mosaic, "lance": Lance}

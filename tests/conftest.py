@@ -90,3 +90,20 @@ def start_method(request) -> str:
     if request.param not in multiprocessing.get_all_start_methods():
         pytest.skip(f"{request.param} is not available on this platform")
     return request.param
+
+
+# -- what the engine tests (Ray, Spark) share ------------------------------------------------------
+
+
+def named(n: int, prefix: str) -> dict[str, dict]:
+    return {f"{prefix}{doc_id}": doc for doc_id, doc in make_docs(n).items()}
+
+
+def dictionaries(store) -> set[bytes]:
+    """The distinct compression dictionaries of a collection's shards."""
+    return {docstore.open(s["path"]).dictionary for s in store.info()["shards"]}
+
+
+def only(directory, *names):
+    """Nothing but ``names`` in ``directory``: no staging directory, no attempt files."""
+    assert sorted(os.listdir(directory)) == sorted(names)

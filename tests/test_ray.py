@@ -10,7 +10,7 @@ import pytest
 
 import docstore
 
-from .conftest import FIELDS, assert_doc_equal, make_docs
+from .conftest import FIELDS, assert_doc_equal, dictionaries, make_docs, named, only
 
 ray = pytest.importorskip("ray")
 pa = pytest.importorskip("pyarrow")
@@ -48,20 +48,6 @@ def dataset(docs: dict[str, dict], blocks: int = 4) -> ray.data.Dataset:
     table = arrow_table(docs)
     step = -(-len(docs) // blocks) if docs else 1
     return ray.data.from_arrow([table.slice(i, step) for i in range(0, max(len(docs), 1), step)])
-
-
-def named(n: int, prefix: str) -> dict[str, dict]:
-    return {f"{prefix}{doc_id}": doc for doc_id, doc in make_docs(n).items()}
-
-
-def dictionaries(store) -> set[bytes]:
-    """The distinct compression dictionaries of a collection's shards."""
-    return {docstore.open(s["path"]).dictionary for s in store.info()["shards"]}
-
-
-def only(directory, *names):
-    """Nothing but ``names`` in ``directory``: no staging directory, no attempt files."""
-    assert sorted(os.listdir(directory)) == sorted(names)
 
 
 def test_every_document_by_id_and_position(tmp_path, oracle):

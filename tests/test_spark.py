@@ -13,7 +13,7 @@ import pytest
 
 import docstore
 
-from .conftest import assert_doc_equal, make_docs
+from .conftest import assert_doc_equal, dictionaries, make_docs, named, only
 
 pytest.importorskip("pyarrow")
 pyspark_sql = pytest.importorskip("pyspark.sql")
@@ -60,20 +60,6 @@ def frame(spark, docs: dict[str, dict], partitions: int = 4):
         for doc_id, d in docs.items()
     ]
     return spark.createDataFrame(spark.sparkContext.parallelize(rows, partitions), SCHEMA)
-
-
-def named(n: int, prefix: str) -> dict[str, dict]:
-    return {f"{prefix}{doc_id}": doc for doc_id, doc in make_docs(n).items()}
-
-
-def dictionaries(store) -> set[bytes]:
-    """The distinct compression dictionaries of a collection's shards."""
-    return {docstore.open(s["path"]).dictionary for s in store.info()["shards"]}
-
-
-def only(directory, *names):
-    """Nothing but ``names`` in ``directory``: no staging directory, no attempt files."""
-    assert sorted(os.listdir(directory)) == sorted(names)
 
 
 def test_every_document_by_id_and_position(spark, tmp_path, oracle):
