@@ -236,7 +236,8 @@ fn main() {
         time_per_item(single.keys.len(), || {
             for (k, &p) in single.keys.iter().zip(&single.positions) {
                 let blob = store.blob(p).unwrap();
-                black_box(check::checked_body(blob, k.as_bytes(), p).unwrap());
+                let v3 = store.header().binds_position();
+                black_box(check::checked_body(blob, k.as_bytes(), p, v3).unwrap());
             }
         })
     } else {

@@ -7,9 +7,7 @@
 use crate::check;
 use crate::codec;
 use crate::error::{try_reserve, Error, Result};
-use crate::format::{
-    key_prefix, u32_at, u64_at, Header, KeyEntry, Section, HEADER_SIZE, KEY_BLOCK, KEY_ENTRY,
-};
+use crate::format::{key_prefix, u32_at, u64_at, Header, KeyEntry, Section, HEADER_SIZE};
 use crate::pagecache;
 use crate::parallel;
 use crate::prefetch::prefetch;
@@ -78,6 +76,25 @@ fn owned(raw: &[u8]) -> Result<Cow<'static, [u8]>> {
     try_reserve(&mut copy, raw.len())?;
     copy.extend_from_slice(raw);
     Ok(Cow::Owned(copy))
+}
+
+/// A document to read: its position and, when a key index entry gave it (format v3), where its
+/// blob lies, so that reading it skips the doc offsets (one dependent read less: one random read
+/// locally, one round trip remotely).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Found {
+    pub pos: u64,
+    /// `(offset in the data section, length)` as a key index entry holds it. A store uses it
+    /// only when its own entries locate its blobs (`Header::locates_blobs`); the position's
+    /// doc offsets otherwise.
+    pub blob: Option<(u64, u64)>,
+}
+
+impl Found {
+    /// The document at `pos`, located by its doc offsets.
+    pub fn at(pos: u64) -> Found {
+        Found { pos, blob: None }
+    }
 }
 
 /// Lookups of a batch that advance together (see `positions`).
@@ -163,6 +180,9 @@ pub struct Store<B> {
     mapped: bool,
     /// Where the prefix shared by every key lies in the keys section.
     common_prefix: Range<usize>,
+    /// Bytes of a key index entry, and entries per block (`Header::key_entry`, `key_block`).
+    entry_size: usize,
+    block: u64,
     /// Whether batches find their pages cached (see `prefetch_index`).
     cold: pagecache::ColdCache,
 }
@@ -298,8 +318,8 @@ impl<B: Storage> Store<B> {
         let expected = [
             (Section::DocOffsets, (count + 1) * 8),
             (Section::KeyOffsets, (count + 1) * 8),
-            (Section::KeyIndex, count * KEY_ENTRY as u64),
-            (Section::KeyFences, count.div_ceil(KEY_BLOCK) * 8),
+            (Section::KeyIndex, count * header.key_entry() as u64),
+            (Section::KeyFences, count.div_ceil(header.key_block()) * 8),
             (Section::KeyRanks, count * 4),
         ];
         for (s, len) in expected {
@@ -312,6 +332,8 @@ impl<B: Storage> Store<B> {
         }
         let mut store = Store {
             buf,
+            entry_size: header.key_entry(),
+            block: header.key_block(),
             header,
             schema,
             ranges,
@@ -497,11 +519,11 @@ impl<B: Storage> Store<B> {
             .transpose()
     }
 
-    /// The position the key index gives for `key`, not confirmed: for a lookup that then reads
-    /// the document, whose check proves it is `key`'s (`with_record_of`).
-    pub fn locate(&self, key: &[u8]) -> Result<Option<u64>> {
+    /// Where the key index finds `key`, not confirmed: for a lookup that then reads the
+    /// document, whose check proves it is `key`'s (`with_record_of`).
+    pub fn locate(&self, key: &[u8]) -> Result<Option<Found>> {
         self.rank_of(key)?
-            .map(|rank| self.position_of_rank(rank))
+            .map(|rank| self.found_at(rank))
             .transpose()
     }
 
@@ -510,16 +532,18 @@ impl<B: Storage> Store<B> {
     fn rank_of(&self, key: &[u8]) -> Result<Option<u64>> {
         let found = match self.target(key) {
             Some(target) => {
-                let start = self.block_of(target) * KEY_BLOCK;
-                let end = (start + KEY_BLOCK).min(self.len());
-                if self.buf.is_remote() && !self.present(Section::KeyIndex, start..end, KEY_ENTRY) {
+                let start = self.block_of(target) * self.block;
+                let end = (start + self.block).min(self.len());
+                if self.buf.is_remote()
+                    && !self.present(Section::KeyIndex, start..end, self.entry_size)
+                {
                     self.fetch_blocks([(target, key.len())])?;
                 }
                 let index = self.section(Section::KeyIndex);
                 self.settle(
                     key,
                     target,
-                    lower_bound(index, KEY_ENTRY, start..end, target),
+                    lower_bound(index, self.entry_size, start..end, target),
                 )?
             }
             None => None,
@@ -532,10 +556,18 @@ impl<B: Storage> Store<B> {
 
     /// The position of the document whose key has `rank`, range-checked.
     pub(crate) fn position_of_rank(&self, rank: u64) -> Result<u64> {
-        let pos = u64::from(self.entry(rank)?.position);
+        Ok(self.found_at(rank)?.pos)
+    }
+
+    /// What the key index entry of `rank` says: the position of its document (range-checked)
+    /// and, in format v3, where its blob lies (checked when it is read, `blob_range`).
+    pub(crate) fn found_at(&self, rank: u64) -> Result<Found> {
+        let entry = self.entry(rank)?;
+        let pos = u64::from(entry.position);
         self.check_position(pos)
             .map_err(|_| Error::corrupt("key position out of range"))?;
-        Ok(pos)
+        let blob = (self.header.version >= 3).then_some((entry.blob_offset, entry.blob_len));
+        Ok(Found { pos, blob })
     }
 
     /// The position of `key`, found at `rank` by the key index, once the document there passes
@@ -543,18 +575,17 @@ impl<B: Storage> Store<B> {
     /// that reads as `key` can then hand out another document's position. Comparing with the keys
     /// section instead would trust the very bytes a search of long keys compared.
     fn confirmed(&self, key: &[u8], rank: u64) -> Result<u64> {
-        let pos = self.position_of_rank(rank)?;
-        if self.checked() {
-            self.with_body(pos, Some(key), |_| Ok(()))?;
-        }
-        Ok(pos)
+        let found = self.found_at(rank)?;
+        self.confirm(found, key)?;
+        Ok(found.pos)
     }
 
-    /// Proves, in a checked store, that the document at `pos` is `key`'s: its blob passes its
-    /// check with `key` (a collection confirms what its global index said this way).
-    pub fn confirm(&self, pos: u64, key: &[u8]) -> Result<()> {
+    /// Proves, in a checked store, that the document `found` is `key`'s: its blob passes its
+    /// check with `key` (and from format v3 its position; a collection confirms what its global
+    /// index said this way).
+    pub fn confirm(&self, found: Found, key: &[u8]) -> Result<()> {
         if self.checked() {
-            self.with_body(pos, Some(key), |_| Ok(()))?;
+            self.with_body(found, Some(key), |_| Ok(()))?;
         }
         Ok(())
     }
@@ -587,8 +618,7 @@ impl<B: Storage> Store<B> {
             .flatten()
         {
             let neighbour = self.key_of_rank(rank)?;
-            let pos = self.position_of_rank(rank)?;
-            self.with_body(pos, Some(neighbour), |_| Ok(()))?;
+            self.confirm(self.found_at(rank)?, neighbour)?;
         }
         Ok(())
     }
@@ -604,7 +634,7 @@ impl<B: Storage> Store<B> {
     /// the block before the first fence `>= target`.
     fn block_of(&self, target: u64) -> u64 {
         let fences = self.section(Section::KeyFences);
-        lower_bound(fences, 8, 0..self.len().div_ceil(KEY_BLOCK), target).saturating_sub(1)
+        lower_bound(fences, 8, 0..self.len().div_ceil(self.block), target).saturating_sub(1)
     }
 
     /// Positions of many keys, confirmed as `position`'s. The searches advance in lockstep, each
@@ -617,11 +647,11 @@ impl<B: Storage> Store<B> {
             .collect()
     }
 
-    /// Positions of many keys as the key index gives them, not confirmed (see `locate`).
-    pub fn locate_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<u64>>> {
+    /// `locate` of many keys.
+    pub fn locate_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Found>>> {
         let ranks = self.ranks(keys)?;
         (ranks.into_iter())
-            .map(|rank| rank.map(|rank| self.position_of_rank(rank)).transpose())
+            .map(|rank| rank.map(|rank| self.found_at(rank)).transpose())
             .collect()
     }
 
@@ -635,9 +665,10 @@ impl<B: Storage> Store<B> {
             let n = self.len();
             self.fetch_blocks(keys.iter().filter_map(|k| {
                 let target = self.target(k)?;
-                let start = self.block_of(target) * KEY_BLOCK;
-                let block = start..(start + KEY_BLOCK).min(n);
-                (!self.present(Section::KeyIndex, block, KEY_ENTRY)).then_some((target, k.len()))
+                let start = self.block_of(target) * self.block;
+                let block = start..(start + self.block).min(n);
+                (!self.present(Section::KeyIndex, block, self.entry_size))
+                    .then_some((target, k.len()))
             }))?;
         }
         let mut out = vec![None; keys.len()];
@@ -669,7 +700,7 @@ impl<B: Storage> Store<B> {
             .into_iter()
             .map(|(target, len)| (target, len > short))
             .collect();
-        let span = |b: u64| (b * KEY_BLOCK) as usize..((b + 1) * KEY_BLOCK).min(n) as usize;
+        let span = |b: u64| (b * self.block) as usize..((b + 1) * self.block).min(n) as usize;
         let mut fetched = std::collections::BTreeSet::new();
         // A block's key offsets come with it only for long keys (short ones never read keys).
         let mut with_offsets = std::collections::BTreeSet::new();
@@ -684,7 +715,7 @@ impl<B: Storage> Store<B> {
                     // settled there (one request still, the ranges touch).
                     wants.push((
                         Section::KeyIndex,
-                        ranks.start * KEY_ENTRY..(ranks.end + 1) * KEY_ENTRY,
+                        ranks.start * self.entry_size..(ranks.end + 1) * self.entry_size,
                     ));
                 }
                 if long && with_offsets.insert(b) {
@@ -705,18 +736,18 @@ impl<B: Storage> Store<B> {
             .map(|&(t, _)| (t, None))
             .collect();
         for _ in 0..64 {
-            let known = |rank: u64| fetched.contains(&(rank / KEY_BLOCK));
+            let known = |rank: u64| fetched.contains(&(rank / self.block));
             let mut missing = std::collections::BTreeSet::new();
             for (target, run) in long.iter_mut().filter(|(_, run)| run.is_none()) {
                 let block = self.block_of(*target);
                 let ranks = span(block);
                 let mut rank = lower_bound(
                     index,
-                    KEY_ENTRY,
+                    self.entry_size,
                     ranks.start as u64..ranks.end as u64,
                     *target,
                 );
-                let entry = |r: u64| KeyEntry::at(index, r);
+                let entry = |r: u64| KeyEntry::at(index, r, self.entry_size);
                 let mut stuck = None;
                 while rank < n {
                     if !known(rank) {
@@ -743,7 +774,7 @@ impl<B: Storage> Store<B> {
                 }
                 match stuck {
                     Some(rank) => {
-                        missing.insert(rank / KEY_BLOCK);
+                        missing.insert(rank / self.block);
                     }
                     None => *run = Some(lo..hi),
                 }
@@ -759,7 +790,7 @@ impl<B: Storage> Store<B> {
             &mut fetched,
             &mut runs
                 .iter()
-                .flat_map(|r| r.start / KEY_BLOCK..=r.end.min(n - 1) / KEY_BLOCK)
+                .flat_map(|r| r.start / self.block..=r.end.min(n - 1) / self.block)
                 .map(|b| (b, true)),
         )?;
         self.fetch(runs.iter().filter_map(|r| {
@@ -769,29 +800,27 @@ impl<B: Storage> Store<B> {
         }))
     }
 
-    /// What reading the records at `positions` reads, fetched in rounds of concurrent requests
-    /// (a remote store): their doc offsets (and, with `keys`, key ranks), then their blobs (and
-    /// key offsets), then their keys.
-    #[cold]
-    fn fetch_records(
-        &self,
-        positions: impl Iterator<Item = u64> + Clone,
-        keys: bool,
-    ) -> Result<()> {
-        self.fetch_positions(positions, true, keys)
-    }
-
     /// For a remote store, fetches what reading the records of `positions` reads (with their
     /// keys in a checked store), in a few rounds of concurrent requests for the whole batch.
     pub fn prefetch_batch(&self, positions: &[u64]) -> Result<()> {
         if self.buf.is_remote() {
-            self.fetch_positions(positions.iter().copied(), true, self.checked())?;
+            let found = positions.iter().map(|&p| Found::at(p));
+            self.fetch_positions(found, true, self.checked())?;
+        }
+        Ok(())
+    }
+
+    /// For a remote store, fetches what reading `found` (documents a lookup by key found) reads.
+    pub fn prefetch_found(&self, found: &[Found]) -> Result<()> {
+        if self.buf.is_remote() {
+            self.fetch_positions(found.iter().copied(), true, false)?;
         }
         Ok(())
     }
 
     /// For a remote store, fetches what looking up `keys` and reading their records reads: the
-    /// key index blocks, then doc offsets, then blobs (three rounds for the whole batch).
+    /// key index blocks, then the blobs (format v3; before it, doc offsets come between): two
+    /// rounds of concurrent requests for the whole batch.
     pub fn prefetch_keyed(&self, keys: &[&[u8]]) -> Result<()> {
         if self.buf.is_remote() {
             let found = self.locate_many(keys)?;
@@ -805,24 +834,28 @@ impl<B: Storage> Store<B> {
     /// to do for a local store.
     pub fn prefetch_keys(&self, positions: Range<u64>) -> Result<()> {
         if self.buf.is_remote() {
-            self.fetch_positions(positions, false, true)?;
+            self.fetch_positions(positions.map(Found::at), false, true)?;
         }
         Ok(())
     }
 
+    /// What reading the records `found` reads, fetched in rounds of concurrent requests (a
+    /// remote store): the doc offsets of those the key index did not locate (and, with `keys`,
+    /// key ranks), then their blobs (and key offsets), then their keys.
     #[cold]
     fn fetch_positions(
         &self,
-        positions: impl Iterator<Item = u64> + Clone,
+        found: impl Iterator<Item = Found> + Clone,
         blobs: bool,
         keys: bool,
     ) -> Result<()> {
         let n = self.len();
-        let positions = positions.filter(move |&p| p < n);
-        self.fetch(positions.clone().flat_map(|p| {
-            let p = p as usize;
+        let found = found.filter(move |f| f.pos < n);
+        self.fetch(found.clone().flat_map(|f| {
+            let p = f.pos as usize;
+            let located = f.blob.is_some() && self.header.locates_blobs();
             [
-                blobs.then_some((Section::DocOffsets, p * 8..p * 8 + 16)),
+                (blobs && !located).then_some((Section::DocOffsets, p * 8..p * 8 + 16)),
                 keys.then_some((Section::KeyRanks, p * 4..p * 4 + 4)),
             ]
             .into_iter()
@@ -830,11 +863,9 @@ impl<B: Storage> Store<B> {
         }))?;
         let rank = |p: u64| self.index_u32(Section::KeyRanks, p).min(n);
         let before = self.buf.fetched_bytes();
-        self.fetch(positions.clone().flat_map(|p| {
-            let blob = blobs
-                .then(|| self.range_at(Section::DocOffsets, Section::Data, p).ok())
-                .flatten();
-            let r = rank(p) as usize;
+        self.fetch(found.clone().flat_map(|f| {
+            let blob = blobs.then(|| self.blob_range(f).ok()).flatten();
+            let r = rank(f.pos) as usize;
             [
                 blob.map(|b| (Section::Data, b)),
                 keys.then_some((Section::KeyOffsets, r * 8..r * 8 + 16)),
@@ -847,8 +878,8 @@ impl<B: Storage> Store<B> {
                 .add_data_bytes(self.buf.fetched_bytes().saturating_sub(before));
         }
         if keys {
-            self.fetch(positions.filter_map(|p| {
-                let r = rank(p);
+            self.fetch(found.filter_map(|f| {
+                let r = rank(f.pos);
                 (r < n)
                     .then(|| self.range_at(Section::KeyOffsets, Section::Keys, r).ok())
                     .flatten()
@@ -864,7 +895,7 @@ impl<B: Storage> Store<B> {
         let index = self.section(Section::KeyIndex);
         let page = |key: &[u8]| {
             self.target(key)
-                .map(|t| self.block_of(t) as usize * KEY_BLOCK as usize * KEY_ENTRY)
+                .map(|t| self.block_of(t) as usize * self.block as usize * self.entry_size)
         };
         if !self
             .cold
@@ -873,21 +904,17 @@ impl<B: Storage> Store<B> {
             return;
         }
         for at in keys.iter().filter_map(|k| page(k)) {
-            pagecache::will_need(index, at..at + KEY_BLOCK as usize * KEY_ENTRY);
+            pagecache::will_need(index, at..at + self.block as usize * self.entry_size);
         }
     }
 
-    /// When the blobs at `positions` look uncached (by a sample), asks for all their pages at
-    /// once: first their doc offsets, then the blobs.
-    fn prefetch_records(&self, positions: impl Iterator<Item = u64> + Clone) {
+    /// When the blobs `found` look uncached (by a sample), asks for all their pages at once:
+    /// first the doc offsets of those the key index did not locate, then the blobs.
+    fn prefetch_records(&self, found: impl Iterator<Item = Found> + Clone) {
         let n = self.len();
         let data = self.section(Section::Data);
-        let blob = |pos: u64| {
-            (pos < n)
-                .then(|| self.range_at(Section::DocOffsets, Section::Data, pos).ok())
-                .flatten()
-        };
-        let Some(first) = positions.clone().next() else {
+        let blob = |f: Found| (f.pos < n).then(|| self.blob_range(f).ok()).flatten();
+        let Some(first) = found.clone().next() else {
             return;
         };
         if !self
@@ -897,11 +924,13 @@ impl<B: Storage> Store<B> {
             return;
         }
         let offsets = self.section(Section::DocOffsets);
-        for pos in positions.clone().filter(|&p| p < n) {
-            pagecache::will_need(offsets, pos as usize * 8..pos as usize * 8 + 16);
+        let located = |f: &Found| f.blob.is_some() && self.header.locates_blobs();
+        for f in found.clone().filter(|f| f.pos < n && !located(f)) {
+            let pos = f.pos as usize;
+            pagecache::will_need(offsets, pos * 8..pos * 8 + 16);
         }
         let data_start = self.ranges[Section::Data as usize].start as u64;
-        for range in positions.filter_map(blob) {
+        for range in found.filter_map(blob) {
             match &self.data_file {
                 Some(file) => {
                     pagecache::will_need_file(file, data_start + range.start as u64, range.len())
@@ -912,9 +941,13 @@ impl<B: Storage> Store<B> {
     }
 
     fn entry(&self, rank: u64) -> Result<KeyEntry> {
-        let at = rank as usize * KEY_ENTRY;
-        self.need(Section::KeyIndex, at..at + KEY_ENTRY)?;
-        Ok(KeyEntry::at(self.section(Section::KeyIndex), rank))
+        let at = rank as usize * self.entry_size;
+        self.need(Section::KeyIndex, at..at + self.entry_size)?;
+        Ok(KeyEntry::at(
+            self.section(Section::KeyIndex),
+            rank,
+            self.entry_size,
+        ))
     }
 
     /// `ranks` for at most GROUP keys, misses not confirmed: the fences say which block (page)
@@ -936,26 +969,26 @@ impl<B: Storage> Store<B> {
         let index = self.section(Section::KeyIndex);
         // The first block whose fence is >= the target: the first candidate lies in the block
         // before it (or is that block's first entry).
-        let blocks = n.div_ceil(KEY_BLOCK);
+        let blocks = n.div_ceil(self.block);
         let mut lows = [0u64; GROUP];
         let mut sizes = [blocks; GROUP];
         lower_bounds(&targets, &mut lows, &mut sizes, fences, 8);
         for (low, size) in lows.iter_mut().zip(&mut sizes) {
-            let start = low.saturating_sub(1) * KEY_BLOCK;
+            let start = low.saturating_sub(1) * self.block;
             *low = start;
-            *size = KEY_BLOCK.min(n - start);
+            *size = self.block.min(n - start);
         }
         if self.buf.is_remote() {
             self.fetch(
                 (targets.iter().zip(lows.iter().zip(&sizes)))
                     .filter(|(t, _)| t.is_some())
                     .map(|(_, (&lo, &size))| {
-                        let lo = lo as usize * KEY_ENTRY;
-                        (Section::KeyIndex, lo..lo + size as usize * KEY_ENTRY)
+                        let lo = lo as usize * self.entry_size;
+                        (Section::KeyIndex, lo..lo + size as usize * self.entry_size)
                     }),
             )?;
         }
-        lower_bounds(&targets, &mut lows, &mut sizes, index, KEY_ENTRY);
+        lower_bounds(&targets, &mut lows, &mut sizes, index, self.entry_size);
         for (i, target) in targets.iter().enumerate().take(keys.len()) {
             let Some(target) = *target else { continue };
             out[i] = self.settle(keys[i], target, lows[i])?;
@@ -1029,6 +1062,31 @@ impl<B: Storage> Store<B> {
         self.slice_at(Section::DocOffsets, Section::Data, pos)
     }
 
+    /// Where the blob of the document at `pos` lies in the data section (its doc offsets),
+    /// bounds-checked.
+    pub(crate) fn blob_range_at(&self, pos: u64) -> Result<Range<usize>> {
+        self.blob_range(Found::at(pos))
+    }
+
+    /// Where the blob of `found` lies in the data section, bounds-checked: where its key index
+    /// entry says, when this store's entries locate its blobs (format v3), else its doc offsets.
+    /// A damaged location reads other bytes, which then fail the check of `found`'s key and
+    /// position.
+    fn blob_range(&self, found: Found) -> Result<Range<usize>> {
+        match found.blob {
+            Some((offset, len)) if self.header.locates_blobs() => {
+                let end = (offset.checked_add(len))
+                    .filter(|&end| end <= self.section(Section::Data).len() as u64)
+                    .ok_or_else(|| Error::corrupt("key index blob location out of bounds"))?;
+                Ok(offset as usize..end as usize)
+            }
+            _ => {
+                self.check_position(found.pos)?;
+                self.range_at(Section::DocOffsets, Section::Data, found.pos)
+            }
+        }
+    }
+
     /// How this store reads documents.
     pub fn data_access(&self) -> DataAccess {
         match self.data_file {
@@ -1049,50 +1107,64 @@ impl<B: Storage> Store<B> {
             true => Some(self.key_bytes_at(pos)?),
             false => None,
         };
-        self.with_record_at(pos, key, f)
+        self.with_record_at(Found::at(pos), key, f)
     }
 
-    /// `with_record` for a lookup by `key` that the key index placed at `pos`: the check proves
-    /// the record is `key`'s, so neither the position nor the key ranks need confirming.
-    pub fn with_record_of<R>(&self, pos: u64, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<R> {
-        self.with_record_at(pos, Some(key).filter(|_| self.checked()), f)
+    /// `with_record` for a lookup by `key` that the key index found: the check proves the record
+    /// is `key`'s (and from format v3 that it is at `found.pos`), so neither the position nor the
+    /// key ranks need confirming.
+    pub fn with_record_of<R>(
+        &self,
+        found: Found,
+        key: &[u8],
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R> {
+        self.with_record_at(found, Some(key).filter(|_| self.checked()), f)
     }
 
     fn with_record_at<R>(
         &self,
-        pos: u64,
+        found: Found,
         key: Option<&[u8]>,
         f: impl FnOnce(&[u8]) -> R,
     ) -> Result<R> {
         let dict_id = self.header.section(Section::Dictionary).checksum;
-        self.with_body(pos, key, |body| {
+        self.with_body(found, key, |body| {
             codec::decompress_with(body, self.dictionary(), dict_id, f)
         })
     }
 
-    /// Runs `f` on the blob at `pos` without its check, once the check holds for `key` (given
-    /// exactly when the store is checked).
+    /// Runs `f` on the blob of `found` without its check, once the check holds for `key` (given
+    /// exactly when the store is checked) and, from format v3, `found.pos`.
     fn with_body<R>(
         &self,
-        pos: u64,
+        found: Found,
         key: Option<&[u8]>,
         f: impl FnOnce(&[u8]) -> Result<R>,
     ) -> Result<R> {
-        fn body<'b>(blob: &'b [u8], key: Option<&[u8]>, pos: u64) -> Result<&'b [u8]> {
+        fn checked<'b>(
+            blob: &'b [u8],
+            key: Option<&[u8]>,
+            found: Found,
+            v3: bool,
+        ) -> Result<&'b [u8]> {
             match key {
-                Some(key) => check::checked_body(blob, key, pos),
+                Some(key) => check::checked_body(blob, key, found.pos, v3),
                 None => Ok(blob),
             }
         }
+        let v3 = self.header.binds_position();
+        let range = self.blob_range(found)?;
         if self.buf.is_remote() {
             // Copied out of the cache before it is checked and decoded: what is checked is
             // what is decoded, even if the cache evicts meanwhile (a memcpy, no system call).
-            let blob = self.blob(pos)?;
+            self.need(Section::Data, range.clone())?;
+            let blob = &self.section(Section::Data)[range];
             let read = |buf: &mut Vec<u8>| -> Result<R> {
                 buf.clear();
                 try_reserve(buf, blob.len())?;
                 buf.extend_from_slice(blob);
-                let result = f(body(buf, key, pos)?);
+                let result = f(checked(buf, key, found, v3)?);
                 codec::release_if_huge(buf, 0);
                 result
             };
@@ -1102,19 +1174,23 @@ impl<B: Storage> Store<B> {
             });
         }
         let Some(file) = &self.data_file else {
-            return f(body(self.blob(pos)?, key, pos)?);
+            return f(checked(
+                &self.section(Section::Data)[range],
+                key,
+                found,
+                v3,
+            )?);
         };
         // The bounds come from the mapped index, checked as for a mapped read; the bytes from
         // the file, never from the mapping.
-        self.check_position(pos)?;
-        let blob = self.range_at(Section::DocOffsets, Section::Data, pos)?;
+        let blob = range;
         let at = (self.ranges[Section::Data as usize].start + blob.start) as u64;
         let read = |buf: &mut Vec<u8>| -> Result<R> {
             try_reserve(buf, blob.len().saturating_sub(buf.len()))?;
             buf.resize(blob.len(), 0);
             let result = std::os::unix::fs::FileExt::read_exact_at(file, buf, at)
                 .map_err(Error::from)
-                .and_then(|()| f(body(buf, key, pos)?));
+                .and_then(|()| f(checked(buf, key, found, v3)?));
             codec::release_if_huge(buf, 0);
             result
         };
@@ -1130,20 +1206,20 @@ impl<B: Storage> Store<B> {
         let key_of_position = self.checked();
         self.read_grouped(
             positions,
-            |&pos| pos,
+            |&pos| Found::at(pos),
             key_of_position,
             |&pos| self.with_record(pos, |raw| batch.push(raw))?,
         )
     }
 
-    /// `read_records` for lookups by key: `(position, key)` pairs, each record checked against
-    /// its key.
-    pub fn read_found(&self, found: &[(u64, &[u8])], batch: &mut RecordBatch) -> Result<()> {
+    /// `read_records` for lookups by key: what the key index found for each key, each record
+    /// checked against its key.
+    pub fn read_found(&self, found: &[(Found, &[u8])], batch: &mut RecordBatch) -> Result<()> {
         self.read_grouped(
             found,
-            |&(pos, _)| pos,
+            |&(found, _)| found,
             false,
-            |&(pos, key)| self.with_record_of(pos, key, |raw| batch.push(raw))?,
+            |&(found, key)| self.with_record_of(found, key, |raw| batch.push(raw))?,
         )
     }
 
@@ -1152,12 +1228,12 @@ impl<B: Storage> Store<B> {
     fn read_grouped<T>(
         &self,
         items: &[T],
-        pos_of: impl Fn(&T) -> u64,
+        found_of: impl Fn(&T) -> Found,
         keys: bool,
         read: impl FnMut(&T) -> Result<()>,
     ) -> Result<()> {
-        self.prepare_batch(items.iter().map(&pos_of), items.len(), keys)?;
-        read_pipelined(items, |item| (self, pos_of(item)), keys, read)
+        self.prepare_batch(items.iter().map(&found_of), items.len(), keys)?;
+        read_pipelined(items, |item| (self, found_of(item)), keys, read)
     }
 
     /// Whether `prepare_batch` has anything to do for a batch of `len` records.
@@ -1165,20 +1241,20 @@ impl<B: Storage> Store<B> {
         (self.mapped && len >= PREFETCH_MIN) || self.buf.is_remote()
     }
 
-    /// What a batch of `len` records at `positions` needs before `read_pipelined` reads them:
-    /// from a remote store, their bytes fetched in a few rounds of concurrent requests; from a
-    /// mapped file that looks uncached, all their pages asked for at once.
+    /// What a batch of `len` records `found` needs before `read_pipelined` reads them: from a
+    /// remote store, their bytes fetched in a few rounds of concurrent requests; from a mapped
+    /// file that looks uncached, all their pages asked for at once.
     pub(crate) fn prepare_batch(
         &self,
-        positions: impl Iterator<Item = u64> + Clone,
+        found: impl Iterator<Item = Found> + Clone,
         len: usize,
         keys: bool,
     ) -> Result<()> {
         if self.mapped && len >= PREFETCH_MIN {
-            self.prefetch_records(positions.clone());
+            self.prefetch_records(found.clone());
         }
         if self.buf.is_remote() {
-            self.fetch_records(positions, keys)?;
+            self.fetch_positions(found, true, keys)?;
         }
         Ok(())
     }
@@ -1186,27 +1262,27 @@ impl<B: Storage> Store<B> {
     /// Positions of many keys (`None` when absent), their records appended to `batch`, each
     /// checked against the key it was asked by.
     pub fn read_many(&self, keys: &[&[u8]], batch: &mut RecordBatch) -> Result<Vec<Option<u64>>> {
-        let positions = self.locate_many(keys)?;
-        let found: Vec<(u64, &[u8])> = (positions.iter().zip(keys))
-            .filter_map(|(pos, &key)| pos.map(|pos| (pos, key)))
+        let located = self.locate_many(keys)?;
+        let found: Vec<(Found, &[u8])> = (located.iter().zip(keys))
+            .filter_map(|(found, &key)| found.map(|found| (found, key)))
             .collect();
         self.read_found(&found, batch)?;
-        Ok(positions)
+        Ok(located.iter().map(|f| f.map(|f| f.pos)).collect())
     }
 
     /// Position of `key` (`None` when absent), its record appended to `batch`, checked against it.
     pub fn read_one(&self, key: &[u8], batch: &mut RecordBatch) -> Result<Option<u64>> {
-        let pos = self.locate(key)?;
-        if let Some(pos) = pos {
-            self.with_record_of(pos, key, |raw| batch.push(raw))??;
+        let found = self.locate(key)?;
+        if let Some(found) = found {
+            self.with_record_of(found, key, |raw| batch.push(raw))??;
         }
-        Ok(pos)
+        Ok(found.map(|f| f.pos))
     }
 
     /// Position and raw record of `key`, if present.
     pub fn get(&self, key: &[u8]) -> Result<Option<(u64, Cow<'_, [u8]>)>> {
         match self.locate(key)? {
-            Some(pos) => Ok(Some((pos, self.with_record_of(pos, key, owned)??))),
+            Some(found) => Ok(Some((found.pos, self.with_record_of(found, key, owned)??))),
             None => Ok(None),
         }
     }
@@ -1266,10 +1342,19 @@ impl<B: Storage> Store<B> {
                 if pos >= n || self.index_u32(Section::KeyRanks, pos) != rank {
                     return Err(Error::corrupt("key positions and ranks disagree"));
                 }
-                if rank.is_multiple_of(KEY_BLOCK)
+                if self.header.locates_blobs() {
+                    let blob = self.blob_range_at(pos)?;
+                    if (entry.blob_offset, entry.blob_len) != (blob.start as u64, blob.len() as u64)
+                    {
+                        return Err(Error::corrupt(
+                            "key index blob locations do not match the doc offsets",
+                        ));
+                    }
+                }
+                if rank.is_multiple_of(self.block)
                     && u64_at(
                         self.section(Section::KeyFences),
-                        (rank / KEY_BLOCK) as usize * 8,
+                        (rank / self.block) as usize * 8,
                     ) != entry.prefix
                 {
                     return Err(Error::corrupt("key fences do not match the key index"));
@@ -1334,26 +1419,31 @@ fn open_ranges(header: &Header) -> Vec<Range<u64>> {
 /// dependent loads each, overlapped across a group rather than queued one after another.
 pub(crate) fn read_pipelined<'s, B: Storage + 's, T>(
     items: &[T],
-    at: impl Fn(&T) -> (&'s Store<B>, u64),
+    at: impl Fn(&T) -> (&'s Store<B>, Found),
     keys: bool,
     mut read: impl FnMut(&T) -> Result<()>,
 ) -> Result<()> {
+    // Where a blob starts, as far as a prefetch needs to know (checked when it is read).
+    let blob_start = |store: &Store<B>, found: Found| match found.blob {
+        Some((offset, _)) if store.header.locates_blobs() => offset as usize,
+        _ => store.offset(Section::DocOffsets, found.pos) as usize,
+    };
     for group in items.chunks(GROUP) {
         for item in group {
-            let (store, pos) = at(item);
-            let pos = pos as usize;
-            prefetch(store.section(Section::DocOffsets), pos.saturating_mul(8));
+            let (store, found) = at(item);
+            let pos = found.pos as usize;
+            if found.blob.is_none() || !store.header.locates_blobs() {
+                prefetch(store.section(Section::DocOffsets), pos.saturating_mul(8));
+            }
             if keys {
                 prefetch(store.section(Section::KeyRanks), pos.saturating_mul(4));
             }
         }
         for item in group {
-            let (store, pos) = at(item);
+            let (store, found) = at(item);
+            let pos = found.pos;
             if pos < store.len() && store.data_file.is_none() {
-                prefetch(
-                    store.section(Section::Data),
-                    store.offset(Section::DocOffsets, pos) as usize,
-                );
+                prefetch(store.section(Section::Data), blob_start(store, found));
             }
             if keys && pos < store.len() {
                 let rank = store.index_u32(Section::KeyRanks, pos) as usize;
@@ -1362,7 +1452,7 @@ pub(crate) fn read_pipelined<'s, B: Storage + 's, T>(
         }
         if keys {
             for item in group {
-                let (store, pos) = at(item);
+                let (store, Found { pos, .. }) = at(item);
                 if pos < store.len() {
                     let rank = store.index_u32(Section::KeyRanks, pos);
                     if rank < store.len() {

@@ -10,8 +10,8 @@ use crate::codec::{self, Compressor};
 use crate::columns::Columns;
 use crate::error::{Error, Result};
 use crate::format::{
-    self, key_prefix, Header, KeyEntry, Section, SectionEntry, ALIGN, HEADER_SIZE, KEY_BLOCK,
-    KEY_ENTRY, KEY_INDEX_ALIGN,
+    self, key_prefix, Header, KeyEntry, Section, SectionEntry, ALIGN, FLAG_SHARD_LOCATIONS,
+    HEADER_SIZE, KEY_INDEX_ALIGN,
 };
 use crate::keysort::KeySorter;
 use crate::parallel;
@@ -86,7 +86,7 @@ pub struct Summary {
 struct Batch {
     data: Vec<u8>,
     ends: Vec<usize>,
-    /// `check::key_hash` of each record's key (empty for a format v1 store).
+    /// `check::doc_hash` of each record's key and position (empty for a format v1 store).
     key_hashes: Vec<u64>,
 }
 
@@ -355,7 +355,9 @@ impl Writer {
             self.keys.push(key.as_bytes(), self.count as u32)?;
         }
         if self.options.format_version >= 2 {
-            self.batch.key_hashes.push(check::key_hash(key.as_bytes()));
+            let binds_position = self.options.format_version >= 3;
+            let key_hash = check::key_hash(key.as_bytes());
+            (self.batch.key_hashes).push(check::doc_hash(key_hash, self.count, binds_position));
         }
         self.batch.ends.push(self.batch.data.len());
         self.raw_bytes += (self.batch.data.len() - start) as u64;
@@ -413,14 +415,17 @@ impl Writer {
     pub fn finish(mut self) -> Result<Summary> {
         let keys = std::mem::replace(&mut self.keys, KeySorter::new(PathBuf::new(), 1));
         let common_prefix = keys.common_prefix();
-        self.finish_with(common_prefix, |each| keys.finish(each))
+        self.finish_with(common_prefix, None, |each| keys.finish(each))
     }
 
     /// `finish` with the keys given by `sorted_keys`, which calls `each(key, position)` for every
-    /// document's key in sorted order, all of them sharing the first `common_prefix` bytes.
+    /// document's key in sorted order, all of them sharing the first `common_prefix` bytes. With
+    /// `shard_locations` (a collection's global index), the key index locates each position's
+    /// blob where that function says, in the collection's shards, instead of in this file.
     pub(crate) fn finish_with(
         mut self,
         common_prefix: usize,
+        shard_locations: Option<&dyn Fn(u32) -> Result<(u64, u64)>>,
         sorted_keys: impl FnOnce(&mut dyn FnMut(&[u8], u32) -> Result<()>) -> Result<()>,
     ) -> Result<Summary> {
         self.check_process()?;
@@ -449,6 +454,42 @@ impl Writer {
         file.write(&data.len.to_le_bytes())?;
         sections[Section::DocOffsets as usize] = file.end();
 
+        let version = self.options.format_version;
+        let header = |sections| Header {
+            version,
+            count,
+            raw_bytes: self.raw_bytes,
+            // -1 (none) is 0xFF.
+            level: self.options.level as u8,
+            common_prefix: common_prefix as u32,
+            flags: match shard_locations {
+                Some(_) => FLAG_SHARD_LOCATIONS,
+                None => 0,
+            },
+            sections,
+        };
+        let layout = header(sections);
+        let (entry_size, block) = (layout.key_entry(), layout.key_block());
+        // Version 3 entries locate their blobs: the doc offsets, read back at random by position
+        // (from the page cache, as the ranks below are written).
+        let doc_offsets = match layout.locates_blobs() && count > 0 {
+            // SAFETY: the scratch file is private to this writer and no longer written.
+            true => Some(unsafe { memmap2::Mmap::map(&File::open(scratch.join("doc-offsets"))?)? }),
+            false => None,
+        };
+        let own_location = |position: u32| -> (u64, u64) {
+            let Some(offsets) = &doc_offsets else {
+                return (0, 0);
+            };
+            let p = position as usize;
+            let start = format::u64_at(offsets, p * 8);
+            let end = match p + 1 < count as usize {
+                true => format::u64_at(offsets, p * 8 + 8),
+                false => data.len,
+            };
+            (start, end - start)
+        };
+
         // Sorted keys go straight into the file; their offsets, index entries and fences go to
         // scratch files and are appended after them.
         file.begin()?;
@@ -460,19 +501,28 @@ impl Writer {
         let mut key_fences = scratch_file("key-fences")?;
         let keys_start = file.pos;
         let mut rank = 0u64;
+        let mut encoded = Vec::with_capacity(entry_size);
         sorted_keys(&mut |key, position| {
             key_offsets.write_all(&(file.pos - keys_start).to_le_bytes())?;
             let Some(rest) = key.get(common_prefix..) else {
                 return Err(Error::corrupt("a key is shorter than the common prefix"));
             };
             let prefix = key_prefix(rest);
+            let (blob_offset, blob_len) = match shard_locations {
+                Some(locate) => locate(position)?,
+                None => own_location(position),
+            };
             let entry = KeyEntry {
                 prefix,
                 position,
                 key_len: key.len() as u32, // `add` rejects longer keys
+                blob_offset,
+                blob_len,
             };
-            key_index.write_all(&entry.encode())?;
-            if rank.is_multiple_of(KEY_BLOCK) {
+            encoded.clear();
+            entry.encode(entry_size, &mut encoded);
+            key_index.write_all(&encoded)?;
+            if rank.is_multiple_of(block) {
                 key_fences.write_all(&prefix.to_le_bytes())?;
             }
             rank += 1;
@@ -513,7 +563,7 @@ impl Writer {
                     .len(ranks_len as usize)
                     .map_mut(&out)?
             };
-            fill_ranks(&mut ranks, &scratch.join("key-index"))?;
+            fill_ranks(&mut ranks, &scratch.join("key-index"), entry_size)?;
             ranks.flush()?;
             xxh3_64(&ranks)
         } else {
@@ -525,15 +575,7 @@ impl Writer {
             checksum: ranks_checksum,
         };
 
-        let header = Header {
-            version: self.options.format_version,
-            count,
-            raw_bytes: self.raw_bytes,
-            // -1 (none) is 0xFF.
-            level: self.options.level as u8,
-            common_prefix: common_prefix as u32,
-            sections,
-        };
+        let header = header(sections);
         out.seek(SeekFrom::Start(0))?;
         out.write_all(&header.encode())?;
         out.sync_all()?;
@@ -793,13 +835,13 @@ fn sweep_dead_scratch(parent: &Path, prefix: &str) {
 }
 
 /// Writes the rank of each position, reading the positions from the key index in rank order.
-fn fill_ranks(ranks: &mut MmapMut, key_index: &Path) -> Result<()> {
+fn fill_ranks(ranks: &mut MmapMut, key_index: &Path, entry_size: usize) -> Result<()> {
     let count = ranks.len() / 4;
     let mut input = BufReader::with_capacity(1 << 20, File::open(key_index)?);
-    let mut entry = [0u8; KEY_ENTRY];
+    let mut entry = vec![0u8; entry_size];
     for rank in 0..count as u32 {
         input.read_exact(&mut entry)?;
-        let at = KeyEntry::at(&entry, 0).position as usize * 4;
+        let at = KeyEntry::at(&entry, 0, entry_size).position as usize * 4;
         ranks[at..at + 4].copy_from_slice(&rank.to_le_bytes());
     }
     Ok(())
@@ -809,7 +851,8 @@ fn fill_ranks(ranks: &mut MmapMut, key_index: &Path) -> Result<()> {
 type Chunk = (Vec<u8>, Vec<usize>);
 
 /// Compresses `records` in parallel, in chunks that each fill one buffer (few allocations),
-/// returned in order. With `key_hashes` (one per record, format v2), each blob gets its check.
+/// returned in order. With `key_hashes` (`check::doc_hash`, one per record, format v2 and later),
+/// each blob gets its check.
 fn compress_chunks(compressor: &Compressor, records: &[&[u8]], key_hashes: &[u64]) -> Vec<Chunk> {
     const CHUNK: usize = 64;
     records

@@ -1,5 +1,6 @@
 //! Write a store, read it back, and break it in every way a disk or a user can.
 
+use docstore_core::format::Section;
 use docstore_core::{
     DataAccess, ElemType, Error, Field, FieldType, RecordBatch, Schema, Store, Value, Writer,
     WriterOptions,
@@ -315,14 +316,14 @@ fn garbage_and_newer_versions_are_clear_errors() {
     let store = dir.path().join("s");
     build(&store, 3, WriterOptions::default());
     let mut bytes = std::fs::read(&store).unwrap();
-    bytes[8] = 3;
+    bytes[8] = 4;
     std::fs::write(&path, &bytes).unwrap();
     let err = Store::open(&path).err().unwrap();
     assert!(matches!(
         err,
         Error::UnsupportedVersion {
-            found: 3,
-            supported: 2
+            found: 4,
+            supported: 3
         }
     ));
     assert!(err.to_string().contains("upgrade"));
@@ -592,40 +593,45 @@ fn every_flipped_bit_gives_the_right_answer_or_an_error() {
     );
 }
 
-/// Stores written as format v1 (before the per-document checks) still open and read.
+/// Stores written as format v1 (before the per-document checks) and v2 (before the blob
+/// locations in the key index) still open and read.
 #[test]
-fn version_1_stores_still_read() {
+fn older_versions_still_read() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("v1");
-    build(
-        &path,
-        300,
-        WriterOptions {
-            format_version: 1,
-            ..Default::default()
-        },
-    );
-    let store = Store::open(&path).unwrap();
-    assert_eq!(store.header().version, 1);
-    assert!(!store.checked());
-    check_all(&store, 300);
-    store.verify().unwrap();
-    let v2 = dir.path().join("v2");
-    build(&v2, 300, WriterOptions::default());
-    // Four bytes of check per document, nothing else.
-    let data = |p: &Path| {
-        let store = Store::open(p).unwrap();
+    let written = |version: u32| {
+        let path = dir.path().join(format!("v{version}"));
+        build(
+            &path,
+            300,
+            WriterOptions {
+                format_version: version,
+                ..Default::default()
+            },
+        );
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.header().version, version);
+        assert_eq!(store.checked(), version >= 2);
+        check_all(&store, 300);
+        store.verify().unwrap();
         store
-            .header()
-            .section(docstore_core::format::Section::Data)
-            .len
     };
-    assert_eq!(data(&v2) - data(&path), 300 * 4);
+    let (v1, v2, v3) = (written(1), written(2), written(3));
+    let len = |store: &Store<_>, s: Section| store.header().section(s).len;
+    // v2: four bytes of check per document, nothing else.
+    assert_eq!(len(&v2, Section::Data) - len(&v1, Section::Data), 300 * 4);
+    // v3: the same blobs, and 16 more bytes of key index entry per document (the location).
+    assert_eq!(len(&v3, Section::Data), len(&v2, Section::Data));
+    assert_eq!(len(&v3, Section::KeyIndex), 300 * 32);
+    assert_eq!(len(&v2, Section::KeyIndex), 300 * 16);
+    assert_eq!(
+        len(&v3, Section::KeyFences),
+        300usize.div_ceil(128) as u64 * 8
+    );
     assert!(Writer::create(
-        dir.path().join("v3"),
+        dir.path().join("v4"),
         schema(),
         WriterOptions {
-            format_version: 3,
+            format_version: 4,
             ..Default::default()
         }
     )

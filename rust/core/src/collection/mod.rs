@@ -18,7 +18,7 @@ pub use manifest::{FileEntry, Manifest, MANIFEST};
 pub use seal::seal;
 
 use crate::error::{Error, Result};
-use crate::reader::{self, DataAccess, RecordBatch, Store};
+use crate::reader::{self, DataAccess, Found, RecordBatch, Store};
 use crate::schema::Schema;
 use crate::storage::remote::{self, Remote, RemoteFile, RemoteOptions};
 use crate::storage::StoreFile;
@@ -300,10 +300,18 @@ impl Collection {
         Ok((shard, pos - self.starts[shard]))
     }
 
-    /// `shard_of` for a position the global index gave: out of range means a damaged index.
-    fn indexed(&self, pos: u64) -> Result<(usize, u64)> {
-        self.shard_of(pos)
-            .map_err(|_| Error::corrupt("the global id index gives a position out of range"))
+    /// The shard of a document the global index found, and the document in it: its position
+    /// there and, where the index locates the shards' blobs (format v3), where its blob lies.
+    /// Out of range means a damaged index.
+    fn indexed(&self, found: Found) -> Result<(usize, Found)> {
+        let (shard, local) = (self.shard_of(found.pos))
+            .map_err(|_| Error::corrupt("the global id index gives a position out of range"))?;
+        let located = self
+            .index
+            .as_ref()
+            .is_some_and(|i| i.header().locates_shard_blobs());
+        let blob = found.blob.filter(|_| located);
+        Ok((shard, Found { pos: local, blob }))
     }
 
     /// The position of `key`, confirmed by its document's check.
@@ -315,12 +323,12 @@ impl Collection {
         let Some(index) = &self.index else {
             return self.shards[0].position(key);
         };
-        let Some(pos) = index.locate(key)? else {
+        let Some(found) = index.locate(key)? else {
             return Ok(None);
         };
-        let (shard, local) = self.indexed(pos)?;
+        let (shard, local) = self.indexed(found)?;
         self.shards[shard].confirm(local, key)?;
-        Ok(Some(pos))
+        Ok(Some(found.pos))
     }
 
     /// `position` of many keys.
@@ -333,13 +341,13 @@ impl Collection {
             return self.shards[0].positions(keys);
         };
         let found = index.locate_many(keys)?;
-        for (pos, key) in found.iter().zip(keys) {
-            if let Some(pos) = *pos {
-                let (shard, local) = self.indexed(pos)?;
+        for (found, key) in found.iter().zip(keys) {
+            if let Some(found) = *found {
+                let (shard, local) = self.indexed(found)?;
                 self.shards[shard].confirm(local, key)?;
             }
         }
-        Ok(found)
+        Ok(found.iter().map(|f| f.map(|f| f.pos)).collect())
     }
 
     /// The key of the document at `pos`.
@@ -393,27 +401,44 @@ impl Collection {
                     by_shard[shard].push(local);
                 }
             }
-            std::thread::scope(|scope| {
-                let handles: Vec<_> = (self.shards.iter().zip(&by_shard))
-                    .filter(|(_, locals)| !locals.is_empty())
-                    .map(|(shard, locals)| scope.spawn(move || shard.prefetch_batch(locals)))
-                    .collect();
-                handles
-                    .into_iter()
-                    .try_for_each(|h| h.join().expect("a prefetching thread panicked"))
-            })
+            self.per_shard(&by_shard, Store::prefetch_batch)
         })
     }
 
-    /// `prefetch_records` for lookups by key (`read_many`, `positions`).
+    /// Runs `prefetch` on each shard's part of a batch, the shards at once (one round of
+    /// requests for them all, not one per shard).
+    fn per_shard<T: Sync>(
+        &self,
+        parts: &[Vec<T>],
+        prefetch: impl Fn(&Store<StoreFile>, &[T]) -> Result<()> + Sync,
+    ) -> Result<()> {
+        let prefetch = &prefetch;
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (self.shards.iter().zip(parts))
+                .filter(|(_, part)| !part.is_empty())
+                .map(|(shard, part)| scope.spawn(move || prefetch(shard, part)))
+                .collect();
+            handles
+                .into_iter()
+                .try_for_each(|h| h.join().expect("a prefetching thread panicked"))
+        })
+    }
+
+    /// `prefetch_records` for lookups by key (`read_many`, `positions`): the global index's
+    /// blocks, then (format v3) the blobs it locates, two rounds of requests.
     pub fn prefetch_keyed(&self, keys: &[&[u8]]) -> Result<()> {
         self.prefetching(|| {
             self.retrying(|| {
                 let Some(index) = &self.index else {
                     return self.shards[0].prefetch_keyed(keys);
                 };
-                let found: Vec<u64> = index.locate_many(keys)?.into_iter().flatten().collect();
-                self.prefetch_records_now(&found)
+                let mut by_shard: Vec<Vec<Found>> = vec![Vec::new(); self.shards.len()];
+                for found in index.locate_many(keys)?.into_iter().flatten() {
+                    if let Ok((shard, local)) = self.indexed(found) {
+                        by_shard[shard].push(local);
+                    }
+                }
+                self.per_shard(&by_shard, Store::prefetch_found)
             })
         })
     }
@@ -449,7 +474,7 @@ impl Collection {
             return self.shards[0].read_records(positions, batch);
         }
         let items = (positions.iter())
-            .map(|&pos| self.shard_of(pos))
+            .map(|&pos| self.shard_of(pos).map(|(s, local)| (s, Found::at(local))))
             .collect::<Result<Vec<_>>>()?;
         // Every shard is format 2 (sealing refuses others): a read by position is checked with
         // the key of the position.
@@ -458,7 +483,7 @@ impl Collection {
             &items,
             keys,
             |&at| at,
-            |&(shard, local)| self.shards[shard].with_record(local, |raw| batch.push(raw))?,
+            |&(shard, local)| self.shards[shard].with_record(local.pos, |raw| batch.push(raw))?,
         )
     }
 
@@ -478,8 +503,8 @@ impl Collection {
         };
         let found = index.locate_many(keys)?;
         let items = (found.iter().zip(keys))
-            .filter_map(|(pos, &key)| pos.map(|pos| (pos, key)))
-            .map(|(pos, key)| self.indexed(pos).map(|(s, local)| (s, local, key)))
+            .filter_map(|(found, &key)| found.map(|found| (found, key)))
+            .map(|(found, key)| self.indexed(found).map(|(s, local)| (s, local, key)))
             .collect::<Result<Vec<_>>>()?;
         self.read_across(
             &items,
@@ -487,7 +512,7 @@ impl Collection {
             |&(s, local, _)| (s, local),
             |&(s, local, key)| self.shards[s].with_record_of(local, key, |raw| batch.push(raw))?,
         )?;
-        Ok(found)
+        Ok(found.iter().map(|f| f.map(|f| f.pos)).collect())
     }
 
     /// Position of `key` (`None` when absent), its record appended to `batch`, checked against it.
@@ -503,12 +528,12 @@ impl Collection {
         let Some(index) = &self.index else {
             return self.shards[0].read_one(key, batch);
         };
-        let Some(pos) = index.locate(key)? else {
+        let Some(found) = index.locate(key)? else {
             return Ok(None);
         };
-        let (shard, local) = self.indexed(pos)?;
+        let (shard, local) = self.indexed(found)?;
         self.shards[shard].read_found(&[(local, key)], batch)?;
-        Ok(Some(pos))
+        Ok(Some(found.pos))
     }
 
     /// Runs `read` on `items` in request order, `at` naming each one's shard and position there:
@@ -520,15 +545,24 @@ impl Collection {
         &self,
         items: &[T],
         keys: bool,
-        at: impl Fn(&T) -> (usize, u64),
+        at: impl Fn(&T) -> (usize, Found),
         read: impl FnMut(&T) -> Result<()>,
     ) -> Result<()> {
         if (self.shards.iter()).any(|shard| shard.prepares_batch(items.len())) {
-            let mut wanted: Vec<(usize, u64)> = items.iter().map(&at).collect();
-            wanted.sort_unstable();
-            for part in wanted.chunk_by(|a, b| a.0 == b.0) {
-                let positions = part.iter().map(|&(_, local)| local);
-                self.shards[part[0].0].prepare_batch(positions, items.len(), keys)?;
+            let mut by_shard: Vec<Vec<Found>> = vec![Vec::new(); self.shards.len()];
+            for (shard, local) in items.iter().map(&at) {
+                by_shard[shard].push(local);
+            }
+            // Remote shards fetch at once (one round for them all); local ones only hint.
+            let len = items.len();
+            let prepare = |shard: &Store<StoreFile>, part: &[Found]| {
+                shard.prepare_batch(part.iter().copied(), len, keys)
+            };
+            match self.remote.is_some() {
+                true => self.per_shard(&by_shard, prepare)?,
+                false => (self.shards.iter().zip(&by_shard))
+                    .filter(|(_, part)| !part.is_empty())
+                    .try_for_each(|(shard, part)| prepare(shard, part))?,
             }
         }
         let at = |item: &T| {
@@ -592,6 +626,23 @@ impl Collection {
                 if index.key_at(pos)? != self.key_at(pos)? {
                     return Err(Error::corrupt(format!(
                         "the global id index and the shards disagree at position {pos}"
+                    )));
+                }
+                Ok(())
+            })?;
+            if !index.header().locates_shard_blobs() {
+                return Ok(());
+            }
+            // Every entry locates its document's blob in its shard.
+            (0..index.len()).into_par_iter().try_for_each(|rank| {
+                let found = index.found_at(rank)?;
+                let (shard, local) = self.shard_of(found.pos)?;
+                let blob = self.shards[shard].blob_range_at(local)?;
+                if found.blob != Some((blob.start as u64, blob.len() as u64)) {
+                    return Err(Error::corrupt(format!(
+                        "the global id index locates the blob of position {} elsewhere than \
+                         its shard holds it",
+                        found.pos
                     )));
                 }
                 Ok(())

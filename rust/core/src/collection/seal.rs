@@ -140,7 +140,8 @@ fn place(source: &Path, dest: &Path) -> Result<()> {
 }
 
 /// The global id index: a store without fields, document `p` being the collection's document `p`
-/// (its check binds the id to that position), its keys merged from the shards' sorted keys.
+/// (its check binds the id to that position), its keys merged from the shards' sorted keys, and
+/// its key index locating each document's blob in its shard.
 fn write_index(path: &Path, stores: &[Store<Mmap>], sources: &[PathBuf]) -> Result<Summary> {
     let options = WriterOptions {
         level: codec::LEVEL_NONE,
@@ -178,7 +179,22 @@ fn write_index(path: &Path, stores: &[Store<Mmap>], sources: &[PathBuf]) -> Resu
             Ok((key, pos as u32)) // < MAX_DOCS, checked by `seal`
         }));
     }
-    writer.finish_with(common_prefix, |each| {
+    // Entries locate each document's blob in its shard, so that a lookup by id reads the index
+    // and then the blob (format v3). The shards' starts say which shard a global position is in.
+    let starts: Vec<u64> = (stores.iter())
+        .scan(0, |start, s| {
+            let this = *start;
+            *start += s.len();
+            Some(this)
+        })
+        .collect();
+    let locate = |pos: u32| -> Result<(u64, u64)> {
+        let pos = u64::from(pos);
+        let shard = starts.partition_point(|&start| start <= pos) - 1;
+        let blob = stores[shard].blob_range_at(pos - starts[shard])?;
+        Ok((blob.start as u64, blob.len() as u64))
+    };
+    writer.finish_with(common_prefix, Some(&locate), |each| {
         keysort::merge(runs, each, |key, a, b| Error::DuplicateKeyIn {
             key: String::from_utf8_lossy(key).into_owned(),
             first: sources[a.min(b)].clone(),
