@@ -84,7 +84,7 @@ def test_a_collection_reads_as_the_store_of_all_its_shards(tmp_path, docs, seale
 def test_info_lists_the_shards_and_the_fingerprint_is_the_contents(tmp_path, docs, sealed):
     store, shards = sealed
     info = store.info()
-    assert info["count"] == len(docs) and info["checked_reads"] and info["format_version"] == 2
+    assert info["count"] == len(docs) and info["checked_reads"] and info["format_version"] == 3
     assert [s["count"] for s in info["shards"]] == [250, 0, 300, 1, 149]
     assert all(os.path.isfile(s["path"]) for s in info["shards"])
     assert info["raw_bytes"] == sum(docstore.open(p).info()["raw_bytes"] for p in shards)

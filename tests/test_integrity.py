@@ -96,19 +96,31 @@ def test_no_flipped_byte_makes_a_lookup_return_a_wrong_answer(small_v2, tmp_path
     assert report["wrong"] == [], f"{len(report['wrong'])} wrong answers: {report['wrong'][:10]}"
 
 
-def _issue_store(path, **options):
+def _issue_store(path, field="position", **options):
+    """Eight documents, the key index entry of "doc3" (rank 3) damaged: its position 2 instead of
+    3, or (format 3) its blob location that of doc2's blob."""
     with docstore.Writer(path, {"text": "str"}, overwrite=True, **options) as w:
         for i in range(8):
             w.add(f"doc{i}", text=f"text of doc{i}")
     b = bytearray(path.read_bytes())
+    entry = 32 if b[8] >= 3 else 16  # docs/format.md §4.7
     key_index = struct.unpack_from("<Q", b, 64 + 24 * 6)[0]
-    b[key_index + 16 * 3 + 8] ^= 1  # the position of rank 3 ("doc3"): 2 instead of 3
+    if field == "position":
+        b[key_index + entry * 3 + 8] ^= 1
+    else:
+        b[key_index + entry * 3 + 16 : key_index + entry * 3 + 32] = b[
+            key_index + entry * 2 + 16 : key_index + entry * 2 + 32
+        ]
     path.write_bytes(b)
     return docstore.open(path)
 
 
-def test_a_damaged_key_index_raises_instead_of_returning_another_document(tmp_path):
-    store = _issue_store(tmp_path / "x.docstore")
+@pytest.mark.parametrize(("version", "field"), [(2, "position"), (3, "position"), (3, "blob location")])
+def test_a_damaged_key_index_raises_instead_of_returning_another_document(tmp_path, version, field):
+    # Format 3 reads the blob where the entry locates it: a damaged location reads another
+    # document's blob (its check fails for "doc3"); a damaged position with the location intact
+    # reads the right blob, whose check binds its position (3, not 2) and fails too.
+    store = _issue_store(tmp_path / "x.docstore", field, format_version=version)
     for call in (
         lambda: store["doc3"],
         lambda: store.get("doc3"),
@@ -137,7 +149,7 @@ def test_version_1_stores_read_without_checks_and_upgrade(tmp_path):
     assert _issue_store(tmp_path / "v1.docstore", format_version=1)["doc3"].text == "text of doc2"
 
     new = docstore.upgrade(old, tmp_path / "new.docstore")
-    assert new.info()["format_version"] == docstore.FORMAT_VERSION == 2
+    assert new.info()["format_version"] == docstore.FORMAT_VERSION == 3
     assert new.info()["checked_reads"] is True
     assert "lz4-hc level 5" in new.info()["codec"]
     assert list(new) == list(store)  # same ids in the same positions
@@ -146,7 +158,7 @@ def test_version_1_stores_read_without_checks_and_upgrade(tmp_path):
 
     # In place: an atomic replacement; a handle on the old file keeps reading it.
     docstore.upgrade(old)
-    assert docstore.open(old).info()["format_version"] == 2
+    assert docstore.open(old).info()["format_version"] == 3
     assert store["d2999"].n == 2999
 
 
@@ -181,7 +193,7 @@ def test_cli_upgrade(tmp_path):
 
     proc = cli("upgrade", old, tmp_path / "new.docstore")
     assert proc.returncode == 0, proc.stderr
-    assert "format 1 -> 2" in proc.stdout
+    assert "format 1 -> 3" in proc.stdout
     assert docstore.open(tmp_path / "new.docstore")["d3"].text == "document 3"
     proc = cli("upgrade", old, tmp_path / "new.docstore")
     assert proc.returncode == 1 and "already exists" in proc.stderr
@@ -192,7 +204,7 @@ def test_cli_upgrade(tmp_path):
     assert json.loads(info.stdout)["checked_reads"] is True
 
 
-@pytest.mark.parametrize("bad", [3, 0, True, "2"])
+@pytest.mark.parametrize("bad", [4, 0, True, "2"])
 def test_writer_refuses_an_unknown_format_version(tmp_path, bad):
     with pytest.raises((docstore.InvalidArgumentError, TypeError)):
         docstore.Writer(tmp_path / "s", {"text": "str"}, format_version=bad)

@@ -121,7 +121,8 @@ def test_a_crafted_claim_of_2_gb_is_corrupt_not_an_abort(tmp_path):
         payload = (filler * body_len)[: body_len - len(header)]
         assert 255 * len(payload) >= MAX_INPUT
         body = header + payload
-        check = (xxhash.xxh3_64_intdigest(b"big") ^ xxhash.xxh3_64_intdigest(body)) & 0xFFFFFFFF
+        position = xxhash.xxh3_64_intdigest(struct.pack("<Q", 1))  # format 3 binds it (§6.3)
+        check = (xxhash.xxh3_64_intdigest(b"big") ^ xxhash.xxh3_64_intdigest(body) ^ position) & 0xFFFFFFFF
         buf[start:end] = struct.pack("<I", check) + body
         reseal(buf)
         path.write_bytes(buf)

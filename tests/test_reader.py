@@ -247,7 +247,9 @@ def test_str_with_its_widest_character_anywhere_comes_back_equal(tmp_path):
     assert [store[i].text for i in ids] == texts
 
 
-@pytest.mark.parametrize(("format_version", "caught_by"), [(1, "not UTF-8"), (2, "fails its check")])
+@pytest.mark.parametrize(
+    ("format_version", "caught_by"), [(1, "not UTF-8"), (2, "fails its check"), (3, "fails its check")]
+)
 def test_str_field_that_is_not_utf8_raises_corrupt_store_error_on_every_read(
     tmp_path, format_version, caught_by
 ):
@@ -362,7 +364,7 @@ def test_fields_info_and_repr(store, oracle):
     assert info["stored_bytes"] > 0 and info["raw_bytes"] > 0
     assert info["ratio"] == pytest.approx(info["stored_bytes"] / info["raw_bytes"])
     assert info["codec"].startswith(f"lz4-hc level {docstore._docstore.DEFAULT_LEVEL} + ")
-    assert info["format_version"] == docstore.FORMAT_VERSION == 2
+    assert info["format_version"] == docstore.FORMAT_VERSION == 3
     assert info["checked_reads"] is True
     assert str(len(oracle)) in repr(store)
     store.verify()
@@ -489,10 +491,10 @@ def test_open_errors_are_clear(tmp_path):
 
 def test_newer_format_version_is_rejected_with_a_clear_error(tmp_path, store_path):
     data = bytearray(Path(store_path).read_bytes())
-    data[8] = 3
+    data[8] = 4
     newer = tmp_path / "newer"
     newer.write_bytes(bytes(data))
-    with pytest.raises(docstore.UnsupportedVersionError, match="version 3 is not supported .* 1 to 2"):
+    with pytest.raises(docstore.UnsupportedVersionError, match="version 4 is not supported .* 1 to 3"):
         docstore.open(newer)
     data[8] = 0
     newer.write_bytes(bytes(data))

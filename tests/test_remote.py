@@ -147,15 +147,36 @@ def test_batches_fetch_concurrently_in_a_few_rounds(url, docs, tmp_path):
     assert store.remote_stats()["round_trips"] - before <= 3
 
 
-def test_a_batch_of_short_ids_costs_three_rounds(big, tmp_path):
+def test_a_lookup_by_short_ids_costs_two_rounds(big, tmp_path):
     local, url = big
     store = open_remote(url, tmp_path / "cache")
     ids = list(docstore.open(local))
     opened = store.remote_stats()["round_trips"]
+    assert store[ids[1234]].n == 1234
+    # The key index block, then the blob it locates (docs/format.md §14).
+    assert store.remote_stats()["round_trips"] - opened == 2, store.remote_stats()
+    opened = store.remote_stats()["round_trips"]
     got = store.get_many(ids[::7])
     assert len(got) == len(ids[::7])
-    # Key index blocks; doc offsets; blobs: whatever the batch's size.
+    # The same two rounds whatever the batch's size.
+    assert store.remote_stats()["round_trips"] - opened == 2, store.remote_stats()
+
+
+def test_a_version_2_store_reads_remotely_in_three_rounds(s3, tmp_path):
+    # Before format 3 the key index gave a position only: its doc offsets come between.
+    path = tmp_path / "v2.docstore"
+    rng = np.random.default_rng(5)
+    docs = {f"v{i:05d}": {"raw": rng.bytes(int(rng.integers(500, 3500)))} for i in range(2000)}
+    write_store(path, docs, fields={"raw": "bytes"}, level=-1, format_version=2).close()
+    store = open_remote(s3.upload(str(path), "v2.docstore"), tmp_path / "cache")
+    assert store.info()["format_version"] == 2
+    opened = store.remote_stats()["round_trips"]
+    assert store["v01234"].raw == docs["v01234"]["raw"]
     assert store.remote_stats()["round_trips"] - opened == 3, store.remote_stats()
+    ids = list(docs)
+    got = store.get_many(ids[::-3])
+    assert list(got) == ids[::-3] and all(doc.raw == docs[i]["raw"] for i, doc in got.items())
+    assert [d.doc_id for d in store.take(range(0, 2000, 7))] == ids[::7]
 
 
 def test_warm_cache_is_shared_and_keyed_by_fingerprint(url, s3, local, docs, tmp_path):
