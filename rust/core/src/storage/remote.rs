@@ -205,8 +205,11 @@ pub struct RemoteStats {
     pub bytes: AtomicU64,
     /// Bytes received by rounds that fetched documents only (blobs of a batch read by key).
     pub data_bytes: AtomicU64,
-    /// `ensure` calls that had to fetch: sequential round trips, each with its requests at once.
+    /// Sequential round trips: fetches that started while no other was under way (those of a
+    /// collection's shards, sent together from several threads, are one round).
     pub rounds: AtomicU64,
+    /// Fetches under way (`rounds`).
+    pub fetching: AtomicUsize,
     /// Requests retried here after object_store's own retries (short or failed responses).
     pub retries: AtomicU64,
     pub in_flight: AtomicUsize,
@@ -218,6 +221,10 @@ struct Conn {
     pid: u32,
     runtime: tokio::runtime::Runtime,
     store: Arc<dyn ObjectStore>,
+    /// `max_in_flight` permits, one per request, for every thread and file of this remote: a
+    /// batch over 64 shards, fetched from 64 threads at once, still sends at most that many.
+    /// Here, not in `Remote`: permits held in a parent at a fork would never come back.
+    permits: tokio::sync::Semaphore,
 }
 
 /// A remote location (a bucket, a container, an HTTP server) and how to read it: shared by the
@@ -370,6 +377,7 @@ impl Remote {
                 pid,
                 runtime,
                 store,
+                permits: tokio::sync::Semaphore::new(self.options.max_in_flight),
             }));
             match self
                 .conn
@@ -397,7 +405,7 @@ impl Remote {
     ) -> Result<(Bytes, u64, Option<String>)> {
         let conn = self.conn()?;
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
-        self.stats.rounds.fetch_add(1, Ordering::Relaxed);
+        let _round = Round::start(&self.stats);
         let options = object_store::GetOptions {
             range: Some(object_store::GetRange::Bounded(0..len)),
             ..Default::default()
@@ -448,7 +456,7 @@ impl Remote {
     pub fn get_all(&self, path: &ObjectPath, url: &str) -> Result<Bytes> {
         let conn = self.conn()?;
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
-        self.stats.rounds.fetch_add(1, Ordering::Relaxed);
+        let _round = Round::start(&self.stats);
         let bytes = conn
             .runtime
             .block_on(async { conn.store.get(path).await?.bytes().await })
@@ -471,11 +479,15 @@ impl Remote {
         sink: impl Fn(Range<u64>, Bytes) -> Result<()>,
     ) -> Result<()> {
         let conn = self.conn()?;
-        self.stats.rounds.fetch_add(1, Ordering::Relaxed);
-        let store = &conn.store;
+        let _round = Round::start(&self.stats);
+        let (store, permits) = (&conn.store, &conn.permits);
         conn.runtime.block_on(async {
             futures::stream::iter(ranges)
                 .map(|range| async move {
+                    let _permit = permits
+                        .acquire()
+                        .await
+                        .expect("the semaphore is never closed");
                     let bytes = self
                         .fetch_one(store, path, url, etag, range.clone())
                         .await?;
@@ -548,6 +560,24 @@ impl Remote {
             self.stats.retries.fetch_add(1, Ordering::Relaxed);
             tokio::time::sleep(self.backoff(attempt)).await;
         }
+    }
+}
+
+/// A fetch under way, counted as a round trip when no other was (`RemoteStats::rounds`).
+struct Round<'s>(&'s RemoteStats);
+
+impl<'s> Round<'s> {
+    fn start(stats: &'s RemoteStats) -> Round<'s> {
+        if stats.fetching.fetch_add(1, Ordering::AcqRel) == 0 {
+            stats.rounds.fetch_add(1, Ordering::Relaxed);
+        }
+        Round(stats)
+    }
+}
+
+impl Drop for Round<'_> {
+    fn drop(&mut self) {
+        self.0.fetching.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
