@@ -21,16 +21,20 @@ from pathlib import Path
 import lz4.block
 import numpy as np
 import pytest
-import xxhash  # xxh3-64 (§1): checksums and, in version 2, the document checks (§6.3)
+import xxhash  # xxh3-64 (§1): checksums and, from version 2, the document checks (§6.3)
 
 import docstore
 
 FORMAT_MD = Path(__file__).resolve().parent.parent / "docs" / "format.md"
 
-# §3 header: magic, version, header size, count, raw bytes, section count, level, 3 reserved,
-# common prefix, 20 reserved. The section table follows at 64, the checksum is at 504.
-HEADER = struct.Struct("<8sIIQQIB3xI20x")
+# §3 header: magic, version, header size, count, raw bytes, section count, level, flags (version
+# 3; reserved before), 2 reserved, common prefix, 20 reserved. The section table follows at 64, the
+# checksum is at 504.
+HEADER = struct.Struct("<8sIIQQIBB2xI20x")
 TABLE_AT, ENTRY, CHECKSUM_AT, HEADER_SIZE = 64, struct.Struct("<QQQ"), 504, 512
+FLAGS_AT = 37
+# §3: flag bit 0 of version 3, set in a collection's global id index only (§13.2).
+FLAG_SHARD_LOCATIONS = 0x01
 SECTIONS = (
     "schema",
     "dictionary",
@@ -42,8 +46,10 @@ SECTIONS = (
     "key fences",
     "key ranks",
 )
-# §4.7 key index entries (prefix, position, key length) and entries per fence (§4.8).
-KEY_ENTRY, KEY_BLOCK, KEY_INDEX_ALIGN = struct.Struct("<QII"), 256, 4096
+# §4.7 key index entries: prefix, position, key length, and in version 3 the blob offset and
+# length; a block of entries (one fence, §4.8) is one 4 KiB page.
+KEY_ENTRIES = {1: struct.Struct("<QII"), 2: struct.Struct("<QII"), 3: struct.Struct("<QIIQQ")}
+KEY_INDEX_ALIGN = PAGE = 4096
 # §4.1 type codes.
 SCALAR_TYPES = {1: "str", 2: "bytes", 3: "int64", 4: "float64"}
 ARRAY_TYPES = {
@@ -77,9 +83,11 @@ def xxh3(data: bytes) -> int:
     return xxhash.xxh3_64_intdigest(data)
 
 
-def document_check(key: bytes, body: bytes) -> int:
-    """§6.3: the low 32 bits of xxh3-64 of the key XOR xxh3-64 of the body."""
-    return (xxh3(key) ^ xxh3(body)) & 0xFFFFFFFF
+def document_check(key: bytes, body: bytes, position: int | None = None) -> int:
+    """§6.3: the low 32 bits of xxh3-64 of the key XOR xxh3-64 of the body, XOR (version 3, a
+    `position` given) xxh3-64 of the position as 8 little-endian bytes."""
+    bound = 0 if position is None else xxh3(struct.pack("<Q", position))
+    return (xxh3(key) ^ xxh3(body) ^ bound) & 0xFFFFFFFF
 
 
 def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -159,10 +167,10 @@ def lz4_block_decode(payload: bytes, raw_len: int, dictionary: bytes) -> bytes:
 
 
 class SpecStore:
-    """A reader of format versions 1 and 2 built only from docs/format.md.
+    """A reader of format versions 1, 2 and 3 built only from docs/format.md.
 
     Every rule it applies raises SpecError when broken (SpecUnsupportedVersion for a version other
-    than 1 and 2, §10), whatever the bytes: it is also run on damaged stores.
+    than 1, 2 and 3, §10), whatever the bytes: it is also run on damaged stores.
     """
 
     def __init__(self, buf: bytes, *, check_checksums: bool = True) -> None:
@@ -171,7 +179,7 @@ class SpecStore:
         if len(buf) < 12 or buf[:8] != b"DOCSTORE":
             raise SpecError("bad magic")
         (self.version,) = struct.unpack_from("<I", buf, 8)
-        if self.version not in (1, 2):  # §10: before the length, the checksum and the layout
+        if self.version not in (1, 2, 3):  # §10: before the length, the checksum and the layout
             raise SpecUnsupportedVersion(self.version)
         if len(buf) < HEADER_SIZE:
             raise SpecError("truncated header")
@@ -183,6 +191,7 @@ class SpecStore:
             self.raw_bytes,
             section_count,
             self.level,
+            flags,
             self.common_prefix,
         ) = HEADER.unpack_from(buf, 0)
         (self.header_checksum,) = struct.unpack_from("<Q", buf, CHECKSUM_AT)
@@ -190,6 +199,14 @@ class SpecStore:
             raise SpecError("header checksum mismatch")
         if header_size != HEADER_SIZE or section_count != 9:
             raise SpecError("unexpected header layout")
+        # §3 byte 37 and §8 check 5b: flags in version 3, a reserved byte (not read) before.
+        self.flags = flags if self.version >= 3 else 0
+        if self.flags & ~FLAG_SHARD_LOCATIONS:
+            raise SpecError(f"unknown header flags {self.flags:#04x}")
+        # §2, §4.7: E bytes an entry, B entries a block (one page of the key index).
+        self.key_entry = KEY_ENTRIES[self.version]
+        self.entry_size = self.key_entry.size
+        self.block = PAGE // self.entry_size
         self.entries = [ENTRY.unpack_from(buf, TABLE_AT + 24 * i) for i in range(9)]
         end = HEADER_SIZE
         for name, (offset, length, _) in zip(SECTIONS, self.entries):
@@ -214,8 +231,8 @@ class SpecStore:
         expected = {
             "doc offsets": (n + 1) * 8,
             "key offsets": (n + 1) * 8,
-            "key index": n * KEY_ENTRY.size,
-            "key fences": -(-n // KEY_BLOCK) * 8,
+            "key index": n * self.entry_size,
+            "key fences": -(-n // self.block) * 8,
             "key ranks": n * 4,
         }
         for name, size in expected.items():
@@ -223,10 +240,13 @@ class SpecStore:
                 raise SpecError(f"{name} section has the wrong size")
         self.doc_offsets = struct.unpack(f"<{n + 1}Q", self.sections["doc offsets"])
         self.key_offsets = struct.unpack(f"<{n + 1}Q", self.sections["key offsets"])
-        index = list(KEY_ENTRY.iter_unpack(self.sections["key index"]))
+        index = list(self.key_entry.iter_unpack(self.sections["key index"]))
         self.prefixes = tuple(e[0] for e in index)
         self.key_positions = tuple(e[1] for e in index)
         self.key_lens = tuple(e[2] for e in index)
+        # §4.7, version 3: where each rank's document's blob lies (in this file's data section,
+        # or, flag bit 0, in a collection's shard, §13.2). Versions 1 and 2 do not hold it.
+        self.blob_locations = tuple((e[3], e[4]) for e in index) if self.version >= 3 else None
         self.fences = struct.unpack(f"<{len(self.sections['key fences']) // 8}Q", self.sections["key fences"])
         self.key_ranks = struct.unpack(f"<{n}I", self.sections["key ranks"])
         if self.doc_offsets[n] != len(self.sections["data"]) or self.key_offsets[n] != len(
@@ -239,8 +259,19 @@ class SpecStore:
 
     @property
     def checked(self) -> bool:
-        """Version 2 blobs carry document checks (§6.3) that every lookup verifies (§7.4)."""
+        """Version 2 and 3 blobs carry document checks (§6.3) that every lookup verifies (§7.4)."""
         return self.version >= 2
+
+    @property
+    def binds_position(self) -> bool:
+        """Version 3 checks bind the document's position too (§6.3)."""
+        return self.version >= 3
+
+    @property
+    def locates_blobs(self) -> bool:
+        """§4.7, §7.1: version 3 entries locate their blobs in this file's data section, except
+        in a collection's global id index (flag bit 0, §13.2)."""
+        return self.version >= 3 and not self.flags & FLAG_SHARD_LOCATIONS
 
     def checksum(self, name: str) -> int:
         return self.entries[SECTIONS.index(name)][2]
@@ -313,7 +344,7 @@ class SpecStore:
             raise SpecError("non-UTF-8 key") from None
 
     def blob(self, pos: int) -> bytes:
-        """§4.4: the whole blob, its check included (version 2)."""
+        """§4.4: the whole blob of position `pos` by its doc offsets, its check included."""
         if not 0 <= pos < self.count:
             raise IndexError(pos)
         start, end = self.doc_offsets[pos], self.doc_offsets[pos + 1]
@@ -321,32 +352,58 @@ class SpecStore:
             raise SpecError("doc offsets out of bounds")
         return self.sections["data"][start:end]
 
-    def body(self, pos: int, key: bytes | None = None) -> bytes:
-        """§6.1 and §6.3: the blob after its check, once the check holds for `key`.
+    def located_blob(self, location: tuple[int, int]) -> bytes:
+        """§7.1, §8: the blob at a version 3 entry's (offset, length), within the data section."""
+        offset, length = location
+        if offset + length > len(self.sections["data"]):
+            raise SpecError("key index blob location out of bounds")
+        return self.sections["data"][offset : offset + length]
 
-        `key` is the key the lookup was asked for (§7.4: by id, the query; by position, the key of
-        that position, the default).
-        """
-        blob = self.blob(pos)
+    def blob_of_rank(self, rank: int) -> bytes:
+        """§7.1, the document of a rank found: in version 3 (flag bit 0 clear) the blob where its
+        entry locates it; otherwise blob `position[rank]` through the doc offsets (§7.2)."""
+        if self.locates_blobs:
+            return self.located_blob(self.blob_locations[rank])
+        return self.blob(self.position_of_rank(rank))
+
+    def checked_body(self, blob: bytes, key: bytes, pos: int) -> bytes:
+        """§6.1 and §6.3: the blob after its check, once the check holds for `key` (and, version
+        3, position `pos`); the whole blob in version 1."""
         if not self.checked:
             return blob
         if len(blob) < 5:
             raise SpecError("blob shorter than a check and a header")
-        if key is None:
-            key = self.key_bytes_at(pos)
         (check,) = struct.unpack_from("<I", blob, 0)
-        if document_check(key, blob[4:]) != check:
+        if document_check(key, blob[4:], pos if self.binds_position else None) != check:
             raise SpecError("document check mismatch")
         return blob[4:]
 
-    def blob_header(self, pos: int, key: bytes | None = None) -> tuple[int, bool, bytes]:
-        """§6.1: (raw_len, compressed, payload) of the body."""
-        body = self.body(pos, key)
+    def body(self, pos: int, key: bytes | None = None) -> bytes:
+        """The body of the document at `pos` (§7.2), its check verified against `key` (§7.4: by
+        position, the key of that position, the default)."""
+        blob = self.blob(pos)
+        if self.checked and key is None:
+            key = self.key_bytes_at(pos)
+        return self.checked_body(blob, key, pos)
+
+    def body_of_rank(self, rank: int, q: bytes) -> bytes:
+        """§7.1 and §7.4: the body of the document the key index entry `rank` finds for `q`, its
+        check verified with `q` as the key and (version 3) the entry's position."""
+        pos = self.position_of_rank(rank)
+        return self.checked_body(self.blob_of_rank(rank), q, pos)
+
+    @staticmethod
+    def parse_body(body: bytes) -> tuple[int, bool, bytes]:
+        """§6.1: (raw_len, compressed, payload) of a body."""
         header, start = read_varint(body, 0)
         return header >> 1, bool(header & 1), body[start:]
 
-    def raw_record(self, pos: int, key: bytes | None = None) -> bytes:
-        raw_len, compressed, payload = self.blob_header(pos, key)
+    def blob_header(self, pos: int, key: bytes | None = None) -> tuple[int, bool, bytes]:
+        return self.parse_body(self.body(pos, key))
+
+    def decode_body(self, body: bytes) -> bytes:
+        """§6.1, §6.2: the raw record of a body."""
+        raw_len, compressed, payload = self.parse_body(body)
         if not compressed:
             if len(payload) != raw_len:
                 raise SpecError("stored record length does not match its header")
@@ -363,9 +420,11 @@ class SpecStore:
         assert lz4_block_decode(payload, raw_len, self.dictionary) == raw
         return raw
 
-    def record(self, pos: int, key: bytes | None = None) -> dict[str, object]:
-        """§5: the fields of the document at `pos` (its check verified against `key`, §7.4)."""
-        raw = self.raw_record(pos, key)
+    def raw_record(self, pos: int, key: bytes | None = None) -> bytes:
+        return self.decode_body(self.body(pos, key))
+
+    def parse_record(self, raw: bytes) -> dict[str, object]:
+        """§5: the fields of a raw record."""
         at, values = 0, {}
 
         def take(n: int) -> bytes:
@@ -398,6 +457,10 @@ class SpecStore:
             raise SpecError("trailing bytes after the last field of a record")
         return values
 
+    def record(self, pos: int, key: bytes | None = None) -> dict[str, object]:
+        """§7.2: the fields of the document at `pos` (its check verified against `key`, §7.4)."""
+        return self.parse_record(self.raw_record(pos, key))
+
     def at(self, pos: int) -> tuple[str, dict[str, object]]:
         """§7.2 and §7.4: the key and the fields of the document at `pos`."""
         key = self.key_at(pos)
@@ -406,7 +469,7 @@ class SpecStore:
     # §7.1 by key
     def find_rank(self, q: bytes) -> int | None:
         """§7.1 steps 1-7: the rank of `q` as the key index finds it, or None ("absent")."""
-        n, c = self.count, self.common_prefix
+        n, c, block_size = self.count, self.common_prefix, self.block
         if n == 0:
             return None
         if len(q) < c or q[:c] != self.key_of_rank(0)[:c]:
@@ -415,8 +478,8 @@ class SpecStore:
         # The block before the first fence >= target; the first candidate is in it or is the
         # first entry of the next block.
         block = max(bisect.bisect_left(self.fences, target) - 1, 0)
-        start = block * KEY_BLOCK
-        lo = bisect.bisect_left(self.prefixes, target, start, min(start + KEY_BLOCK, n))
+        start = block * block_size
+        lo = bisect.bisect_left(self.prefixes, target, start, min(start + block_size, n))
         # Keys of at most c + 8 bytes come first in the run, shortest first: prefix and length
         # are the whole key.
         while lo < n and self.prefixes[lo] == target and self.key_lens[lo] <= c + 8:
@@ -447,7 +510,8 @@ class SpecStore:
         return lo, False
 
     def confirm_absent(self, q: bytes) -> None:
-        """§7.4, an "absent" answer: the whole keys miss `q` too, and its neighbours are intact."""
+        """§7.4, an "absent" answer: the whole keys miss `q` too, and its neighbours are intact,
+        each read from its key index entry as §7.1 reads a found one."""
         if not self.checked or self.count == 0:
             return
         rank, found = self.search_keys(q)
@@ -455,10 +519,10 @@ class SpecStore:
             raise SpecError("the key index misses a key the keys hold")
         for r in (rank - 1, rank):
             if 0 <= r < self.count:
-                self.body(self.position_of_rank(r), self.key_of_rank(r))
+                self.body_of_rank(r, self.key_of_rank(r))
 
     def position(self, key: str) -> int | None:
-        """§7.1 (and the checks of §7.4 in version 2): the position of `key`, or None."""
+        """§7.1 (and the checks of §7.4 from version 2): the position of `key`, or None."""
         q = key.encode("utf-8")
         rank = self.find_rank(q)
         if rank is None:
@@ -466,17 +530,17 @@ class SpecStore:
             return None
         pos = self.position_of_rank(rank)
         if self.checked:
-            self.body(pos, q)  # the document there passes its check with `q` as the key
+            self.body_of_rank(rank, q)  # the document found passes its check with `q` (and pos)
         return pos
 
     def get(self, key: str) -> dict[str, object] | None:
-        """§7.1 then §7.2 (and the checks of §7.4 in version 2): the fields of `key`, or None."""
+        """§7.1 (and the checks of §7.4 from version 2): the fields of `key`, or None."""
         q = key.encode("utf-8")
         rank = self.find_rank(q)
         if rank is None:
             self.confirm_absent(q)
             return None
-        return self.record(self.position_of_rank(rank), q)
+        return self.parse_record(self.decode_body(self.body_of_rank(rank, q)))
 
     # §8 verify()
     def verify(self) -> None:
@@ -508,15 +572,18 @@ class SpecStore:
                 or self.key_lens[r] != len(key)
             ):
                 raise SpecError("key index does not match the keys")
-            if r % KEY_BLOCK == 0 and self.fences[r // KEY_BLOCK] != self.prefixes[r]:
+            if r % self.block == 0 and self.fences[r // self.block] != self.prefixes[r]:
                 raise SpecError("key fences do not match the key index")
             pos = self.key_positions[r]
             if pos >= self.count or self.key_ranks[pos] != r:
                 raise SpecError("key positions and ranks disagree")
+            if self.locates_blobs:
+                start, end = self.doc_offsets[pos], self.doc_offsets[pos + 1]
+                if self.blob_locations[r] != (start, end - start):
+                    raise SpecError("key index blob locations do not match the doc offsets")
         for pos in range(self.count):
-            # In version 2 each blob's check too, against the key of its position: §8's table for
-            # verify() does not list it, but docstore's verify() makes it (the "blob" damage of
-            # test_version2_lookups_check_their_answers, with every checksum recomputed).
+            # Versions 2 and 3: each blob passes its check with the key of its position (and, 3,
+            # the position); every blob and record decodes.
             self.record(pos)
 
 
@@ -559,7 +626,9 @@ def check_against_docstore(path: Path, *, level: int | None = None, version: int
     assert spec.count == len(store)
     info = store.info()
     assert spec.version == info["format_version"] == (docstore.FORMAT_VERSION if version is None else version)
-    assert info["checked_reads"] == spec.checked == (spec.version == 2)  # §7.4
+    assert info["checked_reads"] == spec.checked == (spec.version >= 2)  # §7.4
+    assert spec.flags == 0  # §3: a store, not a collection's global id index
+    assert (spec.entry_size, spec.block) == ((32, 128) if spec.version == 3 else (16, 256))  # §2
     assert spec.raw_bytes == info["raw_bytes"]
     assert len(buf) == info["stored_bytes"]
     assert spec.header_checksum == store.fingerprint  # §3
@@ -583,6 +652,11 @@ def check_against_docstore(path: Path, *, level: int | None = None, version: int
     assert spec.common_prefix == longest_common_prefix(keys)
     assert spec.key_offsets[0] == 0 and spec.doc_offsets[0] == 0
     assert sorted(spec.key_positions) == list(range(spec.count))
+    assert spec.fences == spec.prefixes[:: spec.block]  # §4.8
+    if spec.version == 3:  # §4.7: each entry locates the blob of its position
+        assert spec.blob_locations == tuple(
+            (spec.doc_offsets[p], spec.doc_offsets[p + 1] - spec.doc_offsets[p]) for p in spec.key_positions
+        )
 
     # By position (§7.2): key, record, and the raw record lengths summing to raw bytes.
     assert [spec.key_at(p) for p in range(spec.count)] == list(store)
@@ -591,8 +665,11 @@ def check_against_docstore(path: Path, *, level: int | None = None, version: int
         blob = spec.blob(pos)
         if spec.checked:  # §6.1, §6.3: a u32 check in front of the body, for the key of the position
             key = spec.key_bytes_at(pos)
-            assert len(blob) >= 5 and blob[:4] == struct.pack("<I", document_check(key, blob[4:]))
+            check = document_check(key, blob[4:], pos if spec.version == 3 else None)
+            assert len(blob) >= 5 and blob[:4] == struct.pack("<I", check)
             assert spec.body(pos) == blob[4:]
+            if spec.version == 3:  # the position is in the check: not the check of another position
+                assert blob[:4] != struct.pack("<I", document_check(key, blob[4:], pos + 1))
         else:
             assert spec.body(pos) == blob
         raw_total += spec.blob_header(pos)[0]
@@ -609,7 +686,9 @@ def check_against_docstore(path: Path, *, level: int | None = None, version: int
     for pos in range(spec.count):
         key = spec.key_at(pos)
         q = key.encode("utf-8")
-        assert spec.find_rank(q) == spec.key_ranks[pos] and spec.search_keys(q) == (spec.key_ranks[pos], True)
+        rank = spec.key_ranks[pos]
+        assert spec.find_rank(q) == rank and spec.search_keys(q) == (rank, True)
+        assert spec.blob_of_rank(rank) == spec.blob(pos)  # version 3: the entry's location, §7.1
         assert spec.position(key) == pos == store.position(key)
         doc, values = store[key], spec.get(key)
         assert doc.doc_id == key and list(values) == list(doc._fields[1:])
@@ -631,7 +710,7 @@ def probe_missing(spec: SpecStore, store: docstore.DocStore, candidates: list[st
 
 
 def write(path: Path, fields: dict[str, str], docs: list[tuple[str, dict]], **options) -> Path:
-    """Writes a store; `format_version=1` writes version 1, the default is version 2 (§10)."""
+    """Writes a store; `format_version=1` or `2` writes that version, the default is 3 (§10)."""
     with docstore.Writer(path, fields, **options) as writer:
         for key, values in docs:
             writer.add(key, values)
@@ -642,9 +721,13 @@ def write(path: Path, fields: dict[str, str], docs: list[tuple[str, dict]], **op
 # Tests
 
 
-@pytest.fixture(params=[2, 1], ids=["v2", "v1"])
+VERSIONS = [3, 2, 1]
+VERSION_IDS = ["v3", "v2", "v1"]
+
+
+@pytest.fixture(params=VERSIONS, ids=VERSION_IDS)
 def version(request: pytest.FixtureRequest) -> int:
-    """The format version to write (§10): docstore writes 2 by default and still writes 1."""
+    """The format version to write (§10): docstore writes 3 by default and still writes 1 and 2."""
     return request.param
 
 
@@ -747,8 +830,9 @@ def test_zero_fields_give_empty_records(tmp_path: Path, version: int) -> None:
     spec = check_against_docstore(path, version=version)
     assert spec.sections["schema"] == b"\x00\x00"
     assert [spec.body(p) for p in range(3)] == [b"\x00"] * 3  # §6.1: empty records are stored raw
-    checks = [struct.pack("<I", document_check(k, b"\x00")) for k in (b"b", b"a", b"c")]
-    assert [spec.blob(p) for p in range(3)] == [c + b"\x00" if version == 2 else b"\x00" for c in checks]
+    bound = (0, 1, 2) if version == 3 else (None,) * 3  # §6.3: version 3 binds the position
+    checks = [struct.pack("<I", document_check(k, b"\x00", p)) for k, p in zip((b"b", b"a", b"c"), bound)]
+    assert [spec.blob(p) for p in range(3)] == [c + b"\x00" if version >= 2 else b"\x00" for c in checks]
     assert spec.key_positions == (1, 0, 2) and spec.key_ranks == (1, 0, 2)
 
 
@@ -787,12 +871,19 @@ def test_keys_sharing_long_prefixes(tmp_path: Path, keys: list[str], version: in
     assert spec.common_prefix == longest_common_prefix(encoded)
     if len(keys) == 1:
         assert spec.common_prefix == len(encoded[0]) and spec.prefixes == (0,)
+    size = spec.entry_size
     for r, key in enumerate(encoded):
         tail = key[spec.common_prefix :][:8]
-        entry = spec.sections["key index"][16 * r : 16 * r + 16]
+        entry = spec.sections["key index"][size * r : size * r + size]
         assert entry[:8] == tail.ljust(8, b"\0")[::-1]
-        assert entry[8:] == struct.pack("<II", spec.key_positions[r], len(key))
-    assert spec.fences == spec.prefixes[::KEY_BLOCK]
+        pos = spec.key_positions[r]
+        assert entry[8:16] == struct.pack("<II", pos, len(key))
+        if version == 3:  # §4.7: the blob's offset and length, as the doc offsets say
+            start, end = spec.doc_offsets[pos : pos + 2]
+            assert entry[16:] == struct.pack("<QQ", start, end - start)
+    assert spec.fences == spec.prefixes[:: spec.block]
+    if len(keys) > 1000:  # several blocks: 12 fences of 128 entries in version 3, 6 of 256 before
+        assert len(spec.fences) == -(-len(keys) // (128 if version == 3 else 256))
     candidates = ["", KEY_BASE, KEY_BASE[:-1], "é", "è", "\U0001f600\x00"]
     for k in keys:
         candidates += [k + "x", k + "\x00", k[:-1], k[:-1] + "\uffff", k + "a" * 10]
@@ -876,7 +967,9 @@ def test_worked_example_in_the_document(tmp_path: Path) -> None:
         w.add("doc-a", text="hello world", n=300)
     assert path.read_bytes() == xxd_bytes(dump)
     spec = check_against_docstore(path, level=9)
-    assert (spec.version, spec.count, spec.raw_bytes, spec.common_prefix, spec.level) == (2, 2, 21, 4, 9)
+    assert (spec.version, spec.count, spec.raw_bytes, spec.common_prefix, spec.level) == (3, 2, 21, 4, 9)
+    assert spec.flags == 0 and path.read_bytes()[FLAGS_AT] == 0  # §12.1: byte 0x25
+    assert len(path.read_bytes()) == 4176
     # §12.1: the header checksum as the document gives it.
     (header_checksum,) = re.findall(
         r"^\| 0x1f8-0x1ff \| .* \| header checksum \| `(0x[0-9a-f]{16})`", text, re.M
@@ -896,38 +989,57 @@ def test_worked_example_in_the_document(tmp_path: Path) -> None:
         (0x238, 24),
         (0x250, 10),
         (0x260, 24),
-        (0x1000, 32),
-        (0x1020, 8),
-        (0x1028, 8),
+        (0x1000, 64),  # two 32-byte entries (§4.7, version 3)
+        (0x1040, 8),
+        (0x1048, 8),
     ]
     assert spec.dictionary == b"\x05hell"
     assert spec.key_positions == (1, 0) and spec.key_ranks == (1, 0) and spec.key_lens == (5, 5)
     assert spec.prefixes == (0x61 << 56, 0x62 << 56) and spec.fences == (0x61 << 56,)
     # §12.2: the blobs, each a check (§6.3) and a stored body; the checks and the hashes the
-    # document quotes for them.
+    # document quotes for them (the key's, the body's, the position's).
     assert spec.doc_offsets == (0, 12, 31)
+    assert spec.blob_locations == ((12, 19), (0, 12))  # rank 0 (`doc-a`) is blob 1, rank 1 blob 0
     assert spec.body(0) == bytes.fromhex("0e 05 68656c6c6f 05")
     assert spec.body(1) == b"\x1c\x0bhello world\xd8\x04"
     rows = re.findall(r"^\| (?:data )?0x2(?:18|24) \| `([0-9a-f ]{11})` \| blob [01] check[^\n]*", text, re.M)
     assert len(rows) == 2
     for pos, key, row in zip((0, 1), (b"doc-b", b"doc-a"), rows):
-        check = document_check(key, spec.body(pos))
+        check = document_check(key, spec.body(pos), pos)
         assert spec.blob(pos)[:4] == bytes.fromhex(row) == struct.pack("<I", check)
         line = re.search(rf"^\| [^|]+ \| `{row}` \|[^\n]*", text, re.M).group(0)
         assert f"0x{check:08x}" in line
         quoted = {int(h, 16) for h in re.findall(r"0x[0-9a-f]{16}", line)}
-        assert quoted and quoted <= {xxh3(key), xxh3(spec.body(pos))}, line
-    # The lookup of `doc-a` as narrated: rank 0 from the key index, position 1, the check of blob
-    # 1 with the key `doc-a`, then the record.
+        assert quoted == {xxh3(key), xxh3(spec.body(pos)), xxh3(struct.pack("<Q", pos))}, line
+
+    # §12.2: the key index entries as the document spells them (`00..00` fills a field with zeros).
+    def spelled(field: str, width: int) -> bytes:
+        tokens = field.split()
+        fill = bytes(width - sum(".." not in t for t in tokens))
+        return b"".join(fill if ".." in t else bytes.fromhex(t) for t in tokens)
+
+    entries = re.findall(r"^\| (?:key index )?0x10[02]0 \| ((?:`[0-9a-f .]+` ?)+) \|", text, re.M)
+    assert len(entries) == 2
+    for rank, row in enumerate(entries):
+        fields = re.findall(r"`([0-9a-f .]+)`", row)
+        widths = (8, 4, 4, 8, 8)  # prefix, position, key length, blob offset, blob length (§4.7)
+        assert len(fields) == len(widths)
+        spelled_entry = b"".join(spelled(f, w) for f, w in zip(fields, widths))
+        assert spelled_entry == spec.sections["key index"][32 * rank : 32 * rank + 32], row
+    # The lookup of `doc-a` as narrated: rank 0 from the key index, position 1, its blob at the
+    # entry's location data[12:31] (no doc offsets), the check of `doc-a` at position 1, the record.
     assert spec.find_rank(b"doc-a") == 0 and spec.position("doc-a") == 1
+    assert spec.blob_of_rank(0) == spec.sections["data"][12:31]
     assert spec.get("doc-a") == {"text": "hello world", "n": 300}
     with pytest.raises(SpecError, match="document check"):
         spec.record(1, b"doc-b")  # blob 1 is not the blob of `doc-b`
+    with pytest.raises(SpecError, match="document check"):
+        spec.checked_body(spec.blob(1), b"doc-a", 0)  # nor of `doc-a` at position 0 (§6.3)
 
-    # §12.3: the compressed blob. It is the body: version 2 puts the check of the key in front.
+    # §12.3: the compressed blob. It is the body: from version 2 a check is in front of it.
     blob_line = re.search(r"```\n(43 \| [^\n]*)\n```", text).group(1)
     body = bytes.fromhex(blob_line.replace("|", ""))
-    for version in (2, 1):
+    for version in VERSIONS:
         path = write(
             tmp_path / f"z{version}.docstore",
             {"text": "str"},
@@ -936,9 +1048,9 @@ def test_worked_example_in_the_document(tmp_path: Path) -> None:
             format_version=version,
         )
         spec = check_against_docstore(path, version=version)
-        check = struct.pack("<I", document_check(b"x", body)) if version == 2 else b""
-        assert spec.blob(0) == check + body and spec.body(0) == body
-        assert spec.record(0) == {"text": "ab" * 16}
+        check = document_check(b"x", body, 0 if version == 3 else None)
+        assert spec.blob(0) == (struct.pack("<I", check) if version >= 2 else b"") + body
+        assert spec.body(0) == body and spec.record(0) == {"text": "ab" * 16}
 
 
 def corrupt(buf: bytes, at: int, value: bytes) -> bytes:
@@ -984,13 +1096,13 @@ def test_documented_rejections(tmp_path: Path, version: int) -> None:
         unsupported = error is docstore.UnsupportedVersionError
         assert isinstance(raised.value, SpecUnsupportedVersion) == unsupported
 
-    # §10: versions 1 and 2 are read, any other is refused, and the version is checked before the
+    # §10: versions 1 to 3 are read, any other is refused, and the version is checked before the
     # checksum: a bad version is not reported as corruption.
-    for bad_version in (0, 3, 999):
+    for bad_version in (0, 4, 999):
         bad = corrupt(good, 8, struct.pack("<I", bad_version))
         check(f"v{bad_version}", bad, at_open=True, error=docstore.UnsupportedVersionError)
         check(f"v{bad_version}-short", bad[:100], at_open=True, error=docstore.UnsupportedVersionError)
-        with pytest.raises(docstore.UnsupportedVersionError, match=f"version {bad_version} .*1 to 2"):
+        with pytest.raises(docstore.UnsupportedVersionError, match=f"version {bad_version} .*1 to 3"):
             docstore.open(tmp_path / f"v{bad_version}.docstore")
     check("magic", corrupt(good, 0, b"X"), at_open=True, error=docstore.CorruptStoreError)
     check("reserved", corrupt(good, 300, b"\x01"), at_open=True, error=docstore.CorruptStoreError)
@@ -1009,11 +1121,35 @@ def test_documented_rejections(tmp_path: Path, version: int) -> None:
     check("trailing", good + b"\x00", at_open=False, error=docstore.CorruptStoreError)
     keys_at = spec.entries[4][0]
     check("keys", corrupt(good, keys_at, b"e"), at_open=False, error=docstore.CorruptStoreError)
-    # The other version number on the same bytes (header checksum rewritten): a version 1 store
+    # Another version number on the same bytes (header checksum rewritten): a version 1 store
     # read as version 2 has no checks in front of its blobs, a version 2 store read as version 1
-    # has 4 extra bytes in front of each body. Both are damaged stores, not misread documents.
-    other = with_header_checksum(corrupt(good, 8, struct.pack("<I", 3 - version)))
-    check("other-version", other, at_open=False, error=docstore.CorruptStoreError)
+    # has 4 extra bytes in front of each body: verify() finds them damaged. Between version 3 and
+    # the others the key index entries differ in size (§4.7): open() finds the section the wrong
+    # size (§8 check 11). Damaged stores all, not misread documents.
+    for other_version in {1, 2, 3} - {version}:
+        other = with_header_checksum(corrupt(good, 8, struct.pack("<I", other_version)))
+        at_open = (version == 3) != (other_version == 3)
+        check(f"v{other_version}-bytes", other, at_open=at_open, error=docstore.CorruptStoreError)
+        if at_open:
+            with pytest.raises(docstore.CorruptStoreError, match="key index section has the wrong size"):
+                docstore.open(tmp_path / f"v{other_version}-bytes.docstore")
+    # §3 byte 37, §8 check 5b: version 3 refuses a flag other than bit 0; before version 3 the byte
+    # is reserved and not read (a set one, under a valid header checksum, is not an error).
+    for flags in (0x02, 0x80, 0x03):
+        flagged = with_header_checksum(corrupt(good, FLAGS_AT, bytes([flags])))
+        if version == 3:
+            check(f"flags-{flags}", flagged, at_open=True, error=docstore.CorruptStoreError)
+            with pytest.raises(docstore.CorruptStoreError, match=f"unknown header flags {flags:#04x}"):
+                docstore.open(tmp_path / f"flags-{flags}.docstore")
+        else:
+            path = tmp_path / f"flags-{flags}.docstore"
+            path.write_bytes(flagged)
+            with docstore.open(path) as store:
+                store.verify()
+                assert [store.position(k) for k, _ in docs] == list(range(5))
+            spec = SpecStore(flagged)
+            spec.verify()
+            assert spec.flags == 0 and [spec.position(k) for k, _ in docs] == list(range(5))
 
 
 def relaid(buf: bytes, replaced: dict[str, bytes]) -> bytes:
@@ -1082,13 +1218,15 @@ def test_schema_and_dictionary_limits(tmp_path: Path) -> None:
     assert not [p.name for p in tmp_path.iterdir() if p.name in ("w1", "w2", "w3")]
 
 
-def lookups(store: SpecStore | docstore.DocStore | None, keys: list[str], count: int) -> list[object]:
+def lookups(
+    store: SpecStore | SpecCollection | docstore.DocStore | None, keys: list[str], count: int
+) -> list[object]:
     """Every answer a reader gives for `keys` (by id: the document, the position, whether it is in
     the store) and for positions 0..count-1: a document as (key, field values), a position, a bool,
     None for absent, or "error" (a store that does not open, None, gives only errors)."""
     if store is None:
         return ["error"] * (3 * len(keys) + count)
-    spec = isinstance(store, SpecStore)
+    spec = isinstance(store, (SpecStore, SpecCollection))
     errors = (SpecError,) if spec else (docstore.CorruptStoreError,)
 
     def answer(lookup: typing.Callable[[], object]) -> object:
@@ -1100,18 +1238,29 @@ def lookups(store: SpecStore | docstore.DocStore | None, keys: list[str], count:
             assert not spec
             return None
 
+    def plain(values: typing.Iterable[object]) -> tuple[object, ...]:
+        """Field values comparable with ==: arrays and floats (NaN, -0.0) by their bytes."""
+        return tuple(
+            (v.dtype.str, v.tobytes())
+            if isinstance(v, np.ndarray)
+            else struct.pack("<d", v)
+            if isinstance(v, float)
+            else v
+            for v in values
+        )
+
     def by_id(key: str) -> object:
         doc = store.get(key)
         if doc is None:
             return None
-        return (key, tuple(doc.values())) if spec else (doc.doc_id, tuple(doc[1:]))
+        return (key, plain(doc.values())) if spec else (doc.doc_id, plain(doc[1:]))
 
     def by_position(pos: int) -> object:
         if spec:
             key, values = store.at(pos)
-            return key, tuple(values.values())
+            return key, plain(values.values())
         doc = store.at(pos)
-        return doc.doc_id, tuple(doc[1:])
+        return doc.doc_id, plain(doc[1:])
 
     out = []
     for key in keys:
@@ -1125,34 +1274,49 @@ def lookups(store: SpecStore | docstore.DocStore | None, keys: list[str], count:
     return out
 
 
-def test_version2_lookups_check_their_answers(tmp_path: Path) -> None:
+def test_checked_lookups_check_their_answers(tmp_path: Path) -> None:
     """§7.4 on damage that passes every checksum: each lookup errors where the document says, in
-    docstore and in the spec reader; a version 1 store returns another document instead."""
+    docstore and in the spec reader; a version 1 store returns another document instead. Version 3
+    reads a found key's blob where its key index entry says (§7.1): damage to the doc offsets does
+    not reach it, damage to the location or the position fails its check (§6.3)."""
     docs = [(f"d{i}", {"t": "x" * i}) for i in range(6)]
     keys = [k for k, _ in docs] + ["c", "d25", "e"]
     expected = [a for k, v in docs for a in ((k, tuple(v.values())), int(k[1:]), True)]
     expected += [None, None, False] * 3
     expected += [(k, tuple(v.values())) for k, v in docs]
     results = {}
-    for version in (1, 2):
+    for version in VERSIONS:
         path = write(tmp_path / f"v{version}.docstore", {"t": "str"}, docs, format_version=version)
         good = path.read_bytes()
         spec = SpecStore(good)
-        data, key_index, key_ranks = (
-            spec.entries[SECTIONS.index(n)][0] for n in ("data", "key index", "key ranks")
+        data, doc_offsets, key_index, key_ranks = (
+            spec.entries[SECTIONS.index(n)][0] for n in ("data", "doc offsets", "key index", "key ranks")
         )
+        size = spec.entry_size
         with docstore.open(path) as store:
             assert lookups(spec, keys, 6) == lookups(store, keys, 6) == expected
         damages = {
-            # a flipped bit in the first byte of blob 2 (its check in version 2)
+            # a flipped bit in the first byte of blob 2 (its check from version 2)
             "blob": corrupt(good, data + spec.doc_offsets[2], bytes([good[data + spec.doc_offsets[2]] ^ 1])),
             # the positions of ranks 0 and 1 swapped in the key index
-            "positions": corrupt(corrupt(good, key_index + 8, b"\1\0\0\0"), key_index + 24, b"\0\0\0\0"),
+            "positions": corrupt(
+                corrupt(good, key_index + 8, b"\1\0\0\0"), key_index + size + 8, b"\0\0\0\0"
+            ),
             # the ranks of positions 3 and 4 swapped
             "ranks": corrupt(good, key_ranks + 12, struct.pack("<II", 4, 3)),
             # the prefix of rank 5 (`d5`) made that of `d6`: the index search misses `d5`
-            "prefix": corrupt(good, key_index + 16 * 5, struct.pack("<Q", key_prefix(b"6"))),
+            "prefix": corrupt(good, key_index + size * 5, struct.pack("<Q", key_prefix(b"6"))),
+            # the doc offset of position 2 one byte further: blobs 1 and 2 read wrong by position
+            "offsets": corrupt(good, doc_offsets + 16, struct.pack("<Q", spec.doc_offsets[2] + 1)),
         }
+        if version == 3:
+            blob_3 = (spec.doc_offsets[3], spec.doc_offsets[4] - spec.doc_offsets[3])
+            # rank 2 (`d2`) locating blob 3, or a blob past the end of the data section
+            location = key_index + size * 2 + 16
+            damages["location"] = corrupt(good, location, struct.pack("<QQ", *blob_3))
+            damages["location-out"] = corrupt(
+                good, location, struct.pack("<QQ", len(spec.sections["data"]), 5)
+            )
         for name, damaged in damages.items():
             path = tmp_path / f"v{version}-{name}.docstore"
             path.write_bytes(resealed(damaged))
@@ -1161,9 +1325,12 @@ def test_version2_lookups_check_their_answers(tmp_path: Path) -> None:
                 ours, theirs = lookups(spec, keys, 6), lookups(store, keys, 6)
                 assert ours == theirs, (version, name)
                 results[version, name] = ours
-                with pytest.raises(docstore.CorruptStoreError):
+                message = (
+                    "key index blob locations do not match the doc offsets" if name == "location" else None
+                )
+                with pytest.raises(docstore.CorruptStoreError, match=message):
                     store.verify()
-                with pytest.raises(SpecError):
+                with pytest.raises(SpecError, match=message):
                     spec.verify()
 
     def changed(version: int, name: str) -> dict[str, object]:
@@ -1171,32 +1338,33 @@ def test_version2_lookups_check_their_answers(tmp_path: Path) -> None:
         labels += [f"at {p}" for p in range(6)]
         return {label: a for label, a, e in zip(labels, results[version, name], expected) if a != e}
 
-    # Version 2: errors, never another answer (§7.4), for the lookups the table names.
-    assert changed(2, "blob") == {
-        "get d2": "error",
-        "position d2": "error",  # a position is confirmed by its document's check too
-        "in d2": "error",
-        "at 2": "error",
-        "get d25": "error",  # absent, and its neighbour `d2` fails its check
-        "position d25": "error",
-        "in d25": "error",
-    }
-    assert changed(2, "positions") == {
-        "get d0": "error",
-        "position d0": "error",
-        "get d1": "error",
-        "position d1": "error",
-        "in d0": "error",
-        "in d1": "error",
-        "get c": "error",  # absent, and its neighbour `d0` (rank 0) fails its check
-        "position c": "error",
-        "in c": "error",
-    }
-    assert changed(2, "ranks") == {
-        "at 3": "error",
-        "at 4": "error",
-    }
-    assert changed(2, "prefix") == {"get d5": "error", "position d5": "error", "in d5": "error"}
+    def errors(*labels: str) -> dict[str, object]:
+        return dict.fromkeys(labels, "error")
+
+    lookups_of = {k: (f"get {k}", f"position {k}", f"in {k}") for k in keys}
+    # Versions 2 and 3: errors, never another answer (§7.4), for the lookups the table names.
+    for version in (2, 3):
+        assert changed(version, "blob") == errors(
+            *lookups_of["d2"],  # a position is confirmed by its document's check too
+            "at 2",
+            *lookups_of["d25"],  # absent, and its neighbour `d2` fails its check
+        )
+        # Version 2 reads the blob of the other position, which fails the check of `q`; version 3
+        # reads the right blob, which fails the check of the position the entry gives.
+        assert changed(version, "positions") == errors(
+            *lookups_of["d0"],
+            *lookups_of["d1"],
+            *lookups_of["c"],  # absent, and its neighbour `d0` (rank 0) fails its check
+        )
+        assert changed(version, "ranks") == errors("at 3", "at 4")
+        assert changed(version, "prefix") == errors(*lookups_of["d5"])
+    # By key, version 2 reads blobs through the doc offsets, version 3 where the entry says.
+    assert changed(2, "offsets") == errors(
+        *lookups_of["d1"], *lookups_of["d2"], *lookups_of["d25"], "at 1", "at 2"
+    )
+    assert changed(3, "offsets") == errors("at 1", "at 2")
+    for name in ("location", "location-out"):
+        assert changed(3, name) == errors(*lookups_of["d2"], *lookups_of["d25"])
     # Version 1 has no checks (§7.4): the same damage returns other documents and positions.
     assert changed(1, "blob") == {"get d2": "error", "at 2": "error"}  # the header flag: compressed
     assert changed(1, "positions") == {
@@ -1207,6 +1375,40 @@ def test_version2_lookups_check_their_answers(tmp_path: Path) -> None:
     }
     assert changed(1, "ranks") == {"at 3": ("d4", ("xxx",)), "at 4": ("d3", ("xxxx",))}
     assert changed(1, "prefix") == {"get d5": None, "position d5": None, "in d5": False}
+    assert changed(1, "offsets") == errors("get d1", "get d2", "at 1", "at 2")
+
+
+def test_version3_flag_bit_0_takes_the_locations_out_of_the_file(tmp_path: Path) -> None:
+    """§3, §4.7, §7.1, §8: with header flag bit 0 (a collection's global id index, §13.2) the key
+    index entries locate blobs elsewhere; the store's own lookups by key read its blobs through the
+    doc offsets, and verify() does not compare the locations with them."""
+    docs = [(f"d{i}", {"t": "x" * i}) for i in range(6)]
+    good = write(tmp_path / "good.docstore", {"t": "str"}, docs).read_bytes()
+    spec = SpecStore(good)
+    key_index = spec.entries[SECTIONS.index("key index")][0]
+    moved = bytearray(good)
+    for r in range(spec.count):  # every location made another one (the blob of the next rank)
+        struct.pack_into("<QQ", moved, key_index + 32 * r + 16, *spec.blob_locations[(r + 1) % spec.count])
+    keys = [k for k, _ in docs] + ["c", "d25", "e"]
+    expected = lookups(spec, keys, 6)
+    for flags in (0, FLAG_SHARD_LOCATIONS):
+        path = tmp_path / f"flags-{flags}.docstore"
+        path.write_bytes(resealed(corrupt(bytes(moved), FLAGS_AT, bytes([flags]))))
+        spec = SpecStore(path.read_bytes())
+        assert spec.flags == flags and spec.locates_blobs == (not flags)
+        with docstore.open(path) as store:
+            ours, theirs = lookups(spec, keys, 6), lookups(store, keys, 6)
+            assert ours == theirs
+            if flags:
+                assert ours == expected
+                store.verify()
+                spec.verify()
+            else:
+                assert ours != expected and "error" in ours
+                with pytest.raises(docstore.CorruptStoreError, match="blob locations do not match"):
+                    store.verify()
+                with pytest.raises(SpecError, match="blob locations do not match"):
+                    spec.verify()
 
 
 FUZZ_LONG_KEY = "doc-a long key, more than eight bytes after the prefix"
@@ -1220,12 +1422,12 @@ FUZZ_DOCS = [
 FUZZ_ABSENT = ["", "doc-", "doc-a\x00", "doc-bb", "doc-d", "zzz", FUZZ_LONG_KEY[:-1], FUZZ_LONG_KEY + "x"]
 
 
-@pytest.mark.parametrize("version", [2, 1], ids=["v2", "v1"])
+@pytest.mark.parametrize("version", VERSIONS, ids=VERSION_IDS)
 def test_every_damaged_byte(tmp_path: Path, version: int) -> None:
     """A small store with one bit flipped, for every byte and three bit positions (one in version 1):
     docstore and the spec reader give the same answer to every lookup by id and by position. In
-    version 2 neither returns a document other than the one written (§7.4); in version 1 (no
-    checks) they agree on the wrong answers too."""
+    versions 2 and 3 neither returns a document other than the one written (§7.4); in version 1
+    (no checks) they agree on the wrong answers too."""
     path = write(
         tmp_path / "good.docstore", {"text": "str", "n": "int64"}, FUZZ_DOCS, level=9, format_version=version
     )
@@ -1248,7 +1450,7 @@ def test_every_damaged_byte(tmp_path: Path, version: int) -> None:
     labels += [f"at {p}" for p in range(count)]
     damaged, wrong = tmp_path / "damaged.docstore", {}
     for at in range(len(good)):
-        for bit in (0, 4, 7) if version == 2 else (0,):
+        for bit in (0, 4, 7) if version >= 2 else (0,):
             buf = bytearray(good)
             buf[at] ^= 1 << bit
             damaged.write_bytes(buf)
@@ -1276,7 +1478,7 @@ def test_every_damaged_byte(tmp_path: Path, version: int) -> None:
     if version == 1:
         assert any(label.startswith("get") for label in wrong)
         return
-    # Version 2: no wrong document, position or absence, by id or by position.
+    # Versions 2 and 3: no wrong document, position or absence, by id or by position.
     assert wrong == {}
 
 
@@ -1286,7 +1488,7 @@ def test_every_damaged_byte(tmp_path: Path, version: int) -> None:
 
 class SpecCollection:
     """A collection directory read as §13 says: the manifest (§13.1), the global id index
-    (§13.2) and the shards, lookups as §13.3 says."""
+    (§13.2) and the shards, lookups and verify() as §13.3 says."""
 
     MEMBERS = ("format", "version", "count", "index", "shards", "checksum")
     ENTRY = ("file", "count", "fingerprint")
@@ -1318,48 +1520,161 @@ class SpecCollection:
         if self.index.fields != [] or not self.index.checked:
             raise SpecError("the index is not a checked store without fields")
         self.shards = [load(entry) for entry in manifest["shards"]]
+        if not self.shards or any(shard.version not in (2, 3) for shard in self.shards):
+            raise SpecError("the shards are not version 2 or 3 stores")  # §13
         self.starts = [0]
         for shard in self.shards:
             self.starts.append(self.starts[-1] + shard.count)
         if self.starts[-1] != manifest["count"] or self.index.count != manifest["count"]:
             raise SpecError("counts do not add up")
 
+    @property
+    def locates_shard_blobs(self) -> bool:
+        """§13.2: the index's entries locate blobs in the shards (version 3, header flag bit 0)."""
+        return self.index.version >= 3 and bool(self.index.flags & FLAG_SHARD_LOCATIONS)
+
     def locate(self, p: int) -> tuple[SpecStore, int]:
         """§13.2: the last shard whose first global position is <= p (empty shards hold none)."""
         s = max(i for i, start in enumerate(self.starts[:-1]) if start <= p and self.shards[i].count)
         return self.shards[s], p - self.starts[s]
 
-    def get(self, key: str) -> dict[str, object] | None:
-        q = key.encode("utf-8")
+    def found_body(self, q: bytes) -> tuple[int, bytes] | None:
+        """§13.3 by id: the global position of `q` and the body of its document, its check passed
+        with `q` as the key (and, version 3 shard, the position in the shard); None if absent."""
         rank = self.index.find_rank(q)
         if rank is None:
-            self.index.confirm_absent(q)
+            self.index.confirm_absent(q)  # §7.4 in the index
             return None
-        shard, local = self.locate(self.index.position_of_rank(rank))
-        return shard.record(local, q)  # checked with q as the key (§13.3)
+        p = self.index.position_of_rank(rank)
+        shard, local = self.locate(p)
+        if self.locates_shard_blobs and shard.version >= 3:
+            blob = shard.located_blob(self.index.blob_locations[rank])  # bounds: the shard's data
+        else:
+            blob = shard.blob(local)
+        return p, shard.checked_body(blob, q, local)
+
+    def get(self, key: str) -> dict[str, object] | None:
+        found = self.found_body(key.encode("utf-8"))
+        if found is None:
+            return None
+        p, body = found
+        shard, _ = self.locate(p)
+        return shard.parse_record(shard.decode_body(body))
+
+    def position(self, key: str) -> int | None:
+        """§13.3: as by id, the blob checked without decoding it."""
+        found = self.found_body(key.encode("utf-8"))
+        return None if found is None else found[0]
 
     def at(self, p: int) -> tuple[str, dict[str, object]]:
+        """§13.3 by position: the shard's document, checked with its key in the shard."""
         shard, local = self.locate(p)
         return shard.at(local)
+
+    def verify(self) -> None:
+        """§13.3 verify(): the index and every shard (§8), the index's key of every global position
+        is the shard's, and (flag bit 0) every index entry locates its position's blob."""
+        self.index.verify()
+        for shard in self.shards:
+            shard.verify()
+        for p in range(self.index.count):
+            shard, local = self.locate(p)
+            if self.index.key_bytes_at(p) != shard.key_bytes_at(local):
+                raise SpecError(f"the global id index and the shards disagree at position {p}")
+        if self.locates_shard_blobs:
+            for rank, location in enumerate(self.index.blob_locations):
+                shard, local = self.locate(self.index.position_of_rank(rank))
+                start, end = shard.doc_offsets[local : local + 2]
+                if location != (start, end - start):
+                    raise SpecError("the global id index locates a blob elsewhere than its shard holds it")
+
+
+def reseal_collection_file(root: Path, name: str, buf: bytes) -> None:
+    """Writes `buf` (checksums recomputed) as the collection's file `name`, and the manifest with
+    its new fingerprint and checksum (§13.1, written compactly: only the parsed values count)."""
+    buf = resealed(buf)
+    (root / name).write_bytes(buf)
+    manifest_path = root / "docstore-collection.json"
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    fingerprint = f"{int.from_bytes(buf[504:512], 'little'):016x}"
+    for entry in [manifest["index"], *manifest["shards"]]:
+        if entry["file"] == name:
+            entry["fingerprint"] = fingerprint
+    body = json.dumps(dict(manifest, checksum=""), separators=(",", ":"), ensure_ascii=False)
+    manifest["checksum"] = f"{xxh3(body.encode('utf-8')):016x}"
+    manifest_path.write_text(
+        json.dumps(manifest, separators=(",", ":"), ensure_ascii=False), encoding="utf-8"
+    )
 
 
 def test_a_collection_reads_as_section_13_says(tmp_path: Path):
     docs = all_types_docs(90, seed=13)
-    parts = [docs[:30], [], docs[30:31], docs[31:]]
-    shards = [write(tmp_path / f"p{k}.docstore", ALL_FIELDS, part) for k, part in enumerate(parts)]
-    store = docstore.seal(tmp_path / "c.docstore", shards)
-    spec = SpecCollection(tmp_path / "c.docstore")
-    assert len(spec.shards) == 4 and spec.starts == [0, 30, 30, 31, len(docs)]
+    parts = [docs[:30], [], docs[30:31], docs[31:60], docs[60:]]
+    versions = [3, 3, 2, 2, 3]  # §10: a collection may hold shards of versions 2 and 3
+    shards = [
+        write(tmp_path / f"p{k}.docstore", ALL_FIELDS, part, format_version=v)
+        for k, (part, v) in enumerate(zip(parts, versions))
+    ]
+    root = tmp_path / "c.docstore"
+    store = docstore.seal(root, shards)
+    spec = SpecCollection(root)
+    assert len(spec.shards) == 5 and spec.starts == [0, 30, 30, 31, 60, len(docs)]
+    assert [s.version for s in spec.shards] == versions
+    # §13.2: the global id index.
+    index = spec.index
+    assert (index.version, index.flags, index.level, index.fields, index.dictionary) == (3, 1, 0xFF, [], b"")
+    assert spec.locates_shard_blobs and not index.locates_blobs
+    for p in range(index.count):
+        assert index.blob(p) == struct.pack("<I", document_check(index.key_bytes_at(p), b"\0", p)) + b"\0"
     for p, (key, _) in enumerate(docs):
         assert spec.at(p)[0] == key
+        assert spec.position(key) == p == store.position(key)
         ours = spec.get(key)
         assert ours is not None and all(same_value(ours[n], getattr(store[key], n)) for n in ALL_FIELDS)
     for missing in ("", "zz", docs[0][0] + "x"):
-        assert spec.get(missing) is None and missing not in store
+        assert spec.get(missing) is None and spec.position(missing) is None and missing not in store
+    spec.verify()
+    store.verify()
+    store.close()
+
+    # An index entry locating another blob of the same shard, or one past the end of its data
+    # section (every checksum and the manifest recomputed): in a version 3 shard, the lookup reads
+    # it and fails its check or its bounds; in a version 2 shard, the lookup goes through the
+    # shard's doc offsets. verify() refuses all.
+    good_index = (root / "index.docstore").read_bytes()
+    key_index = index.entries[SECTIONS.index("key index")][0]
+    keys = [k for k, _ in docs] + ["", "zz"]
+    for shard_no, beyond in ((0, False), (0, True), (3, False)):
+        first, second = docs[spec.starts[shard_no]][0], docs[spec.starts[shard_no] + 1][0]
+        rank, other = index.find_rank(first.encode()), index.find_rank(second.encode())
+        location = index.blob_locations[other]
+        if beyond:
+            location = (len(spec.shards[shard_no].sections["data"]) - 4, 5)
+        damaged = corrupt(good_index, key_index + 32 * rank + 16, struct.pack("<QQ", *location))
+        reseal_collection_file(root, "index.docstore", damaged)
+        spec = SpecCollection(root)
+        with docstore.open(root) as store:
+            ours, theirs = lookups(spec, keys, len(docs)), lookups(store, keys, len(docs))
+            assert ours == theirs
+            errors = [key for i, key in enumerate(keys) if "error" in ours[3 * i : 3 * i + 3]]
+            if versions[shard_no] == 3:  # get, position and `in` of `first` read the other blob
+                assert (
+                    errors == [first]
+                    and ours[3 * keys.index(first) : 3 * keys.index(first) + 3] == ["error"] * 3
+                )
+            else:
+                assert errors == [] and "error" not in ours
+            with pytest.raises(docstore.CorruptStoreError, match="locates the blob of position"):
+                store.verify()
+            with pytest.raises(SpecError, match="locates a blob elsewhere"):
+                spec.verify()
+    reseal_collection_file(root, "index.docstore", good_index)
+    SpecCollection(root).verify()
+
     # What docstore refuses, the spec reader refuses too: an edited manifest.
-    manifest = tmp_path / "c.docstore" / "docstore-collection.json"
-    manifest.write_text(manifest.read_text().replace(f'"count": {len(docs)}', f'"count": {len(docs) + 1}'))
+    manifest = root / "docstore-collection.json"
+    manifest.write_text(manifest.read_text().replace(f'"count":{len(docs)}', f'"count":{len(docs) + 1}', 1))
     with pytest.raises(SpecError):
-        SpecCollection(tmp_path / "c.docstore")
+        SpecCollection(root)
     with pytest.raises(docstore.CorruptStoreError):
-        docstore.open(tmp_path / "c.docstore")
+        docstore.open(root)
