@@ -7,6 +7,7 @@ import os
 import pickle
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import threading
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import xxhash
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -585,3 +587,60 @@ def test_engines_shared_dictionary_leaves_bad_values_to_the_job(tmp_path):
         str(tmp_path / "one.docstore"), "append", sample(texts), "doc_id", {"x": "str"}, {}
     )
     assert mine == store.dictionary and mine
+
+
+def test_upgrade_rewrites_older_shards_and_seals_them_again(tmp_path, docs):
+    ids = list(docs)
+    shards = []
+    for k, (part, version) in enumerate([(ids[:300], 2), (ids[300:], 3)]):
+        shards.append(tmp_path / f"v{k}.docstore")
+        write_store(shards[-1], {i: docs[i] for i in part}, format_version=version).close()
+    old = docstore.seal(tmp_path / "c", shards)
+    assert old.info()["format_version"] == 2  # the oldest file's
+    assert [s["format_version"] for s in old.info()["shards"]] == [2, 3]
+    fingerprint = old.fingerprint
+    new = docstore.upgrade(tmp_path / "c")
+    assert new.info()["format_version"] == 3
+    assert [s["format_version"] for s in new.info()["shards"]] == [3, 3]
+    assert new.info()["shards"][1]["stored_bytes"] == old.info()["shards"][1]["stored_bytes"]
+    assert list(new) == ids and new.fingerprint != fingerprint
+    for doc_id, doc in new.get_many(ids).items():
+        assert_doc_equal(doc, doc_id, docs[doc_id])
+    new.verify()
+    # The handle on the old collection keeps reading it; the shard files given are untouched.
+    assert_doc_equal(old[ids[5]], ids[5], docs[ids[5]])
+    assert docstore.open(shards[0]).info()["format_version"] == 2
+    assert sorted(os.listdir(tmp_path)) == ["c", "v0.docstore", "v1.docstore"]  # no scratch left
+    assert cli(["upgrade", str(tmp_path / "c")]) == 0
+
+
+def test_verify_finds_a_global_index_that_locates_a_blob_elsewhere(tmp_path, docs):
+    """A crafted collection whose index checksums and manifest are all consistent, but whose index
+    locates one document's blob at another's: lookups fail its check, and verify() says where."""
+    ids = list(docs)[:100]
+    root = docstore.seal(tmp_path / "c", _shards(tmp_path, {i: docs[i] for i in ids}, [50, 50])).path
+    index = bytearray((root / "index.docstore").read_bytes())
+    key_index = struct.unpack_from("<Q", index, 64 + 24 * 6)[0]
+    rank = sorted(i.encode() for i in ids).index(ids[70].encode())
+    entry = key_index + 32 * rank
+    offset, length = struct.unpack_from("<QQ", index, entry + 16)
+    struct.pack_into("<QQ", index, entry + 16, 0, length)  # shard 1's first blob instead
+    for s in range(9):
+        at = 64 + 24 * s
+        start, size = struct.unpack_from("<QQ", index, at)
+        struct.pack_into("<Q", index, at + 16, xxhash.xxh3_64_intdigest(bytes(index[start : start + size])))
+    struct.pack_into("<Q", index, 504, xxhash.xxh3_64_intdigest(bytes(index[:504])))
+    (root / "index.docstore").write_bytes(index)
+    manifest = json.loads((root / "docstore-collection.json").read_text())
+    manifest["index"]["fingerprint"] = f"{struct.unpack_from('<Q', index, 504)[0]:016x}"
+    manifest["checksum"] = ""
+    body = json.dumps(manifest, separators=(",", ":"), ensure_ascii=False).encode()
+    manifest["checksum"] = f"{xxhash.xxh3_64_intdigest(body):016x}"
+    (root / "docstore-collection.json").write_text(json.dumps(manifest))
+    store = docstore.open(root)
+    assert offset != 0
+    with pytest.raises(docstore.CorruptStoreError, match="fails its check"):
+        store[ids[70]]
+    assert_doc_equal(store[ids[71]], ids[71], docs[ids[71]])
+    with pytest.raises(docstore.CorruptStoreError, match="locates the blob of position 70 elsewhere"):
+        store.verify()

@@ -22,7 +22,7 @@ def seal(
     overwrite: bool = False,
     read: str = "mmap",
 ) -> DocStore:
-    """Seals ``shards`` (store files written by ``docstore.Writer``, one schema, format 2) into a
+    """Seals ``shards`` (store files written by ``docstore.Writer``, one schema, format 2 or 3) into a
     collection at ``target``, and opens it.
 
     Positions follow the order of ``shards``, then each shard's own order. Ids must be unique

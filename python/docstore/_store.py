@@ -34,8 +34,8 @@ class DocStore(Reader):
 
     def remote_stats(self) -> dict[str, int] | None:
         """For a remote store: requests sent, bytes received (``data_bytes``: by rounds that
-        fetched documents only), round trips (fetches that waited on the network, each with its
-        requests at once), retries, the peak of requests in flight, and the bytes its cache and
+        fetched documents only), round trips (waits on the network, each with its requests at
+        once: fetches of several files or threads under way together count once), retries, the peak of requests in flight, and the bytes its cache and
         the whole cache directory hold; ``None`` for a local store."""
         return self._remote_stats()
 
@@ -134,7 +134,7 @@ class DocStore(Reader):
             "read": self.read,
             "format_version": info["format_version"],
             # Format 1 has no per-document checks: a damaged index can return another document
-            # without an error. `docstore upgrade` rewrites such a store as format 2.
+            # without an error. `docstore upgrade` rewrites such a store as format 3.
             "checked_reads": info["checked_reads"],
         }
         if "shards" in info:  # a collection: each shard described as a store is, with its path

@@ -6,6 +6,8 @@ import dataclasses
 import itertools
 import operator
 import os
+import shutil
+import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -13,7 +15,7 @@ import numpy as np
 
 from ._arrow import field_type, prepare, unsupported
 from ._arrow import writer_columns as _arrow_columns
-from ._docstore import ARRAY_DTYPES
+from ._docstore import ARRAY_DTYPES, FORMAT_VERSION
 from ._docstore import Writer as _Writer
 from ._store import DocStore
 from ._store import open as open_store
@@ -35,8 +37,9 @@ class Writer(_Writer):
     largest file, and lookups that decode nothing), ``dict_size`` (bytes of shared dictionary,
     0 = none, default and most 64 KiB), ``batch_bytes`` (raw bytes per compression batch),
     ``key_buffer_bytes`` (memory for ids before sorted runs spill to disk), ``format_version``
-    (2, the default: every read checks that it returns the document asked for; 1 only for a
-    reader older than docstore 0.2, which cannot open version 2), ``dictionary`` (bytes: use this
+    (3, the default: every read checks that it returns the document asked for, and a lookup by
+    id reads its document's location from the key index; 2 or 1 only for readers older than
+    docstore 0.3 or 0.2, which cannot open the newer versions), ``dictionary`` (bytes: use this
     dictionary instead of training one, e.g. ``other_store.dictionary``, so that the shards of
     one collection share one).
     Leaving the ``with`` block by an exception, or calling ``abort()``, leaves no store behind.
@@ -436,21 +439,55 @@ _UPGRADE_CHUNK = 4096
 def upgrade(
     source: str | os.PathLike[str], target: str | os.PathLike[str] | None = None, **options: Any
 ) -> DocStore:
-    """Rewrites the store at ``source`` in the current format (version 2: checked reads) at
-    ``target``, or in place when ``target`` is None; returns the new store opened.
+    """Rewrites the store or collection at ``source`` in the current format (version 3: checked
+    reads, and lookups by id located by the key index) at ``target``, or in place when ``target``
+    is None; returns the new store opened.
 
     ``source`` is verified first (every checksum and document), so that damage is never sealed
     in under fresh checks. Documents keep their ids, positions and values; the compression level
-    is the source's unless ``options`` (passed to :class:`Writer`) say otherwise. In place, the
-    new store replaces the old one atomically when complete: a process that has the old one open
-    keeps reading it.
+    and dictionary are the source's unless ``options`` (passed to :class:`Writer`) say
+    otherwise. A collection's shards of an older format are rewritten and every shard is sealed
+    again with a new global id index; shards already current are linked, not copied. In place,
+    the new store replaces the old one atomically when complete: a process that has the old one
+    open keeps reading it.
     """
     store = open_store(source)
     store.verify()
-    options.setdefault("level", store._info()["level"])
+    info = store._info()
     if target is None:
         target = source
         options["overwrite"] = True
+    if "shards" not in info:
+        _rewrite(store, target, options)
+        store.close()
+        return open_store(target)
+    store.close()
+    from ._collection import seal  # noqa: PLC0415 (a cycle at import time)
+
+    # Beside the target: the seal hard-links the shards rewritten here.
+    scratch = tempfile.mkdtemp(prefix=".docstore-upgrade-", dir=os.path.dirname(os.path.abspath(target)))
+    try:
+        shards = []
+        for i, shard in enumerate(info["shards"]):
+            if shard["format_version"] >= FORMAT_VERSION:
+                shards.append(shard["path"])
+                continue
+            new = os.path.join(scratch, f"part-{i:05d}.docstore")
+            with open_store(shard["path"]) as old:
+                _rewrite(old, new, {k: v for k, v in options.items() if k != "overwrite"})
+            shards.append(new)
+        return seal(target, shards, overwrite=options.get("overwrite", False))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _rewrite(store: DocStore, target: str | os.PathLike[str], options: dict[str, Any]) -> None:
+    """Writes the documents of ``store`` (verified) to a new store at ``target``, with its level and
+    dictionary unless ``options`` say otherwise."""
+    options = dict(options)
+    options.setdefault("level", store._info()["level"])
+    if store.dictionary and "dict_size" not in options:
+        options.setdefault("dictionary", store.dictionary)
     with Writer(target, store.fields, **options) as writer:
         names = list(store.fields)
         for start in range(0, len(store), _UPGRADE_CHUNK):
@@ -458,5 +495,3 @@ def upgrade(
             writer._add_columns(
                 [doc.doc_id for doc in chunk], [[getattr(doc, n) for doc in chunk] for n in names]
             )
-    store.close()
-    return open_store(target)
