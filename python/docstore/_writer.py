@@ -462,7 +462,7 @@ def upgrade(
         store.close()
         return open_store(target)
     store.close()
-    from ._collection import seal  # noqa: PLC0415 (a cycle at import time)
+    from ._collection import seal  # here: _collection imports this module
 
     # Beside the target: the seal hard-links the shards rewritten here.
     scratch = tempfile.mkdtemp(prefix=".docstore-upgrade-", dir=os.path.dirname(os.path.abspath(target)))

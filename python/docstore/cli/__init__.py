@@ -107,7 +107,8 @@ def make_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "upgrade",
-        help="rewrite a store in the current format (version 3: every read checked, lookups by id located by the key index), after verifying it",
+        help="rewrite a store or collection in the current format (version 3: every read checked, "
+        "lookups by id located by the key index), after verifying it",
     )
     p.add_argument("store")
     p.add_argument("output", nargs="?", help="where to write it (default: replace STORE atomically)")
