@@ -13,6 +13,7 @@ uses it: a lookup then reads one page, the document's.
     python benches/cold_reads.py                 # 1M passages, mmap
     python benches/cold_reads.py --docs 200000 --read pread
     python benches/cold_reads.py --keep-index
+    python benches/cold_reads.py --format-version 2   # before blob locations in the key index
 """
 
 from __future__ import annotations
@@ -63,22 +64,25 @@ def main() -> None:
     parser.add_argument(
         "--keep-index", action="store_true", help="evict only the documents (the index stays cached)"
     )
+    parser.add_argument("--format-version", type=int, default=docstore.FORMAT_VERSION)
     args = parser.parse_args()
     evict_store = evict_documents if args.keep_index else lambda p: evict([p])
 
-    path = corpora.DATA_DIR / f"cold_reads-n{args.docs}.docstore"
+    path = corpora.DATA_DIR / f"cold_reads-n{args.docs}-v{args.format_version}.docstore"
     try:
         docstore.open(path).close()
     except (OSError, docstore.DocstoreError):
         path.parent.mkdir(parents=True, exist_ok=True)
-        with docstore.Writer(path, fields={"text": "str"}, overwrite=True) as w:
+        options = {"overwrite": True, "format_version": args.format_version}
+        with docstore.Writer(path, fields={"text": "str"}, **options) as w:
             for doc_id, text in corpora.msmarco_like(args.docs):
                 w.add(doc_id, text=text)
     with docstore.open(path) as s:
         ids = list(s.keys())
     rng = random.Random(0)
     evicted = "documents evicted, index cached" if args.keep_index else "whole store evicted"
-    print(f"{args.docs:,} passages, {path.stat().st_size / 2**20:.0f} MiB, read={args.read}, {evicted}")
+    size = path.stat().st_size / 2**20
+    print(f"{args.docs:,} passages, format {args.format_version}, {size:.0f} MiB, read={args.read}, {evicted}")
     for n in (1, 10, 200):
         reads = seconds = 0.0
         for _ in range(args.rounds):
