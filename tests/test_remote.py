@@ -164,6 +164,49 @@ def test_a_lookup_by_short_ids_costs_two_rounds(big, tmp_path):
     assert store.remote_stats()["round_trips"] - opened == 2, store.remote_stats()
 
 
+def test_index_sections_come_whole_once_their_pieces_cost_as_much(big, tmp_path):
+    # Rent or buy (docs/remote.md): each missing piece of an index section costs a request,
+    # worth `request_cost_bytes`; once they add up to the section's size it comes whole.
+    local, url = big
+    ids = list(docstore.open(local))
+    rng = np.random.default_rng(11)
+
+    def batches(store, n):
+        """Round trips and requests of `n` batches of 40 random positions."""
+        out = []
+        for _ in range(n):
+            before = store.remote_stats()
+            positions = rng.choice(len(ids), 40, replace=False)
+            assert [d.doc_id for d in store.take(positions)] == [ids[p] for p in positions]
+            after = store.remote_stats()
+            out.append((after["round_trips"] - before["round_trips"], after["requests"] - before["requests"]))
+        return out
+
+    # Never: later batches still fetch pieces of the index, in more rounds than their documents'.
+    never = open_remote(url, tmp_path / "never", request_cost_bytes="0")
+    first, *later = batches(never, 3)
+    assert first[0] == 3 and any(rounds > 1 and requests > 40 for rounds, requests in later), later
+    # At once (a request worth a terabyte): the first batch buys what it touches, whole and
+    # checked against the section's checksum; later batches fetch their documents alone.
+    at_once = open_remote(url, tmp_path / "at-once", request_cost_bytes=str(1 << 40))
+    first, *later = batches(at_once, 3)
+    assert first[0] == 3
+    assert all(rounds == 1 and requests <= 40 for rounds, requests in later), later
+    before = at_once.remote_stats()
+    got = at_once.get_many(ids[::50])  # buys the key index: its round, then the documents
+    assert [d.n for d in got.values()] == list(range(0, 4000, 50))
+    assert at_once.remote_stats()["round_trips"] - before["round_trips"] == 2
+    before = at_once.remote_stats()
+    assert len(at_once.get_many(ids[7::50])) == 80
+    assert at_once.remote_stats()["round_trips"] - before["round_trips"] == 1
+    # The default: a few lookups download no section; a run of random reads soon does.
+    default = open_remote(url, tmp_path / "default")
+    assert default[ids[5]].n == 5
+    assert default.remote_stats()["bytes"] < 200_000
+    rounds = [r for r, _ in batches(default, 12)]
+    assert rounds[0] == 3 and rounds[-1] == 1, rounds
+
+
 def test_a_collection_lookup_costs_two_rounds(s3, big, tmp_path):
     # The global index locates each blob in its shard (format 3): its block, then the blob.
     local = docstore.open(big[0])
@@ -308,9 +351,12 @@ def test_faults_are_retried_and_nothing_wrong_is_returned(s3, url, local, docs, 
     try:
         with environment({"AWS_ENDPOINT_URL": proxy.url}):
             proxy.faults = ["503", "drop", "truncate"]
-            store = open_remote(url, tmp_path / "cache", max_retries="8")
+            # Piece by piece (no section fetched whole: many small requests to fail), then as
+            # by default (whole sections: long responses cut short).
+            store = open_remote(url, tmp_path / "cache", max_retries="8", request_cost_bytes="0")
             proxy.rate = 0.3
             check_same(store, local, docs)
+            check_same(open_remote(url, tmp_path / "cache2", max_retries="8"), local, docs)
             assert sum(proxy.injected.values()) > 10, proxy.injected
             assert set(proxy.injected) == {"503", "drop", "truncate"}
 

@@ -631,7 +631,10 @@ impl Reader {
         info.set_item("level", level)?;
         info.set_item("dictionary_bytes", dictionary)?;
         // The oldest file's: what `docstore upgrade` would change.
-        let versions = shards.iter().chain(store.index()).map(|s| s.header().version);
+        let versions = shards
+            .iter()
+            .chain(store.index())
+            .map(|s| s.header().version);
         info.set_item("format_version", versions.min())?;
         info.set_item("checked_reads", store.checked())?;
         info.set_item("shards", list)?;

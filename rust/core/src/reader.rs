@@ -22,6 +22,7 @@ use std::fs::File;
 use std::ops::Range;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+use std::sync::atomic::{self, AtomicU64};
 use xxhash_rust::xxh3::xxh3_64;
 
 /// Raw records read together, in one buffer (one allocation for a whole batch).
@@ -185,6 +186,8 @@ pub struct Store<B> {
     block: u64,
     /// Whether batches find their pages cached (see `prefetch_index`).
     cold: pagecache::ColdCache,
+    /// A remote store's requests for pieces of each section so far (see `fetch`).
+    rent: [AtomicU64; Section::COUNT],
 }
 
 thread_local! {
@@ -341,6 +344,7 @@ impl<B: Storage> Store<B> {
             mapped: false,
             common_prefix: 0..0,
             cold: Default::default(),
+            rent: Default::default(),
         };
         // The last offsets close their sections: a cheap check that catches most truncations.
         store.need(
@@ -409,17 +413,20 @@ impl<B: Storage> Store<B> {
     fn fetch(&self, wants: impl IntoIterator<Item = (Section, Range<usize>)>) -> Result<()> {
         // Present ranges are only stamped (no allocation: a warm batch passes through here).
         let mut missing: Vec<Range<u64>> = Vec::new();
+        let mut pieces = [0u64; Section::COUNT];
         for (s, r) in wants {
             let section = &self.ranges[s as usize];
             let start = (section.start + r.start).min(section.end);
             let end = (section.start + r.end).min(section.end);
             if start < end && !self.buf.check(start as u64..end as u64) {
                 missing.push(start as u64..end as u64);
+                pieces[s as usize] += 1;
             }
         }
         if missing.is_empty() {
             return Ok(());
         }
+        self.rent_or_buy(&pieces, &mut missing);
         let asked = missing.clone();
         self.buf.ensure(&mut missing)?;
         // A section fetched whole is checked against its checksum (a small store's index).
@@ -434,6 +441,42 @@ impl<B: Storage> Store<B> {
             }
         }
         Ok(())
+    }
+
+    /// Rent or buy, for the index sections of a remote store: each missing piece of a section
+    /// costs a request, taken to be worth `request_cost` bytes; once the requests for a
+    /// section's pieces have cost its size, the section comes whole (in this round, in requests
+    /// of `max_request_bytes`), and every later read of it is free. So a run of random reads
+    /// (a DataLoader's epoch) pays at most twice the cheaper of the two, and a few lookups never
+    /// download a section. Only sections that fit an eighth of the cache's budget: a larger one
+    /// would be evicted before it paid off.
+    fn rent_or_buy(&self, pieces: &[u64; Section::COUNT], missing: &mut Vec<Range<u64>>) {
+        let Some(options) = self.buf.remote_options() else {
+            return;
+        };
+        let budget = match options.cache.budget {
+            0 => crate::storage::cache::PRIVATE_BUDGET,
+            budget => budget,
+        };
+        const INDEX: [Section; 5] = [
+            Section::DocOffsets,
+            Section::Keys,
+            Section::KeyOffsets,
+            Section::KeyIndex,
+            Section::KeyRanks,
+        ];
+        for s in INDEX.into_iter().filter(|&s| pieces[s as usize] > 0) {
+            let section = &self.ranges[s as usize];
+            let len = (section.end - section.start) as u64;
+            let rent =
+                self.rent[s as usize].fetch_add(pieces[s as usize], atomic::Ordering::Relaxed);
+            let cost = (rent + pieces[s as usize]).saturating_mul(options.request_cost);
+            if options.request_cost > 0 && cost >= len && len <= budget / 8 {
+                let whole = section.start as u64..section.end as u64;
+                missing.retain(|r| r.end <= whole.start || r.start >= whole.end);
+                missing.push(whole);
+            }
+        }
     }
 
     fn offset(&self, s: Section, i: u64) -> u64 {

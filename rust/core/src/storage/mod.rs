@@ -58,6 +58,11 @@ pub trait Storage: AsRef<[u8]> {
 
     /// Counts `bytes` as fetched for documents (blobs), not the index.
     fn add_data_bytes(&self, _bytes: u64) {}
+
+    /// How a remote store is fetched and cached (`None` for a local one).
+    fn remote_options(&self) -> Option<&RemoteOptions> {
+        None
+    }
 }
 
 impl Storage for Mmap {}
@@ -143,6 +148,10 @@ impl Storage for StoreFile {
                 .bytes
                 .load(std::sync::atomic::Ordering::Relaxed)
         })
+    }
+
+    fn remote_options(&self) -> Option<&RemoteOptions> {
+        self.remote.as_ref().map(|r| r.remote().options())
     }
 
     fn add_data_bytes(&self, bytes: u64) {

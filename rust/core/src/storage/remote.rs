@@ -62,6 +62,9 @@ pub struct RemoteOptions {
     pub data_merge_gap: u64,
     /// A request asks for at most this many bytes (larger ranges are split, fetched at once).
     pub max_request: u64,
+    /// What one request for a piece of the index is taken to cost, in bytes: a section of the
+    /// index is fetched whole once the requests for its pieces have cost its size (0: never).
+    pub request_cost: u64,
     pub max_retries: usize,
     pub retry_timeout: Duration,
     pub init_backoff: Duration,
@@ -155,6 +158,9 @@ impl RemoteOptions {
             merge_gap: 16 << 10,
             data_merge_gap: 0,
             max_request: 8 << 20,
+            // A request's round trip is shared by the 256 in flight: 25 ms at 1 Gb/s is 3 MB
+            // for them all, ~12 KiB each, plus its own overhead (~0.1 ms of CPU measured here).
+            request_cost: 32 << 10,
             max_retries: 5,
             retry_timeout: Duration::from_secs(60),
             init_backoff: Duration::from_millis(100),
@@ -168,6 +174,7 @@ impl RemoteOptions {
                 "merge_gap" => out.merge_gap = number(&key, &value)?,
                 "data_merge_gap" => out.data_merge_gap = number(&key, &value)?,
                 "max_request_bytes" => out.max_request = number(&key, &value)?.max(64 << 10),
+                "request_cost_bytes" => out.request_cost = number(&key, &value)?,
                 "max_retries" => out.max_retries = number(&key, &value)? as usize,
                 "retry_timeout" => out.retry_timeout = duration(&key, &value)?,
                 "init_backoff" => out.init_backoff = duration(&key, &value)?,
