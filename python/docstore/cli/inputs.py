@@ -147,9 +147,18 @@ def _read_jsonl_range(path: str, start: int, end: int) -> Iterator[tuple[int, di
                     return
                 if at == 0 and raw.startswith(b"\xef\xbb\xbf"):  # as utf-8-sig
                     line = raw[3:]
-                if line.strip():
+                if not _blank(line):
                     yield at, _json_record(line, path, at, by_byte=True)
                 at += len(raw) + 1
+
+
+def _blank(line: str | bytes) -> bool:
+    """Whether a line holds only whitespace as ``str.strip`` sees it (Unicode spaces too, which
+    the whole-file reader, reading text, skips), without decoding the lines that start as JSON."""
+    stripped = line.strip()
+    if isinstance(stripped, bytes) and stripped and stripped[0] >= 0x80:
+        return not stripped.decode("utf-8", "replace").strip()
+    return not stripped
 
 
 def _read_delimited(
