@@ -82,7 +82,8 @@ def main() -> None:
     rng = random.Random(0)
     evicted = "documents evicted, index cached" if args.keep_index else "whole store evicted"
     size = path.stat().st_size / 2**20
-    print(f"{args.docs:,} passages, format {args.format_version}, {size:.0f} MiB, read={args.read}, {evicted}")
+    what = f"format {args.format_version}, {size:.0f} MiB, read={args.read}"
+    print(f"{args.docs:,} passages, {what}, {evicted}")
     for n in (1, 10, 200):
         reads = seconds = 0.0
         for _ in range(args.rounds):
