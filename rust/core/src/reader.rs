@@ -426,7 +426,7 @@ impl<B: Storage> Store<B> {
         if missing.is_empty() {
             return Ok(());
         }
-        self.rent_or_buy(&pieces, &mut missing);
+        let _purchase = self.rent_or_buy(&pieces, &mut missing);
         let asked = missing.clone();
         self.buf.ensure(&mut missing)?;
         // A section fetched whole is checked against its checksum (a small store's index).
@@ -450,10 +450,15 @@ impl<B: Storage> Store<B> {
     /// (a DataLoader's epoch) pays at most twice the cheaper of the two, and a few lookups never
     /// download a section. Only sections that fit an eighth of the cache's budget: a larger one
     /// would be evicted before it paid off.
-    fn rent_or_buy(&self, pieces: &[u64; Section::COUNT], missing: &mut Vec<Range<u64>>) {
-        let Some(options) = self.buf.remote_options() else {
-            return;
-        };
+    ///
+    /// One purchase at a time per cached store, across the node's processes: DataLoader workers
+    /// reach the threshold together, and one of them buys while the others rent on.
+    fn rent_or_buy(
+        &self,
+        pieces: &[u64; Section::COUNT],
+        missing: &mut Vec<Range<u64>>,
+    ) -> Option<Purchase<'_, B>> {
+        let options = self.buf.remote_options()?;
         let budget = match options.cache.budget {
             0 => crate::storage::cache::PRIVATE_BUDGET,
             budget => budget,
@@ -465,6 +470,7 @@ impl<B: Storage> Store<B> {
             Section::KeyIndex,
             Section::KeyRanks,
         ];
+        let mut buy = Vec::new();
         for s in INDEX.into_iter().filter(|&s| pieces[s as usize] > 0) {
             let section = &self.ranges[s as usize];
             let len = (section.end - section.start) as u64;
@@ -472,11 +478,17 @@ impl<B: Storage> Store<B> {
                 self.rent[s as usize].fetch_add(pieces[s as usize], atomic::Ordering::Relaxed);
             let cost = (rent + pieces[s as usize]).saturating_mul(options.request_cost);
             if options.request_cost > 0 && cost >= len && len <= budget / 8 {
-                let whole = section.start as u64..section.end as u64;
-                missing.retain(|r| r.end <= whole.start || r.start >= whole.end);
-                missing.push(whole);
+                buy.push(section.start as u64..section.end as u64);
             }
         }
+        if buy.is_empty() || !self.buf.begin_purchase() {
+            return None;
+        }
+        for whole in buy {
+            missing.retain(|r| r.end <= whole.start || r.start >= whole.end);
+            missing.push(whole);
+        }
+        Some(Purchase(&self.buf))
     }
 
     fn offset(&self, s: Section, i: u64) -> u64 {
@@ -1454,6 +1466,15 @@ fn open_ranges(header: &Header) -> Vec<Range<u64>> {
         part(Section::KeyOffsets, count * 8..count * 8 + 8),
         part(Section::Keys, 0..4096),
     ]
+}
+
+/// A purchase of whole index sections under way (`Store::rent_or_buy`), ended when dropped.
+struct Purchase<'b, B: Storage>(&'b B);
+
+impl<B: Storage> Drop for Purchase<'_, B> {
+    fn drop(&mut self) {
+        self.0.end_purchase();
+    }
 }
 
 /// Runs `read` on each item in order, each item naming its store (one store, or the shards of a

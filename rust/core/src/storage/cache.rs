@@ -56,6 +56,12 @@ const HAND_AT: u64 = 32;
 /// The longest lease any reader of the entry asked for (atomic, raised at open): what a sweep
 /// from another entry honours.
 const LEASE_AT: u64 = 40;
+/// The second a process of the node began fetching whole sections of this entry (atomic; 0:
+/// none): one purchase at a time, so that readers reaching the threshold together do not all
+/// download the same sections.
+const PURCHASE_AT: u64 = 48;
+/// A purchase older than this is taken over (its process died, or its network hangs).
+const PURCHASE_PATIENCE: u64 = 60;
 
 /// Segment word: bit 63 = being evicted, bit 62 = pinned, bits 32..62 = generation, bits 0..32 =
 /// last use (s).
@@ -603,6 +609,23 @@ impl CacheFile {
     }
 
     /// Keeps the segments of `units` for good (see `PINNED`).
+    /// Claims the entry's purchase (see `PURCHASE_AT`): false while another process's, begun
+    /// less than `PURCHASE_PATIENCE` seconds ago, is under way.
+    pub fn begin_purchase(&self) -> bool {
+        let word = self.word(PURCHASE_AT);
+        let (now, begun) = (u64::from(now()).max(1), word.load(Ordering::Acquire));
+        if begun != 0 && now.saturating_sub(begun) < PURCHASE_PATIENCE {
+            return false;
+        }
+        word.compare_exchange(begun, now, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Ends this process's purchase.
+    pub fn end_purchase(&self) {
+        self.word(PURCHASE_AT).store(0, Ordering::Release);
+    }
+
     pub fn pin(&self, units: &Range<u64>) {
         for segment in self.segments_of(units) {
             self.segment_word(segment)

@@ -63,6 +63,14 @@ pub trait Storage: AsRef<[u8]> {
     fn remote_options(&self) -> Option<&RemoteOptions> {
         None
     }
+
+    /// Starts fetching whole sections of a remote store, unless another process of the node is
+    /// at it (see `cache::CacheFile::begin_purchase`); `end_purchase` when done.
+    fn begin_purchase(&self) -> bool {
+        true
+    }
+
+    fn end_purchase(&self) {}
 }
 
 impl Storage for Mmap {}
@@ -152,6 +160,18 @@ impl Storage for StoreFile {
 
     fn remote_options(&self) -> Option<&RemoteOptions> {
         self.remote.as_ref().map(|r| r.remote().options())
+    }
+
+    fn begin_purchase(&self) -> bool {
+        self.remote
+            .as_ref()
+            .is_some_and(|r| r.cache().begin_purchase())
+    }
+
+    fn end_purchase(&self) {
+        if let Some(remote) = &self.remote {
+            remote.cache().end_purchase();
+        }
     }
 
     fn add_data_bytes(&self, bytes: u64) {
