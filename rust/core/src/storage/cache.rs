@@ -734,6 +734,21 @@ mod tests {
     }
 
     #[test]
+    fn one_purchase_at_a_time_across_opens_and_a_stale_one_is_taken_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = CacheFile::open(&config(dir.path(), 1 << 30, 30), 7, SEGMENT).unwrap();
+        let b = CacheFile::open(&config(dir.path(), 1 << 30, 30), 7, SEGMENT).unwrap();
+        assert!(a.begin_purchase());
+        assert!(!b.begin_purchase(), "another open (process) is buying");
+        a.end_purchase();
+        assert!(b.begin_purchase());
+        // A purchase begun longer ago than the patience: its process died.
+        let stale = u64::from(now()) - PURCHASE_PATIENCE - 1;
+        b.word(PURCHASE_AT).store(stale, Ordering::Release);
+        assert!(a.begin_purchase());
+    }
+
+    #[test]
     fn writes_are_present_once_written_and_shared_between_opens() {
         let dir = tempfile::tempdir().unwrap();
         let size = 3 * SEGMENT + 100;
