@@ -225,6 +225,9 @@ class SpecStore:
                 if xxh3(self.sections[name]) != self.checksum(name):
                     raise SpecError(f"{name} checksum mismatch")
         self.fields = self._parse_schema(self.sections["schema"])
+        # §8 check 9b: flag bit 0 belongs to a collection's global id index, which has no fields.
+        if self.flags & FLAG_SHARD_LOCATIONS and self.fields:
+            raise SpecError("header flag 0x01 (a collection's global index) on a store with fields")
         n = self.count
         if n >= 2**32 - 1:
             raise SpecError("document count out of range")
@@ -1381,9 +1384,17 @@ def test_checked_lookups_check_their_answers(tmp_path: Path) -> None:
 def test_version3_flag_bit_0_takes_the_locations_out_of_the_file(tmp_path: Path) -> None:
     """§3, §4.7, §7.1, §8: with header flag bit 0 (a collection's global id index, §13.2) the key
     index entries locate blobs elsewhere; the store's own lookups by key read its blobs through the
-    doc offsets, and verify() does not compare the locations with them."""
-    docs = [(f"d{i}", {"t": "x" * i}) for i in range(6)]
-    good = write(tmp_path / "good.docstore", {"t": "str"}, docs).read_bytes()
+    doc offsets, and verify() does not compare the locations with them. The flag is refused on a
+    store with fields (§8 check 9b), whose locations verify() would then leave unchecked."""
+    with_fields = write(tmp_path / "fields.docstore", {"t": "str"}, [("d0", {"t": "x"})]).read_bytes()
+    flagged = tmp_path / "flagged.docstore"
+    flagged.write_bytes(resealed(corrupt(with_fields, FLAGS_AT, bytes([FLAG_SHARD_LOCATIONS]))))
+    with pytest.raises(SpecError, match="on a store with fields"):
+        SpecStore(flagged.read_bytes())
+    with pytest.raises(docstore.CorruptStoreError, match="on a store with fields"):
+        docstore.open(flagged)
+    docs = [(f"d{i}", {}) for i in range(6)]
+    good = write(tmp_path / "good.docstore", {}, docs).read_bytes()
     spec = SpecStore(good)
     key_index = spec.entries[SECTIONS.index("key index")][0]
     moved = bytearray(good)

@@ -177,6 +177,21 @@ def test_upgrade_refuses_a_damaged_store_and_leaves_nothing(tmp_path):
     assert old.read_bytes() == data
 
 
+def test_upgrade_refuses_an_existing_target_before_reading_anything(tmp_path):
+    old, new = tmp_path / "old.docstore", tmp_path / "new.docstore"
+    write_store(old, {"a": {"text": "x"}}, fields={"text": "str"}, format_version=2)
+    data = bytearray(old.read_bytes())
+    data[-1] ^= 1  # damage that only verify() finds: an existing target is refused first
+    old.write_bytes(data)
+    new.write_bytes(b"mine")
+    with pytest.raises(docstore.StoreExistsError, match="already exists"):
+        docstore.upgrade(old, new)
+    assert new.read_bytes() == b"mine"
+    with pytest.raises(docstore.CorruptStoreError):
+        docstore.upgrade(old, new, overwrite=True)
+    assert new.read_bytes() == b"mine"
+
+
 def test_cli_upgrade(tmp_path):
     old = tmp_path / "old.docstore"
     write_store(

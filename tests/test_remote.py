@@ -207,6 +207,28 @@ def test_index_sections_come_whole_once_their_pieces_cost_as_much(big, tmp_path)
     assert rounds[0] == 3 and rounds[-1] == 1, rounds
 
 
+def test_rent_counts_requests_not_pieces(big, tmp_path):
+    # Consecutive positions are one request per section: they earn no purchase (counted piece by
+    # piece, 1000 positions bought every section they touched).
+    _, url = big
+    fetched = []
+    for cost in ("0", "1024"):
+        store = open_remote(url, tmp_path / f"cost-{cost}", request_cost_bytes=cost)
+        before = store.remote_stats()["bytes"]
+        assert [d.n for d in store.take(range(1000, 2000))] == list(range(1000, 2000))
+        fetched.append(store.remote_stats()["bytes"] - before)
+    assert fetched[1] == fetched[0], fetched
+
+
+def test_upgrade_refuses_remote_collections_and_urls_before_writing(s3, collection, url, tmp_path):
+    coll = s3.upload(collection, "coll-upgrade.docstore")
+    with pytest.raises(docstore.InvalidArgumentError, match="upgrade a collection where its files are"):
+        docstore.upgrade(coll, tmp_path / "local")
+    with pytest.raises(docstore.InvalidArgumentError, match="give a local target"):
+        docstore.upgrade(url)
+    assert os.listdir(tmp_path) == []
+
+
 def test_a_collection_lookup_costs_two_rounds(s3, big, tmp_path):
     # The global index locates each blob in its shard (format 3): its block, then the blob.
     local = docstore.open(big[0])

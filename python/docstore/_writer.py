@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 import operator
 import os
-import shutil
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -17,9 +16,10 @@ from ._arrow import field_type, prepare, unsupported
 from ._arrow import writer_columns as _arrow_columns
 from ._docstore import ARRAY_DTYPES, FORMAT_VERSION
 from ._docstore import Writer as _Writer
+from ._staging import Staging
 from ._store import DocStore
 from ._store import open as open_store
-from .errors import SchemaError
+from .errors import InvalidArgumentError, SchemaError, StoreExistsError
 
 # Rows per Arrow batch read from a Hugging Face dataset or a pyarrow table.
 ARROW_BATCH_ROWS = 8192
@@ -452,11 +452,23 @@ def upgrade(
     open keeps reading it.
     """
     store = open_store(source)
-    store.verify()
-    info = store._info()
     if target is None:
         target = source
         options["overwrite"] = True
+    # Refused before anything is read or written: a target that is a URL, or that exists.
+    if store.url is not None and os.fspath(target) == store.url:
+        store.close()
+        raise InvalidArgumentError(f"{store.url}: upgrade writes a local file; give a local target")
+    if not options.get("overwrite") and os.path.lexists(target):
+        store.close()
+        raise StoreExistsError(f"{os.fspath(target)} already exists (pass overwrite=True to replace it)")
+    info = store._info()
+    if "shards" in info and store.url is not None:
+        store.close()
+        raise InvalidArgumentError(
+            f"{store.url}: upgrade a collection where its files are (download it, upgrade it, upload it)"
+        )
+    store.verify()
     if "shards" not in info:
         _rewrite(store, target, options)
         store.close()
@@ -464,21 +476,22 @@ def upgrade(
     store.close()
     from ._collection import seal  # here: _collection imports this module
 
-    # Beside the target: the seal hard-links the shards rewritten here.
-    scratch = tempfile.mkdtemp(prefix=".docstore-upgrade-", dir=os.path.dirname(os.path.abspath(target)))
-    try:
+    # Beside the target, locked while this upgrade lives: the seal hard-links the shards
+    # rewritten here, and an upgrade killed midway leaves a directory the next one sweeps.
+    parent = os.path.dirname(os.path.abspath(target))
+    name = os.path.basename(os.path.abspath(target))
+    prefix = f".docstore-upgrade-{hashlib.sha1(os.fsencode(name)).hexdigest()[:12]}-"
+    with Staging(parent, prefix) as scratch:
         shards = []
         for i, shard in enumerate(info["shards"]):
             if shard["format_version"] >= FORMAT_VERSION:
                 shards.append(shard["path"])
                 continue
-            new = os.path.join(scratch, f"part-{i:05d}.docstore")
+            new = os.path.join(scratch.path, f"part-{i:05d}.docstore")
             with open_store(shard["path"]) as old:
                 _rewrite(old, new, {k: v for k, v in options.items() if k != "overwrite"})
             shards.append(new)
         return seal(target, shards, overwrite=options.get("overwrite", False))
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _rewrite(store: DocStore, target: str | os.PathLike[str], options: dict[str, Any]) -> None:

@@ -314,6 +314,13 @@ impl<B: Storage> Store<B> {
             }
         }
         let schema = Schema::decode(section(Section::Schema))?;
+        // Only a collection's global index (no fields) locates blobs elsewhere: on a store with
+        // fields the flag would leave its locations unchecked by `verify`.
+        if header.locates_shard_blobs() && !schema.fields.is_empty() {
+            return Err(Error::corrupt(
+                "header flag 0x01 (a collection's global index) on a store with fields",
+            ));
+        }
         let count = header.count;
         if count >= u64::from(u32::MAX) {
             return Err(Error::corrupt("document count out of range"));
@@ -412,21 +419,20 @@ impl<B: Storage> Store<B> {
     #[cold]
     fn fetch(&self, wants: impl IntoIterator<Item = (Section, Range<usize>)>) -> Result<()> {
         // Present ranges are only stamped (no allocation: a warm batch passes through here).
-        let mut missing: Vec<Range<u64>> = Vec::new();
-        let mut pieces = [0u64; Section::COUNT];
+        let mut missing: Vec<(Section, Range<u64>)> = Vec::new();
         for (s, r) in wants {
             let section = &self.ranges[s as usize];
             let start = (section.start + r.start).min(section.end);
             let end = (section.start + r.end).min(section.end);
             if start < end && !self.buf.check(start as u64..end as u64) {
-                missing.push(start as u64..end as u64);
-                pieces[s as usize] += 1;
+                missing.push((s, start as u64..end as u64));
             }
         }
         if missing.is_empty() {
             return Ok(());
         }
-        let _purchase = self.rent_or_buy(&pieces, &mut missing);
+        let _purchase = self.rent_or_buy(&mut missing);
+        let mut missing: Vec<Range<u64>> = missing.into_iter().map(|(_, r)| r).collect();
         let asked = missing.clone();
         self.buf.ensure(&mut missing)?;
         // A section fetched whole is checked against its checksum (a small store's index).
@@ -443,26 +449,34 @@ impl<B: Storage> Store<B> {
         Ok(())
     }
 
-    /// Rent or buy, for the index sections of a remote store: each missing piece of a section
-    /// costs a request, taken to be worth `request_cost` bytes; once the requests for a
-    /// section's pieces have cost its size, the section comes whole (in this round, in requests
-    /// of `max_request_bytes`), and every later read of it is free. So a run of random reads
-    /// (a DataLoader's epoch) pays at most twice the cheaper of the two, and a few lookups never
-    /// download a section. Only sections that fit an eighth of the cache's budget: a larger one
-    /// would be evicted before it paid off.
+    /// Rent or buy, for the index sections of a remote store: each request for pieces of a
+    /// section is taken to cost `request_cost` bytes; once a section's requests have cost its
+    /// size, the section comes whole (in this round, in requests of `max_request_bytes`), and
+    /// every later read of it is free. So a run of random reads (a DataLoader's epoch) pays at
+    /// most twice the cheaper of the two, and a few lookups never download a section. Sections
+    /// of at most `MAX_PURCHASE` bytes, and what one `open` buys in all at most an eighth of the
+    /// cache's budget (`Storage::begin_purchase`): more would be evicted before it paid off.
     ///
     /// One purchase at a time per cached store, across the node's processes: DataLoader workers
     /// reach the threshold together, and one of them buys while the others rent on.
-    fn rent_or_buy(
-        &self,
-        pieces: &[u64; Section::COUNT],
-        missing: &mut Vec<Range<u64>>,
-    ) -> Option<Purchase<'_, B>> {
+    fn rent_or_buy(&self, missing: &mut Vec<(Section, Range<u64>)>) -> Option<Purchase<'_, B>> {
         let options = self.buf.remote_options()?;
-        let budget = match options.cache.budget {
-            0 => crate::storage::cache::PRIVATE_BUDGET,
-            budget => budget,
-        };
+        if options.request_cost == 0 {
+            return None;
+        }
+        // The requests this round sends for each section: its missing ranges, merged as the
+        // remote file merges them (`merge_gap`), not each piece (consecutive positions are one
+        // request).
+        missing.sort_unstable_by_key(|(s, r)| (*s as usize, r.start));
+        let mut requests = [0u64; Section::COUNT];
+        let mut end = [0u64; Section::COUNT];
+        for (s, r) in missing.iter() {
+            let i = *s as usize;
+            if requests[i] == 0 || r.start > end[i] + options.merge_gap {
+                requests[i] += 1;
+            }
+            end[i] = end[i].max(r.end);
+        }
         const INDEX: [Section; 5] = [
             Section::DocOffsets,
             Section::Keys,
@@ -471,24 +485,32 @@ impl<B: Storage> Store<B> {
             Section::KeyRanks,
         ];
         let mut buy = Vec::new();
-        for s in INDEX.into_iter().filter(|&s| pieces[s as usize] > 0) {
+        for s in INDEX.into_iter().filter(|&s| requests[s as usize] > 0) {
             let section = &self.ranges[s as usize];
             let len = (section.end - section.start) as u64;
-            let rent =
-                self.rent[s as usize].fetch_add(pieces[s as usize], atomic::Ordering::Relaxed);
-            let cost = (rent + pieces[s as usize]).saturating_mul(options.request_cost);
-            if options.request_cost > 0 && cost >= len && len <= budget / 8 {
-                buy.push(section.start as u64..section.end as u64);
+            let n = requests[s as usize];
+            let rent = self.rent[s as usize].fetch_add(n, atomic::Ordering::Relaxed) + n;
+            if rent.saturating_mul(options.request_cost) >= len && len <= MAX_PURCHASE {
+                buy.push(s);
             }
         }
-        if buy.is_empty() || !self.buf.begin_purchase() {
-            return None;
+        let bytes = buy
+            .iter()
+            .map(|&s| self.ranges[s as usize].len() as u64)
+            .sum();
+        let stamp = match buy.is_empty() {
+            true => return None,
+            false => self.buf.begin_purchase(bytes)?,
+        };
+        for s in buy {
+            // A purchase is earned again from nothing (a section evicted since is rented anew).
+            self.rent[s as usize].store(0, atomic::Ordering::Relaxed);
+            let section = &self.ranges[s as usize];
+            let whole = section.start as u64..section.end as u64;
+            missing.retain(|(_, r)| r.end <= whole.start || r.start >= whole.end);
+            missing.push((s, whole));
         }
-        for whole in buy {
-            missing.retain(|r| r.end <= whole.start || r.start >= whole.end);
-            missing.push(whole);
-        }
-        Some(Purchase(&self.buf))
+        Some(Purchase(&self.buf, stamp))
     }
 
     fn offset(&self, s: Section, i: u64) -> u64 {
@@ -865,10 +887,11 @@ impl<B: Storage> Store<B> {
         Ok(())
     }
 
-    /// For a remote store, fetches what reading `found` (documents a lookup by key found) reads.
-    pub fn prefetch_found(&self, found: &[Found]) -> Result<()> {
+    /// For a remote store, fetches what reading `found` reads (with `keys`, the keys of their
+    /// positions too, which a read by position checks its document with).
+    pub fn prefetch_reads(&self, found: &[Found], keys: bool) -> Result<()> {
         if self.buf.is_remote() {
-            self.fetch_positions(found.iter().copied(), true, false)?;
+            self.fetch_positions(found.iter().copied(), true, keys)?;
         }
         Ok(())
     }
@@ -904,9 +927,40 @@ impl<B: Storage> Store<B> {
         blobs: bool,
         keys: bool,
     ) -> Result<()> {
+        self.position_rounds(found, blobs, keys, false).map(drop)
+    }
+
+    /// Whether reading the records `found` (with `keys`, their keys too) would fetch anything
+    /// from a remote store: looked up in the cache's map, nothing fetched. A warm batch of a
+    /// collection asks this of each shard, so that only shards with bytes missing fetch.
+    pub(crate) fn needs_fetch(&self, found: &[Found], keys: bool) -> bool {
+        self.buf.is_remote()
+            && (self.position_rounds(found.iter().copied(), true, keys, true)).unwrap_or(true)
+    }
+
+    /// The rounds of `fetch_positions`; with `dry`, none is fetched: whether one would be (the
+    /// first round with something missing answers, as the next rounds read what it fetches).
+    fn position_rounds(
+        &self,
+        found: impl Iterator<Item = Found> + Clone,
+        blobs: bool,
+        keys: bool,
+        dry: bool,
+    ) -> Result<bool> {
+        let round = |wants: &mut dyn Iterator<Item = (Section, Range<usize>)>| -> Result<bool> {
+            match dry {
+                true => Ok(Iterator::any(&mut &mut *wants, |(s, r)| {
+                    let section = &self.ranges[s as usize];
+                    let start = (section.start + r.start).min(section.end) as u64;
+                    let end = (section.start + r.end).min(section.end) as u64;
+                    start < end && !self.buf.is_present(start..end)
+                })),
+                false => self.fetch(wants).map(|()| false),
+            }
+        };
         let n = self.len();
         let found = found.filter(move |f| f.pos < n);
-        self.fetch(found.clone().flat_map(|f| {
+        let first = round(&mut found.clone().flat_map(|f| {
             let p = f.pos as usize;
             let located = f.blob.is_some() && self.header.locates_blobs();
             [
@@ -916,9 +970,12 @@ impl<B: Storage> Store<B> {
             .into_iter()
             .flatten()
         }))?;
+        if first {
+            return Ok(true);
+        }
         let rank = |p: u64| self.index_u32(Section::KeyRanks, p).min(n);
         let before = self.buf.fetched_bytes();
-        self.fetch(found.clone().flat_map(|f| {
+        let second = round(&mut found.clone().flat_map(|f| {
             let blob = blobs.then(|| self.blob_range(f).ok()).flatten();
             let r = rank(f.pos) as usize;
             [
@@ -928,20 +985,23 @@ impl<B: Storage> Store<B> {
             .into_iter()
             .flatten()
         }))?;
+        if second {
+            return Ok(true);
+        }
         if blobs && !keys {
             self.buf
                 .add_data_bytes(self.buf.fetched_bytes().saturating_sub(before));
         }
-        if keys {
-            self.fetch(found.filter_map(|f| {
-                let r = rank(f.pos);
-                (r < n)
-                    .then(|| self.range_at(Section::KeyOffsets, Section::Keys, r).ok())
-                    .flatten()
-                    .map(|k| (Section::Keys, k))
-            }))?;
+        if !keys {
+            return Ok(false);
         }
-        Ok(())
+        round(&mut found.filter_map(|f| {
+            let r = rank(f.pos);
+            (r < n)
+                .then(|| self.range_at(Section::KeyOffsets, Section::Keys, r).ok())
+                .flatten()
+                .map(|k| (Section::Keys, k))
+        }))
     }
 
     /// When the key index pages that `keys` need look uncached (by a sample), asks for all of
@@ -1469,13 +1529,18 @@ fn open_ranges(header: &Header) -> Vec<Range<u64>> {
 }
 
 /// A purchase of whole index sections under way (`Store::rent_or_buy`), ended when dropped.
-struct Purchase<'b, B: Storage>(&'b B);
+struct Purchase<'b, B: Storage>(&'b B, u64);
 
 impl<B: Storage> Drop for Purchase<'_, B> {
     fn drop(&mut self) {
-        self.0.end_purchase();
+        self.0.end_purchase(self.1);
     }
 }
+
+/// The largest index section `rent_or_buy` fetches whole: a purchase's requests are all in
+/// flight at once, each response held whole until written (at most this much memory), and a
+/// larger section is rarely read through before the cache evicts it.
+const MAX_PURCHASE: u64 = 256 << 20;
 
 /// Runs `read` on each item in order, each item naming its store (one store, or the shards of a
 /// collection) and its position there, in groups of `GROUP` whose doc offsets, blobs and (with

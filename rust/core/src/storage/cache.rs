@@ -609,21 +609,23 @@ impl CacheFile {
     }
 
     /// Keeps the segments of `units` for good (see `PINNED`).
-    /// Claims the entry's purchase (see `PURCHASE_AT`): false while another process's, begun
-    /// less than `PURCHASE_PATIENCE` seconds ago, is under way.
-    pub fn begin_purchase(&self) -> bool {
+    /// Claims the entry's purchase (see `PURCHASE_AT`): its stamp, or `None` while another
+    /// process's, begun less than `PURCHASE_PATIENCE` seconds ago, is under way.
+    pub fn begin_purchase(&self) -> Option<u64> {
         let word = self.word(PURCHASE_AT);
         let (now, begun) = (u64::from(now()).max(1), word.load(Ordering::Acquire));
         if begun != 0 && now.saturating_sub(begun) < PURCHASE_PATIENCE {
-            return false;
+            return None;
         }
-        word.compare_exchange(begun, now, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
+        (word.compare_exchange(begun, now, Ordering::AcqRel, Ordering::Acquire))
+            .ok()
+            .map(|_| now)
     }
 
-    /// Ends this process's purchase.
-    pub fn end_purchase(&self) {
-        self.word(PURCHASE_AT).store(0, Ordering::Release);
+    /// Ends the purchase claimed with `stamp` (unless another process took it over since).
+    pub fn end_purchase(&self, stamp: u64) {
+        let word = self.word(PURCHASE_AT);
+        let _ = word.compare_exchange(stamp, 0, Ordering::AcqRel, Ordering::Relaxed);
     }
 
     pub fn pin(&self, units: &Range<u64>) {
@@ -738,14 +740,22 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let a = CacheFile::open(&config(dir.path(), 1 << 30, 30), 7, SEGMENT).unwrap();
         let b = CacheFile::open(&config(dir.path(), 1 << 30, 30), 7, SEGMENT).unwrap();
-        assert!(a.begin_purchase());
-        assert!(!b.begin_purchase(), "another open (process) is buying");
-        a.end_purchase();
-        assert!(b.begin_purchase());
-        // A purchase begun longer ago than the patience: its process died.
+        let stamp = a.begin_purchase().unwrap();
+        assert!(
+            b.begin_purchase().is_none(),
+            "another open (process) is buying"
+        );
+        a.end_purchase(stamp);
+        let stamp = b.begin_purchase().unwrap();
+        // A purchase begun longer ago than the patience: its process died (or hangs).
         let stale = u64::from(now()) - PURCHASE_PATIENCE - 1;
         b.word(PURCHASE_AT).store(stale, Ordering::Release);
-        assert!(a.begin_purchase());
+        let taken = a.begin_purchase().unwrap();
+        b.end_purchase(stale); // the first owner, late: the new owner's claim stands
+        assert!(b.begin_purchase().is_none());
+        a.end_purchase(taken);
+        assert!(b.begin_purchase().is_some());
+        let _ = stamp;
     }
 
     #[test]

@@ -64,13 +64,14 @@ pub trait Storage: AsRef<[u8]> {
         None
     }
 
-    /// Starts fetching whole sections of a remote store, unless another process of the node is
-    /// at it (see `cache::CacheFile::begin_purchase`); `end_purchase` when done.
-    fn begin_purchase(&self) -> bool {
-        true
+    /// Starts fetching `bytes` of whole sections of a remote store: its stamp, or `None` when
+    /// another process of the node is at it (`cache::CacheFile::begin_purchase`) or the open
+    /// store has bought an eighth of its cache's budget already. `end_purchase(stamp)` when done.
+    fn begin_purchase(&self, _bytes: u64) -> Option<u64> {
+        None
     }
 
-    fn end_purchase(&self) {}
+    fn end_purchase(&self, _stamp: u64) {}
 }
 
 impl Storage for Mmap {}
@@ -162,15 +163,19 @@ impl Storage for StoreFile {
         self.remote.as_ref().map(|r| r.remote().options())
     }
 
-    fn begin_purchase(&self) -> bool {
-        self.remote
-            .as_ref()
-            .is_some_and(|r| r.cache().begin_purchase())
+    fn begin_purchase(&self, bytes: u64) -> Option<u64> {
+        let file = self.remote.as_ref()?;
+        let stamp = file.cache().begin_purchase()?;
+        if !file.remote().claim_purchase(bytes) {
+            file.cache().end_purchase(stamp);
+            return None;
+        }
+        Some(stamp)
     }
 
-    fn end_purchase(&self) {
+    fn end_purchase(&self, stamp: u64) {
         if let Some(remote) = &self.remote {
-            remote.cache().end_purchase();
+            remote.cache().end_purchase(stamp);
         }
     }
 

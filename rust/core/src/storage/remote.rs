@@ -212,11 +212,12 @@ pub struct RemoteStats {
     pub bytes: AtomicU64,
     /// Bytes received by rounds that fetched documents only (blobs of a batch read by key).
     pub data_bytes: AtomicU64,
-    /// Sequential round trips: fetches that started while no other was under way (those of a
-    /// collection's shards, sent together from several threads, are one round).
+    /// Sequential round trips: fetches that started while no other of this process was under
+    /// way (those of a collection's shards, sent together from several threads, are one round).
     pub rounds: AtomicU64,
-    /// Fetches under way (`rounds`).
-    pub fetching: AtomicUsize,
+    /// Bytes of whole index sections bought (see `Store::rent_or_buy`): at most an eighth of
+    /// the cache's budget.
+    pub bought: AtomicU64,
     /// Requests retried here after object_store's own retries (short or failed responses).
     pub retries: AtomicU64,
     pub in_flight: AtomicUsize,
@@ -232,6 +233,8 @@ struct Conn {
     /// batch over 64 shards, fetched from 64 threads at once, still sends at most that many.
     /// Here, not in `Remote`: permits held in a parent at a fork would never come back.
     permits: tokio::sync::Semaphore,
+    /// Fetches under way in this process (`RemoteStats::rounds`): here for the same reason.
+    fetching: AtomicUsize,
 }
 
 /// A remote location (a bucket, a container, an HTTP server) and how to read it: shared by the
@@ -270,6 +273,20 @@ fn store_error(url: &str, what: &str, e: object_store::Error) -> Error {
 }
 
 impl Remote {
+    /// Counts `bytes` of whole sections as bought, if they fit the eighth of the cache's budget
+    /// that purchases may take (the private cache's budget when `cache_bytes=0`).
+    pub fn claim_purchase(&self, bytes: u64) -> bool {
+        let budget = match self.options.cache.budget {
+            0 => crate::storage::cache::PRIVATE_BUDGET,
+            budget => budget,
+        };
+        (self.stats.bought)
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bought| {
+                (bought + bytes <= budget / 8).then_some(bought + bytes)
+            })
+            .is_ok()
+    }
+
     /// A client for `url` (its scheme and bucket or host; the path is the caller's), made at once
     /// so that bad options fail here.
     pub fn new(url: &str, options: RemoteOptions) -> Result<Arc<Remote>> {
@@ -385,6 +402,7 @@ impl Remote {
                 runtime,
                 store,
                 permits: tokio::sync::Semaphore::new(self.options.max_in_flight),
+                fetching: AtomicUsize::new(0),
             }));
             match self
                 .conn
@@ -412,7 +430,7 @@ impl Remote {
     ) -> Result<(Bytes, u64, Option<String>)> {
         let conn = self.conn()?;
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
-        let _round = Round::start(&self.stats);
+        let _round = Round::start(conn, &self.stats);
         let options = object_store::GetOptions {
             range: Some(object_store::GetRange::Bounded(0..len)),
             ..Default::default()
@@ -463,7 +481,7 @@ impl Remote {
     pub fn get_all(&self, path: &ObjectPath, url: &str) -> Result<Bytes> {
         let conn = self.conn()?;
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
-        let _round = Round::start(&self.stats);
+        let _round = Round::start(conn, &self.stats);
         let bytes = conn
             .runtime
             .block_on(async { conn.store.get(path).await?.bytes().await })
@@ -486,7 +504,7 @@ impl Remote {
         sink: impl Fn(Range<u64>, Bytes) -> Result<()>,
     ) -> Result<()> {
         let conn = self.conn()?;
-        let _round = Round::start(&self.stats);
+        let _round = Round::start(conn, &self.stats);
         let (store, permits) = (&conn.store, &conn.permits);
         conn.runtime.block_on(async {
             futures::stream::iter(ranges)
@@ -571,20 +589,20 @@ impl Remote {
 }
 
 /// A fetch under way, counted as a round trip when no other was (`RemoteStats::rounds`).
-struct Round<'s>(&'s RemoteStats);
+struct Round<'s>(&'s AtomicUsize);
 
 impl<'s> Round<'s> {
-    fn start(stats: &'s RemoteStats) -> Round<'s> {
-        if stats.fetching.fetch_add(1, Ordering::AcqRel) == 0 {
+    fn start(conn: &'s Conn, stats: &RemoteStats) -> Round<'s> {
+        if conn.fetching.fetch_add(1, Ordering::AcqRel) == 0 {
             stats.rounds.fetch_add(1, Ordering::Relaxed);
         }
-        Round(stats)
+        Round(&conn.fetching)
     }
 }
 
 impl Drop for Round<'_> {
     fn drop(&mut self) {
-        self.0.fetching.fetch_sub(1, Ordering::AcqRel);
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
