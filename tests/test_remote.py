@@ -252,6 +252,28 @@ def test_a_collection_lookup_costs_two_rounds(s3, big, tmp_path):
     assert store.remote_stats()["round_trips"] - opened == 2, store.remote_stats()
 
 
+def test_long_ids_cost_two_rounds_too(s3, tmp_path):
+    # Ids longer than the common prefix + 8 bytes are told apart by their keys: the run's keys
+    # come in the second round, with the blobs of its entries as long as the id (format 3).
+    rng = np.random.default_rng(9)
+    docs = {rng.bytes(16).hex(): {"raw": rng.bytes(int(rng.integers(500, 1500)))} for _ in range(3000)}
+    path = tmp_path / "long.docstore"
+    write_store(path, docs, fields={"raw": "bytes"}, level=-1).close()
+    store = open_remote(s3.upload(str(path), "long.docstore"), tmp_path / "cache")
+    ids = list(docs)
+    opened = store.remote_stats()["round_trips"]
+    assert store[ids[1234]].raw == docs[ids[1234]]["raw"]
+    assert store.remote_stats()["round_trips"] - opened == 2, store.remote_stats()
+    opened = store.remote_stats()["round_trips"]
+    got = store.get_many(ids[::11])
+    assert list(got) == ids[::11] and all(d.raw == docs[i]["raw"] for i, d in got.items())
+    assert store.remote_stats()["round_trips"] - opened == 2, store.remote_stats()
+    # A miss is proved by a binary search over the whole keys (docs/format.md §7.4): more rounds.
+    absent = [i[:-1] + "x" for i in ids[:5]]
+    assert list(store.get_many(absent + ids[:3])) == ids[:3]
+    assert store.get(absent[0]) is None
+
+
 def test_a_version_2_store_reads_remotely_in_three_rounds(s3, tmp_path):
     # Before format 3 the key index gave a position only: its doc offsets come between.
     path = tmp_path / "v2.docstore"

@@ -98,6 +98,10 @@ impl Found {
     }
 }
 
+/// The most blobs a lookup of a long key fetches before it knows which is its own (see
+/// `fetch_blocks`).
+const SPECULATE: usize = 4;
+
 /// Lookups of a batch that advance together (see `positions`).
 const GROUP: usize = 16;
 /// Batches at least this long ask the page cache for all their pages at once when a sample of
@@ -397,8 +401,8 @@ impl<B: Storage> Store<B> {
     #[cold]
     fn need_remote(&self, s: Section, range: Range<usize>) -> Result<()> {
         let section = &self.ranges[s as usize];
-        let start = (section.start + range.start).min(section.end);
-        let end = (section.start + range.end).min(section.end);
+        let start = section.start.saturating_add(range.start).min(section.end);
+        let end = section.start.saturating_add(range.end).min(section.end);
         if start < end {
             self.buf.ensure_one(start as u64..end as u64)?;
         }
@@ -422,8 +426,8 @@ impl<B: Storage> Store<B> {
         let mut missing: Vec<(Section, Range<u64>)> = Vec::new();
         for (s, r) in wants {
             let section = &self.ranges[s as usize];
-            let start = (section.start + r.start).min(section.end);
-            let end = (section.start + r.end).min(section.end);
+            let start = section.start.saturating_add(r.start).min(section.end);
+            let end = section.start.saturating_add(r.end).min(section.end);
             if start < end && !self.buf.check(start as u64..end as u64) {
                 missing.push((s, start as u64..end as u64));
             }
@@ -738,15 +742,25 @@ impl<B: Storage> Store<B> {
             self.prefetch_index(keys);
         }
         if self.buf.is_remote() && !self.is_empty() {
-            // Only the keys whose key index block is missing (a warm batch fetches nothing).
+            // The keys whose key index block is missing (a warm batch fetches nothing); in a
+            // batch that misses some, the long keys too, whose keys and blobs the search of the
+            // others' blocks prefetches (their own blocks are cached, their runs' keys may not be).
             let n = self.len();
-            self.fetch_blocks(keys.iter().filter_map(|k| {
-                let target = self.target(k)?;
-                let start = self.block_of(target) * self.block;
-                let block = start..(start + self.block).min(n);
-                (!self.present(Section::KeyIndex, block, self.entry_size))
-                    .then_some((target, k.len()))
-            }))?;
+            let short = self.header.common_prefix as usize + 8;
+            let wanted: Vec<(u64, usize, bool)> = (keys.iter())
+                .filter_map(|k| {
+                    let target = self.target(k)?;
+                    let start = self.block_of(target) * self.block;
+                    let block = start..(start + self.block).min(n);
+                    let missing = !self.present(Section::KeyIndex, block, self.entry_size);
+                    Some((target, k.len(), missing))
+                })
+                .collect();
+            if wanted.iter().any(|&(_, _, missing)| missing) {
+                self.fetch_blocks(wanted.into_iter().filter_map(|(target, len, missing)| {
+                    (missing || len > short).then_some((target, len))
+                }))?;
+            }
         }
         let mut out = vec![None; keys.len()];
         for (keys, out) in keys.chunks(GROUP).zip(out.chunks_mut(GROUP)) {
@@ -773,10 +787,7 @@ impl<B: Storage> Store<B> {
             return Ok(());
         }
         let short = self.header.common_prefix as usize + 8;
-        let wanted: Vec<(u64, bool)> = wanted
-            .into_iter()
-            .map(|(target, len)| (target, len > short))
-            .collect();
+        let wanted: Vec<(u64, usize)> = wanted.into_iter().collect();
         let span = |b: u64| (b * self.block) as usize..((b + 1) * self.block).min(n) as usize;
         let mut fetched = std::collections::BTreeSet::new();
         // A block's key offsets come with it only for long keys (short ones never read keys).
@@ -788,11 +799,12 @@ impl<B: Storage> Store<B> {
             for (b, long) in blocks {
                 let ranks = span(b);
                 if fetched.insert(b) {
-                    // And the next block's first entry: a key past the block's last entry is
-                    // settled there (one request still, the ranges touch).
+                    // And the next block's first two entries: a key past the block's last entry
+                    // is settled there, and a run that ends at the block's end is seen to end
+                    // (one request still, the ranges touch).
                     wants.push((
                         Section::KeyIndex,
-                        ranks.start * self.entry_size..(ranks.end + 1) * self.entry_size,
+                        ranks.start * self.entry_size..(ranks.end + 2) * self.entry_size,
                     ));
                 }
                 if long && with_offsets.insert(b) {
@@ -802,20 +814,24 @@ impl<B: Storage> Store<B> {
             self.fetch(wants)
         };
         let first: Vec<(u64, bool)> = (wanted.iter())
-            .map(|&(t, long)| (self.block_of(t), long))
+            .map(|&(t, len)| (self.block_of(t), len > short))
             .collect();
         fetch_blocks(&mut fetched, &mut first.into_iter())?;
         // Long keys: where `settle` starts its gallop (past the short keys of the run), and how
         // far the gallop probes; blocks it reads that are missing are fetched, and it tries again.
         let index = self.section(Section::KeyIndex);
-        let mut long: Vec<(u64, Option<Range<u64>>)> = (wanted.iter())
-            .filter(|&&(_, long)| long)
-            .map(|&(t, _)| (t, None))
+        let mut long: Vec<(u64, usize, Option<Range<u64>>)> = (wanted.iter())
+            .filter(|&&(_, len)| len > short)
+            .map(|&(t, len)| (t, len, None))
             .collect();
         for _ in 0..64 {
-            let known = |rank: u64| fetched.contains(&(rank / self.block));
+            let known = |rank: u64| {
+                let b = rank / self.block;
+                fetched.contains(&b)
+                    || (rank % self.block < 2 && b > 0 && fetched.contains(&(b - 1)))
+            };
             let mut missing = std::collections::BTreeSet::new();
-            for (target, run) in long.iter_mut().filter(|(_, run)| run.is_none()) {
+            for (target, _, run) in long.iter_mut().filter(|(_, _, run)| run.is_none()) {
                 let block = self.block_of(*target);
                 let ranks = span(block);
                 let mut rank = lower_bound(
@@ -862,19 +878,48 @@ impl<B: Storage> Store<B> {
             fetch_blocks(&mut fetched, &mut missing.into_iter().map(|b| (b, true)))?;
         }
         // The binary search over whole keys reads the key offsets and keys of the whole run.
-        let runs: Vec<Range<u64>> = long.into_iter().filter_map(|(_, run)| run).collect();
+        let runs: Vec<Range<u64>> = (long.iter())
+            .filter_map(|(_, _, run)| run.clone())
+            .collect();
         fetch_blocks(
             &mut fetched,
             &mut runs
                 .iter()
-                .flat_map(|r| r.start / self.block..=r.end.min(n - 1) / self.block)
+                .filter(|r| r.start < r.end)
+                // The run's last rank is `end - 1`; its block's key offsets end with `end`'s.
+                .flat_map(|r| r.start / self.block..=(r.end.min(n) - 1) / self.block)
                 .map(|b| (b, true)),
         )?;
-        self.fetch(runs.iter().filter_map(|r| {
+        let keys = runs.iter().filter_map(|r| {
             let start = self.offset(Section::KeyOffsets, r.start) as usize;
             let end = self.offset(Section::KeyOffsets, r.end) as usize;
             (start <= end).then_some((Section::Keys, start..end))
-        }))
+        });
+        // Format 3: the blobs of the run's entries as long as the key asked for (at most
+        // `SPECULATE` of them, usually one) come in the same round as the keys, so that the
+        // lookup reads its document without a third round trip; a few blobs for nothing when
+        // the key is not among them. Located by the entries, checked when read.
+        let mut blobs = Vec::new();
+        if self.header.locates_blobs() {
+            for (_, len, run) in &long {
+                let Some(run) = run else { continue };
+                let candidates: Vec<KeyEntry> = (run.start..run.end.min(n))
+                    .map(|r| KeyEntry::at(index, r, self.entry_size))
+                    .filter(|e| e.key_len as usize == *len)
+                    .take(SPECULATE + 1)
+                    .collect();
+                if candidates.len() <= SPECULATE {
+                    // Clipped to the data section: a damaged location fetches nothing outside it.
+                    let data = self.section(Section::Data).len() as u64;
+                    blobs.extend(candidates.iter().map(|e| {
+                        let start = e.blob_offset.min(data) as usize;
+                        let end = e.blob_offset.saturating_add(e.blob_len).min(data) as usize;
+                        (Section::Data, start..end)
+                    }));
+                }
+            }
+        }
+        self.fetch(keys.chain(blobs))
     }
 
     /// For a remote store, fetches what reading the records of `positions` reads (with their
@@ -951,8 +996,8 @@ impl<B: Storage> Store<B> {
             match dry {
                 true => Ok(Iterator::any(&mut &mut *wants, |(s, r)| {
                     let section = &self.ranges[s as usize];
-                    let start = (section.start + r.start).min(section.end) as u64;
-                    let end = (section.start + r.end).min(section.end) as u64;
+                    let start = section.start.saturating_add(r.start).min(section.end) as u64;
+                    let end = section.start.saturating_add(r.end).min(section.end) as u64;
                     start < end && !self.buf.is_present(start..end)
                 })),
                 false => self.fetch(wants).map(|()| false),
