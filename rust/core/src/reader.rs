@@ -922,16 +922,6 @@ impl<B: Storage> Store<B> {
         self.fetch(keys.chain(blobs))
     }
 
-    /// For a remote store, fetches what reading the records of `positions` reads (with their
-    /// keys in a checked store), in a few rounds of concurrent requests for the whole batch.
-    pub fn prefetch_batch(&self, positions: &[u64]) -> Result<()> {
-        if self.buf.is_remote() {
-            let found = positions.iter().map(|&p| Found::at(p));
-            self.fetch_positions(found, true, self.checked())?;
-        }
-        Ok(())
-    }
-
     /// For a remote store, fetches what reading `found` reads (with `keys`, the keys of their
     /// positions too, which a read by position checks its document with).
     pub fn prefetch_reads(&self, found: &[Found], keys: bool) -> Result<()> {
