@@ -400,13 +400,25 @@ impl<B: Storage> Store<B> {
 
     #[cold]
     fn need_remote(&self, s: Section, range: Range<usize>) -> Result<()> {
+        let range = self.in_file(s, range);
+        if !range.is_empty() {
+            self.buf.ensure_one(range)?;
+        }
+        Ok(())
+    }
+
+    /// Bytes `range` of section `s` as a range of the file, clipped to the section (a range
+    /// computed from damaged offsets reaches nothing outside it).
+    fn in_file(&self, s: Section, range: Range<usize>) -> Range<u64> {
         let section = &self.ranges[s as usize];
         let start = section.start.saturating_add(range.start).min(section.end);
         let end = section.start.saturating_add(range.end).min(section.end);
-        if start < end {
-            self.buf.ensure_one(start as u64..end as u64)?;
-        }
-        Ok(())
+        start as u64..end.max(start) as u64
+    }
+
+    /// Whether `found` is read where its key index entry locates it (else by its doc offsets).
+    fn located(&self, found: &Found) -> bool {
+        found.blob.is_some() && self.header.locates_blobs()
     }
 
     /// Whether entries `range` (of `size` bytes each) of section `s` are readable (always, for a
@@ -425,11 +437,9 @@ impl<B: Storage> Store<B> {
         // Present ranges are only stamped (no allocation: a warm batch passes through here).
         let mut missing: Vec<(Section, Range<u64>)> = Vec::new();
         for (s, r) in wants {
-            let section = &self.ranges[s as usize];
-            let start = section.start.saturating_add(r.start).min(section.end);
-            let end = section.start.saturating_add(r.end).min(section.end);
-            if start < end && !self.buf.check(start as u64..end as u64) {
-                missing.push((s, start as u64..end as u64));
+            let range = self.in_file(s, r);
+            if !range.is_empty() && !self.buf.check(range.clone()) {
+                missing.push((s, range));
             }
         }
         if missing.is_empty() {
@@ -985,10 +995,8 @@ impl<B: Storage> Store<B> {
         let round = |wants: &mut dyn Iterator<Item = (Section, Range<usize>)>| -> Result<bool> {
             match dry {
                 true => Ok(Iterator::any(&mut &mut *wants, |(s, r)| {
-                    let section = &self.ranges[s as usize];
-                    let start = section.start.saturating_add(r.start).min(section.end) as u64;
-                    let end = section.start.saturating_add(r.end).min(section.end) as u64;
-                    start < end && !self.buf.is_present(start..end)
+                    let range = self.in_file(s, r);
+                    !range.is_empty() && !self.buf.is_present(range)
                 })),
                 false => self.fetch(wants).map(|()| false),
             }
@@ -997,7 +1005,7 @@ impl<B: Storage> Store<B> {
         let found = found.filter(move |f| f.pos < n);
         let first = round(&mut found.clone().flat_map(|f| {
             let p = f.pos as usize;
-            let located = f.blob.is_some() && self.header.locates_blobs();
+            let located = self.located(&f);
             [
                 (blobs && !located).then_some((Section::DocOffsets, p * 8..p * 8 + 16)),
                 keys.then_some((Section::KeyRanks, p * 4..p * 4 + 4)),
@@ -1074,8 +1082,7 @@ impl<B: Storage> Store<B> {
             return;
         }
         let offsets = self.section(Section::DocOffsets);
-        let located = |f: &Found| f.blob.is_some() && self.header.locates_blobs();
-        for f in found.clone().filter(|f| f.pos < n && !located(f)) {
+        for f in found.clone().filter(|f| f.pos < n && !self.located(f)) {
             let pos = f.pos as usize;
             pagecache::will_need(offsets, pos * 8..pos * 8 + 16);
         }
@@ -1596,7 +1603,7 @@ pub(crate) fn read_pipelined<'s, B: Storage + 's, T>(
         for item in group {
             let (store, found) = at(item);
             let pos = found.pos as usize;
-            if found.blob.is_none() || !store.header.locates_blobs() {
+            if !store.located(&found) {
                 prefetch(store.section(Section::DocOffsets), pos.saturating_mul(8));
             }
             if keys {
