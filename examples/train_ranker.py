@@ -37,6 +37,11 @@ TOPICS = ["apple", "river", "guitar", "planet", "bread", "engine", "garden", "wi
 FILLER = ["the", "of", "and", "a", "to", "in", "is", "it", "that", "for", "on", "with", "as", "was"]
 
 
+def say(line: str) -> None:
+    """Print a whole line in one write: ranks under torchrun share one stdout."""
+    os.write(1, (line + "\n").encode())
+
+
 def make_data(docs: int = 2000, seed: int = 0):
     """Documents about topics, queries naming a topic, and which documents are relevant."""
     rng = random.Random(seed)
@@ -125,8 +130,8 @@ def main(argv: list[str] | None = None) -> None:
             optimiser.step()
             total += loss.item() * len(scores)
             seen += len(scores)
-        print(f"rank {rank} epoch {epoch}: mean loss {total / len(loader.sampler):.4f}", flush=True)
-    print(f"rank {rank} trained on {seen} triplets of {len(dataset)} per epoch", flush=True)
+        say(f"rank {rank} epoch {epoch}: mean loss {total / len(loader.sampler):.4f}")
+    say(f"rank {rank} trained on {seen} triplets of {len(dataset)} per epoch")
     del loader  # stops the persistent workers
     if distributed:
         dist.barrier()
