@@ -22,7 +22,7 @@ use std::fs::File;
 use std::ops::Range;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
-use std::sync::atomic::{self, AtomicU64};
+use std::sync::atomic::{self, AtomicBool, AtomicU64};
 use xxhash_rust::xxh3::xxh3_64;
 
 /// Raw records read together, in one buffer (one allocation for a whole batch).
@@ -185,6 +185,8 @@ pub struct Store<B> {
     mapped: bool,
     /// Where the prefix shared by every key lies in the keys section.
     common_prefix: Range<usize>,
+    /// Whether a remote store has the common prefix in its cache (pinned there once fetched).
+    prefix_fetched: AtomicBool,
     /// Bytes of a key index entry, and entries per block (`Header::key_entry`, `key_block`).
     entry_size: usize,
     block: u64,
@@ -298,8 +300,10 @@ impl<B: Storage> Store<B> {
         let header = Header::decode(bytes, bytes.len() as u64)?;
         if buf.is_remote() {
             // Pinned first, so that no eviction can come between the checks below and a read.
+            // The common prefix is pinned too, but fetched with the first lookup (`fetch_search`).
             let mut ranges = open_ranges(&header);
             buf.pin(&ranges);
+            buf.pin(&[common_prefix_range(&header)]);
             buf.ensure(&mut ranges)?;
             let fences = header.section(Section::KeyFences);
             let at = fences.offset as usize..(fences.offset + fences.len) as usize;
@@ -354,18 +358,22 @@ impl<B: Storage> Store<B> {
             data_file: None,
             mapped: false,
             common_prefix: 0..0,
+            prefix_fetched: AtomicBool::new(false),
             cold: Default::default(),
             rent: Default::default(),
         };
+        let common = store.header.common_prefix as usize;
+        if store.buf.is_remote() {
+            // Opening a remote store costs two requests (its first bytes, then the fences): the
+            // checks below would cost three more. A truncated object is refused by the header's
+            // section table already; damage elsewhere fails the document checks and `verify`.
+            if count > 0 && common > store.section(Section::Keys).len() {
+                return Err(Error::corrupt("common key prefix longer than the keys"));
+            }
+            store.common_prefix = 0..common;
+            return Ok(store);
+        }
         // The last offsets close their sections: a cheap check that catches most truncations.
-        store.need(
-            Section::DocOffsets,
-            count as usize * 8..count as usize * 8 + 8,
-        )?;
-        store.need(
-            Section::KeyOffsets,
-            count as usize * 8..count as usize * 8 + 8,
-        )?;
         if store.offset(Section::DocOffsets, count) != store.section(Section::Data).len() as u64
             || store.offset(Section::KeyOffsets, count) != store.section(Section::Keys).len() as u64
         {
@@ -373,7 +381,6 @@ impl<B: Storage> Store<B> {
         }
         if count > 0 {
             let first = store.range_at(Section::KeyOffsets, Section::Keys, 0)?;
-            let common = store.header.common_prefix as usize;
             if first.len() < common {
                 return Err(Error::corrupt(
                     "common key prefix longer than the first key",
@@ -621,15 +628,11 @@ impl<B: Storage> Store<B> {
     /// The rank of `key`: a binary search over the compact prefix array finds the first
     /// candidate, whole keys settle ties. A miss is confirmed in a checked store.
     fn rank_of(&self, key: &[u8]) -> Result<Option<u64>> {
+        self.fetch_search(&[key])?;
         let found = match self.target(key) {
             Some(target) => {
                 let start = self.block_of(target) * self.block;
                 let end = (start + self.block).min(self.len());
-                if self.buf.is_remote()
-                    && !self.present(Section::KeyIndex, start..end, self.entry_size)
-                {
-                    self.fetch_blocks([(target, key.len())])?;
-                }
                 let index = self.section(Section::KeyIndex);
                 self.settle(
                     key,
@@ -715,10 +718,73 @@ impl<B: Storage> Store<B> {
     }
 
     /// What the search looks for: the 8 bytes of `key` after the common prefix, as in the key
-    /// index. `None` when `key` lacks the common prefix (then it is absent).
+    /// index. `None` when `key` lacks the common prefix (then it is absent). A remote store must
+    /// have the prefix fetched (`fetch_search`).
     fn target(&self, key: &[u8]) -> Option<u64> {
         let common = &self.section(Section::Keys)[self.common_prefix.clone()];
-        (!self.is_empty() && key.starts_with(common)).then(|| key_prefix(&key[common.len()..]))
+        self.guess(key).filter(|_| key.starts_with(common))
+    }
+
+    /// `target` as far as the prefix's length tells (its bytes unread): where a remote lookup
+    /// fetches its block in the round that fetches the prefix too.
+    fn guess(&self, key: &[u8]) -> Option<u64> {
+        let common = self.common_prefix.len();
+        (!self.is_empty() && key.len() >= common).then(|| key_prefix(&key[common..]))
+    }
+
+    /// Whether the common prefix is readable: always, but for a remote store before its first
+    /// lookup.
+    fn prefix_present(&self) -> bool {
+        if self.prefix_fetched.load(atomic::Ordering::Relaxed)
+            || !self.buf.is_remote()
+            || self.common_prefix.is_empty()
+        {
+            return true;
+        }
+        let present =
+            (self.buf).is_present(self.in_file(Section::Keys, self.common_prefix.clone()));
+        if present {
+            self.prefix_fetched.store(true, atomic::Ordering::Relaxed);
+        }
+        present
+    }
+
+    /// For a remote store, fetches what searching for `keys` reads that the cache lacks: nothing
+    /// when their key index blocks and the common prefix are cached; else, in as few rounds as
+    /// `fetch_blocks` can, the missing blocks (guessed from the keys past the prefix's length),
+    /// with the prefix (the first lookup after open), and what long keys read.
+    fn fetch_search(&self, keys: &[&[u8]]) -> Result<()> {
+        if !self.buf.is_remote() || self.is_empty() {
+            return Ok(());
+        }
+        let n = self.len();
+        let missing = |key: &[u8]| {
+            self.guess(key).is_some_and(|target| {
+                let start = self.block_of(target) * self.block;
+                !self.present(
+                    Section::KeyIndex,
+                    start..(start + self.block).min(n),
+                    self.entry_size,
+                )
+            })
+        };
+        let prefix = self.prefix_present();
+        if prefix && !keys.iter().any(|k| missing(k)) {
+            return Ok(());
+        }
+        // In a batch that misses some blocks, the long keys too, whose keys and blobs the
+        // search of the others' blocks prefetches (their own blocks are cached, their runs'
+        // keys may not be).
+        let short = self.common_prefix.len() + 8;
+        self.fetch_blocks(keys.iter().filter_map(|k| {
+            let target = self.guess(k)?;
+            (missing(k) || k.len() > short).then_some((target, k.len()))
+        }))?;
+        if !self.prefix_present() {
+            // No key was long enough to fetch a block with it.
+            self.need(Section::Keys, self.common_prefix.clone())?;
+        }
+        Ok(())
     }
 
     /// The block of the key index where the first entry `>= target` lies (or whose end it is):
@@ -751,27 +817,7 @@ impl<B: Storage> Store<B> {
         if self.mapped && keys.len() >= PREFETCH_MIN {
             self.prefetch_index(keys);
         }
-        if self.buf.is_remote() && !self.is_empty() {
-            // The keys whose key index block is missing (a warm batch fetches nothing); in a
-            // batch that misses some, the long keys too, whose keys and blobs the search of the
-            // others' blocks prefetches (their own blocks are cached, their runs' keys may not be).
-            let n = self.len();
-            let short = self.header.common_prefix as usize + 8;
-            let wanted: Vec<(u64, usize, bool)> = (keys.iter())
-                .filter_map(|k| {
-                    let target = self.target(k)?;
-                    let start = self.block_of(target) * self.block;
-                    let block = start..(start + self.block).min(n);
-                    let missing = !self.present(Section::KeyIndex, block, self.entry_size);
-                    Some((target, k.len(), missing))
-                })
-                .collect();
-            if wanted.iter().any(|&(_, _, missing)| missing) {
-                self.fetch_blocks(wanted.into_iter().filter_map(|(target, len, missing)| {
-                    (missing || len > short).then_some((target, len))
-                }))?;
-            }
-        }
+        self.fetch_search(keys)?;
         let mut out = vec![None; keys.len()];
         for (keys, out) in keys.chunks(GROUP).zip(out.chunks_mut(GROUP)) {
             self.ranks_into(keys, out)?;
@@ -802,10 +848,12 @@ impl<B: Storage> Store<B> {
         let mut fetched = std::collections::BTreeSet::new();
         // A block's key offsets come with it only for long keys (short ones never read keys).
         let mut with_offsets = std::collections::BTreeSet::new();
+        // The common prefix, which the search compares, comes with the first blocks after open.
+        let mut prefix = Some((Section::Keys, self.common_prefix.clone()));
         let mut fetch_blocks = |fetched: &mut std::collections::BTreeSet<u64>,
                                 blocks: &mut dyn Iterator<Item = (u64, bool)>|
          -> Result<()> {
-            let mut wants = Vec::new();
+            let mut wants: Vec<_> = prefix.take().into_iter().collect();
             for (b, long) in blocks {
                 let ranks = span(b);
                 if fetched.insert(b) {
@@ -1546,28 +1594,25 @@ impl<B: Storage> Store<B> {
     }
 }
 
-/// What opening a remote store reads past its first bytes, fetched at once: the schema and the
-/// dictionary (when they do not fit the first request), the key fences, the last doc and key
-/// offsets, the first key offsets and the start of the keys (the first key: the common prefix).
+/// What opening a remote store reads past its first bytes: the key fences (one request), and
+/// the schema and the dictionary where they do not fit the first request.
 fn open_ranges(header: &Header) -> Vec<Range<u64>> {
     let whole = |s: Section| {
         let e = header.section(s);
         e.offset..e.offset + e.len
     };
-    let part = |s: Section, at: Range<u64>| {
-        let e = header.section(s);
-        e.offset + at.start.min(e.len)..e.offset + at.end.min(e.len)
-    };
-    let count = header.count;
     vec![
         whole(Section::Schema),
         whole(Section::Dictionary),
         whole(Section::KeyFences),
-        part(Section::DocOffsets, count * 8..count * 8 + 8),
-        part(Section::KeyOffsets, 0..16),
-        part(Section::KeyOffsets, count * 8..count * 8 + 8),
-        part(Section::Keys, 0..4096),
     ]
+}
+
+/// Where the prefix shared by every key lies in the file: the start of the keys section
+/// (clipped to it).
+fn common_prefix_range(header: &Header) -> Range<u64> {
+    let keys = header.section(Section::Keys);
+    keys.offset..keys.offset + u64::from(header.common_prefix).min(keys.len)
 }
 
 /// A purchase of whole index sections under way (`Store::rent_or_buy`), ended when dropped.
