@@ -414,6 +414,17 @@ impl<B: Storage> Store<B> {
         Ok(())
     }
 
+    /// Starts loading byte `at` of section `s` into the CPU cache, and for a remote store the
+    /// presence bits that `need` will check there.
+    #[inline(always)]
+    fn prefetch(&self, s: Section, at: usize) {
+        prefetch(self.section(s), at);
+        if self.buf.is_remote() {
+            self.buf
+                .prefetch_check(&self.in_file(s, at..at.saturating_add(1)));
+        }
+    }
+
     /// Bytes `range` of section `s` as a range of the file, clipped to the section (a range
     /// computed from damaged offsets reaches nothing outside it).
     fn in_file(&self, s: Section, range: Range<usize>) -> Range<u64> {
@@ -429,23 +440,30 @@ impl<B: Storage> Store<B> {
     }
 
     /// Whether entries `range` (of `size` bytes each) of section `s` are readable (always, for a
-    /// local store).
-    fn present(&self, s: Section, range: Range<u64>, size: usize) -> bool {
+    /// local store); if so, marks them used (a remote store's cache keeps them a lease longer).
+    fn cached(&self, s: Section, range: Range<u64>, size: usize) -> bool {
         let base = self.ranges[s as usize].start as u64;
         let size = size as u64;
         self.buf
-            .is_present(base + range.start * size..base + range.end * size)
+            .check(base + range.start * size..base + range.end * size)
     }
 
     /// Makes every range of `wants` readable, fetching what is missing in one round of
     /// concurrent requests (ranges are clipped to their sections).
     #[cold]
     fn fetch(&self, wants: impl IntoIterator<Item = (Section, Range<usize>)>) -> Result<()> {
-        // Present ranges are only stamped (no allocation: a warm batch passes through here).
+        // Present ranges are only stamped; their presence bits are loaded in a first pass, so
+        // that the cache misses of a batch overlap rather than queue.
+        let wants: Vec<(Section, Range<u64>)> = (wants.into_iter())
+            .map(|(s, r)| (s, self.in_file(s, r)))
+            .filter(|(_, r)| !r.is_empty())
+            .collect();
+        for (_, range) in &wants {
+            self.buf.prefetch_check(range);
+        }
         let mut missing: Vec<(Section, Range<u64>)> = Vec::new();
-        for (s, r) in wants {
-            let range = self.in_file(s, r);
-            if !range.is_empty() && !self.buf.check(range.clone()) {
+        for (s, range) in wants {
+            if !self.buf.check(range.clone()) {
                 missing.push((s, range));
             }
         }
@@ -761,7 +779,7 @@ impl<B: Storage> Store<B> {
         let missing = |key: &[u8]| {
             self.guess(key).is_some_and(|target| {
                 let start = self.block_of(target) * self.block;
-                !self.present(
+                !self.cached(
                     Section::KeyIndex,
                     start..(start + self.block).min(n),
                     self.entry_size,
@@ -1183,16 +1201,7 @@ impl<B: Storage> Store<B> {
             *low = start;
             *size = self.block.min(n - start);
         }
-        if self.buf.is_remote() {
-            self.fetch(
-                (targets.iter().zip(lows.iter().zip(&sizes)))
-                    .filter(|(t, _)| t.is_some())
-                    .map(|(_, (&lo, &size))| {
-                        let lo = lo as usize * self.entry_size;
-                        (Section::KeyIndex, lo..lo + size as usize * self.entry_size)
-                    }),
-            )?;
-        }
+        // A remote store has these blocks cached (`fetch_search`); `settle` checks each entry.
         lower_bounds(&targets, &mut lows, &mut sizes, index, self.entry_size);
         for (i, target) in targets.iter().enumerate().take(keys.len()) {
             let Some(target) = *target else { continue };
@@ -1649,21 +1658,21 @@ pub(crate) fn read_pipelined<'s, B: Storage + 's, T>(
             let (store, found) = at(item);
             let pos = found.pos as usize;
             if !store.located(&found) {
-                prefetch(store.section(Section::DocOffsets), pos.saturating_mul(8));
+                store.prefetch(Section::DocOffsets, pos.saturating_mul(8));
             }
             if keys {
-                prefetch(store.section(Section::KeyRanks), pos.saturating_mul(4));
+                store.prefetch(Section::KeyRanks, pos.saturating_mul(4));
             }
         }
         for item in group {
             let (store, found) = at(item);
             let pos = found.pos;
             if pos < store.len() && store.data_file.is_none() {
-                prefetch(store.section(Section::Data), blob_start(store, found));
+                store.prefetch(Section::Data, blob_start(store, found));
             }
             if keys && pos < store.len() {
                 let rank = store.index_u32(Section::KeyRanks, pos) as usize;
-                prefetch(store.section(Section::KeyOffsets), rank.saturating_mul(8));
+                store.prefetch(Section::KeyOffsets, rank.saturating_mul(8));
             }
         }
         if keys {
@@ -1673,7 +1682,7 @@ pub(crate) fn read_pipelined<'s, B: Storage + 's, T>(
                     let rank = store.index_u32(Section::KeyRanks, pos);
                     if rank < store.len() {
                         let key_at = store.offset(Section::KeyOffsets, rank) as usize;
-                        prefetch(store.section(Section::Keys), key_at);
+                        store.prefetch(Section::Keys, key_at);
                     }
                 }
             }

@@ -647,6 +647,14 @@ impl CacheFile {
         }
     }
 
+    /// Starts loading the first presence word of `units` into the CPU cache: the bitmap of a
+    /// large store is larger than the CPU's caches, and a batch checks random places of it.
+    #[inline]
+    pub fn prefetch_presence(&self, units: &Range<u64>) {
+        let at = MAP_HEADER + self.segments * 8 + units.start / 64 * 8;
+        crate::prefetch::prefetch(&self.map[..], at as usize);
+    }
+
     /// Whether every unit of `units` is present.
     pub fn present(&self, units: &Range<u64>) -> bool {
         Self::masks(units.clone())

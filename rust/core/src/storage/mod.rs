@@ -46,6 +46,10 @@ pub trait Storage: AsRef<[u8]> {
         true
     }
 
+    /// Starts loading into the CPU cache what `check` of `range` reads (a remote store's
+    /// presence bits), so that a batch's checks overlap their cache misses.
+    fn prefetch_check(&self, _range: &Range<u64>) {}
+
     /// `is_present`, and if so marks it used (a remote store's cache keeps what is used).
     fn check(&self, _range: Range<u64>) -> bool {
         true
@@ -148,6 +152,12 @@ impl Storage for StoreFile {
 
     fn check(&self, range: Range<u64>) -> bool {
         self.remote.as_ref().is_none_or(|r| r.check(range))
+    }
+
+    fn prefetch_check(&self, range: &Range<u64>) {
+        if let Some(r) = &self.remote {
+            r.cache().prefetch_presence(&r.cache().units(range));
+        }
     }
 
     fn fetched_bytes(&self) -> u64 {
