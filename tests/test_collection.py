@@ -415,6 +415,39 @@ def test_cli_build_shards_failures_name_the_place_and_leave_nothing(tmp_path, ca
     assert sorted(os.listdir(tmp_path)) == ["a.jsonl"]
 
 
+def test_cli_build_shards_stops_the_other_workers_when_one_fails(tmp_path, capsys, monkeypatch):
+    import multiprocessing
+
+    from docstore.cli import commands
+
+    lines = [json.dumps({"doc_id": f"d{i}", "text": "t"}) for i in range(3000)]
+    (tmp_path / "a.jsonl").write_text("\n".join(lines) + "\n")
+    pieces = [(str(tmp_path / "a.jsonl"), "jsonl", None)]
+    args = ({"text": "str"}, "doc_id", None, None, None, {"jsonl": {}})
+    # A worker told to stop raises at its next look (every 1024 records), leaving no shard.
+    stop = multiprocessing.Event()
+    monkeypatch.setattr(commands, "_STOP", stop)
+    assert commands.build_shard(str(tmp_path / "s1.docstore"), pieces, *args) == (3000, None)
+    stop.set()
+    with pytest.raises(commands._Stopped):
+        commands.build_shard(str(tmp_path / "s2.docstore"), pieces, *args)
+    assert not (tmp_path / "s2.docstore").exists()
+    monkeypatch.undo()
+    # In a build, the first worker fails at once while the second has far more to do: the
+    # failure reported is the first one's, not the second worker's stop.
+    # (The first ~36,000 records, 4 MiB of text, are built first in the parent to train the
+    # dictionary; the bad line is the first worker's.)
+    lines = [json.dumps({"doc_id": f"d{i}", "text": "some words " * 10}) for i in range(200_000)]
+    lines[40_000] = '{"doc_id": "d40000", "text": 5'
+    (tmp_path / "b.jsonl").write_text("\n".join(lines) + "\n")
+    target = str(tmp_path / "c.docstore")
+    assert cli(["build", str(tmp_path / "b.jsonl"), "-o", target, "--shards", "3"]) == 1
+    err = capsys.readouterr().err
+    offset = sum(len(line) + 1 for line in lines[:40_000])
+    assert f"b.jsonl: the line at byte {offset}: invalid JSON" in err and "_Stopped" not in err
+    assert sorted(os.listdir(tmp_path)) == ["a.jsonl", "b.jsonl", "s1.docstore"]
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     ids=st.lists(

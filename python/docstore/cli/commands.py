@@ -236,15 +236,26 @@ def _build_shards(
         # run the main module again (which a script read from stdin does not have); docstore is
         # fork-safe, and the writers are created in the children
         context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
-        with concurrent.futures.ProcessPoolExecutor(max(1, len(groups)), mp_context=context) as pool:
+        # Set when a worker fails: the others stop at their next record rather than build shards
+        # that will be thrown away.
+        stop = context.Event()
+        with concurrent.futures.ProcessPoolExecutor(
+            max(1, len(groups)), mp_context=context, initializer=_watch, initargs=(stop,)
+        ) as pool:
             jobs = [
                 pool.submit(
                     build_shards, [(paths[k], plan[k]) for k in group], *shard_args, dictionary, threads
                 )
                 for group in groups
             ]
-            for job in jobs:
-                job.result()  # the first failure, in shard order
+            concurrent.futures.wait(jobs, return_when=concurrent.futures.FIRST_EXCEPTION)
+            if any(job.done() and job.exception() for job in jobs):
+                stop.set()
+            failures = [job.exception() for job in jobs]
+        # The first failure in shard order, not a worker that stopped because of it.
+        for failure in failures:
+            if failure is not None and not isinstance(failure, _Stopped):
+                raise failure
         seal(output, shards + paths, overwrite=overwrite)
     finally:
         locked.remove()
@@ -255,6 +266,23 @@ def _staging_prefix(output: str) -> str:
     output's name (a file name is at most 255 bytes), and the same for every build of it."""
     name = os.path.basename(os.path.abspath(output))
     return f".docstore-shards-{hashlib.sha1(os.fsencode(name)).hexdigest()[:12]}-"
+
+
+class _Stopped(Exception):
+    """A worker of a ``--shards`` build stopped because another one failed."""
+
+
+# In a worker of a ``--shards`` build: set when another worker has failed (`_watch`).
+_STOP: Any = None
+
+# Records between two looks at _STOP (an Event's is_set takes a lock: ~1 us).
+_STOP_EVERY = 1024
+
+
+def _watch(stop: Any) -> None:
+    """Initialises a worker of a ``--shards`` build: it stops when ``stop`` is set."""
+    global _STOP
+    _STOP = stop
 
 
 def build_shards(shards: list[tuple[str, list[Piece]]], *args: Any) -> None:
@@ -301,6 +329,8 @@ def build_shard(
                             f"{where(source, fmt, position, byte_range is not None)}: {exc}"
                         ) from None
                     count += 1
+                    if count % _STOP_EVERY == 0 and _STOP is not None and _STOP.is_set():
+                        raise _Stopped
                     if limit_bytes is not None:
                         seen += sum(len(v) for v in record.values() if isinstance(v, (str, bytes)))
             except (*GZIP_ERRORS, csv.Error, UnicodeDecodeError) as exc:
