@@ -21,6 +21,7 @@ import argparse
 import os
 import random
 import shutil
+import sys
 import tempfile
 import zlib
 
@@ -38,8 +39,10 @@ FILLER = ["the", "of", "and", "a", "to", "in", "is", "it", "that", "for", "on", 
 
 
 def say(line: str) -> None:
-    """Print a whole line in one write: ranks under torchrun share one stdout."""
-    os.write(1, (line + "\n").encode())
+    """Prints a whole line in one write: ranks under torchrun share one stdout, and print()
+    writes the line and its end apart."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def make_data(docs: int = 2000, seed: int = 0):

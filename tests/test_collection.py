@@ -415,7 +415,7 @@ def test_cli_build_shards_failures_name_the_place_and_leave_nothing(tmp_path, ca
     assert sorted(os.listdir(tmp_path)) == ["a.jsonl"]
 
 
-def test_cli_build_shards_stops_the_other_workers_when_one_fails(tmp_path, capsys, monkeypatch):
+def test_cli_build_shards_stops_the_workers_after_a_failed_one(tmp_path, capsys, monkeypatch):
     import multiprocessing
 
     from docstore.cli import commands
@@ -424,28 +424,57 @@ def test_cli_build_shards_stops_the_other_workers_when_one_fails(tmp_path, capsy
     (tmp_path / "a.jsonl").write_text("\n".join(lines) + "\n")
     pieces = [(str(tmp_path / "a.jsonl"), "jsonl", None)]
     args = ({"text": "str"}, "doc_id", None, None, None, {"jsonl": {}})
-    # A worker told to stop raises at its next look (every 1024 records), leaving no shard.
-    stop = multiprocessing.Event()
-    monkeypatch.setattr(commands, "_STOP", stop)
+    # Group 0 failed: group 0 goes on, group 1 stops at its next look (every 1024 records),
+    # leaving no shard.
+    monkeypatch.setattr(commands, "_FAILED", multiprocessing.RawValue("q", 0))
     assert commands.build_shard(str(tmp_path / "s1.docstore"), pieces, *args) == (3000, None)
-    stop.set()
+    monkeypatch.setattr(commands, "_GROUP", 1)
     with pytest.raises(commands._Stopped):
         commands.build_shard(str(tmp_path / "s2.docstore"), pieces, *args)
     assert not (tmp_path / "s2.docstore").exists()
     monkeypatch.undo()
-    # In a build, the first worker fails at once while the second has far more to do: the
-    # failure reported is the first one's, not the second worker's stop.
-    # (The first ~36,000 records, 4 MiB of text, are built first in the parent to train the
-    # dictionary; the bad line is the first worker's.)
+
+    # A real build, each shard's outcome logged by the workers (forked: they see the patch).
+    log = tmp_path / "log"
+    build_shard = commands.build_shard
+
+    def logged(path, *a, **k):
+        try:
+            return build_shard(path, *a, **k)
+        except BaseException as exc:
+            with open(log, "a") as f:
+                f.write(f"{os.path.basename(path)} {type(exc).__name__}\n")
+            raise
+
+    monkeypatch.setattr(commands, "build_shard", logged)
+    # 200,000 records: the first ~36,000 (4 MiB of text) are built in the parent to train the
+    # dictionary, the rest by 2 workers (on 2 cores), ~82,000 records each.
     lines = [json.dumps({"doc_id": f"d{i}", "text": "some words " * 10}) for i in range(200_000)]
-    lines[40_000] = '{"doc_id": "d40000", "text": 5'
+    good = list(lines)
+    bad = 37_000  # the first worker's, at once
+    lines[bad] = '{"doc_id": "x", "text": 5'
     (tmp_path / "b.jsonl").write_text("\n".join(lines) + "\n")
     target = str(tmp_path / "c.docstore")
     assert cli(["build", str(tmp_path / "b.jsonl"), "-o", target, "--shards", "3"]) == 1
-    err = capsys.readouterr().err
-    offset = sum(len(line) + 1 for line in lines[:40_000])
-    assert f"b.jsonl: the line at byte {offset}: invalid JSON" in err and "_Stopped" not in err
-    assert sorted(os.listdir(tmp_path)) == ["a.jsonl", "b.jsonl", "s1.docstore"]
+    offset = sum(len(line) + 1 for line in lines[:bad])
+    assert f"b.jsonl: the line at byte {offset}: invalid JSON" in capsys.readouterr().err
+    if len(os.sched_getaffinity(0)) >= 2:  # two workers: the second stopped
+        assert sorted(log.read_text().split("\n")[:-1]) == [
+            "part-00000.docstore UsageError",
+            "part-00001.docstore _Stopped",
+        ]
+    # The second worker fails first, the first later: the first one's failure is reported
+    # (the first in the file), as it would be without any stop.
+    lines = list(good)
+    lines[45_000] = '{"doc_id": "y", "text": 5'
+    lines[120_000] = '{"doc_id": "z", "text": 5'
+    (tmp_path / "b.jsonl").write_text("\n".join(lines) + "\n")
+    assert cli(["build", str(tmp_path / "b.jsonl"), "-o", target, "--shards", "3"]) == 1
+    offset = sum(len(line) + 1 for line in lines[:45_000])
+    assert f"b.jsonl: the line at byte {offset}: invalid JSON" in capsys.readouterr().err
+    if len(os.sched_getaffinity(0)) >= 2:  # both failed, each on its own line
+        assert log.read_text().count("UsageError") == 3
+    assert sorted(os.listdir(tmp_path)) == ["a.jsonl", "b.jsonl", "log", "s1.docstore"]
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

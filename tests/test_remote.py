@@ -143,6 +143,37 @@ def test_open_costs_two_requests_and_a_lookup_two_rounds(url, docs, big, tmp_pat
     assert store.remote_stats()["requests"] == before["requests"], "a cached lookup asks nothing"
 
 
+def _with_common_prefix(path, out, common):
+    """A copy of the store at ``path`` whose header says ``common`` (byte 40), resealed."""
+    import struct
+
+    import xxhash
+
+    buf = bytearray(open(path, "rb").read())
+    struct.pack_into("<I", buf, 40, common)
+    struct.pack_into("<Q", buf, 504, xxhash.xxh3_64_intdigest(bytes(buf[:504])))
+    open(out, "wb").write(buf)
+    return str(out)
+
+
+def test_a_common_prefix_longer_than_the_keys_is_refused_at_open(s3, tmp_path):
+    # The remote open no longer reads the first key (docs/format.md §8): the header's common
+    # prefix is checked against the keys section's length instead, empty stores included.
+    empty = tmp_path / "empty.docstore"
+    write_store(empty, {}, fields={"text": "str"}).close()
+    one = tmp_path / "one.docstore"
+    write_store(one, {"abc": {"text": "x"}}, fields={"text": "str"}).close()
+    for path, common in [(empty, 1), (one, 4), (one, 1 << 20)]:
+        crafted = _with_common_prefix(path, tmp_path / f"c-{path.name}-{common}", common)
+        url = s3.upload(crafted, f"crafted-{path.name}-{common}")
+        with pytest.raises(docstore.CorruptStoreError, match="common key prefix longer than"):
+            open_remote(url, tmp_path / "cache")
+    # The same store with its true prefix (3: every key is "abc") opens and reads.
+    url = s3.upload(_with_common_prefix(one, tmp_path / "c3", 3), "crafted-one-3")
+    store = open_remote(url, tmp_path / "cache")
+    assert store["abc"].text == "x" and "abd" not in store and "ab" not in store
+
+
 def test_batches_fetch_concurrently_in_a_few_rounds(url, docs, tmp_path):
     store = open_remote(url, tmp_path / "cache", max_in_flight="64")
     ids = list(docs)

@@ -236,23 +236,22 @@ def _build_shards(
         # run the main module again (which a script read from stdin does not have); docstore is
         # fork-safe, and the writers are created in the children
         context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
-        # Set when a worker fails: the others stop at their next record rather than build shards
-        # that will be thrown away.
-        stop = context.Event()
+        # The first group that failed (len(groups): none yet), lowered by a failing worker: the
+        # workers of later groups stop at their next look rather than build shards to throw
+        # away; earlier ones go on, so that the failure reported is the first in shard order.
+        # A shared word, not an Event: a worker killed while holding an Event's lock would
+        # leave everyone else waiting on it.
+        failed = context.RawValue("q", len(groups))
         with concurrent.futures.ProcessPoolExecutor(
-            max(1, len(groups)), mp_context=context, initializer=_watch, initargs=(stop,)
+            max(1, len(groups)), mp_context=context, initializer=_watch, initargs=(failed,)
         ) as pool:
             jobs = [
                 pool.submit(
-                    build_shards, [(paths[k], plan[k]) for k in group], *shard_args, dictionary, threads
+                    build_shards, g, [(paths[k], plan[k]) for k in group], *shard_args, dictionary, threads
                 )
-                for group in groups
+                for g, group in enumerate(groups)
             ]
-            concurrent.futures.wait(jobs, return_when=concurrent.futures.FIRST_EXCEPTION)
-            if any(job.done() and job.exception() for job in jobs):
-                stop.set()
             failures = [job.exception() for job in jobs]
-        # The first failure in shard order, not a worker that stopped because of it.
         for failure in failures:
             if failure is not None and not isinstance(failure, _Stopped):
                 raise failure
@@ -269,28 +268,47 @@ def _staging_prefix(output: str) -> str:
 
 
 class _Stopped(Exception):
-    """A worker of a ``--shards`` build stopped because another one failed."""
+    """A worker of a ``--shards`` build stopped because an earlier group failed."""
 
 
-# In a worker of a ``--shards`` build: set when another worker has failed (`_watch`).
-_STOP: Any = None
+# In a worker of a ``--shards`` build: the first group that failed, and this worker's group.
+_FAILED: Any = None
+_GROUP = 0
 
-# Records between two looks at _STOP (an Event's is_set takes a lock: ~1 us).
-_STOP_EVERY = 1024
-
-
-def _watch(stop: Any) -> None:
-    """Initialises a worker of a ``--shards`` build: it stops when ``stop`` is set."""
-    global _STOP
-    _STOP = stop
+# Records between two looks at _FAILED.
+_LOOK_EVERY = 1024
 
 
-def build_shards(shards: list[tuple[str, list[Piece]]], *args: Any) -> None:
-    """Shards built in turn by one worker process: ``build_shard(path, pieces, *args)`` each,
-    where the last of ``args`` is the number of threads."""
+def _watch(failed: Any) -> None:
+    """Initialises a worker of a ``--shards`` build (see `_build_shards`)."""
+    global _FAILED
+    _FAILED = failed
+
+
+def _look() -> None:
+    """Raises `_Stopped` in a worker whose group comes after one that failed."""
+    if _FAILED is not None and _FAILED.value < _GROUP:
+        raise _Stopped
+
+
+def build_shards(group: int, shards: list[tuple[str, list[Piece]]], *args: Any) -> None:
+    """Shards built in turn by one worker process, for group ``group``: ``build_shard(path,
+    pieces, *args)`` each, where the last of ``args`` is the number of threads. A failure lowers
+    the shared first failed group to ``group`` (a race between two failing workers may leave
+    the later one's: then fewer workers stop, which costs time, not the report)."""
+    global _GROUP
+    _GROUP = group
     *rest, threads = args
-    for path, pieces in shards:
-        build_shard(path, pieces, *rest, threads=threads)
+    try:
+        for path, pieces in shards:
+            _look()
+            build_shard(path, pieces, *rest, threads=threads)
+    except _Stopped:
+        raise
+    except BaseException:
+        if _FAILED is not None and group < _FAILED.value:
+            _FAILED.value = group
+        raise
 
 
 def build_shard(
@@ -329,8 +347,8 @@ def build_shard(
                             f"{where(source, fmt, position, byte_range is not None)}: {exc}"
                         ) from None
                     count += 1
-                    if count % _STOP_EVERY == 0 and _STOP is not None and _STOP.is_set():
-                        raise _Stopped
+                    if count % _LOOK_EVERY == 0:
+                        _look()
                     if limit_bytes is not None:
                         seen += sum(len(v) for v in record.values() if isinstance(v, (str, bytes)))
             except (*GZIP_ERRORS, csv.Error, UnicodeDecodeError) as exc:

@@ -233,8 +233,8 @@ impl Store<StoreFile> {
     }
 
     /// A remote store: `file` has fetched the first bytes (header, schema, dictionary); opening
-    /// fetches, in one round of concurrent requests, the rest of what `from_bytes` reads (the
-    /// ends of two offset arrays, the first key) and the key fences, which every lookup reads.
+    /// fetches the key fences, which every lookup reads (and the rest of the schema and
+    /// dictionary, where they go past the first bytes), in one round.
     pub fn open_remote(file: RemoteFile) -> Result<Store<StoreFile>> {
         Store::from_bytes(StoreFile::remote(file)?)
     }
@@ -367,7 +367,7 @@ impl<B: Storage> Store<B> {
             // Opening a remote store costs two requests (its first bytes, then the fences): the
             // checks below would cost three more. A truncated object is refused by the header's
             // section table already; damage elsewhere fails the document checks and `verify`.
-            if count > 0 && common > store.section(Section::Keys).len() {
+            if common > store.section(Section::Keys).len() {
                 return Err(Error::corrupt("common key prefix longer than the keys"));
             }
             store.common_prefix = 0..common;
@@ -440,31 +440,41 @@ impl<B: Storage> Store<B> {
     }
 
     /// Whether entries `range` (of `size` bytes each) of section `s` are readable (always, for a
-    /// local store); if so, marks them used (a remote store's cache keeps them a lease longer).
-    fn cached(&self, s: Section, range: Range<u64>, size: usize) -> bool {
+    /// local store).
+    fn present(&self, s: Section, range: Range<u64>, size: usize) -> bool {
         let base = self.ranges[s as usize].start as u64;
         let size = size as u64;
         self.buf
-            .check(base + range.start * size..base + range.end * size)
+            .is_present(base + range.start * size..base + range.end * size)
     }
 
     /// Makes every range of `wants` readable, fetching what is missing in one round of
     /// concurrent requests (ranges are clipped to their sections).
     #[cold]
     fn fetch(&self, wants: impl IntoIterator<Item = (Section, Range<usize>)>) -> Result<()> {
-        // Present ranges are only stamped; their presence bits are loaded in a first pass, so
-        // that the cache misses of a batch overlap rather than queue.
-        let wants: Vec<(Section, Range<u64>)> = (wants.into_iter())
+        // Present ranges are only stamped (no allocation: a warm batch passes through here). In
+        // groups, their presence bits loaded first, so that the cache misses of a batch overlap
+        // rather than queue.
+        let mut wants = (wants.into_iter())
             .map(|(s, r)| (s, self.in_file(s, r)))
-            .filter(|(_, r)| !r.is_empty())
-            .collect();
-        for (_, range) in &wants {
-            self.buf.prefetch_check(range);
-        }
+            .filter(|(_, r)| !r.is_empty());
+        let mut group: [(Section, Range<u64>); GROUP] =
+            std::array::from_fn(|_| (Section::Data, 0..0));
         let mut missing: Vec<(Section, Range<u64>)> = Vec::new();
-        for (s, range) in wants {
-            if !self.buf.check(range.clone()) {
-                missing.push((s, range));
+        loop {
+            let len = (group.iter_mut())
+                .map_while(|slot| wants.next().map(|want| *slot = want))
+                .count();
+            for (_, range) in &group[..len] {
+                self.buf.prefetch_check(range);
+            }
+            for (s, range) in &group[..len] {
+                if !self.buf.check(range.clone()) {
+                    missing.push((*s, range.clone()));
+                }
+            }
+            if len < GROUP {
+                break;
             }
         }
         if missing.is_empty() {
@@ -753,7 +763,8 @@ impl<B: Storage> Store<B> {
     /// Whether the common prefix is readable: always, but for a remote store before its first
     /// lookup.
     fn prefix_present(&self) -> bool {
-        if self.prefix_fetched.load(atomic::Ordering::Relaxed)
+        // Acquire: the prefix's bytes, which the thread that found them present saw, are seen.
+        if self.prefix_fetched.load(atomic::Ordering::Acquire)
             || !self.buf.is_remote()
             || self.common_prefix.is_empty()
         {
@@ -762,7 +773,7 @@ impl<B: Storage> Store<B> {
         let present =
             (self.buf).is_present(self.in_file(Section::Keys, self.common_prefix.clone()));
         if present {
-            self.prefix_fetched.store(true, atomic::Ordering::Relaxed);
+            self.prefix_fetched.store(true, atomic::Ordering::Release);
         }
         present
     }
@@ -776,18 +787,19 @@ impl<B: Storage> Store<B> {
             return Ok(());
         }
         let n = self.len();
-        let missing = |key: &[u8]| {
-            self.guess(key).is_some_and(|target| {
-                let start = self.block_of(target) * self.block;
-                !self.cached(
-                    Section::KeyIndex,
-                    start..(start + self.block).min(n),
-                    self.entry_size,
-                )
-            })
-        };
+        // Until the prefix is fetched, keys are searched for as if they had it (those without
+        // it fetch a block for nothing, once); then keys without it fetch nothing.
         let prefix = self.prefix_present();
-        if prefix && !keys.iter().any(|k| missing(k)) {
+        let target = |key: &[u8]| match prefix {
+            true => self.target(key),
+            false => self.guess(key),
+        };
+        let missing = |target: u64| {
+            let start = self.block_of(target) * self.block;
+            let block = start..(start + self.block).min(n);
+            !self.present(Section::KeyIndex, block, self.entry_size)
+        };
+        if prefix && !keys.iter().any(|k| target(k).is_some_and(missing)) {
             return Ok(());
         }
         // In a batch that misses some blocks, the long keys too, whose keys and blobs the
@@ -795,11 +807,11 @@ impl<B: Storage> Store<B> {
         // keys may not be).
         let short = self.common_prefix.len() + 8;
         self.fetch_blocks(keys.iter().filter_map(|k| {
-            let target = self.guess(k)?;
-            (missing(k) || k.len() > short).then_some((target, k.len()))
+            let target = target(k)?;
+            (missing(target) || k.len() > short).then_some((target, k.len()))
         }))?;
-        if !self.prefix_present() {
-            // No key was long enough to fetch a block with it.
+        if !self.prefix_present() && keys.iter().any(|k| k.len() >= self.common_prefix.len()) {
+            // No key had a block to fetch the prefix with.
             self.need(Section::Keys, self.common_prefix.clone())?;
         }
         Ok(())
@@ -1201,7 +1213,18 @@ impl<B: Storage> Store<B> {
             *low = start;
             *size = self.block.min(n - start);
         }
-        // A remote store has these blocks cached (`fetch_search`); `settle` checks each entry.
+        if self.buf.is_remote() {
+            // Cached already (`fetch_search`): checked again just before they are read, so that
+            // a block evicted since (a long batch) is fetched again rather than read as zeros.
+            self.fetch(
+                (targets.iter().zip(lows.iter().zip(&sizes)))
+                    .filter(|(t, _)| t.is_some())
+                    .map(|(_, (&lo, &size))| {
+                        let lo = lo as usize * self.entry_size;
+                        (Section::KeyIndex, lo..lo + size as usize * self.entry_size)
+                    }),
+            )?;
+        }
         lower_bounds(&targets, &mut lows, &mut sizes, index, self.entry_size);
         for (i, target) in targets.iter().enumerate().take(keys.len()) {
             let Some(target) = *target else { continue };

@@ -513,7 +513,10 @@ impl CacheFile {
             .ok()?;
         let freed = self.clear_segment(segment) * UNIT;
         let next = ((old >> 32) + 1) & GEN_MASK;
-        word.store(next << 32 | (old & 0xffff_ffff), Ordering::Release);
+        // A pin set while the segment was cleared stays (`pin` may come at any time).
+        let _ = word.fetch_update(Ordering::Release, Ordering::Relaxed, |now| {
+            Some(next << 32 | (old & 0xffff_ffff) | (now & PINNED))
+        });
         self.account(-(freed as i64));
         Some(freed)
     }
