@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -149,10 +150,10 @@ def _with_common_prefix(path, out, common):
 
     import xxhash
 
-    buf = bytearray(open(path, "rb").read())
+    buf = bytearray(Path(path).read_bytes())
     struct.pack_into("<I", buf, 40, common)
     struct.pack_into("<Q", buf, 504, xxhash.xxh3_64_intdigest(bytes(buf[:504])))
-    open(out, "wb").write(buf)
+    Path(out).write_bytes(buf)
     return str(out)
 
 
