@@ -300,10 +300,8 @@ impl<B: Storage> Store<B> {
         let header = Header::decode(bytes, bytes.len() as u64)?;
         if buf.is_remote() {
             // Pinned first, so that no eviction can come between the checks below and a read.
-            // The common prefix is pinned too, but fetched with the first lookup (`fetch_search`).
             let mut ranges = open_ranges(&header);
             buf.pin(&ranges);
-            buf.pin(&[common_prefix_range(&header)]);
             buf.ensure(&mut ranges)?;
             let fences = header.section(Section::KeyFences);
             let at = fences.offset as usize..(fences.offset + fences.len) as usize;
@@ -370,7 +368,9 @@ impl<B: Storage> Store<B> {
             if common > store.section(Section::Keys).len() {
                 return Err(Error::corrupt("common key prefix longer than the keys"));
             }
+            // Pinned now, fetched with the first lookup (`fetch_search`).
             store.common_prefix = 0..common;
+            store.buf.pin(&[store.in_file(Section::Keys, 0..common)]);
             return Ok(store);
         }
         // The last offsets close their sections: a cheap check that catches most truncations.
@@ -1638,13 +1638,6 @@ fn open_ranges(header: &Header) -> Vec<Range<u64>> {
         whole(Section::Dictionary),
         whole(Section::KeyFences),
     ]
-}
-
-/// Where the prefix shared by every key lies in the file: the start of the keys section
-/// (clipped to it).
-fn common_prefix_range(header: &Header) -> Range<u64> {
-    let keys = header.section(Section::Keys);
-    keys.offset..keys.offset + u64::from(header.common_prefix).min(keys.len)
 }
 
 /// A purchase of whole index sections under way (`Store::rent_or_buy`), ended when dropped.
