@@ -82,8 +82,8 @@ mod ffi {
 
 /// lz4's largest block input (LZ4_MAX_INPUT_SIZE); larger records are stored uncompressed.
 const MAX_INPUT: usize = 0x7E00_0000;
-/// lz4 only ever looks 64 KiB back, so a longer dictionary is wasted space.
-pub const MAX_DICT_SIZE: usize = 64 * 1024;
+/// The longest dictionary: a limit of the format (its header check refuses longer), kept there.
+pub use crate::format::MAX_DICT_SIZE;
 /// Highest lz4 HC level.
 pub const MAX_LEVEL: i32 = 12;
 /// The level that stores every record as it is: the largest files, and lookups that decode

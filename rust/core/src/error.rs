@@ -9,10 +9,12 @@ use std::path::PathBuf;
 pub enum Error {
     /// The file is not a valid store (bad magic, checksum mismatch, out-of-range offsets ...).
     Corrupt(String),
-    /// The store was written by a newer (or unknown) format version.
+    /// The store (or manifest) was written in a format version outside `min..=max`, the
+    /// versions this docstore reads.
     UnsupportedVersion {
         found: u32,
-        supported: u32,
+        min: u32,
+        max: u32,
     },
     /// Two documents share one key.
     DuplicateKey(String),
@@ -72,17 +74,15 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Corrupt(msg) => write!(f, "corrupt store: {msg}"),
-            Error::UnsupportedVersion { found, supported } if found > supported => write!(
+            Error::UnsupportedVersion { found, min, max } if found > max => write!(
                 f,
                 "store format version {found} is not supported by this docstore \
-                 (it reads versions {} to {supported}); upgrade docstore",
-                crate::format::MIN_VERSION
+                 (it reads versions {min} to {max}); upgrade docstore"
             ),
-            Error::UnsupportedVersion { found, supported } => write!(
+            Error::UnsupportedVersion { found, min, max } => write!(
                 f,
                 "store format version {found} is older than the versions this docstore reads \
-                 ({} to {supported}); rebuild the store",
-                crate::format::MIN_VERSION
+                 ({min} to {max}); rebuild the store"
             ),
             Error::DuplicateKey(key) => write!(f, "duplicate doc id {key:?}"),
             Error::DuplicateKeyIn { key, first, second } => write!(

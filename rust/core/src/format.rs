@@ -13,6 +13,9 @@ pub const VERSION: u32 = 3;
 /// The oldest version it reads: version 1 stores lack the per-document checks of version 2.
 pub const MIN_VERSION: u32 = 1;
 pub const HEADER_SIZE: usize = 512;
+/// The longest dictionary section: lz4 only ever looks 64 KiB back, so a longer dictionary is
+/// wasted space, and `open()` reads the section whole (bounded, whatever the file claims).
+pub const MAX_DICT_SIZE: usize = 64 * 1024;
 /// Every section starts at a multiple of this, so fixed-width arrays are naturally aligned.
 pub const ALIGN: u64 = 8;
 /// The key index starts at a multiple of this (a page), so that each block of `KEY_BLOCK`
@@ -191,7 +194,8 @@ impl Header {
         if !(MIN_VERSION..=VERSION).contains(&version) {
             return Err(Error::UnsupportedVersion {
                 found: version,
-                supported: VERSION,
+                min: MIN_VERSION,
+                max: VERSION,
             });
         }
         if buf.len() < HEADER_SIZE {
@@ -251,7 +255,7 @@ impl Header {
         // `open()` reads (and hashes) these two whole: bounded, it costs the same for any file.
         for (section, most) in [
             (Section::Schema, crate::schema::MAX_SCHEMA_BYTES),
-            (Section::Dictionary, crate::codec::MAX_DICT_SIZE),
+            (Section::Dictionary, MAX_DICT_SIZE),
         ] {
             if header.section(section).len > most as u64 {
                 return Err(Error::corrupt(format!(

@@ -10,6 +10,7 @@
 //! back and forth reuses pools instead of starting threads each time, and a pool is never freed
 //! while another thread may still be inside it.
 
+use crate::error::{Error, Result};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::OnceLock;
@@ -102,9 +103,9 @@ pub fn claim() -> Option<Claim> {
 
 /// Sets the number of threads of the pool (0 returns to the default, at most `MAX_THREADS`).
 /// Takes effect on next use.
-pub fn set_num_threads(n: usize) -> crate::Result<()> {
+pub fn set_num_threads(n: usize) -> Result<()> {
     if n > MAX_THREADS {
-        return Err(crate::Error::InvalidArgument(format!(
+        return Err(Error::InvalidArgument(format!(
             "at most {MAX_THREADS} threads, got {n}"
         )));
     }

@@ -323,7 +323,8 @@ fn garbage_and_newer_versions_are_clear_errors() {
         err,
         Error::UnsupportedVersion {
             found: 4,
-            supported: 3
+            min: 1,
+            max: 3
         }
     ));
     assert!(err.to_string().contains("upgrade"));

@@ -135,7 +135,8 @@ impl Manifest {
         if manifest.version != VERSION {
             return Err(Error::UnsupportedVersion {
                 found: manifest.version,
-                supported: VERSION,
+                min: VERSION,
+                max: VERSION,
             });
         }
         if manifest.checksum != manifest.expected_checksum() {
