@@ -28,12 +28,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from remote_peers import BUCKET, PEERS, SYSTEMS, set_endpoint
+from remote_peers import BUCKET, PEERS, SYSTEMS, docs, set_endpoint
 
 import docstore
 from tests.remote_servers import RangeHTTPServer
@@ -72,15 +71,6 @@ class RustServer:
             self.proc.kill()
             self.proc.wait()
             self.proc = None
-
-
-def docs(n: int) -> Iterator[tuple[str, str, int]]:
-    """The corpus: ``n`` documents (id, text of 20-80 words, label), the same for every system."""
-    rng = random.Random(0)
-    words = [f"w{i}" for i in range(5000)]
-    for i in range(n):
-        text = " ".join(rng.choice(words) for _ in range(rng.randint(20, 80)))
-        yield f"{i:08d}", text, i % 7
 
 
 def build(path: str, n: int) -> None:

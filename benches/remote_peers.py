@@ -8,12 +8,13 @@ access by index (``dataset[i]``, Lance's ``take``) and a torch DataLoader (4 wor
 counted by the server alike (requests, bytes, peak in flight: ``GET /__stats``).
 
 Documents are ``{"id": "%08d" % i, "text": ..., "label": i % 7}`` in the order of
-``remote.docs(n)``: index i of every peer is docstore's id ``f"{i:08d}"`` (checked).
+``docs(n)``: index i of every peer is docstore's id ``f"{i:08d}"`` (checked).
 """
 
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -23,6 +24,16 @@ BUCKET = "bench"
 KEY = "bench"  # the server checks no signature; the clients want credentials to sign with
 PEERS = ("docstore", "litdata", "mosaic", "lance")
 BATCH, WORKERS = 64, 4
+
+
+def docs(n: int) -> Iterator[tuple[str, str, int]]:
+    """The corpus: ``n`` documents (id, text of 20-80 words, label), the same for every system
+    (benches/remote.py builds docstore's store from it)."""
+    rng = random.Random(0)
+    words = [f"w{i}" for i in range(5000)]
+    for i in range(n):
+        text = " ".join(rng.choice(words) for _ in range(rng.randint(20, 80)))
+        yield f"{i:08d}", text, i % 7
 
 
 def set_endpoint(endpoint: str) -> None:
@@ -105,8 +116,6 @@ class Docstore:
 
 
 def _litdata_docs(n: int) -> Iterator[dict]:
-    from remote import docs
-
     for i, text, label in docs(n):
         yield {"id": i, "text": text, "label": label}
 
@@ -195,7 +204,6 @@ class Mosaic:
         self.path = os.path.join(root, BUCKET, f"mds-{n}")
         self.url = f"s3://{BUCKET}/mds-{n}"
         if not os.path.exists(os.path.join(self.path, "index.json")):
-            from remote import docs
             from streaming import MDSWriter
 
             shutil.rmtree(self.path, ignore_errors=True)
@@ -277,7 +285,6 @@ class Lance:
         if not os.path.exists(self.path):
             import lance
             import pyarrow as pa
-            from remote import docs
 
             def batches() -> Iterator[pa.RecordBatch]:
                 rows: list = []
