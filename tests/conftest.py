@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import multiprocessing
 import os
 import subprocess
@@ -12,6 +13,22 @@ import numpy as np
 import pytest
 
 import docstore
+
+# The slow rooms, by file: marked here so that a new test in one of these files is marked too.
+AREAS = {
+    "engines": ("test_ray.py", "test_spark.py"),
+    "training": ("test_torch_ddp.py", "test_torch_sentence_transformers.py", "test_torch_memory.py"),
+    "network": ("test_remote*.py",),
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        name = os.path.basename(str(item.path))
+        for marker, patterns in AREAS.items():
+            if any(fnmatch.fnmatch(name, pattern) for pattern in patterns):
+                item.add_marker(getattr(pytest.mark, marker))
+
 
 FIELDS = {"text": "str", "label": "int64", "score": "float64", "tokens": "int32[]", "raw": "bytes"}
 
