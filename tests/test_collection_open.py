@@ -63,7 +63,7 @@ def _rewrite_manifest(root, change) -> None:
 def test_opens_during_overwrites_see_the_old_or_the_new_collection_whole(tmp_path, docs):
     """A seal with overwrite=True exchanges the directory, then removes the old one: an open that
     read the old manifest found the new shards (refused as "not the file that was sealed there"),
-    or its files gone (about 1 open in 250 failed). Opens run all through 150 seals alternating two
+    or its files gone (about 1 open in 150 failed). Opens run all through 150 seals alternating two
     collections of different ids: every open succeeds and holds one of them, whole."""
     items = list(docs.values())
     old = {f"old-{i:04d}": doc for i, doc in enumerate(items[:500])}
