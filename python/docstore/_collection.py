@@ -28,10 +28,11 @@ def seal(
     Positions follow the order of ``shards``, then each shard's own order. Ids must be unique
     across all shards: a repeated id raises ``DuplicateKeyError`` naming it and both shards.
     Shards with other fields raise ``SchemaError``. The shard files are hard-linked into the
-    collection (copied across file systems) and left as they are; delete them when you like.
+    collection (copied across file systems) and left as they are; delete them when you like. A
+    shard given as a symbolic link is resolved: the collection holds the file it names.
     Nothing appears at ``target`` unless the whole collection is sealed; with ``overwrite=True``
     a store or collection already there is replaced in one step (readers that have it open keep
-    reading it).
+    reading it; an ``open`` meanwhile gets the old collection or the new one, whole).
     """
     if isinstance(shards, (str, bytes, os.PathLike)):
         raise TypeError("shards must be a list of paths, not one path")

@@ -224,6 +224,21 @@ impl Store<StoreFile> {
     /// `Store::open_with` over a `StoreFile` (what a collection holds).
     pub fn open_local(path: impl AsRef<Path>, access: DataAccess) -> Result<Store<StoreFile>> {
         let (file, mmap) = map_store_file(path.as_ref())?;
+        Store::local(file, mmap, access)
+    }
+
+    /// `open_local` of a file already opened (a collection opens its files relative to its
+    /// directory, which may be replaced meanwhile); `path` names it in errors.
+    pub fn open_local_file(
+        file: File,
+        path: &Path,
+        access: DataAccess,
+    ) -> Result<Store<StoreFile>> {
+        let mmap = map_opened(&file, path)?;
+        Store::local(file, mmap, access)
+    }
+
+    fn local(file: File, mmap: Mmap, access: DataAccess) -> Result<Store<StoreFile>> {
         let mut store = Store::from_bytes(StoreFile::local(mmap))?;
         store.mapped = true;
         if access == DataAccess::Pread {
@@ -264,6 +279,12 @@ fn map_store_file(path: &Path) -> Result<(File, Mmap)> {
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
         .open(path)?;
+    let mmap = map_opened(&file, path)?;
+    Ok((file, mmap))
+}
+
+/// Maps an opened store file read-only, once it is known to be a regular file of a header's length.
+fn map_opened(file: &File, path: &Path) -> Result<Mmap> {
     if !file.metadata()?.is_file() {
         // Replaced by something else between the two looks.
         return Err(Error::Io(std::io::Error::new(
@@ -274,7 +295,7 @@ fn map_store_file(path: &Path) -> Result<(File, Mmap)> {
     if file.metadata()?.len() < HEADER_SIZE as u64 {
         // mmap of an empty file fails; report what it is instead.
         let mut start = [0u8; 12];
-        let n = std::io::Read::read(&mut &file, &mut start)?;
+        let n = std::io::Read::read(&mut &*file, &mut start)?;
         Header::decode(&start[..n], n as u64)?;
         return Err(Error::corrupt(
             "file is shorter than its header (truncated)",
@@ -282,7 +303,7 @@ fn map_store_file(path: &Path) -> Result<(File, Mmap)> {
     }
     // SAFETY: stores are immutable once renamed into place; a store changed underneath a
     // reader is outside the contract (as with any mmapped file).
-    let mmap = unsafe { Mmap::map(&file)? };
+    let mmap = unsafe { Mmap::map(file)? };
     // Lookups touch one or two pages each: read-ahead would only evict useful pages.
     let _ = mmap.advise(Advice::Random);
     // Open reads the header, the schema and the whole dictionary: one read, not a fault per
@@ -291,7 +312,7 @@ fn map_store_file(path: &Path) -> Result<(File, Mmap)> {
         let dictionary = header.section(Section::Dictionary);
         pagecache::will_need(&mmap, 0..(dictionary.offset + dictionary.len) as usize);
     }
-    Ok((file, mmap))
+    Ok(mmap)
 }
 
 impl<B: Storage> Store<B> {

@@ -4,6 +4,7 @@
 //! (the header checksum, which covers every section's checksum), so a damaged manifest or a shard
 //! replaced on disk is refused at open instead of read as another collection.
 
+use super::dir::CollectionDir;
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Component, Path, PathBuf};
@@ -103,17 +104,17 @@ impl Manifest {
         format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&bytes))
     }
 
-    /// Reads the manifest of the collection at `dir`.
-    pub fn read(dir: &Path) -> Result<Manifest> {
-        let path = dir.join(MANIFEST);
-        let bytes = match read_fallibly(&path) {
+    /// Reads the manifest of the collection `dir` holds open (a regular file: a FIFO would block).
+    pub(super) fn read_in(dir: &CollectionDir) -> Result<Manifest> {
+        let path = dir.path().join(MANIFEST);
+        let bytes = match dir.open_file(Path::new(MANIFEST)).and_then(read_fallibly) {
             Ok(bytes) => bytes,
             Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(Error::Io(std::io::Error::new(
                     std::io::ErrorKind::InvalidInput,
                     format!(
                         "{} is a directory without {MANIFEST}: not a docstore collection",
-                        dir.display()
+                        dir.path().display()
                     ),
                 )))
             }
@@ -158,11 +159,10 @@ impl Manifest {
     }
 }
 
-/// The bytes of the file at `path`, their room reserved fallibly: a file too large for the memory
-/// at hand (a manifest is a few KB; a crafted one need not be) is `OutOfMemory`, not an abort.
-fn read_fallibly(path: &Path) -> Result<Vec<u8>> {
+/// The bytes of `file`, their room reserved fallibly: a file too large for the memory at hand (a
+/// manifest is a few KB; a crafted one need not be) is `OutOfMemory`, not an abort.
+fn read_fallibly(mut file: std::fs::File) -> Result<Vec<u8>> {
     use std::io::Read;
-    let mut file = std::fs::File::open(path)?;
     let len = file.metadata()?.len();
     let mut bytes = Vec::new();
     crate::error::try_reserve(&mut bytes, usize::try_from(len).unwrap_or(usize::MAX))?;

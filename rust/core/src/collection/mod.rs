@@ -11,11 +11,14 @@
 //! one type whatever was opened. A remote store or collection (a URL: `storage::remote`) opens
 //! as the same type over remote files: the same lookups, over another storage.
 
+mod dir;
 mod manifest;
 mod seal;
 
 pub use manifest::{FileEntry, Manifest, MANIFEST};
 pub use seal::seal;
+
+use dir::CollectionDir;
 
 use crate::error::{Error, Result};
 use crate::reader::{self, DataAccess, Found, RecordBatch, Store};
@@ -35,6 +38,8 @@ pub struct Collection {
     starts: Vec<u64>,
     /// The global id index; `None` for a single store file (its own key index serves).
     index: Option<Store<StoreFile>>,
+    /// Where the global id index was opened from (what `verify` names).
+    index_path: Option<PathBuf>,
     fingerprint: u64,
     /// The client of a remote store or collection (`None`: local files).
     remote: Option<Arc<Remote>>,
@@ -52,6 +57,10 @@ const PREFETCH_EVERY: u32 = 16;
 /// the cache may have been evicted under it, or the network may have handed over bad bytes
 /// that passed as the right length.
 const REMOTE_ATTEMPTS: u32 = 3;
+
+/// Opens of a collection directory in a row that may fail because the directory was replaced
+/// (by `seal(..., overwrite=True)`) while each ran; the last failure is the error.
+const OPEN_ATTEMPTS: u32 = 8;
 
 impl Collection {
     /// Opens a collection directory, or a single store file as a collection of one.
@@ -72,6 +81,7 @@ impl Collection {
             shards: vec![store],
             paths: vec![path],
             index: None,
+            index_path: None,
             fingerprint,
             remote,
             warm_streak: AtomicU32::new(0),
@@ -133,7 +143,10 @@ impl Collection {
                 .collect()
         });
         let mut opened = opened.into_iter();
-        let index = opened.next().expect("the index comes first")?;
+        let index = (
+            opened.next().expect("the index comes first")?,
+            PathBuf::from(&urls[0]),
+        );
         let shards = opened
             .zip(&urls[1..])
             .map(|(store, url)| store.map(|s| (s, PathBuf::from(url))))
@@ -141,16 +154,35 @@ impl Collection {
         Collection::assemble(&manifest, url, index, shards, Some(remote))
     }
 
-    /// Opens every file the manifest names and checks that each is the one sealed there.
-    fn open_dir(dir: &Path, access: DataAccess) -> Result<Collection> {
-        let manifest = Manifest::read(dir)?;
-        let index = Store::open_local(manifest.index.path_in(dir)?, DataAccess::Mmap)?;
-        let mut shards = Vec::with_capacity(manifest.shards.len());
-        for entry in &manifest.shards {
-            let path = entry.path_in(dir)?;
-            shards.push((Store::open_local(&path, access)?, path));
+    /// Opens every file the manifest names and checks that each is the one sealed there, all
+    /// from one directory (see `dir`): a collection replaced meanwhile is opened either as it was
+    /// or, once the open that began in the old one fails, as it is now.
+    fn open_dir(path: &Path, access: DataAccess) -> Result<Collection> {
+        let mut attempt = 1;
+        loop {
+            let dir = CollectionDir::open(path)?;
+            match Collection::open_in(&dir, access) {
+                // The old directory's files go once it is replaced: start again in the new one.
+                Err(_) if attempt < OPEN_ATTEMPTS && dir.replaced() => attempt += 1,
+                other => return other,
+            }
         }
-        Collection::assemble(&manifest, &dir.display().to_string(), index, shards, None)
+    }
+
+    fn open_in(dir: &CollectionDir, access: DataAccess) -> Result<Collection> {
+        let manifest = Manifest::read_in(dir)?;
+        let open = |entry: &FileEntry, access: DataAccess| -> Result<(Store<StoreFile>, PathBuf)> {
+            let relative = entry.relative()?;
+            let path = dir.path().join(relative);
+            let store = Store::open_local_file(dir.open_file(relative)?, &path, access)?;
+            Ok((store, path))
+        };
+        let index = open(&manifest.index, DataAccess::Mmap)?;
+        let shards = (manifest.shards.iter())
+            .map(|entry| open(entry, access))
+            .collect::<Result<Vec<_>>>()?;
+        let name = dir.path().display().to_string();
+        Collection::assemble(&manifest, &name, index, shards, None)
     }
 
     /// A collection from its opened files, once each is checked to be the one the manifest
@@ -158,7 +190,7 @@ impl Collection {
     fn assemble(
         manifest: &Manifest,
         name: &str,
-        index: Store<StoreFile>,
+        (index, index_path): (Store<StoreFile>, PathBuf),
         opened: Vec<(Store<StoreFile>, PathBuf)>,
         remote: Option<Arc<Remote>>,
     ) -> Result<Collection> {
@@ -207,6 +239,7 @@ impl Collection {
             paths,
             starts,
             index: Some(index),
+            index_path: Some(index_path),
             fingerprint: xxh3_64(&ids),
             remote,
             warm_streak: AtomicU32::new(0),
@@ -597,6 +630,7 @@ impl Collection {
             paths: self.paths.clone(),
             starts: self.starts.clone(),
             index: self.index.as_ref().map(load).transpose()?,
+            index_path: self.index_path.clone(),
             fingerprint: self.fingerprint,
             remote: None,
             warm_streak: AtomicU32::new(0),
@@ -613,12 +647,33 @@ impl Collection {
         let Some(index) = &self.index else {
             return self.shards[0].verify();
         };
-        index.verify()?;
-        for (shard, path) in self.shards.iter().zip(&self.paths) {
-            shard.verify().map_err(|e| match e {
-                Error::Corrupt(msg) => Error::corrupt(format!("{}: {msg}", path.display())),
-                other => other,
-            })?;
+        // Every file is read, and every damaged one named, not only the first.
+        let index_path = self
+            .index_path
+            .as_deref()
+            .unwrap_or(Path::new("the global id index"));
+        let files = std::iter::once((index, index_path)).chain(
+            self.shards
+                .iter()
+                .zip(self.paths.iter().map(PathBuf::as_path)),
+        );
+        let mut damaged = Vec::new();
+        for (store, path) in files {
+            match store.verify() {
+                Ok(()) => {}
+                Err(Error::Corrupt(msg)) => damaged.push(format!("{}: {msg}", path.display())),
+                Err(other) => return Err(other),
+            }
+        }
+        match damaged.len() {
+            0 => {}
+            1 => return Err(Error::corrupt(damaged.remove(0))),
+            n => {
+                return Err(Error::corrupt(format!(
+                    "{n} damaged files: {}",
+                    damaged.join("; ")
+                )))
+            }
         }
         if index.len() != self.len() {
             return Err(Error::corrupt(

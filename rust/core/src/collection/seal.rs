@@ -44,8 +44,10 @@ pub fn seal(target: &Path, shards: &[PathBuf], overwrite: bool) -> Result<Summar
 
     // The same file twice would only be found as a repeated id: say what it is.
     let mut seen = std::collections::HashMap::new();
+    let mut resolved = Vec::with_capacity(shards.len());
     for source in shards {
-        let meta = std::fs::metadata(source).map_err(|e| named(Error::Io(e), source))?;
+        let real = resolve(source)?;
+        let meta = std::fs::metadata(&real).map_err(|e| named(Error::Io(e), source))?;
         if meta.is_dir() {
             return Err(Error::InvalidArgument(format!(
                 "shard {} is a directory (a collection?), not a store file: give its shards \
@@ -60,15 +62,16 @@ pub fn seal(target: &Path, shards: &[PathBuf], overwrite: bool) -> Result<Summar
                 first.display()
             )));
         }
+        resolved.push(real);
     }
 
     // Linked first, then opened there: what is indexed is what the collection holds.
     let mut entries = Vec::with_capacity(shards.len());
     let mut stores: Vec<Store<Mmap>> = Vec::with_capacity(shards.len());
     let mut total = 0u64;
-    for (i, source) in shards.iter().enumerate() {
+    for (i, (source, real)) in shards.iter().zip(&resolved).enumerate() {
         let file = format!("shards/part-{i:05}.docstore");
-        place(source, &dir.join(&file))?;
+        place(source, real, &dir.join(&file))?;
         let store = Store::open(dir.join(&file)).map_err(|e| named(e, source))?;
         if let Some(first) = stores.first() {
             if store.schema() != first.schema() {
@@ -120,10 +123,27 @@ pub fn seal(target: &Path, shards: &[PathBuf], overwrite: bool) -> Result<Summar
     })
 }
 
-/// Puts a shard's file at `dest`: a hard link, or a copy where links cannot go (another file
-/// system). Either way the source is left as it was.
-fn place(source: &Path, dest: &Path) -> Result<()> {
-    let kind = std::fs::metadata(source)
+/// The file a shard's path names, every symbolic link on the way resolved: link(2) would link a
+/// symbolic link itself, leaving the collection dependent on (or, for a relative link, dangling
+/// from) where it points.
+fn resolve(source: &Path) -> Result<PathBuf> {
+    std::fs::canonicalize(source).map_err(|e| match std::fs::read_link(source) {
+        Ok(to) => Error::Io(std::io::Error::new(
+            e.kind(),
+            format!(
+                "shard {} is a symbolic link to {}, which cannot be opened ({e})",
+                source.display(),
+                to.display()
+            ),
+        )),
+        Err(_) => named(Error::Io(e), source),
+    })
+}
+
+/// Puts a shard's file (`real`: `source` with its links resolved) at `dest`: a hard link, or a
+/// copy where links cannot go (another file system). Either way the source is left as it was.
+fn place(source: &Path, real: &Path, dest: &Path) -> Result<()> {
+    let kind = std::fs::metadata(real)
         .map_err(|e| named(Error::Io(e), source))?
         .file_type();
     if !kind.is_file() {
@@ -132,8 +152,8 @@ fn place(source: &Path, dest: &Path) -> Result<()> {
             source.display()
         )));
     }
-    if std::fs::hard_link(source, dest).is_err() {
-        std::fs::copy(source, dest).map_err(|e| named(Error::Io(e), source))?;
+    if std::fs::hard_link(real, dest).is_err() {
+        std::fs::copy(real, dest).map_err(|e| named(Error::Io(e), source))?;
         File::open(dest)?.sync_all()?;
     }
     Ok(())

@@ -1,0 +1,106 @@
+//! A collection directory held open while a collection is opened from it.
+//!
+//! `seal(..., overwrite=True)` exchanges the directory at the target with a new one, then removes
+//! the old one. An open that resolved the target's path once per file could read the old
+//! manifest and a new shard (a mix, refused as damage), or find a file the seal had just
+//! removed. Every file is opened relative to one directory descriptor instead, so that one open
+//! reads one version; `replaced` tells a failure that a concurrent publish explains.
+
+use crate::error::{Error, Result};
+use std::ffi::CString;
+use std::fs::File;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::io::{AsRawFd, FromRawFd};
+use std::path::{Path, PathBuf};
+
+pub(super) struct CollectionDir {
+    fd: File,
+    path: PathBuf,
+}
+
+impl CollectionDir {
+    pub(super) fn open(path: &Path) -> Result<CollectionDir> {
+        let fd = File::options()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY)
+            .open(path)?;
+        Ok(CollectionDir {
+            fd,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The path the directory was opened by.
+    pub(super) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether the path now names another directory than the one opened (or nothing): the
+    /// collection was replaced or removed since.
+    pub(super) fn replaced(&self) -> bool {
+        match (self.fd.metadata(), std::fs::metadata(&self.path)) {
+            (Ok(held), Ok(now)) => (held.dev(), held.ino()) != (now.dev(), now.ino()),
+            _ => true,
+        }
+    }
+
+    /// Opens the regular file `relative` (a name the manifest gave, checked to stay inside) in
+    /// this directory, whatever the path names meanwhile.
+    pub(super) fn open_file(&self, relative: &Path) -> Result<File> {
+        let shown = self.path.join(relative);
+        let named = |e: std::io::Error| {
+            Error::Io(std::io::Error::new(
+                e.kind(),
+                format!("{}: {e}", shown.display()),
+            ))
+        };
+        let name = CString::new(relative.as_os_str().as_bytes()).map_err(|_| {
+            Error::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{:?}: a NUL in a file name", relative.display().to_string()),
+            ))
+        })?;
+        // Opening a FIFO for reading blocks until a writer comes: look before opening (what is
+        // opened is looked at again, in case it changed between the two looks).
+        let mut stat = std::mem::MaybeUninit::<libc::stat>::uninit();
+        // SAFETY: a directory descriptor `self.fd` owns, a NUL-terminated name that outlives the
+        // call, and room for one `stat`, which the call fills when it returns 0.
+        let rc = unsafe { libc::fstatat(self.fd.as_raw_fd(), name.as_ptr(), stat.as_mut_ptr(), 0) };
+        if rc != 0 {
+            return Err(named(std::io::Error::last_os_error()));
+        }
+        // SAFETY: filled by the successful call above.
+        let mode = unsafe { stat.assume_init() }.st_mode;
+        not_regular(mode & libc::S_IFMT, &shown)?;
+        // SAFETY: as for `fstatat`; the descriptor returned is checked before use.
+        let fd = unsafe {
+            libc::openat(
+                self.fd.as_raw_fd(),
+                name.as_ptr(),
+                libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(named(std::io::Error::last_os_error()));
+        }
+        // SAFETY: a descriptor just opened, owned by nothing else: the `File` closes it.
+        let file = unsafe { File::from_raw_fd(fd) };
+        let kind = file.metadata().map_err(named)?.mode() & libc::S_IFMT;
+        not_regular(kind, &shown)?;
+        Ok(file)
+    }
+}
+
+/// An error unless `kind` (the `S_IFMT` bits of a mode) is a regular file's.
+fn not_regular(kind: libc::mode_t, shown: &Path) -> Result<()> {
+    let what = match kind {
+        libc::S_IFREG => return Ok(()),
+        libc::S_IFDIR => "a directory",
+        _ => "not a regular file (a FIFO, socket or device)",
+    };
+    Err(Error::Io(std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        format!("{} is {what}", shown.display()),
+    )))
+}
