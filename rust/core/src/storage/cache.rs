@@ -12,7 +12,7 @@
 //!                       store's fingerprint
 //! ```
 //!
-//! An entry is named by what the client knows of the object (`remote::Identity::key`: its
+//! An entry is named by what the client knows of the object (`Remote::cache_key`: its
 //! normalised URL, version, ETag, Last-Modified and size), never by what the object says of
 //! itself: a mirror serving the genuine header with a forged document gets an entry of its own,
 //! not the genuine store's. The store's fingerprint (its header checksum) is kept in the entry and
@@ -157,7 +157,7 @@ fn io(context: impl std::fmt::Display, e: std::io::Error) -> Error {
 }
 
 impl CacheFile {
-    /// The cache of the store whose entry is named `key` (see `remote::Identity::key`), with
+    /// The cache of the store whose entry is named `key` (see `Remote::cache_key`), with
     /// `fingerprint` and `size` bytes: found in the directory, or made there (under a scratch
     /// name, then renamed: two processes never see half a cache). An entry found there that is
     /// not this user's own, or whose fingerprint differs, is never read: it is set aside and made
@@ -993,5 +993,53 @@ mod tests {
                 .unwrap();
             assert_eq!(idle.present(&first), kept, "lease {lease}");
         }
+    }
+
+    #[test]
+    fn an_entry_made_for_another_store_is_set_aside_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = CacheFile::open(&config(dir.path(), 1 << 30, 30), "k", 1, SEGMENT).unwrap();
+        let units = first.units(&(0..4096));
+        first.write(units.clone(), &[5u8; 4096]).unwrap();
+        assert!(
+            CacheFile::open(&config(dir.path(), 1 << 30, 30), "k", 1, SEGMENT)
+                .unwrap()
+                .present(&units)
+        );
+        // The same key (URL, validators, size), another header: never the first one's bytes.
+        let other = CacheFile::open(&config(dir.path(), 1 << 30, 30), "k", 2, SEGMENT).unwrap();
+        assert!(!other.present(&units));
+    }
+
+    #[test]
+    fn a_cache_dir_others_may_write_is_refused_unless_sticky() {
+        let dir = tempfile::tempdir().unwrap();
+        let mode = |m| std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(m));
+        mode(0o777).unwrap();
+        let err = CacheFile::open(&config(dir.path(), 1 << 30, 30), "k", 1, SEGMENT)
+            .err()
+            .unwrap();
+        assert!(
+            matches!(&err, Error::InvalidArgument(m) if m.contains("writable by other users")),
+            "{err}"
+        );
+        mode(0o1777).unwrap();
+        CacheFile::open(&config(dir.path(), 1 << 30, 30), "k", 1, SEGMENT).unwrap();
+    }
+
+    #[test]
+    fn a_usage_link_is_replaced_never_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"precious bytes").unwrap();
+        let cache = dir.path().join("cache");
+        std::fs::create_dir(&cache).unwrap();
+        std::os::unix::fs::symlink(&victim, cache.join("usage")).unwrap();
+        let file = CacheFile::open(&config(&cache, 1 << 30, 30), "k", 1, SEGMENT).unwrap();
+        file.write(file.units(&(0..64)), &[1u8; 64]).unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious bytes");
+        let usage = std::fs::symlink_metadata(cache.join("usage")).unwrap();
+        assert!(usage.file_type().is_file());
+        assert_eq!(usage.mode() & 0o777, 0o600);
     }
 }
