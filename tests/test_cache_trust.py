@@ -354,3 +354,26 @@ def test_the_cli_refuses_a_cache_dir_others_may_change(served, tmp_path):
         timeout=120,
     )
     assert out.returncode != 0 and "writable by other users" in out.stderr, out.stderr
+
+
+def test_the_key_holds_no_credentials_nor_query(genuine, docs, tmp_path):
+    """The entry's name is a hash of the normalised URL: credentials and a query string name the
+    same object on the same server, so the same entry, and appear nowhere in the cache."""
+    server = RangeHTTPServer(str(genuine.parent))
+    cache = tmp_path / "cache"
+    doc_id = victim_of(docs)
+    try:
+        host = server.url.removeprefix("http://")
+        for url in [
+            f"{server.url}/{NAME}",
+            f"http://someone:s3cret@{host}/{NAME}",
+            f"{server.url}/{NAME}?sig=s3cret",
+        ]:
+            assert_doc_equal(open_remote(url, cache)[doc_id], doc_id, docs[doc_id])
+        assert len(entries(cache)) == 1
+        for root, _, files in os.walk(cache):
+            for name in files:
+                assert b"s3cret" not in (cache / root / name).read_bytes()
+            assert "s3cret" not in root
+    finally:
+        server.stop()
