@@ -87,7 +87,8 @@ class _Server(http.server.ThreadingHTTPServer):
 
 
 class _Files(http.server.BaseHTTPRequestHandler):
-    """GET and HEAD of files under the server's root, with single byte ranges (RFC 7233)."""
+    """GET and HEAD of files under the server's root, with single byte ranges (RFC 7233), the
+    validators the server is configured to send (``RangeHTTPServer``), and ``If-Match``."""
 
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
@@ -116,7 +117,21 @@ class _Files(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
-        size = os.path.getsize(path)
+        stat = os.stat(path)
+        size = stat.st_size
+        etag = {
+            None: None,
+            "strong": f'"{stat.st_mtime_ns:x}-{size:x}"',  # nginx's kind: changes with the file
+            "weak": f'W/"{stat.st_mtime_ns:x}-{size:x}"',
+            "reused": '"v1"',  # the same for every version of the file
+        }[self.server.etag]  # type: ignore[attr-defined]
+        wanted_tag = self.headers.get("If-Match")  # RFC 9110: compared strongly
+        strong = etag if etag is not None and not etag.startswith("W/") else None
+        if wanted_tag is not None and wanted_tag != "*" and wanted_tag != strong:
+            self.send_response(412)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         start, end = 0, size - 1
         wanted = self.headers.get("Range")
         status = 200
@@ -139,7 +154,10 @@ class _Files(http.server.BaseHTTPRequestHandler):
         if status == 206:
             self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
         self.send_header("Accept-Ranges", "bytes")
-        self.send_header("Last-Modified", self.date_time_string(int(os.path.getmtime(path))))
+        if self.server.last_modified:  # type: ignore[attr-defined]
+            self.send_header("Last-Modified", self.date_time_string(int(stat.st_mtime)))
+        if etag is not None:
+            self.send_header("ETag", etag)
         self.end_headers()
         if body:
             with open(path, "rb") as f:
@@ -149,13 +167,21 @@ class _Files(http.server.BaseHTTPRequestHandler):
 
 class RangeHTTPServer:
     """A plain HTTP file server with range support, in a thread; each request waits ``latency``
-    seconds first (a far server, without a proxy's extra hop)."""
+    seconds first (a far server, without a proxy's extra hop). It sends ``Last-Modified`` (the
+    file's mtime, unless ``last_modified=False``) and, by ``etag``, no ETag (None, as Python's
+    http.server), a ``"strong"`` one of the file's mtime and size (as nginx), a ``"weak"`` one,
+    or one ``"reused"`` for every version of a file; ``If-Match`` is answered 412 unless it
+    names the current strong ETag."""
 
-    def __init__(self, root: str, latency: float = 0.0) -> None:
+    def __init__(
+        self, root: str, latency: float = 0.0, *, etag: str | None = None, last_modified: bool = True
+    ) -> None:
         self.server = _Server(("127.0.0.1", 0), _Files)
         self.server.root = os.path.realpath(root)  # type: ignore[attr-defined]
         self.server.requests = 0  # type: ignore[attr-defined]
         self.server.latency = latency  # type: ignore[attr-defined]
+        self.server.etag = etag  # type: ignore[attr-defined]
+        self.server.last_modified = last_modified  # type: ignore[attr-defined]
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"

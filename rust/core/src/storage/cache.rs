@@ -5,14 +5,23 @@
 //! Layout of a cache directory (`cache_dir`, see docs/remote.md):
 //!
 //! ```text
-//! usage                       8 bytes: the bytes held by every store below (an atomic counter)
-//! <fingerprint>-<size>/data   sparse, the object's size: fetched bytes at their own offsets
-//! <fingerprint>-<size>/map    which 512-byte units of `data` hold fetched bytes (a bitmap), and
-//!                             per 1 MiB segment its generation and last use
+//! usage                 8 bytes: the bytes held by every store below (an atomic counter)
+//! <key>-<size>/data     sparse, the object's size: fetched bytes at their own offsets
+//! <key>-<size>/map      which 64-byte units of `data` hold fetched bytes (a bitmap), and per
+//!                       1 MiB segment its generation and last use; its header holds the
+//!                       store's fingerprint
 //! ```
 //!
-//! The directory is named by the store's fingerprint (its header checksum, which covers every
-//! section's checksum), so a replaced object is a new directory and never served stale.
+//! An entry is named by what the client knows of the object (`Remote::cache_key`: its
+//! normalised URL, version, ETag, Last-Modified and size), never by what the object says of
+//! itself: a mirror serving the genuine header with a forged document gets an entry of its own,
+//! not the genuine store's. The store's fingerprint (its header checksum) is kept in the entry and
+//! checked at open: an entry whose object now says otherwise is set aside, never read.
+//!
+//! The directory is the user's own (`check_dir`): made 0700, entries 0700 and files 0600 whatever
+//! the umask; a directory another user owns, or may write without the sticky bit, is refused; no
+//! file of it is opened through a symbolic link (`O_NOFOLLOW`), and only entries and files this
+//! user owns are used (another's, in a shared sticky directory, make this store's cache private).
 //!
 //! Concurrency, between threads and processes alike (everything shared is an atomic word in a
 //! shared mapping):
@@ -33,7 +42,7 @@ use memmap2::{Mmap, MmapMut};
 use std::fs::File;
 use std::ops::Range;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -62,6 +71,9 @@ const LEASE_AT: u64 = 40;
 const PURCHASE_AT: u64 = 48;
 /// A purchase older than this is taken over (its process died, or its network hangs).
 const PURCHASE_PATIENCE: u64 = 60;
+/// The store's fingerprint (its header checksum), written when the entry is made: what an open
+/// checks the object's header against.
+const FINGERPRINT_AT: u64 = 56;
 
 /// Segment word: bit 63 = being evicted, bit 62 = pinned, bits 32..62 = generation, bits 0..32 =
 /// last use (s).
@@ -145,18 +157,22 @@ fn io(context: impl std::fmt::Display, e: std::io::Error) -> Error {
 }
 
 impl CacheFile {
-    /// The cache of the store with `fingerprint` and `size` bytes: found in the directory, or
-    /// made there (under a scratch name, then renamed: two processes never see half a cache).
-    pub fn open(config: &CacheConfig, fingerprint: u64, size: u64) -> Result<CacheFile> {
+    /// The cache of the store whose entry is named `key` (see `Remote::cache_key`), with
+    /// `fingerprint` and `size` bytes: found in the directory, or made there (under a scratch
+    /// name, then renamed: two processes never see half a cache). An entry found there that is
+    /// not this user's own, or whose fingerprint differs, is never read: it is set aside and made
+    /// anew, or, where it cannot be set aside (another user's, in a sticky directory), this store
+    /// gets a private cache.
+    pub fn open(config: &CacheConfig, key: &str, fingerprint: u64, size: u64) -> Result<CacheFile> {
         let Some(dir) = &config.dir else {
             return CacheFile::private(config, size);
         };
-        std::fs::create_dir_all(dir).map_err(|e| io(dir.display(), e))?;
+        check_dir(dir)?;
         let usage = shared_usage(dir)?;
-        let name = format!("{fingerprint:016x}-{size:x}");
+        let name = format!("{key}-{size:x}");
         let target = dir.join(&name);
         for _ in 0..3 {
-            match CacheFile::open_existing(&target, size) {
+            match CacheFile::open_existing(&target, size, Some(fingerprint)) {
                 Ok(Some((data, map))) => {
                     let entry = Some((dir.clone(), name));
                     let file = CacheFile::new(data, map, size, usage, config, entry);
@@ -166,17 +182,27 @@ impl CacheFile {
                 }
                 Ok(None) => {}
                 Err(_) => {
-                    // Not a cache this docstore can use (damaged, another layout): set aside.
+                    // Not an entry this process can trust (damaged, another layout, another
+                    // object's, a link, another user's): set aside, never read.
                     let aside = dir.join(format!(".stale-{name}-{}", crate::process::id()));
-                    let _ = std::fs::rename(&target, &aside);
-                    let _ = std::fs::remove_dir_all(&aside);
+                    match std::fs::rename(&target, &aside) {
+                        Ok(()) => {
+                            let _ = std::fs::remove_dir_all(&aside);
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        // Another user's, in a sticky directory: left alone, and not used.
+                        Err(_) => return CacheFile::private(config, size),
+                    }
                 }
             }
             let scratch = tempfile::Builder::new()
                 .prefix(".new-")
                 .tempdir_in(dir)
                 .map_err(|e| io(dir.display(), e))?;
-            create_files(scratch.path(), size)?;
+            // Private whatever the umask (`permissions` goes through it).
+            std::fs::set_permissions(scratch.path(), std::fs::Permissions::from_mode(0o700))
+                .map_err(|e| io(scratch.path().display(), e))?;
+            create_files(scratch.path(), size, fingerprint)?;
             let scratch = scratch.keep();
             if std::fs::rename(&scratch, &target).is_err() {
                 // Another process made it first: use theirs.
@@ -189,13 +215,15 @@ impl CacheFile {
         ))
     }
 
-    /// A cache for this process alone: made in the temporary directory and unlinked at once.
-    fn private(config: &CacheConfig, size: u64) -> Result<CacheFile> {
+    /// A cache for this process alone: made in the temporary directory and unlinked at once
+    /// (`cache_bytes=0`, or an object that no version, ETag or Last-Modified pins: its bytes
+    /// cannot be tied to one version, so no other process may read them).
+    pub fn private(config: &CacheConfig, size: u64) -> Result<CacheFile> {
         let scratch = tempfile::Builder::new()
             .prefix("docstore-cache-")
             .tempdir()
             .map_err(|e| io("temporary directory", e))?;
-        let (data, map) = create_files(scratch.path(), size)?;
+        let (data, map) = create_files(scratch.path(), size, 0)?;
         drop(scratch); // unlinks both: the open files live on
         let config = CacheConfig {
             budget: PRIVATE_BUDGET,
@@ -211,20 +239,25 @@ impl CacheFile {
         ))
     }
 
-    fn open_existing(dir: &Path, size: u64) -> Result<Option<(File, MmapMut)>> {
-        let data = match File::options()
-            .read(true)
-            .write(true)
-            .open(dir.join("data"))
-        {
-            Ok(file) => file,
+    /// The entry at `dir`: `None` if there is none; an error if it is not one this user can
+    /// trust: a link or not a directory, files that are links or not this user's, another size
+    /// or layout, or (with `fingerprint`) another store's.
+    fn open_existing(
+        dir: &Path,
+        size: u64,
+        fingerprint: Option<u64>,
+    ) -> Result<Option<(File, MmapMut)>> {
+        match std::fs::symlink_metadata(dir) {
+            Ok(meta) => owned(dir, &meta, true)?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(io(dir.display(), e)),
+        }
+        let data = match open_owned(&dir.join("data"), false) {
+            Ok(file) => file,
+            Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
         };
-        let map_file = File::options()
-            .read(true)
-            .write(true)
-            .open(dir.join("map"))?;
+        let map_file = open_owned(&dir.join("map"), false)?;
         if data.metadata()?.len() != size || map_file.metadata()?.len() != map_len(size) {
             return Err(Error::corrupt("cache entry of another size"));
         }
@@ -236,6 +269,11 @@ impl CacheFile {
             || crate::format::u32_at(&map, 16) as u64 != UNIT
         {
             return Err(Error::corrupt("not a docstore cache entry"));
+        }
+        if fingerprint.is_some_and(|f| crate::format::u64_at(&map, FINGERPRINT_AT as usize) != f) {
+            // The same URL, version and size, another header: a server that reuses its
+            // validators. What the entry holds may be another object's bytes.
+            return Err(Error::corrupt("cache entry of another store"));
         }
         Ok(Some((data, map)))
     }
@@ -575,7 +613,10 @@ impl CacheFile {
                 let name = e.file_name().into_string().ok()?;
                 // `<fingerprint>-<size>`: scratch entries (`.new-...`) and `usage` are not.
                 let size = u64::from_str_radix(name.split_once('-')?.1, 16).ok()?;
-                let changed = e.path().join("map").metadata().ok()?.modified().ok()?;
+                let changed = std::fs::symlink_metadata(e.path().join("map"))
+                    .ok()?
+                    .modified()
+                    .ok()?;
                 (name != *me).then(|| (changed, e.path(), size))
             })
             .collect();
@@ -587,7 +628,7 @@ impl CacheFile {
             // The same shared counter, mapped once more (a recount per entry was quadratic in
             // the number of entries).
             let (Ok(Some((data, map))), Ok(usage)) =
-                (CacheFile::open_existing(&path, size), map_usage(dir))
+                (CacheFile::open_existing(&path, size, None), map_usage(dir))
             else {
                 continue;
             };
@@ -665,31 +706,135 @@ impl CacheFile {
     }
 }
 
-/// Makes `data` (sparse, `size` bytes) and `map` (header written) in `dir`.
-fn create_files(dir: &Path, size: u64) -> Result<(File, MmapMut)> {
-    let data = File::options()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(dir.join("data"))
-        .map_err(|e| io(dir.display(), e))?;
-    data.set_len(size)?;
-    let map_file = File::options()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(dir.join("map"))
-        .map_err(|e| io(dir.display(), e))?;
-    map_file.set_len(map_len(size))?;
+/// Makes `data` (sparse, `size` bytes) and `map` (header written, `fingerprint` included) in
+/// `dir`: 0600 whatever the umask, never through a link.
+fn create_files(dir: &Path, size: u64, fingerprint: u64) -> Result<(File, MmapMut)> {
+    let create = |name: &str, len: u64| -> Result<File> {
+        let path = dir.join(name);
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .map_err(|e| io(path.display(), e))?;
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| io(path.display(), e))?;
+        file.set_len(len).map_err(|e| io(path.display(), e))?;
+        Ok(file)
+    };
+    let data = create("data", size)?;
+    let map_file = create("map", map_len(size))?;
     let mut header = [0u8; MAP_HEADER as usize];
     header[..8].copy_from_slice(MAGIC);
     header[8..16].copy_from_slice(&size.to_le_bytes());
     header[16..20].copy_from_slice(&(UNIT as u32).to_le_bytes());
     header[20..24].copy_from_slice(&(SEGMENT as u32).to_le_bytes());
+    let at = FINGERPRINT_AT as usize;
+    header[at..at + 8].copy_from_slice(&fingerprint.to_le_bytes());
     map_file.write_all_at(&header, 0)?;
     // SAFETY: a file this process just made; every later access to its words is atomic.
     let map = unsafe { MmapMut::map_mut(&map_file)? };
     Ok((data, map))
+}
+
+/// This process's effective user.
+fn me() -> u32 {
+    // SAFETY: a plain system call without arguments; it cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Refuses what `meta` describes unless it is this user's own (`dir`: a directory, else a
+/// regular file), never a link: another user's file could be changed under the readers.
+fn owned(path: &Path, meta: &std::fs::Metadata, dir: bool) -> Result<()> {
+    let kind = meta.file_type();
+    let what = match dir {
+        true => "a directory",
+        false => "a regular file",
+    };
+    if (dir && !kind.is_dir()) || (!dir && !kind.is_file()) {
+        return Err(io(
+            path.display(),
+            std::io::Error::other(format!("not {what} (a link?): not used")),
+        ));
+    }
+    if meta.uid() != me() {
+        return Err(io(
+            path.display(),
+            std::io::Error::other(format!(
+                "owned by uid {}, not by this user (uid {}): not used",
+                meta.uid(),
+                me()
+            )),
+        ));
+    }
+    Ok(())
+}
+
+/// Opens a file of the cache for reading and writing, never through a link (`O_NOFOLLOW`), and
+/// only if it is a regular file this user owns (`create`: made 0600 if missing).
+fn open_owned(path: &Path, create: bool) -> Result<File> {
+    let file = File::options()
+        .read(true)
+        .write(true)
+        .create(create)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| io(path.display(), e))?;
+    owned(path, &file.metadata()?, false)?;
+    Ok(file)
+}
+
+/// Makes `dir` (0700, whatever the umask) if missing, and refuses it unless this user or root
+/// owns it, and only they may write it (or others may, with the sticky bit: a shared `/tmp`-like
+/// directory, where no user can rename or delete another's entries). A `cache_dir` that is a
+/// link is followed: the user named it.
+pub fn check_dir(dir: &Path) -> Result<()> {
+    let meta = match std::fs::metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            match std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+            {
+                Ok(()) => {
+                    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(io(dir.display(), e)),
+            }
+            std::fs::metadata(dir).map_err(|e| io(dir.display(), e))?
+        }
+        Err(e) => return Err(io(dir.display(), e)),
+        Ok(meta) => meta,
+    };
+    let refuse = |why: String| {
+        Err(Error::InvalidArgument(format!(
+            "cache_dir {}: {why}; another user could change what docstore reads there: give a \
+             directory of your own",
+            dir.display()
+        )))
+    };
+    if !meta.is_dir() {
+        return refuse("not a directory".to_string());
+    }
+    if meta.uid() != me() && meta.uid() != 0 {
+        return refuse(format!(
+            "owned by uid {}, not by this user (uid {}) or root",
+            meta.uid(),
+            me()
+        ));
+    }
+    if meta.mode() & 0o022 != 0 && meta.mode() & 0o1000 == 0 {
+        return refuse(format!(
+            "writable by other users (mode {:o}) without the sticky bit",
+            meta.mode() & 0o7777
+        ));
+    }
+    Ok(())
 }
 
 /// The node's `usage` counter, made if missing; recounted from the stores' own counters, so that
@@ -699,9 +844,13 @@ fn shared_usage(dir: &Path) -> Result<Usage> {
     let mut total = 0u64;
     if let Ok(entries) = std::fs::read_dir(dir) {
         for entry in entries.flatten() {
-            let map = entry.path().join("map");
+            // This user's entries only, never through a link.
+            let path = entry.path();
+            if !std::fs::symlink_metadata(&path).is_ok_and(|m| owned(&path, &m, true).is_ok()) {
+                continue;
+            }
             let mut held = [0u8; 8];
-            if let Ok(file) = File::open(&map) {
+            if let Ok(file) = open_owned(&path.join("map"), false) {
                 let mut magic = [0u8; 8];
                 if file.read_exact_at(&mut magic, 0).is_ok()
                     && &magic == MAGIC
@@ -716,16 +865,21 @@ fn shared_usage(dir: &Path) -> Result<Usage> {
     Ok(usage)
 }
 
-/// The directory's shared byte counter, mapped as it is (`shared_usage` also recounts it).
+/// The directory's shared byte counter, mapped as it is (`shared_usage` also recounts it). A
+/// `usage` that is a link, or not this user's file, is replaced, never written through.
 fn map_usage(dir: &Path) -> Result<Usage> {
     let path = dir.join("usage");
-    let file = File::options()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|e| io(path.display(), e))?;
+    let file = match open_owned(&path, true) {
+        Ok(file) => file,
+        Err(_) => {
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io(path.display(), e)),
+            }
+            open_owned(&path, true)?
+        }
+    };
     if file.metadata()?.len() < 8 {
         file.set_len(8)?;
     }
@@ -749,8 +903,8 @@ mod tests {
     #[test]
     fn one_purchase_at_a_time_across_opens_and_a_stale_one_is_taken_over() {
         let dir = tempfile::tempdir().unwrap();
-        let a = CacheFile::open(&config(dir.path(), 1 << 30, 30), 7, SEGMENT).unwrap();
-        let b = CacheFile::open(&config(dir.path(), 1 << 30, 30), 7, SEGMENT).unwrap();
+        let a = CacheFile::open(&config(dir.path(), 1 << 30, 30), "k7", 7, SEGMENT).unwrap();
+        let b = CacheFile::open(&config(dir.path(), 1 << 30, 30), "k7", 7, SEGMENT).unwrap();
         let stamp = a.begin_purchase().unwrap();
         assert!(
             b.begin_purchase().is_none(),
@@ -773,7 +927,7 @@ mod tests {
     fn writes_are_present_once_written_and_shared_between_opens() {
         let dir = tempfile::tempdir().unwrap();
         let size = 3 * SEGMENT + 100;
-        let a = CacheFile::open(&config(dir.path(), 1 << 30, 30), 7, size).unwrap();
+        let a = CacheFile::open(&config(dir.path(), 1 << 30, 30), "k7", 7, size).unwrap();
         let units = a.units(&(1000..5000));
         let mut missing = Vec::new();
         a.missing(units.clone(), &mut missing);
@@ -785,7 +939,7 @@ mod tests {
         )
         .unwrap();
         assert!(a.present(&units));
-        let b = CacheFile::open(&config(dir.path(), 1 << 30, 30), 7, size).unwrap();
+        let b = CacheFile::open(&config(dir.path(), 1 << 30, 30), "k7", 7, size).unwrap();
         assert!(b.present(&units), "another open (process) sees the write");
         assert_eq!(&b.map_data().unwrap()[1000..5000], &[9u8; 4000][..]);
         assert_eq!(b.usage(), (units.end - units.start) * UNIT);
@@ -801,7 +955,7 @@ mod tests {
     fn evicts_past_the_budget_outside_the_lease_and_punches_holes() {
         let dir = tempfile::tempdir().unwrap();
         let size = 8 * SEGMENT;
-        let cache = CacheFile::open(&config(dir.path(), 2 * SEGMENT, 0), 1, size).unwrap();
+        let cache = CacheFile::open(&config(dir.path(), 2 * SEGMENT, 0), "k1", 1, size).unwrap();
         for segment in 0..4 {
             let units = cache.units(&(segment * SEGMENT..(segment + 1) * SEGMENT));
             cache.write(units, &vec![1u8; SEGMENT as usize]).unwrap();
@@ -811,7 +965,7 @@ mod tests {
             .filter(|s| cache.present(&cache.units(&(s * SEGMENT..s * SEGMENT + 1))))
             .count();
         assert!(present <= 2);
-        let leased = CacheFile::open(&config(dir.path(), SEGMENT, 3600), 2, size).unwrap();
+        let leased = CacheFile::open(&config(dir.path(), SEGMENT, 3600), "k2", 2, size).unwrap();
         for segment in 0..3 {
             let units = leased.units(&(segment * SEGMENT..(segment + 1) * SEGMENT));
             leased.write(units, &vec![1u8; SEGMENT as usize]).unwrap();
@@ -827,17 +981,65 @@ mod tests {
         for (lease, kept) in [(3600, true), (0, false)] {
             let dir = tempfile::tempdir().unwrap();
             let idle =
-                CacheFile::open(&config(dir.path(), 1 << 30, lease), 1, 4 * SEGMENT).unwrap();
+                CacheFile::open(&config(dir.path(), 1 << 30, lease), "k1", 1, 4 * SEGMENT).unwrap();
             let first = idle.units(&(0..SEGMENT));
             idle.write(first.clone(), &vec![7u8; SEGMENT as usize])
                 .unwrap();
             // Stamped in an earlier second than the sweep's, so that a lease of 0 has run out.
             idle.segment_word(0).fetch_sub(1, Ordering::Relaxed);
             let busy =
-                CacheFile::open(&config(dir.path(), SEGMENT / 2, 0), 2, 4 * SEGMENT).unwrap();
+                CacheFile::open(&config(dir.path(), SEGMENT / 2, 0), "k2", 2, 4 * SEGMENT).unwrap();
             busy.write(busy.units(&(0..SEGMENT)), &vec![9u8; SEGMENT as usize])
                 .unwrap();
             assert_eq!(idle.present(&first), kept, "lease {lease}");
         }
+    }
+
+    #[test]
+    fn an_entry_made_for_another_store_is_set_aside_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = CacheFile::open(&config(dir.path(), 1 << 30, 30), "k", 1, SEGMENT).unwrap();
+        let units = first.units(&(0..4096));
+        first.write(units.clone(), &[5u8; 4096]).unwrap();
+        assert!(
+            CacheFile::open(&config(dir.path(), 1 << 30, 30), "k", 1, SEGMENT)
+                .unwrap()
+                .present(&units)
+        );
+        // The same key (URL, validators, size), another header: never the first one's bytes.
+        let other = CacheFile::open(&config(dir.path(), 1 << 30, 30), "k", 2, SEGMENT).unwrap();
+        assert!(!other.present(&units));
+    }
+
+    #[test]
+    fn a_cache_dir_others_may_write_is_refused_unless_sticky() {
+        let dir = tempfile::tempdir().unwrap();
+        let mode = |m| std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(m));
+        mode(0o777).unwrap();
+        let err = CacheFile::open(&config(dir.path(), 1 << 30, 30), "k", 1, SEGMENT)
+            .err()
+            .unwrap();
+        assert!(
+            matches!(&err, Error::InvalidArgument(m) if m.contains("writable by other users")),
+            "{err}"
+        );
+        mode(0o1777).unwrap();
+        CacheFile::open(&config(dir.path(), 1 << 30, 30), "k", 1, SEGMENT).unwrap();
+    }
+
+    #[test]
+    fn a_usage_link_is_replaced_never_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"precious bytes").unwrap();
+        let cache = dir.path().join("cache");
+        std::fs::create_dir(&cache).unwrap();
+        std::os::unix::fs::symlink(&victim, cache.join("usage")).unwrap();
+        let file = CacheFile::open(&config(&cache, 1 << 30, 30), "k", 1, SEGMENT).unwrap();
+        file.write(file.units(&(0..64)), &[1u8; 64]).unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious bytes");
+        let usage = std::fs::symlink_metadata(cache.join("usage")).unwrap();
+        assert!(usage.file_type().is_file());
+        assert_eq!(usage.mode() & 0o777, 0o600);
     }
 }

@@ -203,6 +203,92 @@ impl RemoteOptions {
     }
 }
 
+/// What identifies the object a store was opened from, as its server states it in every
+/// response (`ObjectMeta`): its size, and whichever of an S3/GCS/Azure version, an ETag and a
+/// Last-Modified it gives. The open's pins every later request (`fetch`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Identity {
+    pub size: u64,
+    pub version: Option<String>,
+    pub e_tag: Option<String>,
+    /// Seconds since the epoch (`None`: the server sent none).
+    pub last_modified: Option<i64>,
+}
+
+impl Identity {
+    fn of(meta: &object_store::ObjectMeta) -> Identity {
+        // object_store reads a missing Last-Modified as the epoch.
+        let seconds = meta.last_modified.timestamp();
+        Identity {
+            size: meta.size,
+            version: meta.version.clone(),
+            e_tag: meta.e_tag.clone(),
+            last_modified: (seconds != 0).then_some(seconds),
+        }
+    }
+
+    /// The ETag, if strong: a weak one (`W/...`) never matches `If-Match` (RFC 9110 compares
+    /// strongly), and may stay the same while the bytes change.
+    fn strong_e_tag(&self) -> Option<&str> {
+        self.e_tag.as_deref().filter(|tag| !tag.starts_with("W/"))
+    }
+
+    /// Whether anything but the size ties the object to one version: a version, a strong ETag
+    /// or a Last-Modified. Bytes of an object that nothing pins are never shared (`RemoteFile`).
+    pub fn pins(&self) -> bool {
+        self.version.is_some() || self.strong_e_tag().is_some() || self.last_modified.is_some()
+    }
+
+    /// A range request for this object only: its version (S3, GCS, Azure: that version is
+    /// served even after a replacement) and `If-Match` its strong ETag (the server checks it);
+    /// `differs` checks every response besides, for what the server does not.
+    fn get_options(&self, range: Range<u64>) -> object_store::GetOptions {
+        object_store::GetOptions {
+            range: Some(object_store::GetRange::Bounded(range)),
+            if_match: self.strong_e_tag().map(str::to_string),
+            version: self.version.clone(),
+            ..Default::default()
+        }
+    }
+
+    /// How `response` (a response's identity) shows another object than this one, if it does:
+    /// another size, version, ETag (weak ones included) or Last-Modified.
+    fn differs(&self, response: &Identity) -> Option<String> {
+        if response.size != self.size {
+            return Some(format!(
+                "its size is {} bytes, not {}",
+                response.size, self.size
+            ));
+        }
+        if self.version.is_some() && response.version != self.version {
+            return Some(format!(
+                "its version is {:?}, not {:?}",
+                response.version.as_deref().unwrap_or("none"),
+                self.version.as_deref().unwrap_or_default()
+            ));
+        }
+        if response.e_tag != self.e_tag {
+            return Some(format!(
+                "its ETag is {}, not {}",
+                response.e_tag.as_deref().unwrap_or("none"),
+                self.e_tag.as_deref().unwrap_or("none")
+            ));
+        }
+        if response.last_modified != self.last_modified {
+            return Some("its Last-Modified changed".to_string());
+        }
+        None
+    }
+
+    /// What a server's 412 (`If-Match` failed) says changed.
+    fn describe(&self) -> String {
+        match self.strong_e_tag() {
+            Some(tag) => format!("its ETag is no longer {tag}"),
+            None => "it was modified since".to_string(),
+        }
+    }
+}
+
 /// Counters of one remote store (every file of a collection together).
 #[derive(Debug, Default)]
 pub struct RemoteStats {
@@ -243,6 +329,9 @@ pub struct Remote {
     url: url::Url,
     scheme: ObjectStoreScheme,
     options: RemoteOptions,
+    /// What besides the URL says which server and account the objects are on (the endpoint,
+    /// account, bucket as configured): part of every cache entry's key (`cache_key`).
+    locator: std::sync::OnceLock<String>,
     conn: AtomicPtr<Conn>,
     pub stats: RemoteStats,
 }
@@ -302,6 +391,7 @@ impl Remote {
             url: parsed,
             scheme,
             options,
+            locator: std::sync::OnceLock::new(),
             conn: AtomicPtr::new(ptr::null_mut()),
             stats: RemoteStats::default(),
         });
@@ -311,6 +401,48 @@ impl Remote {
 
     pub fn options(&self) -> &RemoteOptions {
         &self.options
+    }
+
+    /// The name of the cache entry of the object at `path` that `identity` identifies: a hash
+    /// of what the client knows, never of what the object says of itself. The normalised URL
+    /// (scheme, host and port or bucket; no credentials, no query), the endpoint and account
+    /// configured, the object's path, version, ETag, Last-Modified and size.
+    pub fn cache_key(&self, path: &ObjectPath, identity: &Identity) -> String {
+        let origin = match self.url.port() {
+            Some(port) => format!(
+                "{}://{}:{port}",
+                self.url.scheme(),
+                self.url.host_str().unwrap_or_default()
+            ),
+            None => format!(
+                "{}://{}",
+                self.url.scheme(),
+                self.url.host_str().unwrap_or_default()
+            ),
+        };
+        let size = identity.size.to_string();
+        let modified = identity.last_modified.map(|s| s.to_string());
+        let parts = [
+            Some(origin.as_str()),
+            self.locator.get().map(String::as_str),
+            Some(path.as_ref()),
+            identity.version.as_deref(),
+            identity.e_tag.as_deref(),
+            modified.as_deref(),
+            Some(size.as_str()),
+        ];
+        // Each part length-prefixed (and absent apart from empty): no two keys hash one input.
+        let mut input = Vec::new();
+        for part in parts {
+            match part {
+                Some(part) => {
+                    input.extend_from_slice(&(part.len() as u64).to_le_bytes());
+                    input.extend_from_slice(part.as_bytes());
+                }
+                None => input.extend_from_slice(&u64::MAX.to_le_bytes()),
+            }
+        }
+        format!("{:032x}", xxhash_rust::xxh3::xxh3_128(&input))
     }
 
     /// The object path of `url` (a URL under this remote's).
@@ -331,30 +463,51 @@ impl Remote {
         // Each builder starts from the environment, then takes the options one by one: never
         // `with_client_options`, which would drop what came from the environment.
         macro_rules! build {
-            ($builder:expr, $key:ty) => {{
+            ($builder:expr, $key:ty, [$($locator:expr),*]) => {{
                 let mut builder = $builder.with_url(url);
                 for (key, value) in options {
                     let parsed: $key =
                         key.to_ascii_lowercase().parse().map_err(|_| unknown(key))?;
                     builder = builder.with_config(parsed, value);
                 }
+                let values = [$(builder.get_config_value(&$locator)),*];
+                let _ = self.locator.set(format!("{values:?}"));
                 Arc::new(builder.with_retry(retry).build().map_err(built)?) as Arc<dyn ObjectStore>
             }};
         }
         Ok(match self.scheme {
             ObjectStoreScheme::AmazonS3 => {
-                build!(aws::AmazonS3Builder::from_env(), aws::AmazonS3ConfigKey)
+                use aws::AmazonS3ConfigKey as K;
+                build!(
+                    aws::AmazonS3Builder::from_env(),
+                    aws::AmazonS3ConfigKey,
+                    [
+                        K::Endpoint,
+                        K::S3Endpoint,
+                        K::Bucket,
+                        K::VirtualHostedStyleRequest
+                    ]
+                )
             }
             ObjectStoreScheme::GoogleCloudStorage => {
+                use gcp::GoogleConfigKey as K;
                 build!(
                     gcp::GoogleCloudStorageBuilder::from_env(),
-                    gcp::GoogleConfigKey
+                    gcp::GoogleConfigKey,
+                    [K::Bucket, K::BaseUrl]
                 )
             }
             ObjectStoreScheme::MicrosoftAzure => {
+                use azure::AzureConfigKey as K;
                 build!(
                     azure::MicrosoftAzureBuilder::from_env(),
-                    azure::AzureConfigKey
+                    azure::AzureConfigKey,
+                    [
+                        K::AccountName,
+                        K::ContainerName,
+                        K::Endpoint,
+                        K::UseEmulator
+                    ]
                 )
             }
             ObjectStoreScheme::Http => {
@@ -420,14 +573,9 @@ impl Remote {
         }
     }
 
-    /// The first bytes of `path` (up to `len`), the object's size and its ETag (where the
-    /// server gives one): one request.
-    pub fn head(
-        &self,
-        path: &ObjectPath,
-        url: &str,
-        len: u64,
-    ) -> Result<(Bytes, u64, Option<String>)> {
+    /// The first bytes of `path` (up to `len`) and what identifies the object (its size,
+    /// version, ETag, Last-Modified, as the server gives them): one request.
+    pub fn head(&self, path: &ObjectPath, url: &str, len: u64) -> Result<(Bytes, Identity)> {
         let conn = self.conn()?;
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
         let _round = Round::start(conn, &self.stats);
@@ -440,21 +588,21 @@ impl Remote {
         loop {
             let result = conn.runtime.block_on(async {
                 let got = conn.store.get_opts(path, options.clone()).await?;
-                let (size, etag) = (got.meta.size, got.meta.e_tag.clone());
+                let identity = Identity::of(&got.meta);
                 let bytes = got.bytes().await?;
-                Ok::<_, object_store::Error>((bytes, size, etag))
+                Ok::<_, object_store::Error>((bytes, identity))
             });
             let fail = match result {
-                Ok((bytes, size, etag)) if bytes.len() as u64 == len.min(size) => {
+                Ok((bytes, identity)) if bytes.len() as u64 == len.min(identity.size) => {
                     self.stats
                         .bytes
                         .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-                    return Ok((bytes, size, etag));
+                    return Ok((bytes, identity));
                 }
-                Ok((bytes, size, _)) => Error::Io(std::io::Error::other(format!(
+                Ok((bytes, identity)) => Error::Io(std::io::Error::other(format!(
                     "{url}: short response ({} of {} bytes)",
                     bytes.len(),
-                    len.min(size)
+                    len.min(identity.size)
                 ))),
                 Err(
                     e @ (object_store::Error::NotFound { .. }
@@ -493,13 +641,16 @@ impl Remote {
     }
 
     /// Fetches `ranges` of `path`, at most `max_in_flight` at once, each checked for its length
-    /// and retried; `sink` gets each one as it arrives. With `etag`, only from the object that
-    /// had it (`If-Match`): bytes of an object replaced since are `Error::Changed`, not read.
+    /// and retried; `sink` gets each one as it arrives. Only from the object `pin` identifies:
+    /// each request asks for it (its version, `If-Match` its strong ETag, else
+    /// `If-Unmodified-Since` its Last-Modified), and each response must show the same size,
+    /// version, ETag and Last-Modified; bytes of an object replaced since are `Error::Changed`,
+    /// never handed to `sink`.
     pub fn fetch(
         &self,
         path: &ObjectPath,
         url: &str,
-        etag: Option<&str>,
+        pin: &Identity,
         ranges: Vec<Range<u64>>,
         sink: impl Fn(Range<u64>, Bytes) -> Result<()>,
     ) -> Result<()> {
@@ -513,9 +664,7 @@ impl Remote {
                         .acquire()
                         .await
                         .expect("the semaphore is never closed");
-                    let bytes = self
-                        .fetch_one(store, path, url, etag, range.clone())
-                        .await?;
+                    let bytes = self.fetch_one(store, path, url, pin, range.clone()).await?;
                     Ok::<_, Error>((range, bytes))
                 })
                 .buffer_unordered(self.options.max_in_flight)
@@ -532,23 +681,31 @@ impl Remote {
         store: &Arc<dyn ObjectStore>,
         path: &ObjectPath,
         url: &str,
-        etag: Option<&str>,
+        pin: &Identity,
         range: Range<u64>,
     ) -> Result<Bytes> {
         let started = Instant::now();
         let mut attempt = 0;
         let what = format!(" (bytes {}..{})", range.start, range.end);
-        let options = object_store::GetOptions {
-            range: Some(object_store::GetRange::Bounded(range.clone())),
-            if_match: etag.map(str::to_string),
-            ..Default::default()
+        let options = pin.get_options(range.clone());
+        let changed = |why: String| {
+            Error::Changed(format!(
+                "{url} was replaced since it was opened ({why}): open it again"
+            ))
         };
         loop {
             self.stats.requests.fetch_add(1, Ordering::Relaxed);
             let now = self.stats.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
             self.stats.peak_in_flight.fetch_max(now, Ordering::Relaxed);
             let result = match store.get_opts(path, options.clone()).await {
-                Ok(got) => got.bytes().await,
+                // Checked before its body is read: another version's bytes are never used.
+                Ok(got) => match pin.differs(&Identity::of(&got.meta)) {
+                    Some(why) => {
+                        self.stats.in_flight.fetch_sub(1, Ordering::Relaxed);
+                        return Err(changed(why));
+                    }
+                    None => got.bytes().await,
+                },
                 Err(e) => Err(e),
             };
             self.stats.in_flight.fetch_sub(1, Ordering::Relaxed);
@@ -564,13 +721,7 @@ impl Remote {
                     bytes.len(),
                     range.end - range.start
                 ))),
-                Err(object_store::Error::Precondition { .. }) => {
-                    return Err(Error::Changed(format!(
-                        "{url} was replaced since it was opened (its ETag is no longer {}): \
-                         open it again",
-                        etag.unwrap_or_default()
-                    )))
-                }
+                Err(e) if precondition_failed(&e) => return Err(changed(pin.describe())),
                 Err(
                     e @ (object_store::Error::NotFound { .. }
                     | object_store::Error::PermissionDenied { .. }
@@ -586,6 +737,23 @@ impl Remote {
             tokio::time::sleep(self.backoff(attempt)).await;
         }
     }
+}
+
+/// Whether `e` is a 412 answer to `If-Match`: object_store's S3, GCS and Azure clients say so
+/// (`Precondition`); its HTTP client passes the status on as a generic error, whose causes name
+/// it (nginx and Apache answer 412 to an `If-Match` of a replaced file).
+fn precondition_failed(e: &object_store::Error) -> bool {
+    if matches!(e, object_store::Error::Precondition { .. }) {
+        return true;
+    }
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(error) = cause {
+        if error.to_string().contains("412 Precondition Failed") {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
 }
 
 /// A fetch under way, counted as a round trip when no other was (`RemoteStats::rounds`).
@@ -644,8 +812,8 @@ pub struct RemoteFile {
     cache: CacheFile,
     /// Where the documents (the data section) lie in the file.
     documents: Range<u64>,
-    /// The object's ETag when opened: every later request asks for that object only.
-    etag: Option<String>,
+    /// The object opened: every later request asks for it, every response must be from it.
+    pin: Identity,
 }
 
 impl RemoteFile {
@@ -653,13 +821,21 @@ impl RemoteFile {
     /// gives its size and fingerprint, so its cache.
     pub fn open(remote: &Arc<Remote>, url: &str) -> Result<RemoteFile> {
         let path = remote.path_of(url)?;
-        let (first, size, etag) = remote.head(&path, url, OPEN_PREFIX)?;
-        // A weak ETag never matches `If-Match` (RFC 9110 compares strongly): no pin.
-        let etag = etag.filter(|tag| !tag.starts_with("W/"));
+        let (first, pin) = remote.head(&path, url, OPEN_PREFIX)?;
+        let size = pin.size;
         let header = crate::format::Header::decode(&first, size)?;
         let data = header.section(crate::format::Section::Data);
         let fingerprint = crate::format::header_checksum(&first);
-        let cache = CacheFile::open(&remote.options.cache, fingerprint, size)?;
+        // The entry is named by what the client knows (the URL, the version), not by what the
+        // object says of itself (its fingerprint, kept in the entry as a check): see `cache`.
+        // Bytes that no validator ties to one version are this process's alone.
+        let cache = match pin.pins() {
+            true => {
+                let key = remote.cache_key(&path, &pin);
+                CacheFile::open(&remote.options.cache, &key, fingerprint, size)?
+            }
+            false => CacheFile::private(&remote.options.cache, size)?,
+        };
         let file = RemoteFile {
             remote: remote.clone(),
             path,
@@ -667,7 +843,7 @@ impl RemoteFile {
             size,
             cache,
             documents: data.offset..data.offset + data.len,
-            etag,
+            pin,
         };
         // What the first request brought, whole units only (or all of it at the end of the file).
         let whole = if first.len() as u64 == size {
@@ -790,7 +966,7 @@ impl RemoteFile {
         self.remote.fetch(
             &self.path,
             &self.url,
-            self.etag.as_deref(),
+            &self.pin,
             requests,
             |range, bytes| {
                 let units = range.start / unit..range.end.div_ceil(unit);
@@ -808,16 +984,11 @@ impl RemoteFile {
         let ranges: Vec<Range<u64>> = (0..self.size.div_ceil(step))
             .map(|i| i * step..((i + 1) * step).min(self.size))
             .collect();
-        self.remote.fetch(
-            &self.path,
-            &self.url,
-            self.etag.as_deref(),
-            ranges,
-            |range, bytes| {
+        self.remote
+            .fetch(&self.path, &self.url, &self.pin, ranges, |range, bytes| {
                 use std::os::unix::fs::FileExt;
                 file.write_all_at(&bytes, range.start).map_err(Error::Io)
-            },
-        )?;
+            })?;
         // SAFETY: a private, unlinked file that nothing else can open or change.
         Ok(unsafe { Mmap::map(&file)? })
     }
