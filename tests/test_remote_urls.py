@@ -12,6 +12,7 @@ timeout, so no test can hang.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import multiprocessing
 import os
@@ -251,6 +252,26 @@ def test_torch_datasets_show_and_pickle_no_credentials(served, docs, tmp_path):
             assert_no_secret(blob, "dataset pickle")
             again = pickle.loads(blob)
             assert again[3] == ds[3] == docs[list(docs)[3]]["text"]
+            assert again._handle._url == ds._handle._url.split("?")[0].replace(CREDENTIALS, "")
+        # A spawned DataLoader worker gets the URL as given, and reads (docs/remote.md).
+        import torch
+
+        loader = torch.utils.data.DataLoader(
+            _HandleURL(source, field="text"), batch_size=None, num_workers=1,
+            multiprocessing_context="spawn", timeout=120,
+        )  # fmt: skip
+        got = list(loader)
+    assert [tuple(item) for item in got[:3]] == [(url, docs[doc_id]["text"]) for doc_id in list(docs)[:3]]
+
+
+if importlib.util.find_spec("torch") is not None:
+    from docstore.torch import DocDataset
+
+    class _HandleURL(DocDataset):
+        """Each item with the URL its worker's handle reopens the store from."""
+
+        def __getitem__(self, index: int) -> tuple[str | None, str]:
+            return self._handle._url, super().__getitem__(index)
 
 
 # -- a remote manifest names files inside its collection only -------------------------------
