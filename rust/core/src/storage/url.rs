@@ -85,6 +85,14 @@ fn keeps_username(scheme: &str) -> bool {
 /// store needs and docstore uses: the scheme, host, port and path, as the URL parser gives them.
 pub fn without_credentials(url: &str) -> Option<String> {
     let mut parsed = ::url::Url::parse(url).ok()?;
+    let user = !parsed.username().is_empty() && !keeps_username(parsed.scheme());
+    if !user
+        && parsed.password().is_none()
+        && parsed.query().is_none()
+        && parsed.fragment().is_none()
+    {
+        return Some(url.to_string()); // nothing to take out: the URL as given, not re-serialised
+    }
     if !keeps_username(parsed.scheme()) {
         // Fails only for URLs that cannot have a userinfo, which then have none.
         let _ = parsed.set_username("");
@@ -170,6 +178,11 @@ mod tests {
             Some("abfss://c@acct.dfs.core.windows.net/x")
         );
         assert_eq!(without_credentials("not a url"), None);
+        // Nothing to take out: as given (not re-serialised).
+        assert_eq!(
+            without_credentials("HTTP://Host/a b").as_deref(),
+            Some("HTTP://Host/a b")
+        );
     }
 
     #[test]
