@@ -244,3 +244,23 @@ def test_a_fifo_is_refused_at_once_not_waited_on(tmp_path):
         done = subprocess.run(args, capture_output=True, text=True, timeout=60)
         assert done.returncode == 1, (command, done.stderr)
         assert "not a regular file" in done.stderr
+
+
+def test_a_fifo_as_a_collections_manifest_is_refused_at_once(tmp_path):
+    for i in range(2):
+        write_store(tmp_path / f"s{i}.docstore", {f"d{i}": {"text": "x"}}, fields={"text": "str"}).close()
+    root = docstore.seal(tmp_path / "c", [str(tmp_path / f"s{i}.docstore") for i in range(2)]).path
+    os.remove(root / "docstore-collection.json")
+    os.mkfifo(root / "docstore-collection.json")
+    # In a child with a deadline: the bug was a hang (open waited for a writer of the FIFO).
+    proc = run_python(
+        f"import docstore\ntry:\n    docstore.open({str(root)!r})\n"
+        "except docstore.DocstoreError as e:\n    print('refused:', type(e).__name__, e)",
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "refused:" in proc.stdout and "not a regular file" in proc.stdout, proc.stdout
+    os.remove(root / "docstore-collection.json")
+    os.mkdir(root / "docstore-collection.json")
+    with pytest.raises(docstore.DocstoreError, match="is a directory"):
+        docstore.open(root)

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ._docstore import Reader
+from ._docstore import Reader, _redact_urls, _strip_url
 from .errors import ClosedError
 
 _CHUNK = 4096
@@ -24,12 +24,15 @@ class DocStore(Reader):
     Lookups release the GIL and batch lookups decode in parallel. A DocStore is safe to share
     between threads, survives ``fork()``, and pickles as its path (it reopens where unpickled),
     so it can go to DataLoader workers under any start method. A remote store pickles as its URL
-    and options (credentials: see ``docstore.open``).
+    and options (credentials: see ``docstore.open``); ``path``, ``url``, ``repr`` and ``info()``
+    show its URL with the credentials it may hold redacted.
     """
 
     def __reduce__(self) -> tuple[Any, ...]:
         if self.url is not None:
-            return (functools.partial(open, **_remote_kwargs(self, for_pickle=True)), (self.url,))
+            kwargs = _remote_kwargs(self, for_pickle=True)
+            url = _pickled_url(self._reopen_url(True) or self.url, kwargs.get("pickle_credentials", False))
+            return (functools.partial(open, **kwargs), (url,))
         return (functools.partial(open, read=self.read), (os.fspath(self.path),))
 
     def remote_stats(self) -> dict[str, int] | None:
@@ -168,9 +171,13 @@ def open(
       ``allow_http``, ``timeout`` ...), after the cloud's environment variables, plus docstore's
       own (``max_in_flight``, ``merge_gap``, ``max_retries``, ``retry_timeout``, ``cache_lease`` ...);
     * ``pickle_credentials``: whether a pickle of the store carries the secrets given in
-      ``storage_options`` (keys, tokens, passwords). By default it does not, except to the
-      processes that multiprocessing starts (DataLoader workers), which get them through a pipe;
-      elsewhere the unpickled store takes its credentials from the environment.
+      ``storage_options`` (keys, tokens, passwords) and in the URL (its userinfo and query
+      string). By default it does not, except to the processes that multiprocessing starts
+      (DataLoader workers), which get them through a pipe; elsewhere the unpickled store takes
+      its credentials from the environment.
+
+    The store's ``path``, ``url``, ``repr``, ``info()`` and error messages show the URL with its
+    userinfo and query values redacted (``https://***@host/corpus?X-Amz-Signature=***``).
 
     ``read`` says how documents are read; the index is always memory-mapped:
 
@@ -228,6 +235,16 @@ def _byte_count(value: float) -> int:
     if n < 0 or n != value:
         raise ValueError(f"cache_bytes must be a whole number of bytes >= 0, got {value!r}")
     return n
+
+
+def _pickled_url(url: str, pickle_credentials: bool) -> str:
+    """The URL a pickle carries: as given where credentials may go (``_remote_kwargs``), else
+    without its userinfo, query string and fragment (which docstore never sends: object_store
+    builds each request from the host and the path)."""
+    if pickle_credentials or multiprocessing.context.get_spawning_popen() is not None:
+        return url
+    stripped = _strip_url(url)
+    return stripped if stripped is not None else _redact_urls(url)
 
 
 def _remote_kwargs(store: DocStore, for_pickle: bool) -> dict[str, Any]:

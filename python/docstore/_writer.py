@@ -456,7 +456,7 @@ def upgrade(
         target = source
         options["overwrite"] = True
     # Refused before anything is read or written: a target that is a URL, or that exists.
-    if store.url is not None and os.fspath(target) == store.url:
+    if store.url is not None and os.fspath(target) in (store.url, store._reopen_url(True)):
         store.close()
         raise InvalidArgumentError(f"{store.url}: upgrade writes a local file; give a local target")
     if not options.get("overwrite") and os.path.lexists(target):

@@ -36,6 +36,19 @@ fn get_num_threads() -> usize {
     docstore_core::parallel::num_threads()
 }
 
+/// `text` with the credentials of every URL in it redacted (userinfo, query values, fragment).
+#[pyfunction]
+fn _redact_urls(text: &str) -> String {
+    docstore_core::storage::url::redact_text(text)
+}
+
+/// `url` without what may hold a secret (userinfo, query string, fragment); `None` if it does
+/// not parse.
+#[pyfunction]
+fn _strip_url(url: &str) -> Option<String> {
+    docstore_core::storage::url::without_credentials(url)
+}
+
 #[pymodule]
 fn _docstore(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<reader::Reader>()?;
@@ -43,6 +56,8 @@ fn _docstore(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(collection::seal, m)?)?;
     m.add_function(wrap_pyfunction!(set_num_threads, m)?)?;
     m.add_function(wrap_pyfunction!(get_num_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(_redact_urls, m)?)?;
+    m.add_function(wrap_pyfunction!(_strip_url, m)?)?;
     m.add("FORMAT_VERSION", docstore_core::format::VERSION)?;
     m.add(
         "DEFAULT_LEVEL",

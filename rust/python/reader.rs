@@ -46,7 +46,9 @@ impl Wants for Select {
 pub struct Reader {
     store: ArcSwapOption<Collection>,
     path: PathBuf,
-    /// The URL of a remote store or collection (then `path` holds it too, for messages).
+    /// The URL of a remote store or collection as given, credentials included (what reopens it
+    /// in a DataLoader worker): never shown. `path` holds it redacted, for `.path`, `.url` and
+    /// messages (`docstore_core::storage::url`).
     url: Option<String>,
     access: DataAccess,
     doc_class: Py<PyType>,
@@ -218,7 +220,8 @@ impl Reader {
                             .and_then(|o| Collection::open_remote(&url, o))
                     })
                     .py_err(py)?;
-                Reader::with_store(py, store, PathBuf::from(&url), Some(url), DataAccess::Mmap)
+                let shown = docstore_core::storage::url::redact(&url);
+                Reader::with_store(py, store, PathBuf::from(shown), Some(url), DataAccess::Mmap)
             });
         }
         // Absolute, so that a pickled store reopens the same file whatever the working directory
@@ -245,19 +248,32 @@ impl Reader {
         })
     }
 
-    /// The path the store was opened from, made absolute; the URL of a remote store.
+    /// The path the store was opened from, made absolute; the URL of a remote store, its
+    /// credentials (userinfo, query string) redacted.
     #[getter]
     fn path<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         match &self.url {
-            Some(url) => Ok(PyString::new(py, url).into_any()),
+            Some(_) => Ok(PyString::new(py, &self.path.to_string_lossy()).into_any()),
             None => self.path.clone().into_pyobject(py).map(Bound::into_any),
         }
     }
 
-    /// The URL of a remote store or collection, `None` for a local one.
+    /// The URL of a remote store or collection, its credentials redacted; `None` for a local one.
     #[getter]
     fn url(&self) -> Option<String> {
-        self.url.clone()
+        self.url
+            .as_ref()
+            .map(|_| self.path.to_string_lossy().into_owned())
+    }
+
+    /// The URL that reopens a remote store: as given (`credentials`), or without what may hold
+    /// a secret (userinfo, query string, fragment); `None` for a local one.
+    fn _reopen_url(&self, credentials: bool) -> Option<String> {
+        let url = self.url.as_ref()?;
+        match credentials {
+            true => Some(url.clone()),
+            false => docstore_core::storage::url::without_credentials(url),
+        }
     }
 
     /// Counters of a remote store since it was opened (requests, bytes, round trips, cache

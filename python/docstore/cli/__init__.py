@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from .. import DocstoreError
-from .._docstore import DEFAULT_LEVEL
+from .._docstore import DEFAULT_LEVEL, _redact_urls
 from .commands import (
     cmd_build,
     cmd_demo,
@@ -154,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except (DocstoreError, UsageError, OSError, ValueError, KeyError, MemoryError) as exc:
         message = f"not found: {exc}" if isinstance(exc, KeyError) else str(exc) or type(exc).__name__
-        print(f"docstore {args.command}: error: {message}", file=sys.stderr)
+        # A URL given on the command line may hold credentials: never echo them.
+        print(f"docstore {args.command}: error: {_redact_urls(message)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import Writer, seal, set_num_threads, upgrade
 from .. import open as open_store
-from .._docstore import FORMAT_VERSION
+from .._docstore import FORMAT_VERSION, _redact_urls
 from .._staging import Staging
 from .._store import is_url
 from .._writer import infer_type
@@ -509,7 +509,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     store = open_store(args.store)
     start = time.perf_counter()
     store.verify()
-    print(f"OK: {args.store} ({len(store):,} docs, every byte checked in {time.perf_counter() - start:.2f}s)")
+    took = time.perf_counter() - start
+    print(f"OK: {_redact_urls(args.store)} ({len(store):,} docs, every byte checked in {took:.2f}s)")
     return 0
 
 
@@ -518,12 +519,12 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
     version = store.info()["format_version"]
     store.close()
     if version >= FORMAT_VERSION and args.output is None:
-        print(f"{args.store} is already format {version}: nothing to do")
+        print(f"{_redact_urls(args.store)} is already format {version}: nothing to do")
         return 0
     start = time.perf_counter()
     new = upgrade(args.store, args.output, overwrite=args.overwrite) if args.output else upgrade(args.store)
     print(
-        f"{args.output or args.store}: format {version} -> {new.info()['format_version']} "
+        f"{_redact_urls(args.output or args.store)}: format {version} -> {new.info()['format_version']} "
         f"({len(new):,} docs, verified and rewritten in {time.perf_counter() - start:.2f}s)"
     )
     return 0

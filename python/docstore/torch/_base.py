@@ -13,7 +13,8 @@ from torch.utils.data import Dataset
 
 import docstore
 
-from .._store import DocStore, _remote_kwargs, is_url
+from .._docstore import _redact_urls
+from .._store import DocStore, _pickled_url, _remote_kwargs, is_url
 
 NUMERIC_ARRAY: tuple[str, ...] = ("int8[]", "uint8[]", "int16[]", "uint16[]", "int32[]", "uint32[]")
 NUMERIC_ARRAY += ("int64[]", "uint64[]", "float32[]", "float64[]")
@@ -53,19 +54,23 @@ class StoreHandle:
     not read another store than its parent. A replaced store raises ``StoreChangedError``.
     """
 
-    __slots__ = ("_fingerprint", "_open_kwargs", "_owned", "_pid", "_store", "path")
+    __slots__ = ("_fingerprint", "_open_kwargs", "_owned", "_pid", "_store", "_url", "path")
 
     def __init__(self, store_or_path: Any) -> None:
         self._owned = False  # whether _store was opened here (and may be closed here)
         self._fingerprint: int | None = None
         # A remote store's options (cache, storage_options): reopened with them.
         self._open_kwargs: dict[str, Any] = {}
+        # A remote store's URL as given (credentials included, in memory only); `path` shows it
+        # redacted.
+        self._url: str | None = None
         # docstore.ir_datasets.load(...)'s dataset stands for its store
         store = getattr(store_or_path, "docstore", None) if hasattr(store_or_path, "docs_iter") else None
         if isinstance(store, DocStore):
             store_or_path = store
         if isinstance(store_or_path, DocStore) and store_or_path.url is not None:
             self.path = store_or_path.url
+            self._url = store_or_path._reopen_url(True)
             self._open_kwargs = _remote_kwargs(store_or_path, for_pickle=False)
             open_here = not store_or_path.closed
             self._store = store_or_path if open_here else None
@@ -78,7 +83,8 @@ class StoreHandle:
             self._pid: int | None = os.getpid() if open_here else None
             self._fingerprint = store_or_path.fingerprint if open_here else None
         elif is_url(store_or_path):
-            self.path = store_or_path
+            self.path = _redact_urls(store_or_path)
+            self._url = store_or_path
             self._store = None
             self._pid = None
         elif isinstance(store_or_path, (str, os.PathLike)):
@@ -99,7 +105,7 @@ class StoreHandle:
             _configure_worker_threads()
             # A store inherited through fork() would work too; reopening costs a few syscalls
             # and keeps the parent's object out of the child's way.
-            store = docstore.open(self.path, read="pread", **self._open_kwargs)
+            store = docstore.open(self._url or self.path, read="pread", **self._open_kwargs)
             if self._fingerprint is None:
                 self._fingerprint = store.fingerprint
             elif store.fingerprint != self._fingerprint:
@@ -125,10 +131,14 @@ class StoreHandle:
             holder = _Options()
             holder._remote = self._open_kwargs
             state["open_kwargs"] = _remote_kwargs(holder, for_pickle=True)  # type: ignore[arg-type]
+        if self._url is not None:  # its URL, credentials as `docstore.open` says
+            credentials = self._open_kwargs.get("pickle_credentials", False)
+            state["url"] = _pickled_url(self._url, credentials)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.path = state["path"]
+        self._url = state.get("url")
         self._fingerprint = state["fingerprint"]
         self._open_kwargs = state.get("open_kwargs", {})
         self._store = None

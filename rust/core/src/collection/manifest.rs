@@ -65,9 +65,21 @@ impl FileEntry {
     }
 
     /// The file's name relative to the collection, refused if it would leave it.
+    ///
+    /// One rule wherever the collection lies, taken as strictly as any reader of the name could
+    /// take it: `/` separates; a backslash is refused (a separator to an HTTP client, and on
+    /// Windows); every component, also percent-decoded (as a URL parser decodes `%2e%2e` into
+    /// `..`), must be a plain name: not empty, `.` or `..`, and without an encoded separator.
     pub fn relative(&self) -> Result<&Path> {
         let relative = Path::new(&self.file);
+        let plain = |part: &str| !part.is_empty() && part != "." && part != "..";
         let inside = !self.file.is_empty()
+            && !self.file.contains(['\\', '\0'])
+            && self.file.split('/').all(|part| {
+                plain(part)
+                    && percent_decoded(part)
+                        .is_some_and(|p| plain(&p) && !p.contains(['/', '\\', '\0']))
+            })
             && relative
                 .components()
                 .all(|c| matches!(c, Component::Normal(_)));
@@ -159,6 +171,32 @@ impl Manifest {
     }
 }
 
+/// `part` with its `%XX` escapes decoded, as a URL parser decodes a path; `None` if what they
+/// decode to is not UTF-8 (no name sealed here is).
+fn percent_decoded(part: &str) -> Option<String> {
+    let bytes = part.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (
+            bytes[i],
+            bytes.get(i + 1).copied().and_then(hex),
+            bytes.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(high), Some(low)) => {
+                out.push((high * 16 + low) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
 /// The bytes of `file`, their room reserved fallibly: a file too large for the memory at hand (a
 /// manifest is a few KB; a crafted one need not be) is `OutOfMemory`, not an abort.
 fn read_fallibly(mut file: std::fs::File) -> Result<Vec<u8>> {
@@ -168,4 +206,50 @@ fn read_fallibly(mut file: std::fs::File) -> Result<Vec<u8>> {
     crate::error::try_reserve(&mut bytes, usize::try_from(len).unwrap_or(usize::MAX))?;
     file.read_to_end(&mut bytes)?;
     Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn named(file: &str) -> FileEntry {
+        FileEntry::new(file.into(), 1, 0)
+    }
+
+    #[test]
+    fn names_inside_the_collection_only() {
+        for good in [
+            "index.docstore",
+            "shards/part-00000.docstore",
+            "a%20b",
+            "100%",
+        ] {
+            assert!(named(good).relative().is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "/etc/passwd",
+            "../x",
+            "./x",
+            "a/../x",
+            "a//x",
+            "a/",
+            "%2e%2e/x",
+            "%2E%2e/x",
+            ".%2e/x",
+            "shards/%2E%2E/%2e%2e/x",
+            "..\\x",
+            "a\\b",
+            "a%2fb",
+            "a%2Fb",
+            "a%5cb",
+            "%2e",
+            "a\0b",
+            "a%00b",
+            "%ff",
+        ] {
+            let err = named(bad).relative().unwrap_err();
+            assert!(matches!(err, Error::Corrupt(_)), "{bad}: {err}");
+        }
+    }
 }

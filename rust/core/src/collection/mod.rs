@@ -94,8 +94,13 @@ impl Collection {
     /// collection; otherwise the object is tried first, then the manifest under it.
     pub fn open_remote(url: &str, options: RemoteOptions) -> Result<Collection> {
         let remote = Remote::new(url, options)?;
+        // The credentials a URL may carry stay with the client (`Remote`): the files' URLs, kept
+        // and shown from here on, are without them (`storage::url`).
+        let shown = crate::storage::url::redact(url);
+        let url = crate::storage::url::without_credentials(url)
+            .ok_or_else(|| Error::InvalidArgument(format!("{shown}: not a URL")))?;
         if !url.ends_with('/') {
-            match RemoteFile::open(&remote, url) {
+            match RemoteFile::open(&remote, &url) {
                 Ok(file) => {
                     let store = Store::open_remote(file)?;
                     return Ok(Collection::single(store, PathBuf::from(url), Some(remote)));
@@ -112,7 +117,7 @@ impl Collection {
                 Error::Io(io) if io.kind() == std::io::ErrorKind::NotFound => {
                     Error::Io(std::io::Error::new(
                         io.kind(),
-                        format!("no store or collection at {url} ({io})"),
+                        format!("no store or collection at {shown} ({io})"),
                     ))
                 }
                 e => e,
@@ -120,8 +125,16 @@ impl Collection {
         let manifest = Manifest::parse(&bytes, &manifest_url)?;
         let mut urls = Vec::with_capacity(manifest.shards.len() + 1);
         for entry in std::iter::once(&manifest.index).chain(&manifest.shards) {
+            // Checked first (nothing outside the collection is asked for), then one path segment
+            // per component, escaped: the object named is the manifest's name, whatever it holds.
             let relative = entry.relative()?.to_string_lossy().into_owned();
-            urls.push(format!("{base}/{relative}"));
+            let mut file = ::url::Url::parse(base)
+                .map_err(|e| Error::InvalidArgument(format!("{shown}: {e}")))?;
+            file.path_segments_mut()
+                .map_err(|_| Error::InvalidArgument(format!("{shown}: not a URL with a path")))?
+                .pop_if_empty()
+                .extend(relative.split('/'));
+            urls.push(String::from(file));
         }
         // Every file at once: each open is one or two round trips.
         let opened: Vec<Result<Store<StoreFile>>> = std::thread::scope(|scope| {
@@ -151,7 +164,7 @@ impl Collection {
             .zip(&urls[1..])
             .map(|(store, url)| store.map(|s| (s, PathBuf::from(url))))
             .collect::<Result<Vec<_>>>()?;
-        Collection::assemble(&manifest, url, index, shards, Some(remote))
+        Collection::assemble(&manifest, &url, index, shards, Some(remote))
     }
 
     /// Opens every file the manifest names and checks that each is the one sealed there, all

@@ -10,6 +10,7 @@
 
 pub mod cache;
 pub mod remote;
+pub mod url;
 
 use crate::error::Result;
 use memmap2::Mmap;

@@ -326,7 +326,10 @@ struct Conn {
 /// A remote location (a bucket, a container, an HTTP server) and how to read it: shared by the
 /// files of a collection.
 pub struct Remote {
+    /// The URL as given, credentials included: only the client's builder sees it.
     url: url::Url,
+    /// The URL as shown in messages (`super::url::redact`).
+    shown: String,
     scheme: ObjectStoreScheme,
     options: RemoteOptions,
     /// What besides the URL says which server and account the objects are on (the endpoint,
@@ -358,7 +361,9 @@ fn store_error(url: &str, what: &str, e: object_store::Error) -> Error {
         | object_store::Error::Unauthenticated { .. } => std::io::ErrorKind::PermissionDenied,
         _ => std::io::ErrorKind::Other,
     };
-    Error::Io(std::io::Error::new(kind, format!("{url}{what}: {e}")))
+    // object_store's message may show the URL it requested, userinfo included.
+    let message = super::url::redact_text(&format!("{url}{what}: {e}"));
+    Error::Io(std::io::Error::new(kind, message))
 }
 
 impl Remote {
@@ -379,16 +384,19 @@ impl Remote {
     /// A client for `url` (its scheme and bucket or host; the path is the caller's), made at once
     /// so that bad options fail here.
     pub fn new(url: &str, options: RemoteOptions) -> Result<Arc<Remote>> {
-        let parsed = url::Url::parse(url).map_err(|e| invalid(format!("{url}: {e}")))?;
-        let (scheme, _) =
-            ObjectStoreScheme::parse(&parsed).map_err(|e| invalid(format!("{url}: {e}")))?;
+        let shown = super::url::redact(url);
+        let bad =
+            |e: &dyn std::fmt::Display| invalid(super::url::redact_text(&format!("{shown}: {e}")));
+        let parsed = url::Url::parse(url).map_err(|e| bad(&e))?;
+        let (scheme, _) = ObjectStoreScheme::parse(&parsed).map_err(|e| bad(&e))?;
         if matches!(scheme, ObjectStoreScheme::Local | ObjectStoreScheme::Memory) {
             return Err(invalid(format!(
-                "{url}: not a remote URL (s3://, gs://, az://, http(s)://); give a path"
+                "{shown}: not a remote URL (s3://, gs://, az://, http(s)://); give a path"
             )));
         }
         let remote = Arc::new(Remote {
             url: parsed,
+            shown,
             scheme,
             options,
             locator: std::sync::OnceLock::new(),
@@ -447,18 +455,21 @@ impl Remote {
 
     /// The object path of `url` (a URL under this remote's).
     pub fn path_of(&self, url: &str) -> Result<ObjectPath> {
-        let parsed = url::Url::parse(url).map_err(|e| invalid(format!("{url}: {e}")))?;
-        let (_, path) =
-            ObjectStoreScheme::parse(&parsed).map_err(|e| invalid(format!("{url}: {e}")))?;
+        let bad =
+            |e: &dyn std::fmt::Display| invalid(super::url::redact_text(&format!("{url}: {e}")));
+        let parsed = url::Url::parse(url).map_err(|e| bad(&e))?;
+        let (_, path) = ObjectStoreScheme::parse(&parsed).map_err(|e| bad(&e))?;
         Ok(path)
     }
 
     fn build(&self) -> Result<Arc<dyn ObjectStore>> {
         use object_store::{aws, azure, gcp, http, ClientConfigKey};
         let url = self.url.as_str();
+        let shown = &self.shown;
         let options = &self.options.storage_options;
-        let unknown = |key: &str| invalid(format!("unknown storage option {key:?} for {url}"));
-        let built = |e: object_store::Error| invalid(format!("{url}: {e}"));
+        let unknown = |key: &str| invalid(format!("unknown storage option {key:?} for {shown}"));
+        let built =
+            |e: object_store::Error| invalid(super::url::redact_text(&format!("{shown}: {e}")));
         let retry = self.options.retry_config();
         // Each builder starts from the environment, then takes the options one by one: never
         // `with_client_options`, which would drop what came from the environment.
@@ -524,7 +535,7 @@ impl Remote {
                 }
                 Arc::new(builder.with_retry(retry).build().map_err(built)?)
             }
-            _ => return Err(invalid(format!("{url}: unsupported scheme"))),
+            _ => return Err(invalid(format!("{shown}: unsupported scheme"))),
         })
     }
 
