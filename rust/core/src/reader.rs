@@ -102,6 +102,10 @@ impl Found {
 /// `fetch_blocks`).
 const SPECULATE: usize = 4;
 
+/// The most keys, and bytes of their blobs, that `keys_in` reads with one `pread`.
+const RUN_KEYS: u64 = 4096;
+const RUN_BYTES: usize = 1 << 20;
+
 /// Lookups of a batch that advance together (see `positions`).
 const GROUP: usize = 16;
 /// Batches at least this long ask the page cache for all their pages at once when a sample of
@@ -1031,11 +1035,11 @@ impl<B: Storage> Store<B> {
     }
 
     /// For a remote store, fetches the keys of `positions` (key ranks, key offsets, keys: three
-    /// rounds of concurrent requests), so that `key_at` then reads them from the cache. Nothing
-    /// to do for a local store.
+    /// rounds of concurrent requests), and in a checked store the blobs that prove them, so
+    /// that `key_at` then reads them from the cache. Nothing to do for a local store.
     pub fn prefetch_keys(&self, positions: Range<u64>) -> Result<()> {
         if self.buf.is_remote() {
-            self.fetch_positions(positions.map(Found::at), false, true)?;
+            self.fetch_positions(positions.map(Found::at), self.checked(), true)?;
         }
         Ok(())
     }
@@ -1278,19 +1282,104 @@ impl<B: Storage> Store<B> {
         Ok(None)
     }
 
-    /// The key of the document at `pos`.
+    /// The key of the document at `pos`. In a checked store it is proved as a document read is:
+    /// the blob at `pos` must pass its check with it (and, from format v3, `pos`), so a damaged
+    /// key, key offset or key rank raises instead of handing out another id. Costs hashing the
+    /// stored blob (not decoding it).
     pub fn key_at(&self, pos: u64) -> Result<&str> {
-        std::str::from_utf8(self.key_bytes_at(pos)?).map_err(|_| Error::corrupt("key is not UTF-8"))
+        let key = self.key_bytes_at(pos)?;
+        self.confirm(Found::at(pos), key)?;
+        std::str::from_utf8(key).map_err(|_| Error::corrupt("key is not UTF-8"))
+    }
+
+    /// Runs `each` on the position and key of every document of `positions`, in order, each key
+    /// proved as `key_at` proves it. A store read with `pread` reads the blobs of a run of
+    /// positions with one call (blobs tile the data section in position order) rather than one
+    /// call a key, which made iterating the ids of a store 8x slower.
+    pub fn keys_in(
+        &self,
+        positions: Range<u64>,
+        mut each: impl FnMut(u64, &str) -> Result<()>,
+    ) -> Result<()> {
+        let Some(file) = self.data_file.as_ref().filter(|_| self.checked()) else {
+            return positions
+                .into_iter()
+                .try_for_each(|pos| each(pos, self.key_at(pos)?));
+        };
+        let v3 = self.header.binds_position();
+        let data_start = self.ranges[Section::Data as usize].start as u64;
+        let mut pos = positions.start;
+        while pos < positions.end {
+            self.check_position(pos)?;
+            // A run of positions whose blobs take at most RUN_BYTES together (at least one).
+            let start = self
+                .range_at(Section::DocOffsets, Section::Data, pos)?
+                .start;
+            let mut end = pos + 1;
+            while end < positions.end.min(self.len())
+                && end - pos < RUN_KEYS
+                && (self.offset(Section::DocOffsets, end + 1) as usize)
+                    .checked_sub(start)
+                    .is_some_and(|len| len <= RUN_BYTES)
+            {
+                end += 1;
+            }
+            let span = start
+                ..self
+                    .range_at(Section::DocOffsets, Section::Data, end - 1)?
+                    .end;
+            let mut read = |buf: &mut Vec<u8>| -> Result<()> {
+                buf.clear();
+                try_reserve(buf, span.len())?;
+                buf.resize(span.len(), 0);
+                std::os::unix::fs::FileExt::read_exact_at(
+                    file,
+                    buf,
+                    data_start + span.start as u64,
+                )?;
+                for p in pos..end {
+                    let key = self.key_bytes_at(p)?;
+                    let blob = self.range_at(Section::DocOffsets, Section::Data, p)?;
+                    match (
+                        blob.start.checked_sub(span.start),
+                        blob.end.checked_sub(span.start),
+                    ) {
+                        // Offsets that do not increase (damage) fall outside the run: that
+                        // position is read alone, and its check decides.
+                        (Some(from), Some(to)) if blob.end <= span.end => {
+                            check::checked_body(&buf[from..to], key, p, v3)?;
+                        }
+                        _ => self.confirm(Found::at(p), key)?,
+                    }
+                    let key =
+                        std::str::from_utf8(key).map_err(|_| Error::corrupt("key is not UTF-8"))?;
+                    each(p, key)?;
+                }
+                codec::release_if_huge(buf, 0);
+                Ok(())
+            };
+            BLOB.with(|cell| match cell.try_borrow_mut() {
+                Ok(mut buf) => read(&mut buf),
+                Err(_) => read(&mut Vec::new()),
+            })?;
+            pos = end;
+        }
+        Ok(())
     }
 
     fn key_bytes_at(&self, pos: u64) -> Result<&[u8]> {
+        self.key_of_rank(self.rank_at(pos)?)
+    }
+
+    /// The rank of the key of the document at `pos` (key ranks), range-checked, not confirmed.
+    pub(crate) fn rank_at(&self, pos: u64) -> Result<u64> {
         self.check_position(pos)?;
         self.need(Section::KeyRanks, pos as usize * 4..pos as usize * 4 + 4)?;
         let rank = self.index_u32(Section::KeyRanks, pos);
         if rank >= self.len() {
             return Err(Error::corrupt("key rank out of range"));
         }
-        self.key_of_rank(rank)
+        Ok(rank)
     }
 
     /// The stored (compressed) blob of the document at `pos`.
