@@ -252,3 +252,32 @@ def test_get_many_of_one_id_repeated_three_million_times_holds_memory_for_one(tm
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["got"] == {"doc7": "text 7"}
     assert report["grew_kb"] < 20_000, f"peak RSS grew by {report['grew_kb'] / 1024:.0f} MB"
+
+
+def test_ids_read_by_position_from_a_remote_store_are_checked(tmp_path):
+    # A remote store fetches the blobs that prove the ids with them (the same rounds of
+    # requests): the right ids from a sound store, CorruptStoreError from a damaged one.
+    from .remote_servers import RangeHTTPServer
+
+    docs = small_docs()
+    ids = list(docs)
+    write(tmp_path / "good.docstore", docs)
+    data = bytearray((tmp_path / "good.docstore").read_bytes())
+    start, _ = keys_section(tmp_path / "good.docstore")
+    data[start + 2] ^= 0x01  # "doc-0" reads "dnc-0"
+    (tmp_path / "bad.docstore").write_bytes(bytes(data))
+    server = RangeHTTPServer(str(tmp_path))
+    try:
+        for name in ("good", "bad"):
+            store = docstore.open(f"{server.url}/{name}.docstore", cache_dir=str(tmp_path / f"cache-{name}"))
+            if name == "good":
+                assert list(store) == ids
+                assert store.keys_range(5, 9) == ids[5:9]
+                continue
+            with pytest.raises(docstore.CorruptStoreError, match="position 0"):
+                list(store)
+            with pytest.raises(docstore.CorruptStoreError, match="position 0"):
+                store.take([0], field="doc_id")
+            assert store.keys_range(1, 16) == ids[1:]
+    finally:
+        server.stop()
