@@ -158,12 +158,13 @@ impl Reader {
         }
     }
 
+    /// The id of `pos`, whose record has just been read (and checked with this id).
     fn key_object<'py>(
         py: Python<'py>,
         store: &Collection,
         pos: u64,
     ) -> PyResult<Bound<'py, PyAny>> {
-        Ok(PyString::new(py, store.key_at(pos).py_err(py)?).into_any())
+        Ok(PyString::new(py, store.key_at_after_read(pos).py_err(py)?).into_any())
     }
 
     fn resolve_position(store: &Collection, index: i64) -> PyResult<u64> {

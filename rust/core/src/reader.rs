@@ -1292,6 +1292,18 @@ impl<B: Storage> Store<B> {
         std::str::from_utf8(key).map_err(|_| Error::corrupt("key is not UTF-8"))
     }
 
+    /// The key of the document at `pos` whose record has just been read with
+    /// `with_record` (or `read_records`), which checked the record with this very key: from a
+    /// local file the key is not hashed again (the same mapped bytes; a second `pread` of the
+    /// blob cost a `take` 25%). A remote store's cache may have fetched the key anew since: it
+    /// is proved again (`key_at`).
+    pub fn key_at_after_read(&self, pos: u64) -> Result<&str> {
+        if self.buf.is_remote() {
+            return self.key_at(pos);
+        }
+        std::str::from_utf8(self.key_bytes_at(pos)?).map_err(|_| Error::corrupt("key is not UTF-8"))
+    }
+
     /// Runs `each` on the position and key of every document of `positions`, in order, each key
     /// proved as `key_at` proves it. A store read with `pread` reads the blobs of a run of
     /// positions with one call (blobs tile the data section in position order) rather than one

@@ -358,6 +358,14 @@ impl Collection {
         })
     }
 
+    /// `key_at` of a position whose record has just been read (`Store::key_at_after_read`).
+    pub fn key_at_after_read(&self, pos: u64) -> Result<&str> {
+        self.retrying(|| {
+            let (shard, local) = self.shard_of(pos)?;
+            self.shards[shard].key_at_after_read(local)
+        })
+    }
+
     /// Runs `each` on the position and key of every document of `positions` (clipped to the
     /// collection), in order, each key proved by its document's check (`Store::keys_in`).
     pub fn keys_in(
