@@ -1817,6 +1817,74 @@ mod tests {
     use crate::{Field, FieldType, Schema, Value, Writer, WriterOptions};
 
     #[test]
+    fn keys_in_reads_runs_of_blobs_with_pread_and_checks_every_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        let schema = Schema::new(vec![Field {
+            name: "blob".into(),
+            ty: FieldType::Bytes,
+        }])
+        .unwrap();
+        let options = WriterOptions {
+            level: codec::LEVEL_NONE,
+            ..WriterOptions::default()
+        };
+        // Blobs over and under a run's bytes, and more keys than a run holds.
+        let sizes: Vec<usize> = (0..RUN_KEYS as usize + 100)
+            .map(|i| match i % 1000 {
+                7 => RUN_BYTES + 10,
+                8 => RUN_BYTES / 2,
+                _ => i % 50,
+            })
+            .collect();
+        let mut writer = Writer::create(&path, schema, options).unwrap();
+        for (i, &size) in sizes.iter().enumerate() {
+            let blob = vec![i as u8; size];
+            writer
+                .push(&format!("id{i:06}"), &[Value::Bytes(&blob)])
+                .unwrap();
+        }
+        writer.finish().unwrap();
+        let n = sizes.len() as u64;
+        for access in [DataAccess::Mmap, DataAccess::Pread] {
+            let store = Store::open_with(&path, access).unwrap();
+            for range in [0..n, 5..9, 7..8, 3..3, n - 1..n] {
+                let mut got = Vec::new();
+                store
+                    .keys_in(range.clone(), |p, k| {
+                        got.push((p, k.to_owned()));
+                        Ok(())
+                    })
+                    .unwrap();
+                let want: Vec<(u64, String)> = range.map(|p| (p, format!("id{p:06}"))).collect();
+                assert_eq!(got, want, "{access:?}");
+            }
+            assert!(store.keys_in(n - 1..n + 1, |_, _| Ok(())).is_err());
+        }
+        // One flipped byte of the keys: the keys before it come, then an error naming its position.
+        let mut bytes = std::fs::read(&path).unwrap();
+        let store = Store::open(&path).unwrap();
+        let keys = store.ranges[Section::Keys as usize].start;
+        let rank = store.index_u32(Section::KeyRanks, 2000) as usize;
+        let at = keys + store.offset(Section::KeyOffsets, rank as u64) as usize + 3;
+        drop(store);
+        bytes[at] ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+        for access in [DataAccess::Mmap, DataAccess::Pread] {
+            let store = Store::open_with(&path, access).unwrap();
+            let mut seen = 0;
+            let err = store
+                .keys_in(0..n, |_, _| {
+                    seen += 1;
+                    Ok(())
+                })
+                .unwrap_err();
+            assert!(err.to_string().contains("position 2000"), "{err}");
+            assert_eq!(seen, 2000, "{access:?}");
+        }
+    }
+
+    #[test]
     fn pread_buffer_gives_back_the_room_of_a_huge_record() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("store");
