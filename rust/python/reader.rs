@@ -10,7 +10,7 @@ use crate::scratch::{Batches, Decoded};
 use crate::text::{RecordTexts, Wants};
 use arc_swap::ArcSwapOption;
 use docstore_core::record;
-use docstore_core::repeats::{distinct, distinct_keys};
+use docstore_core::repeats::{distinct, hash_key, Seen};
 use docstore_core::{Collection, DataAccess, RemoteOptions};
 use numpy::PyArray1;
 use pyo3::exceptions::{PyIndexError, PyValueError};
@@ -160,12 +160,13 @@ impl Reader {
         }
     }
 
+    /// The id of `pos`, whose record has just been read (and checked with this id).
     fn key_object<'py>(
         py: Python<'py>,
         store: &Collection,
         pos: u64,
     ) -> PyResult<Bound<'py, PyAny>> {
-        Ok(PyString::new(py, store.key_at(pos).py_err(py)?).into_any())
+        Ok(PyString::new(py, store.key_at_after_read(pos).py_err(py)?).into_any())
     }
 
     fn resolve_position(store: &Collection, index: i64) -> PyResult<u64> {
@@ -444,26 +445,24 @@ impl Reader {
         let store = self.store(py)?;
         let select = self.select(py, field, fields)?;
         // Keep the id objects: they become the dict keys and doc.doc_id without new strings.
-        let objects: Vec<Bound<'py, PyString>> = ids_of(doc_ids)?
-            .filter_map(|id| {
-                id.map(|id| id.cast_into::<PyString>().ok().map(plain_str))
-                    .transpose()
-            })
-            .collect::<PyResult<_>>()?;
-        let keys: Vec<&[u8]> = objects
-            .iter()
-            .map(|k| k.to_str().map_or(&b""[..], str::as_bytes))
-            .collect();
-        // A repeated id is a repeated dict key: read each distinct id once, in first-seen order
-        // (the order a dict keeps).
-        let (keys, objects): (Vec<&[u8]>, Vec<&Bound<'py, PyString>>) = match distinct_keys(&keys) {
-            Some(d) => d
-                .firsts
-                .iter()
-                .map(|&row| (keys[row], &objects[row]))
-                .unzip(),
-            None => (keys, objects.iter().collect()),
-        };
+        // A repeated id is a repeated dict key: each distinct id is kept (and read) once, in
+        // first-seen order (the order a dict keeps), as the ids come, so that memory grows
+        // with the distinct ids, not with the ids given.
+        fn text<'a>(id: &'a Bound<'_, PyString>) -> &'a [u8] {
+            id.to_str().map_or(&b""[..], str::as_bytes)
+        }
+        let mut objects: Vec<Bound<'py, PyString>> = Vec::new();
+        let mut seen = Seen::new();
+        for id in ids_of(doc_ids)? {
+            let Ok(id) = id?.cast_into::<PyString>().map(plain_str) else {
+                continue;
+            };
+            let key = text(&id);
+            if (seen.insert(hash_key(key), |d| text(&objects[d]) == key)).is_none() {
+                objects.push(id);
+            }
+        }
+        let keys: Vec<&[u8]> = objects.iter().map(text).collect();
         guard(py, || {
             py.detach(|| store.prefetch_keyed(&keys)).py_err(py)?;
             let mut batches = Batches::take();
@@ -587,9 +586,13 @@ impl Reader {
             // A remote store fetches the keys first, with Python released.
             py.detach(|| store.prefetch_keys(start.min(stop)..stop))
                 .py_err(py)?;
-            let keys = (start.min(stop)..stop)
-                .map(|pos| store.key_at(pos).map(|k| PyString::new(py, k)))
-                .collect::<Result<Vec<_>, _>>()
+            // Each id proved by its document's check, as a document read is.
+            let mut keys = Vec::with_capacity((stop - start.min(stop)) as usize);
+            store
+                .keys_in(start.min(stop)..stop, |_, k| {
+                    keys.push(PyString::new(py, k));
+                    Ok(())
+                })
                 .py_err(py)?;
             PyList::new(py, keys)
         })

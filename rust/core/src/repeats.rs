@@ -125,9 +125,60 @@ pub fn distinct<T: Eq>(items: &[T], hash: impl Fn(&T) -> u64) -> Option<Distinct
     (firsts.len() < items.len()).then_some(Distinct { firsts, of_row })
 }
 
+/// The hash `distinct_keys` and a `Seen` of ids use.
+pub fn hash_key(key: &[u8]) -> u64 {
+    xxh3_64(key)
+}
+
 /// `distinct` for ids (byte strings).
 pub fn distinct_keys<K: AsRef<[u8]> + Eq>(keys: &[K]) -> Option<Distinct> {
-    distinct(keys, |k| xxh3_64(k.as_ref()))
+    distinct(keys, |k| hash_key(k.as_ref()))
+}
+
+/// Distinct items met one at a time, held by the caller (ids that are Python objects): each new
+/// one is numbered in first-seen order. Memory grows with the distinct items only, so that
+/// 3,000,000 copies of one id cost one entry (a pass that hashed every row first held ~2 GB).
+#[derive(Default)]
+pub struct Seen {
+    first_of: Table<usize>,
+    /// Items whose hash equals an earlier, different item's (rare): their numbers, by hash.
+    collided: Table<Vec<usize>>,
+    len: usize,
+}
+
+impl Seen {
+    pub fn new() -> Seen {
+        Seen::default()
+    }
+
+    /// Distinct items so far.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The number of the item hashing to `hash`, when one seen before equals it (`same(d)`: it
+    /// equals distinct item `d`); `None` when it is new, which then becomes item `len()`.
+    pub fn insert(&mut self, hash: u64, same: impl Fn(usize) -> bool) -> Option<usize> {
+        let found = match self.first_of.get(&hash) {
+            None => None,
+            Some(&d) if same(d) => Some(d),
+            Some(_) => {
+                (self.collided.get(&hash)).and_then(|ds| ds.iter().copied().find(|&d| same(d)))
+            }
+        };
+        if found.is_none() {
+            let d = self.len;
+            if self.first_of.try_insert_new(hash, d) {
+                self.collided.entry(hash).or_default().push(d);
+            }
+            self.len += 1;
+        }
+        found
+    }
 }
 
 trait TryInsertNew {
@@ -151,6 +202,27 @@ impl TryInsertNew for Table<usize> {
 mod tests {
     use super::*;
     use std::collections::HashSet;
+
+    #[test]
+    fn seen_numbers_distinct_items_and_tells_collisions_apart() {
+        let keys = ["a", "b", "a", "c", "b", "a", "d"];
+        for hash in [|k: &str| xxh3_64(k.as_bytes()), |_: &str| 7] {
+            let mut seen = Seen::new();
+            let mut distinct: Vec<&str> = Vec::new();
+            let got: Vec<Option<usize>> = (keys.iter())
+                .map(|&k| {
+                    let found = seen.insert(hash(k), |d| distinct[d] == k);
+                    if found.is_none() {
+                        distinct.push(k);
+                    }
+                    found
+                })
+                .collect();
+            assert_eq!(got, [None, None, Some(0), None, Some(1), Some(0), None]);
+            assert_eq!(distinct, ["a", "b", "c", "d"]);
+            assert_eq!(seen.len(), 4);
+        }
+    }
 
     #[test]
     fn distinct_shares_repeats_and_tells_collisions_apart() {

@@ -404,6 +404,41 @@ impl Collection {
         })
     }
 
+    /// `key_at` of a position whose record has just been read (`Store::key_at_after_read`).
+    pub fn key_at_after_read(&self, pos: u64) -> Result<&str> {
+        self.retrying(|| {
+            let (shard, local) = self.shard_of(pos)?;
+            self.shards[shard].key_at_after_read(local)
+        })
+    }
+
+    /// Runs `each` on the position and key of every document of `positions` (clipped to the
+    /// collection), in order, each key proved by its document's check (`Store::keys_in`).
+    pub fn keys_in(
+        &self,
+        positions: std::ops::Range<u64>,
+        mut each: impl FnMut(u64, &str) -> Result<()>,
+    ) -> Result<()> {
+        let end = positions.end.min(self.len());
+        let mut pos = positions.start;
+        while pos < end {
+            let (shard, local) = self.shard_of(pos)?;
+            let take = (self.starts[shard + 1] - pos).min(end - pos);
+            let (start, base) = (pos, self.starts[shard]);
+            // A retried read (remote) calls `each` again from the shard's part's first key.
+            let mut done = start;
+            self.retrying(|| {
+                self.shards[shard].keys_in(local + (done - start)..local + take, |p, key| {
+                    each(base + p, key)?;
+                    done = base + p + 1;
+                    Ok(())
+                })
+            })?;
+            pos += take;
+        }
+        Ok(())
+    }
+
     /// For a remote store, fetches at once what `read_records(positions)` will read, so that
     /// reading it in chunks (on several threads) waits on nothing: a batch is a few rounds of
     /// concurrent requests, not a few per chunk. Nothing to do for local files.

@@ -170,9 +170,15 @@ fn write_index(path: &Path, stores: &[Store<Mmap>], sources: &[PathBuf]) -> Resu
         ..WriterOptions::default()
     };
     let mut writer = Writer::create(path, Schema::new(Vec::new())?, options)?;
-    for store in stores {
+    // What is merged is verified first, so that a damaged shard fails the seal, naming it,
+    // rather than be sealed into an index that agrees with its damage (its ids then found
+    // nowhere): every key read by position passes its document's check (`key_at`), and the
+    // merge below checks that each rank's position leads back to that rank, and that the keys
+    // come in order. Costs hashing every stored blob once.
+    for (store, source) in stores.iter().zip(sources) {
         for pos in 0..store.len() {
-            writer.add_unindexed(store.key_at(pos)?, &[])?;
+            let key = store.key_at(pos).map_err(|e| named(e, source))?;
+            writer.add_unindexed(key, &[])?;
             if writer.needs_flush() {
                 writer.flush()?;
             }
@@ -190,13 +196,33 @@ fn write_index(path: &Path, stores: &[Store<Mmap>], sources: &[PathBuf]) -> Resu
     };
     let mut start = 0u64;
     let mut runs = Vec::with_capacity(stores.len());
-    for store in stores {
+    for (store, source) in stores.iter().zip(sources) {
         let offset = start;
         start += store.len();
         runs.push((0..store.len()).map(move |rank| {
-            let key = store.key_of_rank(rank)?.to_vec();
-            let pos = offset + store.position_of_rank(rank)?;
-            Ok((key, pos as u32)) // < MAX_DOCS, checked by `seal`
+            let key = store
+                .key_of_rank(rank)
+                .map_err(|e| named(e, source))?
+                .to_vec();
+            let local = store.position_of_rank(rank).map_err(|e| named(e, source))?;
+            // The key of `local` was checked above, and it is this rank's key only if the
+            // position's rank is this rank: then ranks and positions are one-to-one, and every
+            // merged key is a checked one at its own position.
+            let damaged = |what: &str| {
+                named(
+                    Error::corrupt(format!(
+                        "{what} at rank {rank}: the store is damaged (run verify())"
+                    )),
+                    source,
+                )
+            };
+            if store.rank_at(local).map_err(|e| named(e, source))? != rank {
+                return Err(damaged("key index and key ranks disagree"));
+            }
+            if rank > 0 && store.key_of_rank(rank - 1).map_err(|e| named(e, source))? >= &key[..] {
+                return Err(damaged("keys are not sorted"));
+            }
+            Ok((key, (offset + local) as u32)) // < MAX_DOCS, checked by `seal`
         }));
     }
     // Entries locate each document's blob in its shard, so that a lookup by id reads the index
