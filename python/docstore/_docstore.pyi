@@ -18,6 +18,7 @@ __all__ = [
     "FORMAT_VERSION",
     "Reader",
     "Writer",
+    "check_replaceable",
     "get_num_threads",
     "seal",
     "set_num_threads",
@@ -33,7 +34,9 @@ def seal(
     shards: Sequence[str | os.PathLike[str]],
     *,
     overwrite: bool = False,
+    append: bool = False,
 ) -> int: ...
+def check_replaceable(target: str | os.PathLike[str]) -> None: ...
 def set_num_threads(n: int) -> None: ...
 def get_num_threads() -> int: ...
 

@@ -15,7 +15,7 @@ mod manifest;
 mod seal;
 
 pub use manifest::{FileEntry, Manifest, MANIFEST};
-pub use seal::seal;
+pub use seal::{append, check_replaceable, seal};
 
 use crate::error::{Error, Result};
 use crate::reader::{self, DataAccess, Found, RecordBatch, Store};
