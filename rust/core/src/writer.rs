@@ -807,14 +807,35 @@ impl TargetLock {
     pub(crate) fn acquire(parent: &Path, name: &str) -> Result<TargetLock> {
         use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
         let path = parent.join(format!("{}docstore-lock", scratch_prefix(name)));
+        let mut tries = 0;
         loop {
-            let file = File::options()
+            let created = File::options()
                 .read(true)
                 .write(true)
                 .create(true)
-                .mode(0o600)
+                .mode(0o644)
                 .custom_flags(libc::O_NOFOLLOW)
-                .open(&path)?;
+                .open(&path);
+            let file = match created {
+                // Another user's, in a directory both write to: a lock needs only reading.
+                Err(denied) if denied.kind() == std::io::ErrorKind::PermissionDenied => {
+                    match File::options()
+                        .read(true)
+                        .custom_flags(libc::O_NOFOLLOW)
+                        .open(&path)
+                    {
+                        // Removed meanwhile by its holder (try again), or never there: the
+                        // directory is not writable (say so).
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 8 => {
+                            tries += 1;
+                            continue;
+                        }
+                        Err(_) => return Err(denied.into()),
+                        Ok(file) => file,
+                    }
+                }
+                other => other?,
+            };
             if !flock(&file, libc::LOCK_EX) {
                 let _ = std::fs::remove_file(&path);
                 return Ok(TargetLock { file: None, path });
