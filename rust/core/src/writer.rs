@@ -862,6 +862,9 @@ impl Drop for TargetLock {
         if let Some(file) = self.file.take() {
             // Removed while held: whoever waits on this file finds it gone and tries again.
             let _ = std::fs::remove_file(&self.path);
+            // Unlocked, not only closed: a child forked meanwhile shares the lock, and would
+            // hold it for its whole life.
+            flock(&file, libc::LOCK_UN);
             drop(file);
         }
     }
@@ -1119,7 +1122,31 @@ fn write_data(
 
 #[cfg(test)]
 mod tests {
-    use super::{is_scratch_of, scratch_prefix};
+    use super::{is_scratch_of, scratch_prefix, TargetLock};
+
+    #[test]
+    fn a_target_lock_excludes_other_holders_and_leaves_nothing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = TargetLock::acquire(dir.path(), "corpus").unwrap();
+        assert!(first.held());
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let path = dir.path().to_path_buf();
+        let waiter = std::thread::spawn(move || {
+            let second = TargetLock::acquire(&path, "corpus").unwrap();
+            sender.send(second.held()).unwrap();
+        });
+        // Another target's lock is another file: not held by `first`.
+        drop(TargetLock::acquire(dir.path(), "corpus.v2").unwrap());
+        let waited = receiver.recv_timeout(std::time::Duration::from_millis(300));
+        assert!(
+            waited.is_err(),
+            "a second holder got the lock while the first held it"
+        );
+        drop(first);
+        assert!(receiver.recv().unwrap());
+        waiter.join().unwrap();
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
 
     #[test]
     fn scratch_directories_are_told_apart_by_their_whole_name() {

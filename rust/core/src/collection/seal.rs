@@ -72,6 +72,12 @@ fn seal_into(target: &Path, shards: &[PathBuf], existing: Existing) -> Result<Su
         Existing::Append => existing_shards(target)?,
         _ => Vec::new(),
     };
+    // An append to nothing publishes as a seal does without overwrite: whatever appeared at the
+    // target meanwhile (written by something that does not take the lock) is not replaced.
+    let replace = match existing {
+        Existing::Append => !sources.is_empty(),
+        _ => existing == Existing::Replace,
+    };
     sources.extend(shards.iter().map(|s| (s.clone(), None)));
     let shards: &[PathBuf] = &sources
         .iter()
@@ -173,10 +179,10 @@ fn seal_into(target: &Path, shards: &[PathBuf], existing: Existing) -> Result<Su
         Some(lock) => lock,
         None => TargetLock::acquire(&parent, &name)?,
     };
-    if existing != Existing::Refuse {
+    if replace {
         check_replaceable(target)?;
     }
-    scratch.publish(target, existing != Existing::Refuse, &lock)?;
+    scratch.publish(target, replace, &lock)?;
     drop(lock);
     Ok(Summary {
         count: total,
