@@ -187,9 +187,16 @@ def test_upgrade_refuses_an_existing_target_before_reading_anything(tmp_path):
     with pytest.raises(docstore.StoreExistsError, match="already exists"):
         docstore.upgrade(old, new)
     assert new.read_bytes() == b"mine"
-    with pytest.raises(docstore.CorruptStoreError):
+    # A file of the user's is never replaced, even with overwrite (refused before any read).
+    with pytest.raises(docstore.StoreExistsError, match="not a docstore store"):
         docstore.upgrade(old, new, overwrite=True)
     assert new.read_bytes() == b"mine"
+    new.unlink()
+    write_store(new, {"b": {"text": "y"}}, fields={"text": "str"}).close()
+    kept = new.read_bytes()
+    with pytest.raises(docstore.CorruptStoreError):
+        docstore.upgrade(old, new, overwrite=True)
+    assert new.read_bytes() == kept
 
 
 def test_cli_upgrade(tmp_path):

@@ -20,6 +20,7 @@ def seal(
     shards: Iterable[str | os.PathLike[str]],
     *,
     overwrite: bool = False,
+    append: bool = False,
     read: str = "mmap",
 ) -> DocStore:
     """Seals ``shards`` (store files written by ``docstore.Writer``, one schema, format 2 or 3) into a
@@ -32,13 +33,20 @@ def seal(
     shard given as a symbolic link is resolved: the collection holds the file it names.
     Nothing appears at ``target`` unless the whole collection is sealed; with ``overwrite=True``
     a store or collection already there is replaced in one step (readers that have it open keep
-    reading it; an ``open`` meanwhile gets the old collection or the new one, whole).
+    reading it; an ``open`` meanwhile gets the old collection or the new one, whole). Anything
+    else there (a directory of other files, a collection holding files of yours, a file that is
+    not a store) is refused with ``StoreExistsError`` naming it.
+
+    ``append=True`` adds ``shards`` after those of the collection (or store file) at ``target``,
+    sealing both into a collection that replaces it in one step, or seals them alone where
+    nothing is there. Appends (and other docstore writers) to one target run one after the
+    other: none loses another's documents.
     """
     if isinstance(shards, (str, bytes, os.PathLike)):
         raise TypeError("shards must be a list of paths, not one path")
     paths = [os.fsdecode(s) if isinstance(s, bytes) else os.fspath(s) for s in shards]
     target = os.fsdecode(target) if isinstance(target, bytes) else os.fspath(target)
-    _docstore.seal(target, paths, overwrite=overwrite)
+    _docstore.seal(target, paths, overwrite=overwrite, append=append)
     return open(target, read=read)
 
 

@@ -20,6 +20,7 @@ __all__ = [
     "Writer",
     "_redact_urls",
     "_strip_url",
+    "check_replaceable",
     "get_num_threads",
     "seal",
     "set_num_threads",
@@ -35,7 +36,9 @@ def seal(
     shards: Sequence[str | os.PathLike[str]],
     *,
     overwrite: bool = False,
+    append: bool = False,
 ) -> int: ...
+def check_replaceable(target: str | os.PathLike[str]) -> None: ...
 def set_num_threads(n: int) -> None: ...
 def get_num_threads() -> int: ...
 def _redact_urls(text: str) -> str: ...

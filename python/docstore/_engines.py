@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from . import errors
+from . import _docstore, errors
 from ._arrow import prepare, schema_fields
 from ._staging import Staging
 from ._store import DocStore
@@ -67,6 +67,8 @@ def check_target(target: str, mode: str) -> None:
     parent = os.path.dirname(target)
     if not os.path.isdir(parent):
         raise StoreNotFoundError(f"directory {parent} does not exist")
+    if mode != "errorifexists":  # what the commit would replace must be a store or collection
+        _docstore.check_replaceable(target)
 
 
 def staging_prefix(target: str) -> str:
@@ -257,22 +259,9 @@ def _seal(
         empty = os.path.join(staging, "empty.docstore")
         Writer(empty, dict(fields), **options).finish()
         shards = [empty]
-    if mode == "append" and os.path.lexists(target):
-        shards = existing_shards(target) + shards
-    return seal(target, shards, overwrite=mode != "errorifexists")
-
-
-def existing_shards(target: str) -> list[str]:
-    """The shard files of the collection at ``target`` in order (a single-file store is its own
-    one shard)."""
-    store = open_store(target)
-    try:
-        shards = store.info().get("shards")
-    finally:
-        store.close()
-    if not shards:
-        return [os.path.abspath(target)]
-    return [os.fspath(shard["path"]) for shard in shards]
+    if mode == "append":  # what is there is read under the lock that publishes the result
+        return seal(target, shards, append=True)
+    return seal(target, shards, overwrite=mode == "overwrite")
 
 
 def report_error(report: str | None, error: BaseException) -> None:

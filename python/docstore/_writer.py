@@ -14,7 +14,7 @@ import numpy as np
 
 from ._arrow import field_type, prepare, unsupported
 from ._arrow import writer_columns as _arrow_columns
-from ._docstore import ARRAY_DTYPES, FORMAT_VERSION
+from ._docstore import ARRAY_DTYPES, FORMAT_VERSION, check_replaceable
 from ._docstore import Writer as _Writer
 from ._staging import Staging
 from ._store import DocStore
@@ -462,6 +462,11 @@ def upgrade(
     if not options.get("overwrite") and os.path.lexists(target):
         store.close()
         raise StoreExistsError(f"{os.fspath(target)} already exists (pass overwrite=True to replace it)")
+    try:
+        check_replaceable(target)  # a directory or file of the user's: refused now
+    except BaseException:
+        store.close()
+        raise
     info = store._info()
     if "shards" in info and store.url is not None:
         store.close()

@@ -45,7 +45,8 @@ class DuplicateKeyError(DocstoreError, ValueError):
 
 
 class StoreExistsError(DocstoreError, FileExistsError):
-    """The target path already holds a file and ``overwrite=True`` was not given."""
+    """The target path already holds a file and ``overwrite=True`` was not given, or holds
+    something that an overwrite never replaces (anything but a docstore store or collection)."""
 
 
 class StoreNotFoundError(DocstoreError, FileNotFoundError):

@@ -104,6 +104,8 @@ pub fn to_pyerr(py: Python<'_>, err: Error) -> PyErr {
         // Python's own: what any allocation that fails raises, and what callers catch.
         Error::OutOfMemory { .. } => return PyMemoryError::new_err(message),
         Error::Io(ref io) if io.kind() == std::io::ErrorKind::NotFound => Exc::StoreNotFound,
+        // Something at the target that an overwrite does not replace (not a store).
+        Error::Io(ref io) if io.kind() == std::io::ErrorKind::AlreadyExists => Exc::StoreExists,
         Error::Io(_) => Exc::StoreIO,
     };
     new_error(py, class, message)

@@ -121,7 +121,17 @@ def make_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("output", metavar="OUT", help="the collection (a directory) to create")
     p.add_argument("shards", nargs="+", metavar="SHARD", help="store files with the same fields")
-    p.add_argument("--overwrite", action="store_true", help="replace OUT (a store or collection) atomically")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace OUT (a store or collection, nothing else) atomically",
+    )
+    mode.add_argument(
+        "--append",
+        action="store_true",
+        help="add the shards after those of the collection OUT (one append at a time)",
+    )
     p.set_defaults(func=cmd_seal)
 
     p = sub.add_parser("demo", help="build a sample corpus and compare lookups with a dict and ir_datasets")

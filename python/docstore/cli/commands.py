@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import Writer, seal, set_num_threads, upgrade
 from .. import open as open_store
-from .._docstore import FORMAT_VERSION, _redact_urls
+from .._docstore import FORMAT_VERSION, _redact_urls, check_replaceable
 from .._staging import Staging
 from .._store import is_url
 from .._writer import infer_type
@@ -96,6 +96,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     }
     if not args.overwrite and os.path.lexists(args.output):
         raise UsageError(f"{args.output} already exists (pass --overwrite to replace it)")
+    check_replaceable(args.output)  # refused now, not once every shard is built
     if args.shards > 1:
         iterator.close()  # the first record told the fields; each shard reads its own piece
         shard_args = (fields, args.id_field, columns, keep, args.level, coerce)
@@ -243,7 +244,7 @@ def _build_shards(
         # leave everyone else waiting on it.
         failed = context.RawValue("q", len(groups))
         with concurrent.futures.ProcessPoolExecutor(
-            max(1, len(groups)), mp_context=context, initializer=_watch, initargs=(failed,)
+            max(1, len(groups)), mp_context=context, initializer=_watch, initargs=(failed, os.getpid())
         ) as pool:
             jobs = [
                 pool.submit(
@@ -279,10 +280,39 @@ _GROUP = 0
 _LOOK_EVERY = 1024
 
 
-def _watch(failed: Any) -> None:
-    """Initialises a worker of a ``--shards`` build (see `_build_shards`)."""
+def _watch(failed: Any, parent: int) -> None:
+    """Initialises a worker of a ``--shards`` build (see `_build_shards`); ``parent`` is the
+    build's pid. The worker dies with the build: a build killed (``kill -9``) would otherwise
+    leave its workers blocked forever, holding the staging directory's lock (inherited), so that
+    no later build could sweep it."""
     global _FAILED
     _FAILED = failed
+    _die_with(parent)
+
+
+def _die_with(parent: int) -> None:
+    """Kills this process when ``parent`` dies: ``PR_SET_PDEATHSIG`` on Linux (the build's main
+    thread forks the workers, and the signal comes when that thread ends, with the process),
+    elsewhere a thread that watches the parent pid."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        pr_set_pdeathsig = 1
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0) == 0:
+            # The parent may have died before the call: then no signal comes.
+            if os.getppid() != parent:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="docstore-watch-parent", daemon=True).start()
 
 
 def _look() -> None:
@@ -483,10 +513,10 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 def cmd_seal(args: argparse.Namespace) -> int:
     start = time.perf_counter()
-    store = seal(args.output, args.shards, overwrite=args.overwrite)
+    store = seal(args.output, args.shards, overwrite=args.overwrite, append=args.append)
+    shards = len(store.info()["shards"])
     print(
-        f"sealed {args.output}: {len(store):,} docs in {len(args.shards)} shards "
-        f"({time.perf_counter() - start:.2f}s)"
+        f"sealed {args.output}: {len(store):,} docs in {shards} shards ({time.perf_counter() - start:.2f}s)"
     )
     return 0
 
@@ -540,9 +570,41 @@ def cmd_export(args: argparse.Namespace) -> int:
         return 0
     if not is_url(args.store) and os.path.exists(args.output) and os.path.samefile(args.output, args.store):
         raise UsageError(f"{args.output} is the store being exported: export to another file")
-    with open(args.output, "w", encoding="utf-8") as out:
-        _write_docs(store, out, args.id_field)
+    _export_to(store, args.output, args.id_field)
     return 0
+
+
+def _export_to(store: Any, output: str, id_field: str) -> None:
+    """Writes ``store``'s documents to the file ``output`` in one step: into a temporary file
+    beside it, renamed over it only once every document is written, so that a failure (a
+    damaged store, a full disk) leaves the file as it was. Through a symbolic link, the file it
+    names is replaced; what is not a regular file (``/dev/stdout``, a FIFO) is written as is."""
+    import tempfile
+
+    real = os.path.realpath(output)
+    if os.path.exists(real) and not os.path.isfile(real):
+        with open(real, "w", encoding="utf-8") as out:
+            _write_docs(store, out, id_field)
+        return
+    if os.path.exists(real):
+        mode = os.stat(real).st_mode & 0o7777
+    else:  # what open() would have created
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    fd, temp = tempfile.mkstemp(
+        prefix=f".{os.path.basename(real)}.", suffix=".export-tmp", dir=os.path.dirname(real)
+    )
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            _write_docs(store, out, id_field)
+            out.flush()
+            os.fchmod(out.fileno(), mode)
+            os.fsync(out.fileno())
+        os.replace(temp, real)
+    except BaseException:
+        os.unlink(temp)
+        raise
 
 
 def _write_docs(store: Any, out: Any, id_field: str) -> None:

@@ -204,7 +204,7 @@ impl Writer {
     ) -> Result<Writer> {
         let target = path.as_ref().to_path_buf();
         let (parent, name) = split_target(&target)?;
-        if !options.overwrite && target.exists() {
+        if !options.overwrite && std::fs::symlink_metadata(&target).is_ok() {
             return Err(Error::AlreadyExists(target));
         }
         if target.is_dir() {
@@ -212,6 +212,10 @@ impl Writer {
                 "{} is a directory",
                 target.display()
             ))));
+        }
+        if options.overwrite {
+            // Refused before any work; checked again when the store replaces it.
+            check_replaceable_file(&target)?;
         }
         // Validates the options before any file exists.
         Compressor::new(options.level, &[])?;
@@ -246,7 +250,8 @@ impl Writer {
                 options.dict_size
             )));
         }
-        let (scratch, scratch_lock) = new_scratch(&parent, &name)?;
+        let (scratch, scratch_lock) =
+            new_scratch(&parent, &name, &TargetLock::acquire(&parent, &name)?)?;
         // Read and write: the ranks section is filled through a mapping of this file.
         let file = File::options()
             .read(true)
@@ -590,9 +595,14 @@ impl Writer {
     }
 
     /// Moves the finished file to the target: atomically, and without replacing an existing
-    /// store unless asked to.
+    /// store unless asked to (nor anything but a store: see `check_replaceable_file`). Under the
+    /// target's lock, so that a collection appended to meanwhile is not replaced under its
+    /// append, nor this store by it.
     fn publish(&self, finished: &Path) -> Result<()> {
+        let (parent, name) = split_target(&self.target)?;
+        let _lock = TargetLock::acquire(&parent, &name)?;
         if self.options.overwrite {
+            check_replaceable_file(&self.target)?;
             std::fs::rename(finished, &self.target)?;
         } else {
             // link() fails if the target exists, so a store created meanwhile is never clobbered.
@@ -657,10 +667,10 @@ pub(crate) fn split_target(target: &Path) -> Result<(PathBuf, String)> {
 }
 
 /// A new scratch directory in `parent` for building target `name`, locked (see `SCRATCH_LOCK`),
-/// once those that killed builders left there are swept.
-fn new_scratch(parent: &Path, name: &str) -> Result<(TempDir, File)> {
+/// once those that killed builders left there are swept; `lock` is the target's, held.
+fn new_scratch(parent: &Path, name: &str, lock: &TargetLock) -> Result<(TempDir, File)> {
     let prefix = scratch_prefix(name);
-    sweep_dead_scratch(parent, &prefix);
+    sweep_dead_scratch(parent, &prefix, lock);
     let scratch = tempfile::Builder::new()
         .prefix(&prefix)
         .rand_bytes(SCRATCH_RANDOM)
@@ -678,8 +688,9 @@ pub(crate) struct Scratch {
 }
 
 impl Scratch {
-    pub(crate) fn create(parent: &Path, name: &str) -> Result<Scratch> {
-        let (dir, _lock) = new_scratch(parent, name)?;
+    /// `lock`: the target's (`TargetLock::acquire(parent, name)`), held.
+    pub(crate) fn create(parent: &Path, name: &str, lock: &TargetLock) -> Result<Scratch> {
+        let (dir, _lock) = new_scratch(parent, name, lock)?;
         Ok(Scratch { dir, _lock })
     }
 
@@ -689,8 +700,12 @@ impl Scratch {
 
     /// Gives the directory the name `target`, in one step: a rename that fails if something is
     /// there, or with `overwrite` an exchange with what is there (removed afterwards; readers
-    /// that hold it open keep reading it). The lock file goes first: it is not the collection's.
-    pub(crate) fn publish(self, target: &Path, overwrite: bool) -> Result<()> {
+    /// that hold it open keep reading it), which the caller has found replaceable under `lock`,
+    /// the target's, held until this returns. The lock file goes first: it is not the
+    /// collection's. A kill from there on leaves a scratch directory without a lock file (this
+    /// one, or the old target under its name), which the next holder of the target's lock
+    /// sweeps (`sweep_dead_scratch`).
+    pub(crate) fn publish(self, target: &Path, overwrite: bool, _lock: &TargetLock) -> Result<()> {
         std::fs::remove_file(self.dir.path().join(SCRATCH_LOCK))?;
         let from = self.dir.path();
         match rename2(from, target, libc::RENAME_NOREPLACE) {
@@ -773,6 +788,142 @@ fn lock_scratch(dir: &Path) -> Result<File> {
     Ok(file)
 }
 
+/// A target's lock file, beside it: `{scratch_prefix}docstore-lock`, `flock`ed by every docstore
+/// process while it creates a scratch directory of the target (and sweeps dead ones), publishes
+/// to the target, or appends to it (from reading what is there to publishing the result). Two
+/// writers of one target thus never publish over each other's append, and a sweeper holding it
+/// knows that no live process is between creating a scratch directory and locking it, nor
+/// between taking its lock file away and renaming it (`Scratch::publish`). Its holder removes
+/// it when done, so that nothing stays beside the target.
+pub(crate) struct TargetLock {
+    /// `None` where the file system has no `flock`: nothing is held, and sweeps are as careful
+    /// as without the lock.
+    file: Option<File>,
+    path: PathBuf,
+}
+
+impl TargetLock {
+    /// Waits for the lock of target `name` in `parent`.
+    pub(crate) fn acquire(parent: &Path, name: &str) -> Result<TargetLock> {
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        let path = parent.join(format!("{}docstore-lock", scratch_prefix(name)));
+        let mut tries = 0;
+        loop {
+            let created = File::options()
+                .read(true)
+                .write(true)
+                .create(true)
+                .mode(0o644)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&path);
+            let file = match created {
+                // Another user's, in a directory both write to: a lock needs only reading.
+                Err(denied) if denied.kind() == std::io::ErrorKind::PermissionDenied => {
+                    match File::options()
+                        .read(true)
+                        .custom_flags(libc::O_NOFOLLOW)
+                        .open(&path)
+                    {
+                        // Removed meanwhile by its holder (try again), or never there: the
+                        // directory is not writable (say so).
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 8 => {
+                            tries += 1;
+                            continue;
+                        }
+                        Err(_) => return Err(denied.into()),
+                        Ok(file) => file,
+                    }
+                }
+                other => other?,
+            };
+            if !flock(&file, libc::LOCK_EX) {
+                let _ = std::fs::remove_file(&path);
+                return Ok(TargetLock { file: None, path });
+            }
+            // The holder before us removes the file as it lets go: a lock taken on a removed
+            // file (or on one since replaced) is no lock; take the file that is there now.
+            let (held, named) = (file.metadata()?, std::fs::symlink_metadata(&path));
+            if named.is_ok_and(|n| n.dev() == held.dev() && n.ino() == held.ino()) {
+                return Ok(TargetLock {
+                    file: Some(file),
+                    path,
+                });
+            }
+        }
+    }
+
+    fn held(&self) -> bool {
+        self.file.is_some()
+    }
+}
+
+impl Drop for TargetLock {
+    fn drop(&mut self) {
+        if let Some(file) = self.file.take() {
+            // Removed while held: whoever waits on this file finds it gone and tries again.
+            let _ = std::fs::remove_file(&self.path);
+            // Unlocked, not only closed: a child forked meanwhile shares the lock, and would
+            // hold it for its whole life.
+            flock(&file, libc::LOCK_UN);
+            drop(file);
+        }
+    }
+}
+
+/// Refuses to replace what is at `target` unless it is a docstore store file (a regular file that
+/// starts with the magic bytes, damaged or not) or an empty file: a writer or a seal with
+/// `overwrite` must never destroy a file of the user's. Nothing there is fine.
+pub(crate) fn check_replaceable_file(target: &Path) -> Result<()> {
+    let meta = match std::fs::symlink_metadata(target) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    let kind = meta.file_type();
+    let what = if kind.is_symlink() {
+        "a symbolic link (remove it, or write to where it points)"
+    } else if kind.is_dir() {
+        "a directory"
+    } else if !kind.is_file() {
+        "not a regular file (a FIFO, socket or device)"
+    } else if meta.len() == 0 || starts_with_magic(target)? {
+        return Ok(());
+    } else {
+        "a file that is not a docstore store"
+    };
+    Err(refused(target, what))
+}
+
+/// Whether the regular file at `path` starts with a store's magic bytes.
+pub(crate) fn starts_with_magic(path: &Path) -> Result<bool> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = File::options()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    let mut magic = [0u8; 8];
+    let mut got = 0;
+    while got < magic.len() {
+        match file.read(&mut magic[got..])? {
+            0 => break,
+            n => got += n,
+        }
+    }
+    Ok(got == magic.len() && magic == format::MAGIC)
+}
+
+/// The error of an overwrite refused because `target` is `what`.
+pub(crate) fn refused(target: &Path, what: &str) -> Error {
+    Error::Io(std::io::Error::new(
+        std::io::ErrorKind::AlreadyExists,
+        format!(
+            "{} is {what}: overwrite replaces only a docstore store or collection, so it is left \
+             as it is; remove it yourself, or choose another target",
+            target.display()
+        ),
+    ))
+}
+
 /// Random alphanumerics in a scratch directory's name (tempfile's).
 const SCRATCH_RANDOM: usize = 6;
 /// Bytes of the target's name that its scratch directory's name repeats, to say whose it is.
@@ -802,8 +953,9 @@ fn is_scratch_of(dir_name: &str, prefix: &str) -> bool {
 }
 
 /// Removes the scratch directories that killed writers of the target whose `scratch_prefix` is
-/// `prefix` left in `parent`. Best effort: anything unexpected leaves a directory alone.
-fn sweep_dead_scratch(parent: &Path, prefix: &str) {
+/// `prefix` left in `parent`; `lock` is the target's, held. Best effort: anything unexpected
+/// leaves a directory alone.
+fn sweep_dead_scratch(parent: &Path, prefix: &str, target_lock: &TargetLock) {
     let Ok(entries) = std::fs::read_dir(parent) else {
         return;
     };
@@ -817,17 +969,23 @@ fn sweep_dead_scratch(parent: &Path, prefix: &str) {
             continue;
         }
         let dir = entry.path();
-        let Ok(mut lock) = File::open(dir.join(SCRATCH_LOCK)) else {
-            continue;
+        // Under the target's lock, no live process is between creating a scratch directory and
+        // writing its pid in the locked lock file, nor publishing one without its lock file:
+        // a directory without a lock file, or with an empty one, was left by a killed process.
+        // Without that lock (no flock), such a directory may be a live writer's.
+        let dead = match File::open(dir.join(SCRATCH_LOCK)) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => target_lock.held(),
+            Err(_) => false,
+            Ok(mut lock) => {
+                let mut pid = String::new();
+                // This process's own pid: a live writer of this process, whose lock some file
+                // systems (NFS) do not hold against the rest of the process.
+                flock(&lock, libc::LOCK_EX | libc::LOCK_NB)
+                    && lock.read_to_string(&mut pid).is_ok()
+                    && (!pid.is_empty() || target_lock.held())
+                    && pid != me
+            }
         };
-        let mut pid = String::new();
-        // An empty lock file: its writer is between creating and locking it (or cannot lock).
-        // This process's own pid: a live writer of this process, whose lock some file systems
-        // (NFS) do not hold against the rest of the process.
-        let dead = flock(&lock, libc::LOCK_EX | libc::LOCK_NB)
-            && lock.read_to_string(&mut pid).is_ok()
-            && !pid.is_empty()
-            && pid != me;
         if dead {
             let _ = std::fs::remove_dir_all(&dir);
         }
@@ -964,7 +1122,31 @@ fn write_data(
 
 #[cfg(test)]
 mod tests {
-    use super::{is_scratch_of, scratch_prefix};
+    use super::{is_scratch_of, scratch_prefix, TargetLock};
+
+    #[test]
+    fn a_target_lock_excludes_other_holders_and_leaves_nothing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = TargetLock::acquire(dir.path(), "corpus").unwrap();
+        assert!(first.held());
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let path = dir.path().to_path_buf();
+        let waiter = std::thread::spawn(move || {
+            let second = TargetLock::acquire(&path, "corpus").unwrap();
+            sender.send(second.held()).unwrap();
+        });
+        // Another target's lock is another file: not held by `first`.
+        drop(TargetLock::acquire(dir.path(), "corpus.v2").unwrap());
+        let waited = receiver.recv_timeout(std::time::Duration::from_millis(300));
+        assert!(
+            waited.is_err(),
+            "a second holder got the lock while the first held it"
+        );
+        drop(first);
+        assert!(receiver.recv().unwrap());
+        waiter.join().unwrap();
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
 
     #[test]
     fn scratch_directories_are_told_apart_by_their_whole_name() {

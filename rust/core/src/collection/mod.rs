@@ -16,7 +16,7 @@ mod manifest;
 mod seal;
 
 pub use manifest::{FileEntry, Manifest, MANIFEST};
-pub use seal::seal;
+pub use seal::{append, check_replaceable, seal};
 
 use dir::CollectionDir;
 

@@ -14,7 +14,7 @@ use crate::format;
 use crate::keysort;
 use crate::reader::Store;
 use crate::schema::Schema;
-use crate::writer::{self, Summary, Writer, WriterOptions, MAX_DOCS};
+use crate::writer::{self, Summary, TargetLock, Writer, WriterOptions, MAX_DOCS};
 use memmap2::Mmap;
 use std::fs::File;
 use std::io::Write;
@@ -27,18 +27,71 @@ const INDEX: &str = "index.docstore";
 /// Seals `shards` (store files with one schema, format 2) into a collection at `target`, in that
 /// order. Fails, leaving nothing at `target`, on a repeated id, differing schemas, or a `target`
 /// that exists when `overwrite` is false; with `overwrite` an existing store or collection there
-/// is replaced atomically.
+/// is replaced atomically (anything else there is refused: see `check_replaceable`).
 pub fn seal(target: &Path, shards: &[PathBuf], overwrite: bool) -> Result<Summary> {
+    let existing = match overwrite {
+        true => Existing::Replace,
+        false => Existing::Refuse,
+    };
+    seal_into(target, shards, existing)
+}
+
+/// Appends `shards` to the collection (or single store file) at `target`: seals its shards, then
+/// these, into a collection that replaces it atomically; with nothing at `target`, seals them
+/// alone. The target's lock is held from reading its manifest to publishing the result, so two
+/// appends (or an append and any other docstore writer of the target) run one after the other,
+/// and neither loses the other's documents.
+pub fn append(target: &Path, shards: &[PathBuf]) -> Result<Summary> {
+    seal_into(target, shards, Existing::Append)
+}
+
+/// What a seal does with what is at its target.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Existing {
+    Refuse,
+    Replace,
+    Append,
+}
+
+fn seal_into(target: &Path, shards: &[PathBuf], existing: Existing) -> Result<Summary> {
     if shards.is_empty() {
         return Err(Error::InvalidArgument(
             "no shards to seal: give at least one store file".into(),
         ));
     }
-    if !overwrite && std::fs::symlink_metadata(target).is_ok() {
+    if existing == Existing::Refuse && std::fs::symlink_metadata(target).is_ok() {
         return Err(Error::AlreadyExists(target.to_path_buf()));
     }
     let (parent, name) = writer::split_target(target)?;
-    let scratch = writer::Scratch::create(&parent, &name)?;
+    if existing == Existing::Replace {
+        check_replaceable(target)?; // before the work; again under the lock, before publishing
+    }
+    let lock = TargetLock::acquire(&parent, &name)?;
+    // The shards of what is at the target, read under the lock that publishes the result.
+    let mut sources: Vec<(PathBuf, Option<FileEntry>)> = match existing {
+        Existing::Append => existing_shards(target)?,
+        _ => Vec::new(),
+    };
+    // An append to nothing publishes as a seal does without overwrite: whatever appeared at the
+    // target meanwhile (written by something that does not take the lock) is not replaced.
+    let replace = match existing {
+        Existing::Append => !sources.is_empty(),
+        _ => existing == Existing::Replace,
+    };
+    sources.extend(shards.iter().map(|s| (s.clone(), None)));
+    let shards: &[PathBuf] = &sources
+        .iter()
+        .map(|(path, _)| path.clone())
+        .collect::<Vec<_>>();
+    let scratch = writer::Scratch::create(&parent, &name, &lock)?;
+    // An append keeps the lock to the end; a seal takes it again to publish.
+    let lock = match existing {
+        Existing::Append => Some(lock),
+        _ => {
+            drop(lock); // now: a shadowed binding would hold it to the end
+            None
+        }
+    };
     let dir = scratch.path().to_path_buf();
     std::fs::create_dir(dir.join("shards"))?;
 
@@ -73,6 +126,16 @@ pub fn seal(target: &Path, shards: &[PathBuf], overwrite: bool) -> Result<Summar
         let file = format!("shards/part-{i:05}.docstore");
         place(source, real, &dir.join(&file))?;
         let store = Store::open(dir.join(&file)).map_err(|e| named(e, source))?;
+        if let Some(sealed) = &sources[i].1 {
+            if store.fingerprint() != sealed.fingerprint()? || store.len() != sealed.count {
+                return Err(Error::corrupt(format!(
+                    "{} in {} is not the file that was sealed there (fingerprint or count \
+                     differs): the collection was changed after sealing, and is not appended to",
+                    sealed.file,
+                    target.display()
+                )));
+            }
+        }
         if let Some(first) = stores.first() {
             if store.schema() != first.schema() {
                 return Err(Error::Schema(format!(
@@ -115,7 +178,15 @@ pub fn seal(target: &Path, shards: &[PathBuf], overwrite: bool) -> Result<Summar
     for d in [dir.join("shards"), dir.clone()] {
         File::open(d)?.sync_all()?;
     }
-    scratch.publish(target, overwrite)?;
+    let lock = match lock {
+        Some(lock) => lock,
+        None => TargetLock::acquire(&parent, &name)?,
+    };
+    if replace {
+        check_replaceable(target)?;
+    }
+    scratch.publish(target, replace, &lock)?;
+    drop(lock);
     Ok(Summary {
         count: total,
         raw_bytes: index.raw_bytes,
@@ -138,6 +209,125 @@ fn resolve(source: &Path) -> Result<PathBuf> {
         )),
         Err(_) => named(Error::Io(e), source),
     })
+}
+
+/// The shards of what is at `target` for an append, each with its manifest entry when it is a
+/// collection's (the file sealed there is checked to be the one the manifest pins): nothing, a
+/// collection's shards, or a single store file as its own one shard.
+fn existing_shards(target: &Path) -> Result<Vec<(PathBuf, Option<FileEntry>)>> {
+    let meta = match std::fs::symlink_metadata(target) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
+    if !meta.is_dir() {
+        writer::check_replaceable_file(target)?;
+        return Ok(vec![(target.to_path_buf(), None)]);
+    }
+    let manifest = check_replaceable_collection(target)?;
+    let mut shards = Vec::with_capacity(manifest.shards.len());
+    for entry in manifest.shards {
+        shards.push((entry.path_in(target)?, Some(entry)));
+    }
+    Ok(shards)
+}
+
+/// Refuses to replace what is at `target` unless it is nothing, a docstore store file
+/// (`writer::check_replaceable_file`) or a docstore collection with nothing else in it
+/// (`check_replaceable_collection`): an overwrite never destroys a user's files. Seals check
+/// it under the target's lock before they publish; callers may check it first, to refuse
+/// before any work.
+pub fn check_replaceable(target: &Path) -> Result<()> {
+    match std::fs::symlink_metadata(target) {
+        Ok(meta) if meta.is_dir() => check_replaceable_collection(target).map(|_| ()),
+        _ => writer::check_replaceable_file(target),
+    }
+}
+
+/// The manifest of the collection at `dir`, if `dir` is one that an overwrite may replace: a
+/// valid manifest, and nothing else but the files it names (each a store file, by its magic
+/// bytes) and the directories that hold them. Anything else is refused, naming what is there.
+fn check_replaceable_collection(dir: &Path) -> Result<Manifest> {
+    let not_collection = |why: String| writer::refused(dir, &why);
+    let manifest = match std::fs::symlink_metadata(dir.join(MANIFEST)) {
+        Ok(meta) if meta.is_file() => super::dir::CollectionDir::open(dir)
+            .and_then(|held| Manifest::read_in(&held))
+            .map_err(|e| {
+                not_collection(format!(
+                    "a directory whose {MANIFEST} is not a valid collection manifest ({e})"
+                ))
+            })?,
+        Ok(_) => {
+            return Err(not_collection(format!(
+                "a directory whose {MANIFEST} is not a regular file"
+            )))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let mut names: Vec<String> = std::fs::read_dir(dir)?
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            let what = match names.is_empty() {
+                true => "an empty directory, not a docstore collection".to_string(),
+                false => format!(
+                    "a directory that is not a docstore collection (it holds {})",
+                    listing(&names)
+                ),
+            };
+            return Err(not_collection(what));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let mut files = std::collections::HashSet::new();
+    let mut dirs = std::collections::HashSet::new();
+    for entry in std::iter::once(&manifest.index).chain(&manifest.shards) {
+        let relative = entry
+            .relative()
+            .map_err(|e| not_collection(format!("a directory whose manifest is damaged ({e})")))?;
+        dirs.extend(relative.ancestors().skip(1).map(Path::to_path_buf));
+        files.insert(relative.to_path_buf());
+    }
+    // Walked without following links, into the directories the manifest's files need only.
+    let mut unexpected = Vec::new();
+    let mut pending = vec![PathBuf::new()];
+    while let Some(relative) = pending.pop() {
+        for entry in std::fs::read_dir(dir.join(&relative))? {
+            let entry = entry?;
+            let path = relative.join(entry.file_name());
+            let kind = entry.file_type()?;
+            if kind.is_dir() && dirs.contains(&path) {
+                pending.push(path);
+            } else if kind.is_file() && path.as_os_str() == MANIFEST {
+                continue;
+            } else if kind.is_file() && files.contains(&path) {
+                if !writer::starts_with_magic(&entry.path())? {
+                    unexpected.push(format!("{} (not a docstore store)", path.display()));
+                }
+            } else {
+                let slash = if kind.is_dir() { "/" } else { "" };
+                unexpected.push(format!("{}{slash}", path.display()));
+            }
+        }
+    }
+    if !unexpected.is_empty() {
+        unexpected.sort();
+        return Err(not_collection(format!(
+            "a docstore collection that also holds {}",
+            listing(&unexpected)
+        )));
+    }
+    Ok(manifest)
+}
+
+/// The first few of `names` for an error message, and how many more there are.
+fn listing(names: &[String]) -> String {
+    const SHOWN: usize = 5;
+    let shown = names[..names.len().min(SHOWN)].join(", ");
+    match names.len() > SHOWN {
+        true => format!("{shown} and {} more", names.len() - SHOWN),
+        false => shown,
+    }
 }
 
 /// Puts a shard's file (`real`: `source` with its links resolved) at `dest`: a hard link, or a
