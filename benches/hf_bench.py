@@ -1,8 +1,8 @@
 """Hugging Face datasets and Sentence Transformers against docstore (issue 18, sections 3 and 4).
 
-    python benches/hf_bench.py build --docs 1000000             # build: datasets.Dataset vs dicts
-    python benches/hf_bench.py train --pairs 200000 --steps 20  # ST Trainer: docstore vs in memory
-    python benches/hf_bench.py all --docs 1000000 --pairs 200000 --out docs/hf_bench.json
+    python -m benches.hf_bench build --docs 1000000             # build: datasets.Dataset vs dicts
+    python -m benches.hf_bench train --pairs 200000 --steps 20  # ST Trainer: docstore vs in memory
+    python -m benches.hf_bench all --docs 1000000 --pairs 200000 --out docs/hf_bench.json
 
 **build**: ``--docs`` MS MARCO-like passages (ids like MS MARCO's, 30-120 words from a Zipfian
 vocabulary, generated here with a fixed seed) are written with ``docstore.build`` from (a) a

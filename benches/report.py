@@ -2,14 +2,14 @@
 
 Usage (from the repository root)::
 
-    python benches/report.py                      # full run: 1M / 100k / 200k docs (long: ~1 h)
-    python benches/report.py --quick              # small corpora, short rounds (a few minutes)
-    python benches/report.py --quick --runs 3     # three runs: each figure the median of three
-    python benches/report.py --json run.json      # only render an earlier
+    python -m benches.report                      # full run: 1M / 100k / 200k docs (long: ~1 h)
+    python -m benches.report --quick              # small corpora, short rounds (a few minutes)
+    python -m benches.report --quick --runs 3     # three runs: each figure the median of three
+    python -m benches.report --json run.json      # only render an earlier
                                                   #   pytest benches --benchmark-json=run.json
-    python benches/report.py --json a.json b.json # figures measured in several runs: their median
-    python benches/report.py --save-json run.json -- -k "not loader"   # args after -- go to pytest
-    python benches/report.py --quick --readme README.md   # also refresh the README's table
+    python -m benches.report --json a.json b.json # figures measured in several runs: their median
+    python -m benches.report --save-json run.json -- -k "not loader"   # args after -- go to pytest
+    python -m benches.report --quick --readme README.md   # also refresh the README's table
 
 Sizes and subsets come from the environment (``DOCSTORE_BENCH_DOCS``, ``..._LONG_DOCS``,
 ``..._TOKEN_DOCS``, ``..._CORPORA``, ``..._PEERS``: see ``compare.py``). pytest's output goes
@@ -1258,7 +1258,7 @@ def header_section(res, data: dict, meta: dict, corpora, n_docs: dict, cmd: str)
         f"{str(ci.get('id', '?'))[:10]}{', dirty tree' if ci.get('dirty') else ''}). "
         f"Mode: **{_mode(meta)}** "
         f"({', '.join(f'{c} {n_docs[c]:,} docs' for c in corpora if c in n_docs)}). "
-        "Regenerate with `python benches/report.py` (full) or `--quick`; the suite alone is "
+        "Regenerate with `python -m benches.report` (full) or `--quick`; the suite alone is "
         "`pytest benches` (see `benches/README.md` for what each benchmark answers, and "
         "`benches/compare.py` for sizes and subsets)."
     )
@@ -1661,7 +1661,7 @@ def main(argv: list[str] | None = None) -> int:
     env = " ".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("DOCSTORE_BENCH_"))
     shown = args.cmd or (
         (env + " " if env else "")
-        + "python benches/report.py"
+        + "python -m benches.report"
         + (" --quick" if args.quick else "")
         + (f" --runs {args.runs}" if args.runs > 1 else "")
     )
