@@ -1,7 +1,7 @@
 """Numeric rows: a sparse bag-of-words count matrix in docstore vs a dense ``.npy`` memmap.
 
-    python benches/array_rows.py                 # 20k rows x 10k vocabulary (a ~800 MB dense .npy)
-    python benches/array_rows.py --rows 5000     # quicker
+    python -m benches.array_rows                 # 20k rows x 10k vocabulary (a ~800 MB dense .npy)
+    python -m benches.array_rows --rows 5000     # quicker
 
 Topic models and linear probes read count or embedding rows at random. The usual file is a
 dense float32 ``.npy`` read with ``np.load(mmap_mode="r")``: fixed size, so one row is one slice,
@@ -18,9 +18,10 @@ import tempfile
 import time
 
 import numpy as np
-from compare import evict
 
 import docstore
+
+from .compare import evict
 
 
 def counts(rows: int, vocab: int, seed: int = 0) -> np.ndarray:

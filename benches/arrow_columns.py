@@ -1,7 +1,7 @@
 """Arrow numeric columns through ``Writer.add_many(table)``: docs/s.
 
-    python benches/arrow_columns.py                  # 1M rows: int64, float64, float32[16]
-    python benches/arrow_columns.py --rows 200000 --repeat 5
+    python -m benches.arrow_columns                  # 1M rows: int64, float64, float32[16]
+    python -m benches.arrow_columns --rows 200000 --repeat 5
 
 One table of ``--rows`` rows (string ids, an int64, a float64 and a ``--dim``-element float32
 list column), added whole with ``add_many(table)`` to a fresh store (level 0, so that encoding,

@@ -1,7 +1,7 @@
 """Peak memory of a streaming build: N short documents written through ``docstore.Writer``.
 
-    python benches/build_memory.py --docs 20000000            # the issue's 20M short documents
-    python benches/build_memory.py --docs 2000000 --level 0
+    python -m benches.build_memory --docs 20000000            # the issue's 20M short documents
+    python -m benches.build_memory --docs 2000000 --level 0
 
 Documents are generated on the fly in chunks, so the input never holds the corpus either; the
 writer's own memory is bounded by its batch (4 MiB raw) and key buffer (64 MiB) settings. Prints

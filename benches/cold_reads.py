@@ -10,10 +10,10 @@ sections are read back into the page cache before each round. That is the steady
 corpus larger than RAM whose index (~30 bytes per document) stays cached because every lookup
 uses it: a lookup then reads one page, the document's.
 
-    python benches/cold_reads.py                 # 1M passages, mmap
-    python benches/cold_reads.py --docs 200000 --read pread
-    python benches/cold_reads.py --keep-index
-    python benches/cold_reads.py --format-version 2   # before blob locations in the key index
+    python -m benches.cold_reads                 # 1M passages, mmap
+    python -m benches.cold_reads --docs 200000 --read pread
+    python -m benches.cold_reads --keep-index
+    python -m benches.cold_reads --format-version 2   # before blob locations in the key index
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ import struct
 import time
 from pathlib import Path
 
-import corpora
-from compare import evict
-
 import docstore
+
+from . import corpora
+from .compare import evict
 
 
 def device_reads(path: Path) -> int:

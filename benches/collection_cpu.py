@@ -2,7 +2,7 @@
 time, one decoding thread, rounds interleaved (one file, 64 shards with their own dictionaries,
 64 shards sharing one), so that other jobs on a shared machine move the three alike.
 
-    python benches/collection_cpu.py [--docs 200000] [--rounds 60]
+    python -m benches.collection_cpu [--docs 200000] [--rounds 60]
 
 Wall-clock throughput is in ``test_collections.py`` (pytest-benchmark); this is its steadier
 companion on a loaded machine: with ``DOCSTORE_NUM_THREADS=1`` the CPU a batch takes is its work.
@@ -14,17 +14,15 @@ import argparse
 import os
 import random
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 os.environ["DOCSTORE_NUM_THREADS"] = "1"  # before docstore starts its pool
 
-sys.path.insert(0, str(Path(__file__).parent))
-import corpora
-
 import docstore
+
+from . import corpora
 
 SHARDS = 64
 

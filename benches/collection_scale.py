@@ -2,7 +2,7 @@
 text each) built into a collection of shards (one process per shard), for 1M, 10M and 100M
 documents: build time, the peak RSS of every process, open time, and lookups per second.
 
-    python benches/collection_scale.py --docs 1e6,1e7,1e8 --shards 8 --dir /big/disk \
+    python -m benches.collection_scale --docs 1e6,1e7,1e8 --shards 8 --dir /big/disk \
         --out docs/collection_scale.json
 
 Not a pytest-benchmark (one build of 100M documents takes minutes): it prints a table and writes

@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import corpora
-from peers import COMPARE_PEERS
+from . import corpora
+from .peers import COMPARE_PEERS
 
 HERE = Path(__file__).resolve().parent
 
@@ -170,7 +170,7 @@ def run_worker(args: list[str], timeout: float = 3600) -> dict:
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
     env.setdefault("TQDM_DISABLE", "1")
     p = subprocess.run(
-        [sys.executable, str(HERE / "worker.py"), *args],
+        [sys.executable, "-m", "benches.worker", *args],
         capture_output=True,
         text=True,
         env=env,

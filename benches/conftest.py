@@ -2,9 +2,9 @@
 the run's description in the JSON. Settings (sizes, systems, round times) are environment
 variables read by ``compare.py``; see ``benches/README.md``.
 
-``pytest benches`` (or ``python benches/report.py``) runs the suite; pytest puts ``benches/`` on
-``sys.path`` (its default ``prepend`` import mode), which is how the modules here import each
-other. The README's test command does not collect this directory (``testpaths = ["tests"]``).
+``pytest benches`` (or ``python -m benches.report``) runs the suite; ``benches`` is a package, so
+pytest imports these modules as ``benches.NAME`` and they import each other relatively. The
+README's test command does not collect this directory (``testpaths = ["tests"]``).
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import compare as C
 import pytest
+
+from . import compare as C
 
 _LOAD_AT_START: tuple[float, float, float] | None = None
 #: skip reasons worth naming in the report (a package or corpus missing, a system not selected)

@@ -404,7 +404,7 @@ def corpus_tsv(name: str, n: int | None = None, seed: int = 0) -> Path:
     return path
 
 
-if __name__ == "__main__":  # quick look: python benches/corpora.py [n]
+if __name__ == "__main__":  # quick look: python -m benches.corpora [n]
     import sys
     import time
 

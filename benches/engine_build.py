@@ -4,7 +4,7 @@ Ray cluster of 1 and of 2 worker processes, and ``docstore.spark.write`` on ``lo
 what sealing costs against the number of shards and of documents (the serial part of a build on
 many machines).
 
-    python benches/engine_build.py --docs 1000000 --out docs/engine_build.json
+    python -m benches.engine_build --docs 1000000 --out docs/engine_build.json
 
 Each build runs in a fresh process inside a cgroup of its own (cgroup v2, ``cpu.stat``
 ``usage_usec``): its CPU-seconds are those of every process of the run (Ray's GCS, raylet and
@@ -230,7 +230,17 @@ def run(kind: str, work: Path, n: int, cgroups: Path | None) -> dict:
         if group is not None:
             (group / "cgroup.procs").write_text(str(os.getpid()))
 
-    cmd = [sys.executable, __file__, "--child", kind, "--dir", str(work), "--docs", str(n)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "benches.engine_build",
+        "--child",
+        kind,
+        "--dir",
+        str(work),
+        "--docs",
+        str(n),
+    ]
     start = time.time()
     try:
         proc = subprocess.run(cmd, env=env, preexec_fn=enter, capture_output=True, text=True)
@@ -299,8 +309,7 @@ def prepare(work: Path, n: int) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    sys.path.insert(0, str(HERE))
-    import corpora
+    from . import corpora
 
     marker = work / f"rows-{n}"
     if marker.exists():
@@ -330,10 +339,9 @@ def seal_study(work: Path, configs: list[tuple[int, int]]) -> list[dict]:
     import concurrent.futures
     import multiprocessing
 
-    sys.path.insert(0, str(HERE))
-    import collection_scale
-
     import docstore
+
+    from . import collection_scale
 
     results = []
     for docs, shards in configs:

@@ -1,8 +1,8 @@
 """Hugging Face datasets and Sentence Transformers against docstore (issue 18, sections 3 and 4).
 
-    python benches/hf_bench.py build --docs 1000000             # build: datasets.Dataset vs dicts
-    python benches/hf_bench.py train --pairs 200000 --steps 20  # ST Trainer: docstore vs in memory
-    python benches/hf_bench.py all --docs 1000000 --pairs 200000 --out docs/hf_bench.json
+    python -m benches.hf_bench build --docs 1000000             # build: datasets.Dataset vs dicts
+    python -m benches.hf_bench train --pairs 200000 --steps 20  # ST Trainer: docstore vs in memory
+    python -m benches.hf_bench all --docs 1000000 --pairs 200000 --out docs/hf_bench.json
 
 **build**: ``--docs`` MS MARCO-like passages (ids like MS MARCO's, 30-120 words from a Zipfian
 vocabulary, generated here with a fixed seed) are written with ``docstore.build`` from (a) a
@@ -138,7 +138,7 @@ LOADER_BATCHES = 200
 
 
 def train_once(mode: str, store_path: str, steps: int, warmup: int, batch_size: int, workers: int) -> dict:
-    """One trainer run in this process (a fresh one: ``python hf_bench.py _train ...``)."""
+    """One trainer run in this process (a fresh one: ``python -m benches.hf_bench _train ...``)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import datasets
@@ -246,7 +246,7 @@ def bench_train(
     }
     store.close()
     for mode in ("docstore", "memory") * repeat:  # alternated: the machine's load drifts
-        command = [sys.executable, __file__, "_train", mode, store_path]
+        command = [sys.executable, "-m", "benches.hf_bench", "_train", mode, store_path]
         command += [str(steps), str(warmup), str(batch_size), str(workers)]
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode:

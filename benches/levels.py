@@ -1,7 +1,7 @@
 """Compression level against build speed and size, on the benchmark corpora.
 
-    python benches/levels.py                      # 200k MS MARCO-like passages + the BBC articles
-    python benches/levels.py --docs 50000 --levels 0 4 9
+    python -m benches.levels                      # 200k MS MARCO-like passages + the BBC articles
+    python -m benches.levels --docs 50000 --levels 0 4 9
 
 Builds each corpus at each level with ``Writer.add_many`` (the fastest input path) and prints
 docs/s, MB/s of raw text and the stored size as a fraction of the raw text, as a Markdown table.
@@ -14,9 +14,9 @@ import os
 import tempfile
 import time
 
-from corpora import english_news, msmarco_like
-
 import docstore
+
+from .corpora import english_news, msmarco_like
 
 
 def main() -> None:

@@ -4,8 +4,8 @@ indexed TSV, ir_datasets' lz4 docstore and docstore -- under DDP (gloo, CPU) wit
 and 0, 1, 2 and 4 DataLoader workers per rank. It reproduces the shape of the published study's
 Tables 1-2: samples/s at the consumer and total memory (sum of PSS over every process of a run).
 
-    python benches/loader_study.py --quick        # small corpus, a few configurations (< 5 min)
-    python benches/loader_study.py                # 8.84M passages, MS MARCO's count (~2.8 GB of text)
+    python -m benches.loader_study --quick        # small corpus, a few configurations (< 5 min)
+    python -m benches.loader_study                # 8.84M passages, MS MARCO's count (~2.8 GB of text)
 
 Each configuration runs in its own subprocess, placed in a memory cgroup (``--mem-limit``; no swap)
 before it spawns its ranks, with a wall-clock timeout: a run that exceeds the limit is OOM-killed
@@ -41,7 +41,8 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402  (after the thread settings above)
-from loader_datasets import EXTRA, LOADERS  # noqa: E402
+
+from .loader_datasets import EXTRA, LOADERS  # noqa: E402
 
 DATA = HERE / ".data" / "loader_study"
 ROOT = HERE.parent
@@ -92,8 +93,9 @@ def log(*a: Any) -> None:
 
 
 def _arrow_batches(n: int):
-    import corpora
     import pyarrow as pa
+
+    from . import corpora
 
     path = corpora.msmarco_path(n)
     with pa.memory_map(str(path), "r") as source:
@@ -120,7 +122,7 @@ def prepare(n: int, n_pairs: int) -> Path:
         os.replace(tmp, d / "docs.tsv")
     if not (d / "offsets.pkl").exists():
         log("indexed: offsets dict")
-        from peers import IndexedStore
+        from .peers import IndexedStore
 
         offsets = IndexedStore.index_tsv(d / "docs.tsv")
         with open(d / "offsets.tmp", "wb") as f:
@@ -148,7 +150,8 @@ def prepare(n: int, n_pairs: int) -> Path:
         import shutil
 
         from ir_datasets.formats import GenericDoc
-        from peers import IrDatasetsStore
+
+        from .peers import IrDatasetsStore
 
         shutil.rmtree(d / "irds", ignore_errors=True)
 
@@ -197,8 +200,9 @@ def tokenizer_json() -> Path:
     if path.exists():
         return path
     log("tokenizer: training WordPiece (30k) on 200k passages")
-    import corpora
     from tokenizers import BertWordPieceTokenizer
+
+    from . import corpora
 
     def texts():
         for k, (_, t) in enumerate(corpora.msmarco_like(1_000_000)):
@@ -220,8 +224,9 @@ def tokenizer_json() -> Path:
 def _rank_main(rank: int, cfg: dict[str, Any], flag: Any) -> None:
     import torch
     import torch.distributed as dist
-    from loader_datasets import TokenizeCollate, make_dataset
     from torch.utils.data import DataLoader, DistributedSampler
+
+    from .loader_datasets import TokenizeCollate, make_dataset
 
     torch.set_num_threads(1)
     world = cfg["ranks"]
@@ -462,13 +467,12 @@ def run_config(cfg: dict[str, Any], mem_limit: int, timeout: float) -> dict[str,
     cfg = {**cfg, "result_dir": str(result_dir)}
     cg = MemCgroup(f"loader_study_{os.getpid()}_{tag}", mem_limit)
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
     log_path = result_dir / "log.txt"
     busy0, own0 = _cpu_busy_s(), _children_cpu_s()
     t0 = time.perf_counter()
     with open(log_path, "w") as logf:
         proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--one", json.dumps(cfg)],
+            [sys.executable, "-m", "benches.loader_study", "--one", json.dumps(cfg)],
             env=env,
             stdout=logf,
             stderr=subprocess.STDOUT,
@@ -515,8 +519,9 @@ def fetch_only(data_dir: Path, loaders: list[str], batches: int, rounds: int) ->
     """samples/s of the bare fetch path (``DataLoader(batch_sampler=...)``, num_workers=0): the
     median of ``rounds`` timings per loader, the loaders taking turns so drift hits them alike."""
     import torch
-    from loader_datasets import list_collate, make_dataset
     from torch.utils.data import BatchSampler, DataLoader, RandomSampler
+
+    from .loader_datasets import list_collate, make_dataset
 
     torch.set_num_threads(1)
     # the dict's memory cost is the point, not its speed; it is in the main table
@@ -998,9 +1003,10 @@ def main() -> None:
 
     data_dir = prepare(n, n_pairs)
     tok = tokenizer_json()
-    import corpora
     import pyarrow as pa
     import pyarrow.compute
+
+    from . import corpora
 
     text_bytes = 0
     with pa.memory_map(str(corpora.msmarco_path(n)), "r") as src:
@@ -1008,11 +1014,11 @@ def main() -> None:
         for i in range(reader.num_record_batches):
             col = reader.get_batch(i).column(1)
             text_bytes += pa.compute.sum(pa.compute.binary_length(col)).as_py()
-    from peers import dir_size
+    from .peers import dir_size
 
     meta = {
         "mode": mode,
-        "command": "python benches/loader_study.py" + (" --quick" if q else ""),
+        "command": "python -m benches.loader_study" + (" --quick" if q else ""),
         "n": n,
         "pairs": n_pairs,
         "ranks": ranks,

@@ -1,6 +1,6 @@
 """Remote stores against the same store on local disk (docs/remote.md, "Measured").
 
-    python benches/remote.py --docs 1000000 --latency 0 5 25 --out benches/results/remote.json
+    python -m benches.remote --docs 1000000 --latency 0 5 25 --out benches/results/remote.json
 
 A store of ``--docs`` short documents is served by an HTTP server with range support on
 127.0.0.1 that waits ``latency`` before each response, as a far server would: by default
@@ -30,12 +30,10 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from remote_peers import BUCKET, PEERS, SYSTEMS, docs, set_endpoint
-
 import docstore
 from tests.remote_servers import RangeHTTPServer
+
+from .remote_peers import BUCKET, PEERS, SYSTEMS, docs, set_endpoint
 
 
 class RustServer:

@@ -1,9 +1,9 @@
 """Rent or buy (docs/remote.md): what each batch of random reads fetches from a remote store, with
 index sections never fetched whole (``request_cost_bytes=0``) and as by default.
 
-    python benches/remote_rent.py --dir /tmp/rb    # the store benches/remote.py built there
+    python -m benches.remote_rent --dir /tmp/rb    # the store benches/remote.py built there
 
-Serves ``DIR/bench/bench-N.docstore`` (built by ``benches/remote.py --dir DIR``) with
+Serves ``DIR/bench/bench-N.docstore`` (built by ``python -m benches.remote --dir DIR``) with
 rust/core/benches/range_server.rs at ``--latency`` ms, then per setting: ``--take`` batches of
 ``take`` of 64 random positions, then ``--get`` batches of ``get_many`` of 1024 random ids, each
 on the same cache, printing the round trips, requests and bytes of every batch
@@ -16,14 +16,11 @@ import argparse
 import os
 import random
 import shutil
-import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from remote import BUCKET, RustServer
-
 import docstore
+
+from .remote import BUCKET, RustServer
 
 
 def main() -> None:

@@ -24,9 +24,10 @@ import resource
 import subprocess
 import sys
 
-import compare as C
 import pytest
-from peers import DocstoreStore, batch_values, values_equal
+
+from . import compare as C
+from .peers import DocstoreStore, batch_values, values_equal
 
 SHARDS = 64
 KINDS = ["one file", f"{SHARDS} shards", f"{SHARDS} shards, one dictionary"]

@@ -32,9 +32,10 @@ import random
 import struct
 import time
 
-import compare as C
 import pytest
-from peers import COMPARE_PEERS, batch_values, values_equal
+
+from . import compare as C
+from .peers import COMPARE_PEERS, batch_values, values_equal
 
 ALL_SYSTEMS = list(COMPARE_PEERS)
 WORKLOADS = ["get_id", "get_pos", "batch64_id", "batch1024_id", "batch64_pos", "batch1024_pos"]

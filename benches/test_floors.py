@@ -27,8 +27,9 @@ import subprocess
 import time
 from pathlib import Path
 
-import compare as C
 import pytest
+
+from . import compare as C
 
 ROOT = Path(__file__).resolve().parent.parent
 #: raw bytes of records the build floor compresses per round (enough for a stable figure)

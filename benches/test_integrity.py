@@ -9,9 +9,10 @@ each absence, docs/format.md §7.4). The question: is format 2 within 5% of form
 
 from __future__ import annotations
 
-import compare as C
 import pytest
-from peers import DocstoreStore, batch_values, values_equal
+
+from . import compare as C
+from .peers import DocstoreStore, batch_values, values_equal
 
 VERSIONS = [2, 1]
 

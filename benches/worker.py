@@ -1,9 +1,9 @@
 """Subprocess side of the comparison suite: each measurement that needs a fresh process.
 
-    python benches/worker.py build  PEER CORPUS N OUT_DIR     # build, report time + peak RSS
-    python benches/worker.py open   PEER FIELD ID DIR [DIR...] # open + first lookup, per dir
-    python benches/worker.py cold   PEER FIELD DIR SPEC.json   # lookups after page-cache eviction
-    python benches/worker.py loader PEER CORPUS N COUNT DIR WORKERS SAMPLES BATCH
+    python -m benches.worker build  PEER CORPUS N OUT_DIR     # build, report time + peak RSS
+    python -m benches.worker open   PEER FIELD ID DIR [DIR...] # open + first lookup, per dir
+    python -m benches.worker cold   PEER FIELD DIR SPEC.json   # lookups after page-cache eviction
+    python -m benches.worker loader PEER CORPUS N COUNT DIR WORKERS SAMPLES BATCH
                                                               # DataLoader samples/s + total PSS
 
 Each prints one JSON object on its last stdout line. ``N`` is the corpus size ("-" for the
@@ -57,7 +57,7 @@ def pss_bytes(pid: int) -> int | None:
 
 
 def load_records(corpus: str, n: str) -> tuple[list[dict], str]:
-    import corpora
+    from . import corpora
 
     field = corpora.VALUE_FIELD[corpus]
     pairs = corpora.iter_corpus(corpus, None if n == "-" else int(n))
@@ -65,7 +65,7 @@ def load_records(corpus: str, n: str) -> tuple[list[dict], str]:
 
 
 def cmd_build(peer_name: str, corpus: str, n: str, out: str) -> dict:
-    from peers import COMPARE_PEERS
+    from .peers import COMPARE_PEERS
 
     peer = COMPARE_PEERS[peer_name]
     if peer.requires:
@@ -98,7 +98,7 @@ def cmd_build(peer_name: str, corpus: str, n: str, out: str) -> dict:
 def cmd_open(peer_name: str, field: str, doc_id: str, dirs: list[str]) -> dict:
     """Open each store and look up one id; twice round, keeping the faster time per dir (the
     first open in a process pays one-off initialisation of the library)."""
-    from peers import COMPARE_PEERS
+    from .peers import COMPARE_PEERS
 
     peer = COMPARE_PEERS[peer_name]
     if peer.requires:
@@ -126,9 +126,10 @@ def cmd_cold(peer_name: str, field: str, path: str, spec_file: str) -> dict:
     and it is reopened, keeping the in-memory maps a user keeps (``Peer.reopen``); the time runs
     from the eviction: open + lookups.
     """
-    import compare
     import numpy as np
-    from peers import COMPARE_PEERS, batch_values
+
+    from . import compare
+    from .peers import COMPARE_PEERS, batch_values
 
     spec = json.loads(Path(spec_file).read_text())
     peer = COMPARE_PEERS[peer_name]
@@ -230,7 +231,7 @@ class PeerDataset:
 
     def _o(self):
         if self._ops is None or self._pid != os.getpid():
-            from peers import COMPARE_PEERS
+            from .peers import COMPARE_PEERS
 
             peer = COMPARE_PEERS[self.peer_name]
             self._h = peer.open(Path(self.path))
@@ -298,7 +299,7 @@ def cmd_loader(
     from torch.utils.data import DataLoader
 
     torch.set_num_threads(1)
-    import corpora
+    from . import corpora
 
     field = corpora.VALUE_FIELD[corpus]
     how = ""
@@ -306,7 +307,7 @@ def cmd_loader(
         dataset = ConstDataset(count)
         how = "no store: every item is an empty string"
     elif peer_name == "dict":
-        from peers import DictStore
+        from .peers import DictStore
 
         records, field = load_records(corpus, n)
         d = DictStore().build(None, records, field)
@@ -329,7 +330,7 @@ def cmd_loader(
             dataset = _LocalDocDataset(file, field)
             how = "local wrapper over docstore.open (docstore.torch not importable)"
     else:
-        from peers import COMPARE_PEERS
+        from .peers import COMPARE_PEERS
 
         peer = COMPARE_PEERS[peer_name]
         if peer.requires:

@@ -1,8 +1,8 @@
 """Memory of spawn DataLoader workers around a TripletDataset with many queries: the pairs and
 query texts it derives go to the workers as shared memory, or (``--copy``) pickled into each.
 
-    python benches/worker_arrays.py                 # shared (what docstore.torch does)
-    python benches/worker_arrays.py --copy          # the same arrays pickled into every worker
+    python -m benches.worker_arrays                 # shared (what docstore.torch does)
+    python -m benches.worker_arrays --copy          # the same arrays pickled into every worker
 
 Builds a store of 200k short documents in a temporary directory, makes a TripletDataset of
 ``--queries`` (query, positive) pairs, starts ``--workers`` persistent spawn workers, fetches 50

@@ -19,7 +19,7 @@ class IndexedStore(Peer):
     TSV = "docs.tsv"
 
     def build(self, path, records, field="text"):
-        from corpora import tsv_clean
+        from ..corpora import tsv_clean
 
         if field != "text":
             raise ValueError("the TSV loader stores text only")
