@@ -385,9 +385,9 @@ def test_a_cache_file_truncated_under_a_reader_is_restored_not_sigbus(small, kee
 @root_only
 def test_a_descendant_with_the_pid_of_the_stores_maker_does_not_hang(small, tmp_path):
     """In a pid namespace of its own, where pids are given in order and `ns_last_pid` can be set:
-    A opens and reads a store (its runtime, client and decode pool are made for A's pid), forks B
-    and exits; B's child C gets A's pid. C's reads must make their own, not wait forever on
-    threads that only A had."""
+    A opens and reads a store (its runtime, client and decode pool are made for A's pid) and
+    starts a writer, forks B and exits; B's child C gets A's pid. C's reads must make their own,
+    not wait forever on threads that only A had, and the writer must stay A's."""
     local, url = small
     code = f"""
         import os, sys, time, docstore
@@ -402,6 +402,8 @@ def test_a_descendant_with_the_pid_of_the_stores_maker_does_not_hang(small, tmp_
             store = docstore.open({url!r}, cache_dir={str(tmp_path / "cache")!r},
                                   storage_options={FAST!r})
             assert same(store.get_many(ids[:64]), local.get_many(ids[:64]))
+            writer = docstore.Writer({str(tmp_path / "out.docstore")!r}, fields={{"text": "str"}})
+            writer.add("a", {{"text": "x"}})
             if os.fork() == 0:  # B: leaves the store alone, waits for A to be reaped
                 os.read(reaped_r, 1)
                 with open("/proc/sys/kernel/ns_last_pid", "w") as f:
@@ -412,6 +414,11 @@ def test_a_descendant_with_the_pid_of_the_stores_maker_does_not_hang(small, tmp_
                         os._exit(5)
                     ok = _same(store[ids[-1]], local[ids[-1]])
                     ok = ok and same(store.get_many(ids[500:]), local.get_many(ids[500:]))
+                    try:
+                        writer.add("b", {{"text": "y"}})
+                        os._exit(6)  # A's writer taken for C's own
+                    except docstore.ClosedError:
+                        pass
                     os._exit(0 if ok else 4)
                 for _ in range(600):
                     pid, status = os.waitpid(c, os.WNOHANG)
@@ -430,6 +437,7 @@ def test_a_descendant_with_the_pid_of_the_stores_maker_does_not_hang(small, tmp_
     proc = run_python(code, "unshare", "--pid", "--fork", "--mount-proc")
     assert proc.returncode != 5, "C did not get A's pid: the test proves nothing"
     assert proc.returncode != 3, "a process with the pid of the store's maker hung"
+    assert proc.returncode != 6, "a process with the pid of a writer's maker wrote with it"
     assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr)
 
 

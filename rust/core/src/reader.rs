@@ -1653,8 +1653,6 @@ impl<B: Storage> Store<B> {
     }
 }
 
-/// What opening a remote store reads past its first bytes: the key fences (one request), and
-/// the schema and the dictionary where they do not fit the first request.
 /// Checks what `open_ranges` covers against the header's checksums.
 fn check_open_ranges(bytes: &[u8], header: &Header) -> Result<()> {
     for s in [Section::Schema, Section::Dictionary, Section::KeyFences] {
@@ -1667,6 +1665,8 @@ fn check_open_ranges(bytes: &[u8], header: &Header) -> Result<()> {
     Ok(())
 }
 
+/// What opening a remote store reads past its first bytes: the key fences (one request), and
+/// the schema and the dictionary where they do not fit the first request.
 fn open_ranges(header: &Header) -> Vec<Range<u64>> {
     let whole = |s: Section| {
         let e = header.section(s);

@@ -20,9 +20,13 @@
 //!   retried here too (twice). What finally surfaces is an `Io` error naming the URL, the byte
 //!   range and the cause (`StoreIOError` in Python). Nothing waits forever: every request has
 //!   object_store's timeouts (`timeout`, `connect_timeout`), every retry loop a bound.
+//! - Damage: cached bytes that fail a check, pinned or not, are dropped and fetched again
+//!   (`Collection`'s retry: `invalidate_read`, then `RemoteFile::refetch_pinned`); only bytes
+//!   the server itself sends damaged raise `Error::Corrupt`. Heals count in `RemoteStats`.
 //! - fork(): a tokio runtime made before a fork hangs forever in the child (its threads are not
 //!   there). The runtime and the client are made per process, found by pid and fork count
-//!   (`process::instance`) as the decode pool is (`parallel`); a child makes its own and leaks what it inherited.
+//!   (`process::instance`) as the decode pool is (`parallel`); a child makes its own and leaks
+//!   what it inherited.
 
 use crate::error::{Error, Result};
 use crate::storage::cache::{CacheConfig, CacheFile};
@@ -895,10 +899,10 @@ impl RemoteFile {
     }
 
     /// Before a read (`now`: `guard_clock`, read once per read): whether the cache files are
-    /// still their length, at most once a millisecond. A data file truncated since (by hand: docstore
-    /// never does) is made its size again and what is pinned past the cut fetched again; reading
-    /// it through the map as it was would kill the process (SIGBUS). What is left: a truncation
-    /// within the millisecond, or during a read, still does (see docs/remote.md).
+    /// still their length, at most once a millisecond. A data file truncated since (by hand:
+    /// docstore never does) is made its size again and what is pinned past the cut fetched
+    /// again; reading it through the map as it was would kill the process (SIGBUS). What is
+    /// left: a truncation within the millisecond, or during a read, still does (docs/remote.md).
     pub fn guard(&self, now: u64) -> Result<()> {
         if self.guarded.load(Ordering::Relaxed) == now {
             return Ok(());
