@@ -278,7 +278,8 @@ impl Reader {
     }
 
     /// Counters of a remote store since it was opened (requests, bytes, round trips, cache
-    /// hits, retries, peak requests in flight, bytes the cache holds); `None` for a local one.
+    /// hits, retries, heals, peak requests in flight, bytes the cache holds); `None` for a local
+    /// one.
     fn _remote_stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
         let store = self.store(py)?;
         let Some(remote) = store.remote() else {
@@ -291,6 +292,7 @@ impl Reader {
         dict.set_item("data_bytes", stats.data_bytes.load(Ordering::Relaxed))?;
         dict.set_item("round_trips", stats.rounds.load(Ordering::Relaxed))?;
         dict.set_item("retries", stats.retries.load(Ordering::Relaxed))?;
+        dict.set_item("heals", stats.heals.load(Ordering::Relaxed))?;
         dict.set_item(
             "peak_in_flight",
             stats.peak_in_flight.load(Ordering::Relaxed),

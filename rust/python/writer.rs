@@ -29,7 +29,8 @@ pub struct Writer {
     owner: AtomicUsize,
     /// The process that created the writer. A forked child's copy must not wait for `state`:
     /// a thread of the parent may have held it at the fork, and that thread does not exist here.
-    pid: u32,
+    /// (`process::instance`: a descendant may get the same pid.)
+    pid: u64,
     /// The target path, which needs no turn to read (`repr` works in a forked child too).
     path: PathBuf,
 }
@@ -478,7 +479,7 @@ impl Writer {
             path,
             state: Mutex::new(state),
             owner: AtomicUsize::new(0),
-            pid: docstore_core::process::id(),
+            pid: docstore_core::process::instance(),
         })
     }
 

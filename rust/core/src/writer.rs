@@ -190,8 +190,9 @@ pub struct Writer {
     sender: Option<SyncSender<Batch>>,
     worker: Option<JoinHandle<Result<DataWritten>>>,
     /// The process that created the writer: a forked child inherits the writer but not its
-    /// compression thread, and its scratch directory is the parent's.
-    pid: u32,
+    /// compression thread, and its scratch directory is the parent's (`process::instance`: a
+    /// descendant may get the same pid).
+    pid: u64,
     /// Locked while the writer lives (see `lock_scratch`).
     _scratch_lock: File,
 }
@@ -279,21 +280,21 @@ impl Writer {
             keys,
             sender: Some(sender),
             worker: Some(worker),
-            pid: crate::process::id(),
+            pid: crate::process::instance(),
             _scratch_lock: scratch_lock,
         })
     }
 
     /// Refuses work in a forked child: its compression thread exists only in the parent.
     fn check_process(&self) -> Result<()> {
-        if crate::process::id() == self.pid {
+        if crate::process::instance() == self.pid {
             return Ok(());
         }
         Err(Error::Closed(format!(
             "the writer of {} belongs to the process that created it (pid {}), not to this \
              forked child",
             self.target.display(),
-            self.pid
+            self.pid as u32
         )))
     }
 
@@ -624,7 +625,7 @@ impl Drop for Writer {
     /// An unfinished writer leaves nothing behind: the worker stops and the scratch dir goes.
     /// In a forked child both are the parent's, so they are left alone.
     fn drop(&mut self) {
-        if crate::process::id() != self.pid {
+        if crate::process::instance() != self.pid {
             std::mem::forget(self.worker.take());
             return;
         }
