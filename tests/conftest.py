@@ -18,7 +18,7 @@ import docstore
 AREAS = {
     "engines": ("test_ray.py", "test_spark.py"),
     "training": ("test_torch_ddp.py", "test_torch_sentence_transformers.py", "test_torch_memory.py"),
-    "network": ("test_remote*.py",),
+    "network": ("test_remote*.py", "test_cache_trust.py"),
 }
 
 

@@ -472,8 +472,15 @@ def test_cli_build_shards_stops_the_workers_after_a_failed_one(tmp_path, capsys,
     assert cli(["build", str(tmp_path / "b.jsonl"), "-o", target, "--shards", "3"]) == 1
     offset = sum(len(line) + 1 for line in lines[:45_000])
     assert f"b.jsonl: the line at byte {offset}: invalid JSON" in capsys.readouterr().err
-    if len(os.sched_getaffinity(0)) >= 2:  # both failed, each on its own line
-        assert log.read_text().count("UsageError") == 3
+    if len(os.sched_getaffinity(0)) >= 2:
+        # The first worker failed on its own line; so did the second, unless the first failed
+        # before it got there (two processes on a loaded machine may run so), when it stopped
+        # instead. Either way the failure reported above is the first in the file.
+        second_round = log.read_text().split("\n")[2:-1]
+        assert sorted(second_round) in (
+            ["part-00000.docstore UsageError", "part-00001.docstore UsageError"],
+            ["part-00000.docstore UsageError", "part-00001.docstore _Stopped"],
+        )
     assert sorted(os.listdir(tmp_path)) == ["a.jsonl", "b.jsonl", "log", "s1.docstore"]
 
 
