@@ -249,13 +249,13 @@ def test_str_with_its_widest_character_anywhere_comes_back_equal(tmp_path):
 
 def test_single_lookups_make_strs_of_every_width_short_and_long(tmp_path):
     # A single lookup makes the strs of a short record with Python held (an ASCII check 64 bytes
-    # at a time, else CPython's decoder) and prepares those of a long one (8 KiB and more) while
+    # at a time, else CPython's decoder) and prepares those of a long one (4 KiB and more) while
     # Python is released: each must be the very str written, compact, whichever way it took.
     wide = ["é", "Ā", "€", "😀"]
     texts = ["a" * k + w + "b" * (140 - k) for w in wide for k in range(141)]
     texts += ["c" * k for k in (0, 1, 63, 64, 65, 127, 128, 129)]
-    texts += ["x" * k + w + "y" * (9000 - k) for w in wide for k in (0, 4500, 8191, 8192, 9000)]
-    texts += ["z" * 9000, "z" * 8191 + "é"]
+    texts += ["x" * k + w + "y" * (9000 - k) for w in wide for k in (0, 4095, 4096, 8192, 9000)]
+    texts += ["z" * 4000, "z" * 4090 + "é", "z" * 4100, "z" * 4095 + "é", "z" * 9000]
     docs = {f"w{i}": {"text": t, "n": i} for i, t in enumerate(texts)}
     store = write_store(tmp_path / "single.docstore", docs, fields={"text": "str", "n": "int64"})
 

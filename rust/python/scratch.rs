@@ -18,8 +18,10 @@ const KEEP_BYTES: usize = 8 << 20;
 /// A single-record lookup prepares its `str`s while Python is released (`Texts::prepare`) only
 /// from this many raw bytes on. Below, `doc::raw_to_python` makes them with Python held, in the
 /// one walk over the fields that builds the Doc: a second walk and a table of layouts cost more
-/// than what they move out of the GIL (an ASCII check, well under a microsecond).
-const PREPARE_SINGLE_MIN: usize = 8 << 10;
+/// than what they move out of the GIL. That is an ASCII check (~0.1 us for 4 KiB), or for other
+/// text CPython's UTF-8 decoder (up to ~9 us for 4 KiB of 2- and 3-byte characters, as fast as
+/// preparing them), the same work CPython does under the GIL whenever it decodes text.
+const PREPARE_SINGLE_MIN: usize = 4 << 10;
 
 /// The raw records of one chunk of a lookup, and their `str` fields made ready for Python.
 #[derive(Default)]
