@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import textwrap
@@ -25,23 +24,12 @@ import pytest
 import docstore
 from docstore._store import _same
 
-from .conftest import assert_doc_equal, make_docs, write_store
+from .conftest import assert_doc_equal, make_docs, sections, write_store
 from .remote_servers import FaultProxy, MotoS3, environment
 
 FAST = {"timeout": "5s", "connect_timeout": "2s", "init_backoff": "10ms", "max_backoff": "200ms"}
 # Subprocesses import the docstore this process imported (a worktree's, not an installed one).
 PYTHONPATH = os.path.dirname(os.path.dirname(os.path.abspath(docstore.__file__)))
-SECTIONS = (
-    "schema",
-    "dictionary",
-    "data",
-    "doc offsets",
-    "keys",
-    "key offsets",
-    "key index",
-    "key fences",
-    "key ranks",
-)
 
 
 @pytest.fixture(scope="module")
@@ -76,13 +64,6 @@ def big(s3, tmp_path_factory):
         for i in range(4000):
             writer.add(f"big{i:05d}", {"raw": rng.bytes(int(rng.integers(500, 3500))), "n": i})
     return str(path), s3.upload(str(path), "heal/big.docstore")
-
-
-def sections(path) -> dict[str, tuple[int, int]]:
-    """Each section's (offset, length), from the header's table (docs/format.md)."""
-    with open(path, "rb") as f:
-        header = f.read(512)
-    return {name: struct.unpack_from("<QQ", header, 64 + 24 * i) for i, name in enumerate(SECTIONS)}
 
 
 def open_remote(url, cache, **options):
