@@ -1022,15 +1022,7 @@ impl RemoteFile {
                 _ => merged.push(run),
             }
         }
-        let mut requests = Vec::with_capacity(merged.len());
-        for run in merged {
-            let mut start = run.start;
-            while start < run.end {
-                let end = (start + most).min(run.end);
-                requests.push(self.cache.bytes_of(&(start..end)));
-                start = end;
-            }
-        }
+        let requests = self.requests(merged, most);
         self.remote.fetch(
             &self.path,
             &self.url,
@@ -1041,6 +1033,21 @@ impl RemoteFile {
                 self.cache.write(units, &bytes)
             },
         )
+    }
+
+    /// The byte ranges to request for `runs` of units: each run split into requests of at most
+    /// `most` units (fetched at once).
+    fn requests(&self, runs: impl IntoIterator<Item = Range<u64>>, most: u64) -> Vec<Range<u64>> {
+        let mut requests = Vec::new();
+        for run in runs {
+            let mut start = run.start;
+            while start < run.end {
+                let end = (start + most).min(run.end);
+                requests.push(self.cache.bytes_of(&(start..end)));
+                start = end;
+            }
+        }
+        requests
     }
 
     /// The whole object, downloaded into an unlinked temporary file (concurrent requests of at
@@ -1127,16 +1134,8 @@ impl RemoteFile {
                 (bytes, std::sync::Mutex::new(vec![0u8; len]))
             })
             .collect();
-        let mut requests = Vec::new();
-        for (bytes, _) in &buffers {
-            let units = bytes.start / unit..bytes.end.div_ceil(unit);
-            let mut start = units.start;
-            while start < units.end {
-                let end = (start + most).min(units.end);
-                requests.push(self.cache.bytes_of(&(start..end)));
-                start = end;
-            }
-        }
+        let runs = (buffers.iter()).map(|(bytes, _)| bytes.start / unit..bytes.end.div_ceil(unit));
+        let requests = self.requests(runs, most);
         self.remote.fetch(
             &self.path,
             &self.url,
