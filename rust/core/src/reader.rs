@@ -189,6 +189,9 @@ pub struct Store<B> {
     mapped: bool,
     /// A remote store's dictionary, copied at open (see `from_bytes`).
     dictionary: Option<Box<[u8]>>,
+    /// The header checksum, taken at open: what `verify` compares a download with, which bytes
+    /// damaged in a remote store's cache since must not change.
+    fingerprint: u64,
     /// Where the prefix shared by every key lies in the keys section.
     common_prefix: Range<usize>,
     /// Whether a remote store has the common prefix in its cache (pinned there once fetched).
@@ -394,8 +397,10 @@ impl<B: Storage> Store<B> {
                 )));
             }
         }
+        let fingerprint = crate::format::header_checksum(buf.as_ref());
         let mut store = Store {
             buf,
+            fingerprint,
             entry_size: header.key_entry(),
             block: header.key_block(),
             header,
@@ -642,7 +647,7 @@ impl<B: Storage> Store<B> {
 
     /// Identifies the store's contents: its header checksum (see `format::header_checksum`).
     pub fn fingerprint(&self) -> u64 {
-        crate::format::header_checksum(self.buf.as_ref())
+        self.fingerprint
     }
 
     pub fn file_len(&self) -> u64 {
