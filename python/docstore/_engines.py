@@ -77,17 +77,12 @@ def staging_prefix(target: str) -> str:
 
 
 def make_staging(target: str, fields: Mapping[str, str] | None, options: Mapping[str, Any]) -> Staging:
-    """Creates the job's staging directory beside ``target``, locked by this process until its
-    ``remove()`` (the driver's, for the job's life), after removing those of killed jobs of the
-    same target; then checks that a trial writer there accepts ``fields`` (when known) and
-    ``options``: a bad option fails the job on the driver, not in every task."""
-    staging = Staging(os.path.dirname(target), staging_prefix(target))
-    try:
-        check_writer(staging.path, fields, options)
-    except BaseException:
-        staging.remove()
-        raise
-    return staging
+    """Checks that a writer accepts ``fields`` (when known) and ``options``, so that a bad option
+    fails the job on the driver, not in every task; then creates the job's staging directory
+    beside ``target``, locked by this process until its ``remove()`` (the driver's, for the
+    job's life), after removing those of killed jobs of the same target."""
+    check_writer(fields, options)
+    return Staging(os.path.dirname(target), staging_prefix(target))
 
 
 def make_unlocked_staging(target: str) -> str:
@@ -108,8 +103,9 @@ def check_staging(target: str, staging: str) -> None:
         raise StoreNotFoundError(f"staging directory {staging} does not exist")
 
 
-def check_writer(staging: str, fields: Mapping[str, str] | None, options: Mapping[str, Any]) -> None:
-    Writer(os.path.join(staging, "check.docstore"), dict(fields or {"text": "str"}), **options).abort()
+def check_writer(fields: Mapping[str, str] | None, options: Mapping[str, Any]) -> None:
+    """Raises what ``Writer(path, fields, **options)`` would raise for them, creating nothing."""
+    _docstore.check_writer(dict(fields or {"text": "str"}), **options)
 
 
 def remove_staging(staging: Staging | str | None) -> None:

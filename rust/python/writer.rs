@@ -434,6 +434,61 @@ impl State {
     }
 }
 
+/// The options of `Writer(...)`, each read as the writer reads it (unchecked).
+fn options_of(
+    overwrite: bool,
+    level: Option<&Bound<'_, PyAny>>,
+    dict_size: Option<&Bound<'_, PyAny>>,
+    batch_bytes: Option<&Bound<'_, PyAny>>,
+    key_buffer_bytes: Option<&Bound<'_, PyAny>>,
+    format_version: Option<&Bound<'_, PyAny>>,
+    dictionary: Option<&[u8]>,
+) -> PyResult<WriterOptions> {
+    let defaults = WriterOptions::default();
+    Ok(WriterOptions {
+        level: option("level", level, defaults.level)?,
+        dict_size: option("dict_size", dict_size, defaults.dict_size)?,
+        batch_bytes: option("batch_bytes", batch_bytes, defaults.batch_bytes)?,
+        key_buffer_bytes: option(
+            "key_buffer_bytes",
+            key_buffer_bytes,
+            defaults.key_buffer_bytes,
+        )?,
+        overwrite,
+        format_version: option("format_version", format_version, defaults.format_version)?,
+        dictionary: dictionary.map(<[u8]>::to_vec),
+    })
+}
+
+/// `_docstore.check_writer(fields, **options)`: raises what `Writer(path, fields, **options)`
+/// raises for its fields and options, without creating a writer or any file.
+#[pyfunction]
+#[pyo3(signature = (fields, *, overwrite=false, level=None, dict_size=None, batch_bytes=None, key_buffer_bytes=None, format_version=None, dictionary=None))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn check_writer(
+    py: Python<'_>,
+    fields: &Bound<'_, PyAny>,
+    overwrite: bool,
+    level: Option<&Bound<'_, PyAny>>,
+    dict_size: Option<&Bound<'_, PyAny>>,
+    batch_bytes: Option<&Bound<'_, PyAny>>,
+    key_buffer_bytes: Option<&Bound<'_, PyAny>>,
+    format_version: Option<&Bound<'_, PyAny>>,
+    dictionary: Option<&[u8]>,
+) -> PyResult<()> {
+    schema_of(py, fields)?;
+    let options = options_of(
+        overwrite,
+        level,
+        dict_size,
+        batch_bytes,
+        key_buffer_bytes,
+        format_version,
+        dictionary,
+    )?;
+    options.validate().py_err(py)
+}
+
 /// A str as the other messages show it (`"b"`), anything else as Python prints it.
 fn quoted(obj: &Bound<'_, PyAny>) -> String {
     obj.extract::<String>()
@@ -459,20 +514,15 @@ impl Writer {
         dictionary: Option<&[u8]>,
     ) -> PyResult<Self> {
         let schema = schema_of(py, fields)?;
-        let defaults = WriterOptions::default();
-        let options = WriterOptions {
-            level: option("level", level, defaults.level)?,
-            dict_size: option("dict_size", dict_size, defaults.dict_size)?,
-            batch_bytes: option("batch_bytes", batch_bytes, defaults.batch_bytes)?,
-            key_buffer_bytes: option(
-                "key_buffer_bytes",
-                key_buffer_bytes,
-                defaults.key_buffer_bytes,
-            )?,
+        let options = options_of(
             overwrite,
-            format_version: option("format_version", format_version, defaults.format_version)?,
-            dictionary: dictionary.map(<[u8]>::to_vec),
-        };
+            level,
+            dict_size,
+            batch_bytes,
+            key_buffer_bytes,
+            format_version,
+            dictionary,
+        )?;
         let state = State::create(py, path.clone(), schema, options)?;
         Ok(Writer {
             path,
