@@ -25,6 +25,7 @@ __all__ = [
     "get_num_threads",
     "seal",
     "set_num_threads",
+    "train_dictionary",
 ]
 
 FORMAT_VERSION: int
@@ -51,6 +52,12 @@ def check_writer(
     format_version: int | None = None,
     dictionary: bytes | None = None,
 ) -> None: ...
+def train_dictionary(
+    samples: Iterable[Any],
+    size: int | None = None,
+    *,
+    fields: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
+) -> bytes: ...
 def set_num_threads(n: int) -> None: ...
 def get_num_threads() -> int: ...
 def _redact_urls(text: str) -> str: ...
