@@ -73,6 +73,46 @@ impl Default for WriterOptions {
     }
 }
 
+impl WriterOptions {
+    /// Checks the options as `Writer::create` does before it creates any file: the level, the
+    /// batch size, the format version and the dictionary's size.
+    pub fn validate(&self) -> Result<()> {
+        Compressor::new(self.level, &[])?;
+        if self.batch_bytes > MAX_BATCH_BYTES {
+            return Err(Error::InvalidArgument(format!(
+                "batch_bytes must be at most {MAX_BATCH_BYTES} (a writer holds five batches), got {}",
+                self.batch_bytes
+            )));
+        }
+        if !(format::MIN_VERSION..=format::VERSION).contains(&self.format_version) {
+            return Err(Error::InvalidArgument(format!(
+                "format_version must be {} to {}, got {}",
+                format::MIN_VERSION,
+                format::VERSION,
+                self.format_version
+            )));
+        }
+        if self
+            .dictionary
+            .as_ref()
+            .is_some_and(|d| d.len() > codec::MAX_DICT_SIZE)
+        {
+            return Err(Error::InvalidArgument(format!(
+                "a dictionary is at most {} bytes (all lz4 can reach back)",
+                codec::MAX_DICT_SIZE
+            )));
+        }
+        if self.dict_size > codec::MAX_DICT_SIZE {
+            return Err(Error::InvalidArgument(format!(
+                "dict_size must be 0 (no dictionary) to {} bytes (all lz4 can reach back), got {}",
+                codec::MAX_DICT_SIZE,
+                self.dict_size
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// What a finished build produced.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Summary {
@@ -219,38 +259,7 @@ impl Writer {
             check_replaceable_file(&target)?;
         }
         // Validates the options before any file exists.
-        Compressor::new(options.level, &[])?;
-        if options.batch_bytes > MAX_BATCH_BYTES {
-            return Err(Error::InvalidArgument(format!(
-                "batch_bytes must be at most {MAX_BATCH_BYTES} (a writer holds five batches), got {}",
-                options.batch_bytes
-            )));
-        }
-        if !(format::MIN_VERSION..=format::VERSION).contains(&options.format_version) {
-            return Err(Error::InvalidArgument(format!(
-                "format_version must be {} to {}, got {}",
-                format::MIN_VERSION,
-                format::VERSION,
-                options.format_version
-            )));
-        }
-        if options
-            .dictionary
-            .as_ref()
-            .is_some_and(|d| d.len() > codec::MAX_DICT_SIZE)
-        {
-            return Err(Error::InvalidArgument(format!(
-                "a dictionary is at most {} bytes (all lz4 can reach back)",
-                codec::MAX_DICT_SIZE
-            )));
-        }
-        if options.dict_size > codec::MAX_DICT_SIZE {
-            return Err(Error::InvalidArgument(format!(
-                "dict_size must be 0 (no dictionary) to {} bytes (all lz4 can reach back), got {}",
-                codec::MAX_DICT_SIZE,
-                options.dict_size
-            )));
-        }
+        options.validate()?;
         let (scratch, scratch_lock) =
             new_scratch(&parent, &name, &TargetLock::acquire(&parent, &name)?)?;
         // Read and write: the ranks section is filled through a mapping of this file.
@@ -1123,7 +1132,46 @@ fn write_data(
 
 #[cfg(test)]
 mod tests {
-    use super::{is_scratch_of, scratch_prefix, TargetLock};
+    use super::{is_scratch_of, scratch_prefix, TargetLock, WriterOptions};
+
+    #[test]
+    fn validate_refuses_each_bad_option_and_creates_nothing() {
+        assert!(WriterOptions::default().validate().is_ok());
+        let dir = tempfile::tempdir().unwrap();
+        let bad = [
+            WriterOptions {
+                level: 13,
+                ..Default::default()
+            },
+            WriterOptions {
+                batch_bytes: super::MAX_BATCH_BYTES + 1,
+                ..Default::default()
+            },
+            WriterOptions {
+                format_version: 0,
+                ..Default::default()
+            },
+            WriterOptions {
+                dict_size: (64 << 10) + 1,
+                ..Default::default()
+            },
+            WriterOptions {
+                dictionary: Some(vec![0; (64 << 10) + 1]),
+                ..Default::default()
+            },
+        ];
+        for options in bad {
+            let message = options.validate().unwrap_err().to_string();
+            let schema = crate::Schema::new(vec![]).unwrap();
+            let target = dir.path().join("store");
+            let created = super::Writer::create(&target, schema, options)
+                .err()
+                .unwrap();
+            // `Writer::create` refuses them with the same error, before any file exists.
+            assert_eq!(created.to_string(), message);
+            assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        }
+    }
 
     #[test]
     fn a_target_lock_excludes_other_holders_and_leaves_nothing_behind() {
