@@ -166,7 +166,12 @@ impl Reader {
         store: &Collection,
         pos: u64,
     ) -> PyResult<Bound<'py, PyAny>> {
-        Ok(PyString::new(py, store.key_at_after_read(pos).py_err(py)?).into_any())
+        // A remote store may fetch (its bytes evicted since, or healed): with Python released.
+        let key = match store.remote() {
+            Some(_) => py.detach(|| store.key_at_after_read(pos)),
+            None => store.key_at_after_read(pos),
+        };
+        Ok(PyString::new(py, key.py_err(py)?).into_any())
     }
 
     fn resolve_position(store: &Collection, index: i64) -> PyResult<u64> {
@@ -585,17 +590,27 @@ impl Reader {
         let clamp = |i: i64| (if i < 0 { i + n } else { i }).clamp(0, n) as u64;
         let (start, stop) = (clamp(start), clamp(stop));
         guard(py, || {
-            // A remote store fetches the keys first, with Python released.
-            py.detach(|| store.prefetch_keys(start.min(stop)..stop))
-                .py_err(py)?;
-            // Each id proved by its document's check, as a document read is.
-            let mut keys = Vec::with_capacity((stop - start.min(stop)) as usize);
-            store
-                .keys_in(start.min(stop)..stop, |_, k| {
-                    keys.push(PyString::new(py, k));
+            // Read with Python released (a remote store may fetch, a damaged one heal: a server
+            // in this very process must be able to answer), each id proved by its document's
+            // check as a document read is; into one buffer, made `str`s afterwards.
+            let range = start.min(stop)..stop;
+            let mut text = String::new();
+            let mut ends = Vec::with_capacity((range.end - range.start) as usize);
+            py.detach(|| {
+                store.prefetch_keys(range.clone())?;
+                store.keys_in(range, |_, k| {
+                    text.push_str(k);
+                    ends.push(text.len());
                     Ok(())
                 })
-                .py_err(py)?;
+            })
+            .py_err(py)?;
+            let mut begin = 0;
+            let keys = ends.iter().map(|&end| {
+                let key = PyString::new(py, &text[begin..end]);
+                begin = end;
+                key
+            });
             PyList::new(py, keys)
         })
     }
