@@ -10,7 +10,7 @@ mod dictionary;
 mod encoder;
 pub mod error;
 pub mod format;
-mod keysort;
+pub mod keys;
 mod pagecache;
 pub mod parallel;
 pub mod planes;

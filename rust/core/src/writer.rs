@@ -2,7 +2,7 @@
 //!
 //! Documents are encoded on the caller's thread and handed over in batches to a background thread
 //! that compresses each batch in parallel and appends it to a partial file in a scratch directory
-//! beside the target. Keys are sorted externally (`keysort`). Only a complete, checksummed and
+//! beside the target. Keys are sorted externally (`keys::sort`). Only a complete, checksummed and
 //! synced file is ever renamed to the target path, so a failure or a kill leaves nothing there.
 
 use crate::check;
@@ -13,7 +13,7 @@ use crate::format::{
     self, key_prefix, Header, KeyEntry, Section, SectionEntry, ALIGN, FLAG_SHARD_LOCATIONS,
     HEADER_SIZE, KEY_INDEX_ALIGN,
 };
-use crate::keysort::KeySorter;
+use crate::keys::sort::KeySorter;
 use crate::parallel;
 use crate::record::{self, Value};
 use crate::schema::Schema;

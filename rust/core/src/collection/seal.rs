@@ -11,7 +11,7 @@ use super::manifest::{FileEntry, Manifest, MANIFEST};
 use crate::codec;
 use crate::error::{Error, Result};
 use crate::format;
-use crate::keysort;
+use crate::keys::sort as keysort;
 use crate::reader::Store;
 use crate::schema::Schema;
 use crate::writer::{self, Summary, TargetLock, Writer, WriterOptions, MAX_DOCS};

@@ -1,0 +1,4 @@
+//! The key index: every document's key, sorted, found by key and by position.
+//! (Module doc completed below, once the parts have moved here.)
+
+pub(crate) mod sort;
