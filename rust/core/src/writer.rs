@@ -10,9 +10,9 @@ use crate::codec::{self, Compressor};
 use crate::columns::Columns;
 use crate::error::{Error, Result};
 use crate::format::{
-    self, key_prefix, Header, KeyEntry, Section, SectionEntry, ALIGN, FLAG_SHARD_LOCATIONS,
-    HEADER_SIZE, KEY_INDEX_ALIGN,
+    self, Header, Section, SectionEntry, ALIGN, FLAG_SHARD_LOCATIONS, HEADER_SIZE,
 };
+use crate::keys::entry::{self, key_prefix, KeyEntry, KEY_INDEX_ALIGN};
 use crate::keys::sort::KeySorter;
 use crate::parallel;
 use crate::record::{self, Value};
@@ -527,7 +527,7 @@ impl Writer {
             encoded.clear();
             entry.encode(entry_size, &mut encoded);
             key_index.write_all(&encoded)?;
-            if rank.is_multiple_of(block) {
+            if entry::starts_block(rank, block) {
                 key_fences.write_all(&prefix.to_le_bytes())?;
             }
             rank += 1;
