@@ -2,4 +2,5 @@
 //! (Module doc completed below, once the parts have moved here.)
 
 pub mod entry;
+pub(crate) mod merge;
 pub(crate) mod sort;
