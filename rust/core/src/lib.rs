@@ -20,6 +20,7 @@ pub mod reader;
 pub mod record;
 pub mod repeats;
 pub mod schema;
+mod sections;
 pub mod storage;
 mod varint;
 pub mod writer;

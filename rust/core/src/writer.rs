@@ -9,14 +9,13 @@ use crate::check;
 use crate::codec::{self, Compressor};
 use crate::columns::Columns;
 use crate::error::{Error, Result};
-use crate::format::{
-    self, Header, Section, SectionEntry, ALIGN, FLAG_SHARD_LOCATIONS, HEADER_SIZE,
-};
+use crate::format::{self, Header, Section, SectionEntry, FLAG_SHARD_LOCATIONS, HEADER_SIZE};
 use crate::keys::entry::{self, key_prefix, KeyEntry, KEY_INDEX_ALIGN};
 use crate::keys::sort::KeySorter;
 use crate::parallel;
 use crate::record::{self, Value};
 use crate::schema::Schema;
+use crate::sections::SectionWriter;
 use memmap2::MmapMut;
 use rayon::prelude::*;
 use std::fs::File;
@@ -27,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, SyncSender};
 use std::thread::JoinHandle;
 use tempfile::TempDir;
-use xxhash_rust::xxh3::{xxh3_64, Xxh3};
+use xxhash_rust::xxh3::xxh3_64;
 
 /// The largest `WriterOptions::batch_bytes`: a writer allocates a batch of that size up front.
 pub const MAX_BATCH_BYTES: usize = 1 << 30;
@@ -105,67 +104,6 @@ impl Batch {
             let start = if i == 0 { 0 } else { self.ends[i - 1] };
             &self.data[start..self.ends[i]]
         })
-    }
-}
-
-/// A file written section by section: tracks the position and the checksum of the open section.
-struct SectionWriter {
-    out: BufWriter<File>,
-    pos: u64,
-    start: u64,
-    hasher: Xxh3,
-}
-
-impl SectionWriter {
-    fn new(file: File) -> SectionWriter {
-        SectionWriter {
-            out: BufWriter::with_capacity(1 << 20, file),
-            pos: 0,
-            start: 0,
-            hasher: Xxh3::new(),
-        }
-    }
-
-    /// Pads with zeros to the alignment and opens a section there.
-    fn begin(&mut self) -> Result<()> {
-        self.begin_aligned(ALIGN)
-    }
-
-    /// Pads with zeros to a multiple of `align` and opens a section there.
-    fn begin_aligned(&mut self, align: u64) -> Result<()> {
-        let padding = (align - self.pos % align) % align;
-        std::io::copy(&mut std::io::repeat(0).take(padding), &mut self.out)?;
-        self.pos += padding;
-        self.start = self.pos;
-        self.hasher.reset();
-        Ok(())
-    }
-
-    fn write(&mut self, bytes: &[u8]) -> Result<()> {
-        self.out.write_all(bytes)?;
-        self.hasher.update(bytes);
-        self.pos += bytes.len() as u64;
-        Ok(())
-    }
-
-    fn end(&mut self) -> SectionEntry {
-        SectionEntry {
-            offset: self.start,
-            len: self.pos - self.start,
-            checksum: self.hasher.digest(),
-        }
-    }
-
-    fn copy_from(&mut self, path: &Path) -> Result<()> {
-        let mut input = BufReader::with_capacity(1 << 20, File::open(path)?);
-        let mut buf = vec![0u8; 1 << 20];
-        loop {
-            let n = input.read(&mut buf)?;
-            if n == 0 {
-                return Ok(());
-            }
-            self.write(&buf[..n])?;
-        }
     }
 }
 
@@ -558,7 +496,7 @@ impl Writer {
         file.begin()?;
         let ranks_at = file.pos;
         let ranks_len = count * 4;
-        let mut out = file.out.into_inner().map_err(|e| e.into_error())?;
+        let mut out = file.into_file()?;
         out.set_len(ranks_at + ranks_len)?;
         let ranks_checksum = if count > 0 {
             // SAFETY: the file is private to this writer's scratch directory.
