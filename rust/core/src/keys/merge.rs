@@ -235,14 +235,16 @@ mod tests {
         let mut disagree = Keys::new(&["b", "d"], &[0, 1]);
         disagree.positions[1] = 0;
         let err = merged(&[good(), disagree]).unwrap_err();
+        let want = "store 1: key index and key ranks disagree at rank 1";
         assert!(
-            matches!(err, Error::Corrupt(ref m) if m.starts_with("store 1: key index and key ranks disagree at rank 1")),
+            matches!(err, Error::Corrupt(ref m) if m.starts_with(want)),
             "{err}"
         );
         let unsorted = Keys::new(&["d", "b"], &[0, 1]);
         let err = merged(&[unsorted, good()]).unwrap_err();
+        let want = "store 0: keys are not sorted at rank 1";
         assert!(
-            matches!(err, Error::Corrupt(ref m) if m.starts_with("store 0: keys are not sorted at rank 1")),
+            matches!(err, Error::Corrupt(ref m) if m.starts_with(want)),
             "{err}"
         );
         let err = merged(&[good(), Keys::new(&["b", "c"], &[1, 0])]).unwrap_err();
