@@ -5,6 +5,7 @@ from __future__ import annotations
 import fnmatch
 import multiprocessing
 import os
+import struct
 import subprocess
 import sys
 import textwrap
@@ -18,7 +19,7 @@ import docstore
 AREAS = {
     "engines": ("test_ray.py", "test_spark.py"),
     "training": ("test_torch_ddp.py", "test_torch_sentence_transformers.py", "test_torch_memory.py"),
-    "network": ("test_remote*.py",),
+    "network": ("test_remote*.py", "test_cache_trust.py"),
 }
 
 
@@ -28,6 +29,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for marker, patterns in AREAS.items():
             if any(fnmatch.fnmatch(name, pattern) for pattern in patterns):
                 item.add_marker(getattr(pytest.mark, marker))
+
+
+# docs/format.md §3: the section table starts at byte 64, 24 bytes an entry (offset, length,
+# checksum), in this order.
+SECTIONS = (
+    "schema",
+    "dictionary",
+    "data",
+    "doc offsets",
+    "keys",
+    "key offsets",
+    "key index",
+    "key fences",
+    "key ranks",
+)
+
+
+def sections(path) -> dict[str, tuple[int, int]]:
+    """Each section's (offset, length) in the store file at ``path``, from its header's table."""
+    with open(path, "rb") as f:
+        header = f.read(64 + 24 * len(SECTIONS))
+    return {name: struct.unpack_from("<QQ", header, 64 + 24 * i) for i, name in enumerate(SECTIONS)}
 
 
 FIELDS = {"text": "str", "label": "int64", "score": "float64", "tokens": "int32[]", "raw": "bytes"}

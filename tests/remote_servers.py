@@ -248,6 +248,8 @@ class _Proxy(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         if self.command == "HEAD":
             return
+        if fault == "garble":  # the right length, every byte wrong (a check can never pass)
+            body = bytes(b ^ 0xFF for b in body)
         if fault == "truncate" and len(body) > 1:  # headers promise more than the body brings
             self.wfile.write(body[: len(body) // 2])
             self.wfile.flush()
@@ -261,7 +263,9 @@ class _Proxy(http.server.BaseHTTPRequestHandler):
 class FaultProxy:
     """An HTTP proxy to ``host:port`` that injects faults: each request draws one from ``faults``
     (a list consumed in order, then ``rate`` of the rest at random from ``kinds``), and every
-    request waits ``latency`` seconds first."""
+    request waits ``latency`` seconds first. Kinds: ``503``, ``drop`` (no response), ``truncate``
+    (a body cut short), ``delay`` and ``garble`` (a body of the right length, every byte
+    inverted)."""
 
     def __init__(self, host: str, port: int, *, latency: float = 0.0, seed: int = 0) -> None:
         self.host, self.port = host, port

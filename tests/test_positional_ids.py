@@ -9,41 +9,16 @@ from __future__ import annotations
 
 import json
 import shutil
-import struct
 
 import pytest
 
 import docstore
 
-from .conftest import run_python
-
-# docs/format.md §3: the section table starts at byte 64, 24 bytes an entry (offset, length,
-# checksum), in this order.
-TABLE_AT, ENTRY = 64, 24
-SECTIONS = (
-    "schema",
-    "dictionary",
-    "data",
-    "doc offsets",
-    "keys",
-    "key offsets",
-    "key index",
-    "key fences",
-    "key ranks",
-)
-
-
-def section(path, name: str) -> tuple[int, int]:
-    """Where section ``name`` of the store file at ``path`` lies: (offset, length)."""
-    i = SECTIONS.index(name)
-    with open(path, "rb") as f:
-        head = f.read(TABLE_AT + ENTRY * len(SECTIONS))
-    offset, length, _ = struct.unpack_from("<QQQ", head, TABLE_AT + ENTRY * i)
-    return offset, length
+from .conftest import run_python, sections
 
 
 def keys_section(path) -> tuple[int, int]:
-    return section(path, "keys")
+    return sections(path)["keys"]
 
 
 def flipped(good: bytes, start: int, length: int):
@@ -114,7 +89,7 @@ def test_no_flipped_bit_on_the_way_of_a_read_by_position_gives_a_wrong_id(tmp_pa
     path = tmp_path / "good.docstore"
     write(path, docs, format_version=version)
     good = path.read_bytes()
-    start, length = section(path, damaged)
+    start, length = sections(path)[damaged]
     assert length > 60
     bad = tmp_path / "bad.docstore"
     sweep, cases = Sweep(), 0

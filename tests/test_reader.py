@@ -247,6 +247,32 @@ def test_str_with_its_widest_character_anywhere_comes_back_equal(tmp_path):
     assert [store[i].text for i in ids] == texts
 
 
+def test_single_lookups_make_strs_of_every_width_short_and_long(tmp_path):
+    # A single lookup makes the strs of a short record with Python held (an ASCII check 64 bytes
+    # at a time, else CPython's decoder) and prepares those of a long one (4 KiB and more) while
+    # Python is released: each must be the very str written, compact, whichever way it took.
+    wide = ["é", "Ā", "€", "😀"]
+    texts = ["a" * k + w + "b" * (140 - k) for w in wide for k in range(141)]
+    texts += ["c" * k for k in (0, 1, 63, 64, 65, 127, 128, 129)]
+    texts += ["x" * k + w + "y" * (9000 - k) for w in wide for k in (0, 4095, 4096, 8192, 9000)]
+    texts += ["z" * 4000, "z" * 4090 + "é", "z" * 4100, "z" * 4095 + "é", "z" * 9000]
+    docs = {f"w{i}": {"text": t, "n": i} for i, t in enumerate(texts)}
+    store = write_store(tmp_path / "single.docstore", docs, fields={"text": "str", "n": "int64"})
+
+    def check(got: str, want: str) -> None:
+        assert got == want and hash(got) == hash(want)
+        if len(want) > 1:
+            assert sys.getsizeof(got) == sys.getsizeof(want.encode().decode()), want[:20]
+
+    for pos, (doc_id, doc) in enumerate(docs.items()):
+        check(store[doc_id].text, doc["text"])
+        check(store.get(doc_id, field="text"), doc["text"])
+        text, n = store.get(doc_id, fields=["text", "n"])
+        check(text, doc["text"])
+        assert n == doc["n"]
+        check(store.at(pos).text, doc["text"])
+
+
 @pytest.mark.parametrize(
     ("format_version", "caught_by"), [(1, "not UTF-8"), (2, "fails its check"), (3, "fails its check")]
 )

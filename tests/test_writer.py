@@ -240,6 +240,30 @@ def test_bad_options(tmp_path):
     assert leftovers(tmp_path) == ["a-file"]
 
 
+def test_check_writer_raises_what_the_writer_raises_and_creates_nothing(tmp_path):
+    from docstore import _docstore
+
+    cases = [
+        ({"t": "str"}, {"level": 13}),
+        ({"t": "str"}, {"dict_size": 65537}),
+        ({"t": "str"}, {"batch_bytes": 2**62}),
+        ({"t": "str"}, {"format_version": 9}),
+        ({"t": "str"}, {"dictionary": bytes(65537)}),
+        ({"t": "str"}, {"level": True}),
+        ({"t": "str"}, {"dict_size": 2**70}),
+        ({"t": "no-such-type"}, {}),
+        ({"doc_id": "str"}, {}),
+    ]
+    for fields, options in cases:
+        with pytest.raises(Exception) as by_writer:
+            docstore.Writer(tmp_path / "s", fields=fields, **options)
+        with pytest.raises(type(by_writer.value)) as by_check:
+            _docstore.check_writer(fields, **options)
+        assert str(by_check.value) == str(by_writer.value), (fields, options)
+    _docstore.check_writer({"t": "str", "v": "float32[]"}, level=9, dict_size=0, format_version=2)
+    assert leftovers(tmp_path) == []
+
+
 @pytest.mark.parametrize("key_buffer_bytes", [64 << 20, 200])
 def test_duplicate_ids_raise_naming_the_id_and_leave_no_store(tmp_path, key_buffer_bytes):
     path = tmp_path / "s"

@@ -11,11 +11,11 @@ See ``docstore.open``, ``docstore.Writer``, ``docstore.build`` and ``docstore.Do
 from __future__ import annotations
 
 from . import errors
-from ._collection import seal, train_dictionary
+from ._collection import seal
 from ._doc import Doc
 from ._docstore import FORMAT_VERSION, get_num_threads, set_num_threads
 from ._store import DocStore, open
-from ._writer import Writer, build, upgrade
+from ._writer import Writer, build, train_dictionary, upgrade
 from .errors import *  # noqa: F403 - the exception classes, listed in errors.__all__
 
 __version__ = "0.1.0"

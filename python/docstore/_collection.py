@@ -6,13 +6,10 @@ A collection is a directory that ``docstore.open`` reads as one store (docs/coll
 from __future__ import annotations
 
 import os
-import tempfile
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable
 
 from . import _docstore
 from ._store import DocStore, open
-from ._writer import build
 
 
 def seal(
@@ -48,35 +45,3 @@ def seal(
     target = os.fsdecode(target) if isinstance(target, bytes) else os.fspath(target)
     _docstore.seal(target, paths, overwrite=overwrite, append=append)
     return open(target, read=read)
-
-
-def train_dictionary(
-    records: Iterable[Any],
-    id_field: str = "doc_id",
-    fields: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
-    *,
-    size: int = 65536,
-) -> bytes:
-    """The compression dictionary docstore trains on ``records`` (dicts, namedtuples or
-    dataclasses, as ``docstore.build`` takes them; a sample of the corpus, a few MiB), for
-    ``Writer(..., dictionary=...)``: shards written by many tasks with one dictionary compress
-    alike and read faster together (a reader keeps one copy of it, not one per shard:
-    docs/collections.md).
-
-    >>> d = docstore.train_dictionary(ds.take(20_000))          # on the driver
-    >>> docstore.ray.write(ds, "corpus.docstore", dictionary=d)   # every task's shard uses it
-    """
-    with tempfile.TemporaryDirectory(prefix=".docstore-dictionary-") as scratch:
-        # One batch holds the whole sample: the dictionary is trained on the first batch.
-        sample = build(
-            os.path.join(scratch, "sample.docstore"),
-            records,
-            id_field,
-            fields,
-            dict_size=size,
-            batch_bytes=64 << 20,
-        )
-        try:
-            return sample.dictionary
-        finally:
-            sample.close()

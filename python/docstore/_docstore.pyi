@@ -21,9 +21,11 @@ __all__ = [
     "_redact_urls",
     "_strip_url",
     "check_replaceable",
+    "check_writer",
     "get_num_threads",
     "seal",
     "set_num_threads",
+    "train_dictionary",
 ]
 
 FORMAT_VERSION: int
@@ -39,6 +41,23 @@ def seal(
     append: bool = False,
 ) -> int: ...
 def check_replaceable(target: str | os.PathLike[str]) -> None: ...
+def check_writer(
+    fields: Mapping[str, str] | Sequence[tuple[str, str]],
+    *,
+    overwrite: bool = False,
+    level: int | None = None,
+    dict_size: int | None = None,
+    batch_bytes: int | None = None,
+    key_buffer_bytes: int | None = None,
+    format_version: int | None = None,
+    dictionary: bytes | None = None,
+) -> None: ...
+def train_dictionary(
+    samples: Iterable[Any],
+    size: int | None = None,
+    *,
+    fields: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
+) -> bytes: ...
 def set_num_threads(n: int) -> None: ...
 def get_num_threads() -> int: ...
 def _redact_urls(text: str) -> str: ...

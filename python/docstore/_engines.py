@@ -21,7 +21,6 @@ import copy
 import json
 import os
 import shutil
-import tempfile
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -77,17 +76,12 @@ def staging_prefix(target: str) -> str:
 
 
 def make_staging(target: str, fields: Mapping[str, str] | None, options: Mapping[str, Any]) -> Staging:
-    """Creates the job's staging directory beside ``target``, locked by this process until its
-    ``remove()`` (the driver's, for the job's life), after removing those of killed jobs of the
-    same target; then checks that a trial writer there accepts ``fields`` (when known) and
-    ``options``: a bad option fails the job on the driver, not in every task."""
-    staging = Staging(os.path.dirname(target), staging_prefix(target))
-    try:
-        check_writer(staging.path, fields, options)
-    except BaseException:
-        staging.remove()
-        raise
-    return staging
+    """Checks that a writer accepts ``fields`` (when known) and ``options``, so that a bad option
+    fails the job on the driver, not in every task; then creates the job's staging directory
+    beside ``target``, locked by this process until its ``remove()`` (the driver's, for the
+    job's life), after removing those of killed jobs of the same target."""
+    check_writer(fields, options)
+    return Staging(os.path.dirname(target), staging_prefix(target))
 
 
 def make_unlocked_staging(target: str) -> str:
@@ -108,8 +102,9 @@ def check_staging(target: str, staging: str) -> None:
         raise StoreNotFoundError(f"staging directory {staging} does not exist")
 
 
-def check_writer(staging: str, fields: Mapping[str, str] | None, options: Mapping[str, Any]) -> None:
-    Writer(os.path.join(staging, "check.docstore"), dict(fields or {"text": "str"}), **options).abort()
+def check_writer(fields: Mapping[str, str] | None, options: Mapping[str, Any]) -> None:
+    """Raises what ``Writer(path, fields, **options)`` would raise for them, creating nothing."""
+    _docstore.check_writer(dict(fields or {"text": "str"}), **options)
 
 
 def remove_staging(staging: Staging | str | None) -> None:
@@ -149,27 +144,16 @@ def shared_dictionary(
         return None
     if fields is None:
         fields = schema_fields(table.schema, id_field)
-    import pyarrow as pa
-
-    # The dictionary learns from the values; the sample's ids are row numbers, so that ids the
-    # job will refuse (repeated, null) are refused by it, naming the tasks, not here.
-    columns = {id_field: pa.array([str(i) for i in range(table.num_rows)])}
-    columns.update((name, table.column(name)) for name in fields if name != id_field)
-    size = {"dict_size": options["dict_size"]} if "dict_size" in options else {}
-    with tempfile.TemporaryDirectory(prefix=".docstore-dictionary-") as scratch:
-        try:
-            # One batch holds the whole sample: the writer trains its dictionary on the first one.
-            writer = Writer(
-                os.path.join(scratch, "sample.docstore"), dict(fields), batch_bytes=64 << 20, **size
-            )
-            with writer:
-                writer.add_many(prepare(pa.table(columns), id_field, fields), id_field=id_field)
-        except DocstoreError:
-            # A value the job will refuse: let the task that meets it say so, naming its real
-            # id, rather than a row number here; its shards then train their own dictionaries.
-            return None
-        with open_store(os.path.join(scratch, "sample.docstore")) as store:
-            return store.dictionary or None
+    # The dictionary learns from the values, as the writer encodes them; the sample's ids are
+    # not needed, so that ids the job will refuse (repeated, null) are refused by it, naming the
+    # tasks, not here.
+    rows = zip(*(table.column(name).to_pylist() for name in fields))
+    try:
+        return _docstore.train_dictionary(rows, options.get("dict_size"), fields=dict(fields)) or None
+    except DocstoreError:
+        # A value the job will refuse: let the task that meets it say so, naming its real id,
+        # rather than a row number here; its shards then train their own dictionaries.
+        return None
 
 
 def write_shard(

@@ -12,8 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from . import _docstore
 from ._arrow import field_type, prepare, unsupported
 from ._arrow import writer_columns as _arrow_columns
+from ._collection import seal
 from ._docstore import ARRAY_DTYPES, FORMAT_VERSION, check_replaceable
 from ._docstore import Writer as _Writer
 from ._staging import Staging
@@ -426,6 +428,87 @@ def _build_from_arrow(
     return open_store(path)
 
 
+def train_dictionary(
+    records: Iterable[Any],
+    id_field: str | None = "doc_id",
+    fields: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
+    *,
+    size: int = 65536,
+) -> bytes:
+    """The compression dictionary docstore trains on ``records`` (a sample of the corpus, a few
+    MiB, taken as ``docstore.build`` takes them: dicts, namedtuples or dataclasses, a pyarrow
+    table or a Hugging Face dataset), for ``Writer(..., dictionary=...)``: shards written by many
+    tasks with one dictionary compress alike and read faster together (a reader keeps one copy
+    of it, not one per shard: docs/collections.md). It is the dictionary that a ``Writer`` with
+    ``dict_size=size`` trains on these records (on their first 8 MiB), by the same code; empty
+    when they are too few to train on.
+
+    >>> d = docstore.train_dictionary(ds.take(20_000))          # on the driver
+    >>> docstore.ray.write(ds, "corpus.docstore", dictionary=d)   # every task's shard uses it
+    """
+    if isinstance(records, Mapping):
+        raise TypeError("train_dictionary() takes an iterable of records, not a mapping; pass its .values()")
+    kind = _hf_kind(records)
+    if kind is not None or _is_arrow_table(records):
+        fields, rows = _arrow_rows(records, kind, id_field, fields)
+    else:
+        iterator = iter(records)
+        first = next(iterator, _NONE)
+        if fields is None:
+            if first is _NONE:
+                raise SchemaError("cannot infer fields from no records; pass fields={...}")
+            sample = _as_dict(first)
+            fields = {k: infer_type(k, v) for k, v in sample.items() if k != id_field}
+        fields = dict(fields)
+        names = list(fields)
+        records = iterator if first is _NONE else itertools.chain([first], iterator)
+        rows = (_values(_as_dict(record), names) for record in records)
+    return _docstore.train_dictionary(rows, size, fields=fields)
+
+
+def _values(record: dict[str, Any], names: list[str]) -> list[Any]:
+    missing = [n for n in names if n not in record]
+    if missing:
+        raise SchemaError(f"a record is missing field(s) {missing}: {record!r:.200}")
+    return [record[n] for n in names]
+
+
+def _arrow_rows(
+    source: Any,
+    kind: str | None,
+    id_field: str | None,
+    fields: Mapping[str, str] | Sequence[tuple[str, str]] | None,
+) -> tuple[dict[str, str], Iterator[list[Any]]]:
+    """The fields of a Hugging Face dataset (``kind``) or a pyarrow table as ``build`` infers
+    them, and its rows' values in their order, read batch by batch."""
+    wanted = None if fields is None else [n for n in (id_field, *dict(fields)) if n]
+    if kind is not None:
+        batches = _hf_batches(source, wanted, ARROW_BATCH_ROWS)
+    else:
+        import pyarrow as pa
+
+        table = source if isinstance(source, pa.Table) else pa.Table.from_batches([source])
+        batches = iter(table.to_batches(max_chunksize=ARROW_BATCH_ROWS))
+    first = next(batches, None)
+    if fields is None:
+        schema = first.schema if first is not None else _hf_schema(source)
+        if schema is None:
+            raise SchemaError("no rows and no features to infer fields from; pass fields={...}")
+        fields = {f.name: arrow_field_type(f.name, f.type) for f in schema if f.name != id_field}
+    fields = dict(fields)
+
+    def rows() -> Iterator[list[Any]]:
+        for batch in itertools.chain([] if first is None else [first], batches):
+            missing = [n for n in fields if n not in batch.schema.names]
+            if missing:
+                raise SchemaError(
+                    f"the data has no column for field(s) {missing} (columns: {batch.schema.names})"
+                )
+            yield from map(list, zip(*(batch.column(n).to_pylist() for n in fields)))
+
+    return fields, rows()
+
+
 def _hf_schema(dataset: Any) -> Any:
     """The Arrow schema of a Hugging Face dataset's features, or None when unknown."""
     features = getattr(dataset, "features", None)
@@ -479,8 +562,6 @@ def upgrade(
         store.close()
         return open_store(target)
     store.close()
-    from ._collection import seal  # here: _collection imports this module
-
     # Beside the target, locked while this upgrade lives: the seal hard-links the shards
     # rewritten here, and an upgrade killed midway leaves a directory the next one sweeps.
     parent = os.path.dirname(os.path.abspath(target))

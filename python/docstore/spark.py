@@ -122,17 +122,12 @@ class DocstoreWriter(DataSourceArrowWriter):
             needed = None if given is None else {self.id_field, *given}
             self.fields = schema_fields(_arrow_schema(schema, needed), self.id_field, given)
             check_target(self.path, self.mode)
+            check_writer(self.fields, self.writer_options)
             if options.get("staging"):  # made and locked by write() in the user's process
                 self.staging = options["staging"]
                 check_staging(self.path, self.staging)
-                check_writer(self.staging, self.fields, self.writer_options)
             else:  # this process ends before the job: nothing can hold a lock for its life
                 self.staging = make_unlocked_staging(self.path)
-                try:
-                    check_writer(self.staging, self.fields, self.writer_options)
-                except BaseException:
-                    remove_staging(self.staging)
-                    raise
         except Exception as error:
             report_error(self.report, error)
             raise

@@ -4,7 +4,7 @@
 
 use crate::convert::to_python;
 use crate::errors::{new_error, Exc};
-use crate::text::Layout;
+use crate::text::{is_ascii, Layout, Units};
 use docstore_core::record::RawValue;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -63,38 +63,19 @@ pub(crate) fn raw_to_python<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     match (value, prepared) {
         (RawValue::Utf8(bytes), Some((layout, buffer))) => {
-            let units = layout.units(bytes, buffer);
-            if units.len() != layout.chars * layout.width() {
-                return Err(new_error(
-                    py,
-                    Exc::Internal,
-                    "a prepared str has the wrong number of units".into(),
-                ));
-            }
-            // SAFETY: PyUnicode_New(chars, max_char) makes a compact str of the width that
-            // `max_char` selects, with room for `chars` units of that width: exactly `units`
-            // (checked above), filled here before anything else can see it. The str is
-            // canonical (CPython's other functions rely on it): `max_char` is 127 only for
-            // ASCII, and otherwise the text holds a character above the next narrower width
-            // (see `text::layout_of`).
-            unsafe {
-                let obj = pyo3::ffi::PyUnicode_New(
-                    layout.chars as pyo3::ffi::Py_ssize_t,
-                    layout.max_char as pyo3::ffi::Py_UCS4,
-                );
-                if obj.is_null() {
-                    return Err(PyErr::fetch(py));
-                }
-                std::ptr::copy_nonoverlapping(
-                    units.as_ptr(),
-                    pyo3::ffi::PyUnicode_DATA(obj).cast::<u8>(),
-                    units.len(),
-                );
-                Ok(Bound::from_owned_ptr(py, obj))
-            }
+            prepared_str(py, layout, layout.units(bytes, buffer))
         }
-        // Not prepared (a lookup prepares every str field it converts; this stays correct
-        // for any that did not): CPython's decoder validates.
+        // Not prepared (a batch prepares every str field it converts, a single lookup those
+        // of long records: `scratch::PREPARE_SINGLE_MIN`). ASCII, the common case, is only
+        // checked and copied; CPython's decoder validates the rest.
+        (RawValue::Utf8(bytes), None) if is_ascii(bytes) => {
+            let ascii = Layout {
+                chars: bytes.len(),
+                max_char: 127,
+                units: Units::Ascii,
+            };
+            prepared_str(py, &ascii, bytes)
+        }
         (RawValue::Utf8(bytes), None) => {
             // SAFETY: a valid pointer and length; the result is checked for NULL.
             let obj = unsafe {
@@ -119,6 +100,42 @@ pub(crate) fn raw_to_python<'py>(
             Ok(unsafe { Bound::from_owned_ptr(py, obj) })
         }
         (RawValue::Other(value), _) => to_python(py, value),
+    }
+}
+
+/// A `str` of `layout` made of its code units `units`.
+fn prepared_str<'py>(
+    py: Python<'py>,
+    layout: &Layout,
+    units: &[u8],
+) -> PyResult<Bound<'py, PyAny>> {
+    if units.len() != layout.chars * layout.width() {
+        return Err(new_error(
+            py,
+            Exc::Internal,
+            "a prepared str has the wrong number of units".into(),
+        ));
+    }
+    // SAFETY: PyUnicode_New(chars, max_char) makes a compact str of the width that
+    // `max_char` selects, with room for `chars` units of that width: exactly `units`
+    // (checked above), filled here before anything else can see it. The str is
+    // canonical (CPython's other functions rely on it): `max_char` is 127 only for
+    // ASCII, and otherwise the text holds a character above the next narrower width
+    // (see `text::layout_of`).
+    unsafe {
+        let obj = pyo3::ffi::PyUnicode_New(
+            layout.chars as pyo3::ffi::Py_ssize_t,
+            layout.max_char as pyo3::ffi::Py_UCS4,
+        );
+        if obj.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        std::ptr::copy_nonoverlapping(
+            units.as_ptr(),
+            pyo3::ffi::PyUnicode_DATA(obj).cast::<u8>(),
+            units.len(),
+        );
+        Ok(Bound::from_owned_ptr(py, obj))
     }
 }
 

@@ -54,6 +54,8 @@ fn _docstore(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<reader::Reader>()?;
     m.add_class::<writer::Writer>()?;
     m.add_function(wrap_pyfunction!(collection::seal, m)?)?;
+    m.add_function(wrap_pyfunction!(writer::train_dictionary, m)?)?;
+    m.add_function(wrap_pyfunction!(writer::check_writer, m)?)?;
     m.add_function(wrap_pyfunction!(collection::check_replaceable, m)?)?;
     m.add_function(wrap_pyfunction!(set_num_threads, m)?)?;
     m.add_function(wrap_pyfunction!(get_num_threads, m)?)?;

@@ -6,7 +6,7 @@ use crate::args::{field_names_arg, ids_of, plain_str, position_arg, positions_ar
 use crate::chunks::{in_chunks, in_chunks_then};
 use crate::doc::{doc_class, raw_to_python, DocBuilder};
 use crate::errors::{guard, key_error, new_error, Exc, IntoPy};
-use crate::scratch::{Batches, Decoded};
+use crate::scratch::{with_single, Batches, Decoded};
 use crate::text::{RecordTexts, Wants};
 use arc_swap::ArcSwapOption;
 use docstore_core::record;
@@ -278,7 +278,8 @@ impl Reader {
     }
 
     /// Counters of a remote store since it was opened (requests, bytes, round trips, cache
-    /// hits, retries, peak requests in flight, bytes the cache holds); `None` for a local one.
+    /// hits, retries, heals, peak requests in flight, bytes the cache holds); `None` for a local
+    /// one.
     fn _remote_stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
         let store = self.store(py)?;
         let Some(remote) = store.remote() else {
@@ -291,6 +292,7 @@ impl Reader {
         dict.set_item("data_bytes", stats.data_bytes.load(Ordering::Relaxed))?;
         dict.set_item("round_trips", stats.rounds.load(Ordering::Relaxed))?;
         dict.set_item("retries", stats.retries.load(Ordering::Relaxed))?;
+        dict.set_item("heals", stats.heals.load(Ordering::Relaxed))?;
         dict.set_item(
             "peak_in_flight",
             stats.peak_in_flight.load(Ordering::Relaxed),
@@ -507,18 +509,18 @@ impl Reader {
         let select = self.select(py, field, fields)?;
         let pos = Self::resolve_position(&store, position_arg(index)?)?;
         guard(py, || {
-            let mut batches = Batches::take();
-            let decoded = batches.single();
-            py.detach(|| decoded.read(&store, &[pos], &select))
-                .py_err(py)?;
-            self.build(
-                py,
-                &store,
-                &select,
-                || Self::key_object(py, &store, pos),
-                decoded.records.get(0),
-                decoded.texts.record(0),
-            )
+            with_single(|decoded| {
+                py.detach(|| decoded.read_at(&store, pos, &select))
+                    .py_err(py)?;
+                self.build(
+                    py,
+                    &store,
+                    &select,
+                    || Self::key_object(py, &store, pos),
+                    decoded.records.get(0),
+                    decoded.texts.record(0),
+                )
+            })
         })
     }
 
@@ -730,24 +732,24 @@ impl Reader {
             return Ok(None);
         };
         guard(py, || {
-            let mut batches = Batches::take();
-            let decoded = batches.single();
-            let found = py
-                .detach(|| decoded.read_key(&store, text.as_bytes(), select))
-                .py_err(py)?
-                .is_some();
-            if !found {
-                return Ok(None);
-            }
-            self.build(
-                py,
-                &store,
-                select,
-                || Ok(key.clone().into_any()),
-                decoded.records.get(0),
-                decoded.texts.record(0),
-            )
-            .map(Some)
+            with_single(|decoded| {
+                let found = py
+                    .detach(|| decoded.read_key(&store, text.as_bytes(), select))
+                    .py_err(py)?
+                    .is_some();
+                if !found {
+                    return Ok(None);
+                }
+                self.build(
+                    py,
+                    &store,
+                    select,
+                    || Ok(key.clone().into_any()),
+                    decoded.records.get(0),
+                    decoded.texts.record(0),
+                )
+                .map(Some)
+            })
         })
     }
 }

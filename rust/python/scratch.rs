@@ -15,6 +15,14 @@ use std::ops::{Deref, DerefMut};
 /// batch is freed, so that many calling threads never hold much between them.
 const KEEP_BYTES: usize = 8 << 20;
 
+/// A single-record lookup prepares its `str`s while Python is released (`Texts::prepare`) only
+/// from this many raw bytes on. Below, `doc::raw_to_python` makes them with Python held, in the
+/// one walk over the fields that builds the Doc: a second walk and a table of layouts cost more
+/// than what they move out of the GIL. That is an ASCII check (~0.1 us for 4 KiB), or for other
+/// text CPython's UTF-8 decoder (up to ~9 us for 4 KiB of 2- and 3-byte characters, as fast as
+/// preparing them), the same work CPython does under the GIL whenever it decodes text.
+const PREPARE_SINGLE_MIN: usize = 4 << 10;
+
 /// The raw records of one chunk of a lookup, and their `str` fields made ready for Python.
 #[derive(Default)]
 pub struct Decoded {
@@ -47,7 +55,8 @@ impl Decoded {
         Ok(positions)
     }
 
-    /// Like `read_keys` for one key: its position, `None` when absent.
+    /// Like `read_keys` for one key: its position, `None` when absent. Its `str`s are prepared
+    /// only when the record is long (`PREPARE_SINGLE_MIN`).
     pub fn read_key(
         &mut self,
         store: &Collection,
@@ -55,8 +64,33 @@ impl Decoded {
         wanted: &impl Wants,
     ) -> docstore_core::Result<Option<u64>> {
         let position = store.read_one(key, &mut self.records)?;
-        self.texts.prepare(store.schema(), &self.records, wanted)?;
+        self.prepare_single(store, wanted)?;
         Ok(position)
+    }
+
+    /// Like `read` for one position, its `str`s prepared as `read_key` prepares them.
+    pub fn read_at(
+        &mut self,
+        store: &Collection,
+        pos: u64,
+        wanted: &impl Wants,
+    ) -> docstore_core::Result<()> {
+        store.read_records(&[pos], &mut self.records)?;
+        self.prepare_single(store, wanted)
+    }
+
+    fn prepare_single(
+        &mut self,
+        store: &Collection,
+        wanted: &impl Wants,
+    ) -> docstore_core::Result<()> {
+        match self.records.len() == 1 && self.records.get(0).len() < PREPARE_SINGLE_MIN {
+            true => {
+                self.texts.clear();
+                Ok(())
+            }
+            false => self.texts.prepare(store.schema(), &self.records, wanted),
+        }
     }
 
     pub fn clear(&mut self) {
@@ -71,6 +105,29 @@ impl Decoded {
 
 thread_local! {
     static KEPT: RefCell<Vec<Decoded>> = const { RefCell::new(Vec::new()) };
+    static SINGLE: RefCell<Decoded> = RefCell::default();
+}
+
+/// Runs `f` on this thread's buffer for single-record lookups, emptied. One borrow: taking and
+/// giving back `Batches` moved its list in and out of the thread's slot, ~4% of a lookup. A call
+/// nested in `f` (Python code a finalizer runs), or made while the thread is torn down, gets a
+/// buffer of its own.
+pub fn with_single<R>(f: impl FnOnce(&mut Decoded) -> R) -> R {
+    let mut f = Some(f);
+    let kept = SINGLE.try_with(|cell| {
+        let mut decoded = cell.try_borrow_mut().ok()?;
+        decoded.clear();
+        let result = (f.take()?)(&mut decoded);
+        if decoded.capacity_bytes() > KEEP_BYTES {
+            *decoded = Decoded::default();
+        }
+        Some(result)
+    });
+    match (kept, f) {
+        (Ok(Some(result)), _) => result,
+        (_, Some(f)) => f(&mut Decoded::default()),
+        (_, None) => unreachable!("`f` is taken only by a call that returns its result"),
+    }
 }
 
 /// This thread's reusable batches, taken for one call and given back when dropped.
@@ -84,16 +141,6 @@ impl Batches {
             KEPT.with(|kept| kept.try_borrow_mut().map(|mut v| std::mem::take(&mut *v)))
                 .unwrap_or_default(),
         )
-    }
-
-    /// The first batch, emptied: the buffer of a single-record lookup.
-    pub fn single(&mut self) -> &mut Decoded {
-        if self.0.is_empty() {
-            self.0.push(Decoded::default());
-        }
-        let batch = &mut self.0[0];
-        batch.clear();
-        batch
     }
 }
 

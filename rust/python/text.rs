@@ -50,7 +50,7 @@ impl Layout {
 /// The layout of `utf8` as a `str`, its units appended to `buffer` unless it is ASCII; an error
 /// when it is not valid UTF-8, or when memory for its units runs out.
 fn layout_of(utf8: &[u8], buffer: &mut Vec<u8>) -> Result<Layout> {
-    if utf8.is_ascii() {
+    if is_ascii(utf8) {
         return Ok(Layout {
             chars: utf8.len(),
             max_char: 127,
@@ -89,6 +89,22 @@ fn layout_of(utf8: &[u8], buffer: &mut Vec<u8>) -> Result<Layout> {
         max_char,
         units: Units::Buffer(start..buffer.len()),
     })
+}
+
+/// Whether `bytes` is ASCII: 64 bytes a step, their eight words OR-ed and tested once, where
+/// `<[u8]>::is_ascii` tests every word (about 3x the instructions on a passage).
+pub(crate) fn is_ascii(bytes: &[u8]) -> bool {
+    const HIGH_BITS: u64 = u64::from_ne_bytes([0x80; 8]);
+    let mut blocks = bytes.chunks_exact(64);
+    for block in &mut blocks {
+        let any = (block.chunks_exact(8)).fold(0, |any, word| {
+            any | u64::from_ne_bytes(word.try_into().expect("8 bytes"))
+        });
+        if any & HIGH_BITS != 0 {
+            return false;
+        }
+    }
+    blocks.remainder().is_ascii()
 }
 
 /// The number of characters of valid UTF-8 (the bytes that are not continuation bytes) and its

@@ -8,12 +8,14 @@ use crate::args::{as_dict, key_of, option, schema_of};
 use crate::columns::Buffers;
 use crate::convert::{from_python, Holder};
 use crate::errors::{guard, new_error, Exc, IntoPy};
+use docstore_core::codec::{dictionary_for, MAX_TRAINING_BYTES};
+use docstore_core::record::encode;
 use docstore_core::repeats::first_repeat;
 use docstore_core::{
     Columns, FieldType, Schema, Value, Writer as CoreWriter, WriterOptions, MAX_DOCS,
 };
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyString};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
@@ -29,7 +31,8 @@ pub struct Writer {
     owner: AtomicUsize,
     /// The process that created the writer. A forked child's copy must not wait for `state`:
     /// a thread of the parent may have held it at the fork, and that thread does not exist here.
-    pid: u32,
+    /// (`process::instance`: a descendant may get the same pid.)
+    pid: u64,
     /// The target path, which needs no turn to read (`repr` works in a forked child too).
     path: PathBuf,
 }
@@ -434,6 +437,139 @@ impl State {
     }
 }
 
+/// The options of `Writer(...)`, each read as the writer reads it (unchecked).
+fn options_of(
+    overwrite: bool,
+    level: Option<&Bound<'_, PyAny>>,
+    dict_size: Option<&Bound<'_, PyAny>>,
+    batch_bytes: Option<&Bound<'_, PyAny>>,
+    key_buffer_bytes: Option<&Bound<'_, PyAny>>,
+    format_version: Option<&Bound<'_, PyAny>>,
+    dictionary: Option<&[u8]>,
+) -> PyResult<WriterOptions> {
+    let defaults = WriterOptions::default();
+    Ok(WriterOptions {
+        level: option("level", level, defaults.level)?,
+        dict_size: option("dict_size", dict_size, defaults.dict_size)?,
+        batch_bytes: option("batch_bytes", batch_bytes, defaults.batch_bytes)?,
+        key_buffer_bytes: option(
+            "key_buffer_bytes",
+            key_buffer_bytes,
+            defaults.key_buffer_bytes,
+        )?,
+        overwrite,
+        format_version: option("format_version", format_version, defaults.format_version)?,
+        dictionary: dictionary.map(<[u8]>::to_vec),
+    })
+}
+
+/// `_docstore.check_writer(fields, **options)`: raises what `Writer(path, fields, **options)`
+/// raises for its fields and options, without creating a writer or any file.
+#[pyfunction]
+#[pyo3(signature = (fields, *, overwrite=false, level=None, dict_size=None, batch_bytes=None, key_buffer_bytes=None, format_version=None, dictionary=None))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn check_writer(
+    py: Python<'_>,
+    fields: &Bound<'_, PyAny>,
+    overwrite: bool,
+    level: Option<&Bound<'_, PyAny>>,
+    dict_size: Option<&Bound<'_, PyAny>>,
+    batch_bytes: Option<&Bound<'_, PyAny>>,
+    key_buffer_bytes: Option<&Bound<'_, PyAny>>,
+    format_version: Option<&Bound<'_, PyAny>>,
+    dictionary: Option<&[u8]>,
+) -> PyResult<()> {
+    schema_of(py, fields)?;
+    let options = options_of(
+        overwrite,
+        level,
+        dict_size,
+        batch_bytes,
+        key_buffer_bytes,
+        format_version,
+        dictionary,
+    )?;
+    options.validate().py_err(py)
+}
+
+/// `_docstore.train_dictionary(samples, size, *, fields=None)`: the dictionary of at most `size`
+/// bytes that a writer trains on a first batch of `samples`, by the same code
+/// (`codec::dictionary_for`: its first 8 MiB). With `fields`, each sample is a document: a
+/// sequence of its values in the fields' order, encoded as the writer encodes them, so that
+/// the dictionary is the one `Writer(path, fields, dict_size=size)` trains on these documents;
+/// without, each is the bytes of one record as they are.
+#[pyfunction]
+#[pyo3(signature = (samples, size=None, *, fields=None))]
+pub(crate) fn train_dictionary<'py>(
+    py: Python<'py>,
+    samples: &Bound<'py, PyAny>,
+    size: Option<&Bound<'py, PyAny>>,
+    fields: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let defaults = WriterOptions::default();
+    let size = option("size", size, defaults.dict_size)?;
+    // A size the writer refuses is refused here, with its message.
+    let checked = WriterOptions {
+        dict_size: size,
+        ..defaults
+    };
+    checked.validate().py_err(py)?;
+    let mut records: Vec<Vec<u8>> = Vec::new();
+    // Training reads no further than this; the rest of the samples is not taken.
+    let mut room = MAX_TRAINING_BYTES;
+    let mut take = |record: Vec<u8>| {
+        room = room.saturating_sub(record.len());
+        records.push(record);
+        room > 0
+    };
+    guard(py, || {
+        let Some(fields) = fields else {
+            for sample in samples.try_iter()? {
+                let sample = sample?;
+                let bytes = sample.extract::<Vec<u8>>().map_err(|_| {
+                    let kind = sample.get_type().name().map(|n| n.to_string());
+                    let message = format!(
+                        "samples must be bytes (or documents, with fields=), got {}",
+                        kind.unwrap_or_default()
+                    );
+                    pyo3::exceptions::PyTypeError::new_err(message)
+                })?;
+                if !take(bytes) {
+                    break;
+                }
+            }
+            return Ok(());
+        };
+        let schema = schema_of(py, fields)?;
+        let mut holder = Holder::default();
+        for (row, sample) in samples.try_iter()?.enumerate() {
+            let key = format!("sample {row}");
+            let objects: Vec<Bound<'py, PyAny>> = sample?.try_iter()?.collect::<PyResult<_>>()?;
+            if objects.len() != schema.len() {
+                return Err(new_error(
+                    py,
+                    Exc::Schema,
+                    format!(
+                        "{key} has {} values for {} fields",
+                        objects.len(),
+                        schema.len()
+                    ),
+                ));
+            }
+            holder.clear();
+            let values = convert_all(&schema, &objects, &mut holder, &key)?;
+            let mut record = Vec::new();
+            encode(&schema, &values, &mut record).py_err(py)?;
+            if !take(record) {
+                break;
+            }
+        }
+        Ok(())
+    })?;
+    let dictionary = py.detach(|| dictionary_for(records.iter().map(Vec::as_slice), size));
+    Ok(PyBytes::new(py, &dictionary))
+}
+
 /// A str as the other messages show it (`"b"`), anything else as Python prints it.
 fn quoted(obj: &Bound<'_, PyAny>) -> String {
     obj.extract::<String>()
@@ -459,26 +595,21 @@ impl Writer {
         dictionary: Option<&[u8]>,
     ) -> PyResult<Self> {
         let schema = schema_of(py, fields)?;
-        let defaults = WriterOptions::default();
-        let options = WriterOptions {
-            level: option("level", level, defaults.level)?,
-            dict_size: option("dict_size", dict_size, defaults.dict_size)?,
-            batch_bytes: option("batch_bytes", batch_bytes, defaults.batch_bytes)?,
-            key_buffer_bytes: option(
-                "key_buffer_bytes",
-                key_buffer_bytes,
-                defaults.key_buffer_bytes,
-            )?,
+        let options = options_of(
             overwrite,
-            format_version: option("format_version", format_version, defaults.format_version)?,
-            dictionary: dictionary.map(<[u8]>::to_vec),
-        };
+            level,
+            dict_size,
+            batch_bytes,
+            key_buffer_bytes,
+            format_version,
+            dictionary,
+        )?;
         let state = State::create(py, path.clone(), schema, options)?;
         Ok(Writer {
             path,
             state: Mutex::new(state),
             owner: AtomicUsize::new(0),
-            pid: docstore_core::process::id(),
+            pid: docstore_core::process::instance(),
         })
     }
 

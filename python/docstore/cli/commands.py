@@ -12,7 +12,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from fractions import Fraction
 from typing import Any, Optional
 
@@ -20,11 +20,11 @@ import numpy as np
 
 from .. import Writer, seal, set_num_threads, upgrade
 from .. import open as open_store
-from .._docstore import FORMAT_VERSION, _redact_urls, check_replaceable
+from .._docstore import FORMAT_VERSION, _redact_urls, check_replaceable, train_dictionary
 from .._staging import Staging
 from .._store import is_url
 from .._writer import infer_type
-from ..errors import InvalidKeyError, SchemaError
+from ..errors import DocstoreError, InvalidKeyError, SchemaError
 from .inputs import (
     GZIP_ERRORS,
     UsageError,
@@ -202,21 +202,23 @@ def _build_shards(
     locked = Staging(os.path.dirname(os.path.abspath(output)), _staging_prefix(output))
     staging = locked.path
     try:
-        # One dictionary for every shard, trained once, on the input's first batch as a
-        # single-file build trains it: shards compress alike, and readers keep one copy of it.
-        # The first batch is built here, as a shard of its own when the first input can be
-        # resumed after it (uncompressed JSON lines), so that training it costs nothing extra.
-        head = os.path.join(staging, "head.docstore")
+        # One dictionary for every shard, trained once, on the input's first 4 MiB of text (about
+        # a single-file build's first batch, which it trains on): shards compress alike, and
+        # readers keep one copy of it. Those records become a shard of their own when the first
+        # input can be resumed after them (uncompressed JSON lines), so that they are read once.
+        fields, id_field, columns, keep, level, coerce = shard_args
         splittable = formats[0] == "jsonl" and not is_gzip(inputs[0])
         first = (inputs[0], formats[0], (0, os.path.getsize(inputs[0])) if splittable else None)
-        _, resume_at = build_shard(head, [first], *shard_args, limit_bytes=4 << 20)
-        store = open_store(head)
-        dictionary = store.dictionary or None  # none trained (no records): each shard trains
-        store.close()
-        shards = [head]
-        if not splittable:  # the batch was a sample only
-            os.remove(head)
-            shards = []
+        end: list[int] = []
+        head = list(read_pieces([first], columns, keep, coerce, id_field, limit_bytes=4 << 20, end=end))
+        resume_at = end[0] if end else None
+        dictionary = _shared_dictionary([record for record, _ in head], fields, level)
+        shards = []
+        if splittable:
+            shards = [os.path.join(staging, "head.docstore")]
+            with Writer(shards[0], fields, level=level, dictionary=dictionary) as writer:
+                add_all(writer, head, id_field)
+        del head
         # One worker process per core at most, each building a consecutive group of shards in
         # turn and compressing on its share of the cores: more processes than cores only contend
         # for them (8 workers on 2 cores cost 1.2x the single build's CPU, measured); the groups
@@ -351,39 +353,84 @@ def build_shard(
     level: int | None,
     coerce: dict[str, dict[str, str]],
     dictionary: bytes | None = None,
-    limit_bytes: int | None = None,
     threads: int | None = None,
-) -> tuple[int, int | None]:
-    """One shard of a ``--shards`` build (runs in a worker process): the records of ``pieces``,
-    their count, and None. With ``limit_bytes``, only the first records of about that many bytes
-    of text, and where the next record starts (its position), None when every record was read."""
+) -> int:
+    """One shard of a ``--shards`` build (runs in a worker process): the records of ``pieces``;
+    returns their count."""
     if threads is not None:
         set_num_threads(threads)
-    count = 0
     with Writer(path, fields, level=level, dictionary=dictionary) as writer:
-        seen = 0  # bytes of the text and bytes values added, for limit_bytes
-        for source, fmt, byte_range in pieces:
-            position = 0
-            try:
-                for position, record in read_records(source, fmt, columns, keep, byte_range):
-                    if limit_bytes is not None and seen >= limit_bytes:
-                        return count, position
+        return add_all(writer, read_pieces(pieces, columns, keep, coerce, id_field), id_field)
+
+
+# Where a record is: its input, format, position, and whether it was read from a byte range.
+Place = tuple[str, str, int, bool]
+
+
+def read_pieces(
+    pieces: list[Piece],
+    columns: list[str] | None,
+    keep: list[str] | None,
+    coerce: dict[str, dict[str, str]],
+    id_field: str,
+    *,
+    limit_bytes: int | None = None,
+    end: list[int] | None = None,
+) -> Iterator[tuple[dict[str, Any], Place]]:
+    """The records of ``pieces`` (coerced to their fields' types) and where each is; an unreadable
+    input or a bad value raises ``UsageError`` naming the place. With ``limit_bytes``, only the
+    first records of about that many bytes of text; then the position where the next record
+    starts is appended to ``end`` (nothing when every record was read)."""
+    seen = 0  # bytes of the text and bytes values read, for limit_bytes
+    for source, fmt, byte_range in pieces:
+        position = 0
+        try:
+            for position, record in read_records(source, fmt, columns, keep, byte_range):
+                if limit_bytes is not None and seen >= limit_bytes:
+                    if end is not None:
+                        end.append(position)
+                    return
+                place = (source, fmt, position, byte_range is not None)
+                if coerce[fmt]:
                     try:
-                        if coerce[fmt]:
-                            coerce_record(record, coerce[fmt], id_field)
-                        writer.add_record(record, id_field)
+                        coerce_record(record, coerce[fmt], id_field)
                     except (SchemaError, InvalidKeyError) as exc:
-                        raise UsageError(
-                            f"{where(source, fmt, position, byte_range is not None)}: {exc}"
-                        ) from None
-                    count += 1
-                    if count % _LOOK_EVERY == 0:
-                        _look()
-                    if limit_bytes is not None:
-                        seen += sum(len(v) for v in record.values() if isinstance(v, (str, bytes)))
-            except (*GZIP_ERRORS, csv.Error, UnicodeDecodeError) as exc:
-                raise UsageError(unreadable(source, fmt, position, exc)) from None
-    return count, None
+                        raise UsageError(f"{where(*place)}: {exc}") from None
+                yield record, place
+                if limit_bytes is not None:
+                    seen += sum(len(v) for v in record.values() if isinstance(v, (str, bytes)))
+        except (*GZIP_ERRORS, csv.Error, UnicodeDecodeError) as exc:
+            raise UsageError(unreadable(source, fmt, position, exc)) from None
+
+
+def add_all(writer: Writer, records: Iterable[tuple[dict[str, Any], Place]], id_field: str) -> int:
+    """Adds ``records`` (from ``read_pieces``) to ``writer``, a bad one raising ``UsageError``
+    naming its place; returns their count. Looks at ``_FAILED`` now and then (``_look``)."""
+    count = 0
+    for record, place in records:
+        try:
+            writer.add_record(record, id_field)
+        except (SchemaError, InvalidKeyError) as exc:
+            raise UsageError(f"{where(*place)}: {exc}") from None
+        count += 1
+        if count % _LOOK_EVERY == 0:
+            _look()
+    return count
+
+
+def _shared_dictionary(
+    records: list[dict[str, Any]], fields: dict[str, str], level: int | None
+) -> bytes | None:
+    """The dictionary that the shards share, trained on ``records``; None where there is none to
+    train (no compression, no records) or a record holds a value the build will refuse: then
+    the shard that holds it names it, and every shard trains its own."""
+    if level == -1:
+        return None
+    try:
+        rows = ([record.get(name) for name in fields] for record in records)
+        return train_dictionary(rows, fields=fields) or None
+    except DocstoreError:
+        return None
 
 
 def _report_build(output: str, start: float) -> None:

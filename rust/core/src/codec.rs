@@ -617,7 +617,7 @@ pub(crate) fn release_if_huge(buf: &mut Vec<u8>, keep: usize) {
 
 /// Training reads at most this much of the sample: its time and memory (~6 bytes per sample
 /// byte) grow with it, and more than the default first batch (4 MiB) adds little.
-const MAX_TRAINING_BYTES: usize = 8 << 20;
+pub const MAX_TRAINING_BYTES: usize = 8 << 20;
 
 /// The dictionary for records like `records` (a sample of the corpus): at most `size` bytes
 /// (and 64 KiB, all lz4 can use), trained by `dictionary::train` on the first 8 MiB.

@@ -2,9 +2,10 @@
 //!
 //! A forked child inherits a copy of the parent's memory but none of its threads: a rayon pool
 //! created before the fork would wait forever for workers that do not exist in the child (the
-//! classic DataLoader hang). Each pool remembers the pid that created it; a process that finds a
-//! pool of another pid builds its own and leaks the inherited one (dropping it would talk to
-//! threads that are not there). No lock is held across calls, so a fork can never inherit one.
+//! classic DataLoader hang). Each pool remembers the process that created it (its pid and fork
+//! count, `process::instance`); a process that finds a pool of another builds its own and
+//! leaks the inherited one (dropping it would talk to threads that are not there). No lock is
+//! held across calls, so a fork can never inherit one.
 //!
 //! There is one pool per thread count, kept for the life of the process: switching the count
 //! back and forth reuses pools instead of starting threads each time, and a pool is never freed
@@ -16,7 +17,8 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 struct OwnedPool {
-    pid: u32,
+    /// The process that built it (`process::instance`: more than a pid).
+    pid: u64,
     threads: usize,
     pool: rayon::ThreadPool,
     /// A `claim` holds the pool (per pool, so a forked child never inherits a claim).
@@ -119,7 +121,7 @@ pub fn pool() -> &'static rayon::ThreadPool {
 }
 
 fn owned_pool() -> &'static OwnedPool {
-    let pid = crate::process::id();
+    let pid = crate::process::instance();
     let threads = num_threads();
     let slot = &POOLS[threads];
     loop {

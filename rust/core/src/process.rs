@@ -6,6 +6,11 @@
 //! The handler is registered when the library is loaded (an `.init_array` constructor), before
 //! any of our code can run: registering on first use instead could race a fork in another thread
 //! and leave a child with its parent's id. Elsewhere every ask is a system call, as before.
+//!
+//! A pid alone does not tell a forked child from its parent's memory: a descendant that inherits
+//! a store can get the pid of the process that built its runtime (that process gone, the pids
+//! wrapped, or a new pid namespace). The same handler counts forks (`instance`): every process
+//! that inherits memory has a count higher than the memory's maker had.
 
 #[cfg(target_os = "linux")]
 mod cached {
@@ -13,6 +18,8 @@ mod cached {
 
     /// 0: not known in this process yet.
     static PID: AtomicU32 = AtomicU32::new(0);
+    /// Forks between the first process of this memory and this one (see `instance`).
+    static FORKS: AtomicU32 = AtomicU32::new(0);
     /// Whether the constructor ran (a linker may drop an unreferenced one): without the handler,
     /// a cached id could be a parent's.
     static REGISTERED: AtomicBool = AtomicBool::new(false);
@@ -20,6 +27,11 @@ mod cached {
     /// Runs in the child right after `fork()`: an atomic store is async-signal-safe.
     extern "C" fn forget_in_child() {
         PID.store(0, Ordering::Relaxed);
+        FORKS.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn forks() -> u32 {
+        FORKS.load(Ordering::Relaxed)
     }
 
     extern "C" fn register() {
@@ -55,6 +67,18 @@ mod cached {
 #[cfg(target_os = "linux")]
 pub fn id() -> u32 {
     cached::id()
+}
+
+/// This process among those that share memory with it by `fork`: its id and the forks since the
+/// memory's first process (where the fork handler runs; the id alone elsewhere). What is made
+/// for one process (a runtime, a thread pool) records it, and is that process's only while it
+/// matches: a forked descendant never matches, whatever its pid.
+pub fn instance() -> u64 {
+    #[cfg(target_os = "linux")]
+    let forks = cached::forks();
+    #[cfg(not(target_os = "linux"))]
+    let forks = 0u32;
+    u64::from(forks) << 32 | u64::from(id())
 }
 
 /// Whether `id` answers from its cache (it falls back to `getpid()` each time if the constructor
@@ -102,5 +126,37 @@ mod tests {
             }
         }
         assert_eq!(super::id(), parent, "the parent keeps its own");
+    }
+
+    #[test]
+    fn a_forked_child_is_another_instance_even_with_its_parents_pid() {
+        let parent = super::instance();
+        assert_eq!(parent as u32, std::process::id());
+        assert_eq!(super::instance(), parent, "stable within a process");
+        // SAFETY: the child only reads atomics and calls `getpid`/`_exit` (async-signal-safe).
+        unsafe {
+            match libc::fork() {
+                0 => {
+                    let me = super::instance();
+                    // What the parent made, as if it had had the child's pid (a pid reused by a
+                    // descendant): still not the child's.
+                    let same_pid = parent & !0xffff_ffff | u64::from(libc::getpid() as u32);
+                    let ok = me != parent && me != same_pid && me as u32 == libc::getpid() as u32;
+                    libc::_exit(if ok { 0 } else { 1 });
+                }
+                -1 => panic!("fork failed"),
+                child => {
+                    let mut status = 0;
+                    assert_eq!(libc::waitpid(child, &mut status, 0), child);
+                    assert!(libc::WIFEXITED(status), "child crashed: {status}");
+                    assert_eq!(
+                        libc::WEXITSTATUS(status),
+                        0,
+                        "the child took itself for its parent"
+                    );
+                }
+            }
+        }
+        assert_eq!(super::instance(), parent);
     }
 }

@@ -188,6 +188,11 @@ pub struct Store<B> {
     data_file: Option<File>,
     /// Whether `buf` maps a file, so that page cache hints apply to it.
     mapped: bool,
+    /// A remote store's dictionary, copied at open (see `from_bytes`).
+    dictionary: Option<Box<[u8]>>,
+    /// The header checksum, taken at open: what `verify` compares a download with, which bytes
+    /// damaged in a remote store's cache since must not change.
+    fingerprint: u64,
     /// Where the prefix shared by every key lies in the keys section.
     common_prefix: Range<usize>,
     /// Whether a remote store has the common prefix in its cache (pinned there once fetched).
@@ -329,10 +334,14 @@ impl<B: Storage> Store<B> {
             let mut ranges = open_ranges(&header);
             buf.pin(&ranges);
             buf.ensure(&mut ranges)?;
-            let fences = header.section(Section::KeyFences);
-            let at = fences.offset as usize..(fences.offset + fences.len) as usize;
-            if xxh3_64(&bytes[at]) != fences.checksum {
-                return Err(Error::corrupt("key fences checksum mismatch"));
+            if let Err(e) = check_open_ranges(bytes, &header) {
+                // Damaged in the cache (on its disk, or a bad response cached by any process of
+                // the node): fetched again from the server, and refused only if that fails too.
+                if !buf.refetch_pinned()? {
+                    return Err(e);
+                }
+                check_open_ranges(bytes, &header)?;
+                buf.healed();
             }
         }
         let ranges = Section::ALL.map(|s| {
@@ -340,8 +349,25 @@ impl<B: Storage> Store<B> {
             entry.offset as usize..(entry.offset + entry.len) as usize
         });
         let section = |s: Section| &bytes[ranges[s as usize].clone()];
-        for s in [Section::Schema, Section::Dictionary] {
-            if xxh3_64(section(s)) != header.section(s).checksum {
+        // A remote store's dictionary is copied, then checked: the cache file may change under
+        // the reader (damaged on disk, rewritten by another process), and a changed dictionary
+        // would decode documents to wrong text that their checks (of stored bytes) pass. A local
+        // store's file is immutable once sealed, and its dictionary stays where it is mapped
+        // (a copy would cost every process 64 KiB of memory per shard).
+        let dictionary = buf
+            .is_remote()
+            .then(|| Box::<[u8]>::from(section(Section::Dictionary)));
+        let checked = [
+            (Section::Schema, section(Section::Schema)),
+            (
+                Section::Dictionary,
+                dictionary
+                    .as_deref()
+                    .unwrap_or(section(Section::Dictionary)),
+            ),
+        ];
+        for (s, bytes) in checked {
+            if xxh3_64(bytes) != header.section(s).checksum {
                 return Err(Error::corrupt(format!("{} checksum mismatch", s.name())));
             }
         }
@@ -372,8 +398,10 @@ impl<B: Storage> Store<B> {
                 )));
             }
         }
+        let fingerprint = crate::format::header_checksum(buf.as_ref());
         let mut store = Store {
             buf,
+            fingerprint,
             entry_size: header.key_entry(),
             block: header.key_block(),
             header,
@@ -381,6 +409,7 @@ impl<B: Storage> Store<B> {
             ranges,
             data_file: None,
             mapped: false,
+            dictionary,
             common_prefix: 0..0,
             prefix_fetched: AtomicBool::new(false),
             cold: Default::default(),
@@ -619,7 +648,7 @@ impl<B: Storage> Store<B> {
 
     /// Identifies the store's contents: its header checksum (see `format::header_checksum`).
     pub fn fingerprint(&self) -> u64 {
-        crate::format::header_checksum(self.buf.as_ref())
+        self.fingerprint
     }
 
     pub fn file_len(&self) -> u64 {
@@ -627,7 +656,10 @@ impl<B: Storage> Store<B> {
     }
 
     pub fn dictionary(&self) -> &[u8] {
-        self.section(Section::Dictionary)
+        match &self.dictionary {
+            Some(copy) => copy,
+            None => self.section(Section::Dictionary),
+        }
     }
 
     fn check_position(&self, pos: u64) -> Result<()> {
@@ -1747,6 +1779,18 @@ impl<B: Storage> Store<B> {
             Ok(())
         })
     }
+}
+
+/// Checks what `open_ranges` covers against the header's checksums.
+fn check_open_ranges(bytes: &[u8], header: &Header) -> Result<()> {
+    for s in [Section::Schema, Section::Dictionary, Section::KeyFences] {
+        let e = header.section(s);
+        let at = e.offset as usize..(e.offset + e.len) as usize;
+        if xxh3_64(&bytes[at]) != e.checksum {
+            return Err(Error::corrupt(format!("{} checksum mismatch", s.name())));
+        }
+    }
+    Ok(())
 }
 
 /// What opening a remote store reads past its first bytes: the key fences (one request), and

@@ -72,6 +72,46 @@ impl Default for WriterOptions {
     }
 }
 
+impl WriterOptions {
+    /// Checks the options as `Writer::create` does before it creates any file: the level, the
+    /// batch size, the format version and the dictionary's size.
+    pub fn validate(&self) -> Result<()> {
+        Compressor::new(self.level, &[])?;
+        if self.batch_bytes > MAX_BATCH_BYTES {
+            return Err(Error::InvalidArgument(format!(
+                "batch_bytes must be at most {MAX_BATCH_BYTES} (a writer holds five batches), got {}",
+                self.batch_bytes
+            )));
+        }
+        if !(format::MIN_VERSION..=format::VERSION).contains(&self.format_version) {
+            return Err(Error::InvalidArgument(format!(
+                "format_version must be {} to {}, got {}",
+                format::MIN_VERSION,
+                format::VERSION,
+                self.format_version
+            )));
+        }
+        if self
+            .dictionary
+            .as_ref()
+            .is_some_and(|d| d.len() > codec::MAX_DICT_SIZE)
+        {
+            return Err(Error::InvalidArgument(format!(
+                "a dictionary is at most {} bytes (all lz4 can reach back)",
+                codec::MAX_DICT_SIZE
+            )));
+        }
+        if self.dict_size > codec::MAX_DICT_SIZE {
+            return Err(Error::InvalidArgument(format!(
+                "dict_size must be 0 (no dictionary) to {} bytes (all lz4 can reach back), got {}",
+                codec::MAX_DICT_SIZE,
+                self.dict_size
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// What a finished build produced.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Summary {
@@ -128,8 +168,9 @@ pub struct Writer {
     sender: Option<SyncSender<Batch>>,
     worker: Option<JoinHandle<Result<DataWritten>>>,
     /// The process that created the writer: a forked child inherits the writer but not its
-    /// compression thread, and its scratch directory is the parent's.
-    pid: u32,
+    /// compression thread, and its scratch directory is the parent's (`process::instance`: a
+    /// descendant may get the same pid).
+    pid: u64,
     /// Locked while the writer lives (see `lock_scratch`).
     _scratch_lock: File,
 }
@@ -156,38 +197,7 @@ impl Writer {
             check_replaceable_file(&target)?;
         }
         // Validates the options before any file exists.
-        Compressor::new(options.level, &[])?;
-        if options.batch_bytes > MAX_BATCH_BYTES {
-            return Err(Error::InvalidArgument(format!(
-                "batch_bytes must be at most {MAX_BATCH_BYTES} (a writer holds five batches), got {}",
-                options.batch_bytes
-            )));
-        }
-        if !(format::MIN_VERSION..=format::VERSION).contains(&options.format_version) {
-            return Err(Error::InvalidArgument(format!(
-                "format_version must be {} to {}, got {}",
-                format::MIN_VERSION,
-                format::VERSION,
-                options.format_version
-            )));
-        }
-        if options
-            .dictionary
-            .as_ref()
-            .is_some_and(|d| d.len() > codec::MAX_DICT_SIZE)
-        {
-            return Err(Error::InvalidArgument(format!(
-                "a dictionary is at most {} bytes (all lz4 can reach back)",
-                codec::MAX_DICT_SIZE
-            )));
-        }
-        if options.dict_size > codec::MAX_DICT_SIZE {
-            return Err(Error::InvalidArgument(format!(
-                "dict_size must be 0 (no dictionary) to {} bytes (all lz4 can reach back), got {}",
-                codec::MAX_DICT_SIZE,
-                options.dict_size
-            )));
-        }
+        options.validate()?;
         let (scratch, scratch_lock) =
             new_scratch(&parent, &name, &TargetLock::acquire(&parent, &name)?)?;
         // Read and write: the ranks section is filled through a mapping of this file.
@@ -217,21 +227,21 @@ impl Writer {
             keys,
             sender: Some(sender),
             worker: Some(worker),
-            pid: crate::process::id(),
+            pid: crate::process::instance(),
             _scratch_lock: scratch_lock,
         })
     }
 
     /// Refuses work in a forked child: its compression thread exists only in the parent.
     fn check_process(&self) -> Result<()> {
-        if crate::process::id() == self.pid {
+        if crate::process::instance() == self.pid {
             return Ok(());
         }
         Err(Error::Closed(format!(
             "the writer of {} belongs to the process that created it (pid {}), not to this \
              forked child",
             self.target.display(),
-            self.pid
+            self.pid as u32
         )))
     }
 
@@ -464,7 +474,7 @@ impl Drop for Writer {
     /// An unfinished writer leaves nothing behind: the worker stops and the scratch dir goes.
     /// In a forked child both are the parent's, so they are left alone.
     fn drop(&mut self) {
-        if crate::process::id() != self.pid {
+        if crate::process::instance() != self.pid {
             std::mem::forget(self.worker.take());
             return;
         }
@@ -971,7 +981,46 @@ fn write_data(
 
 #[cfg(test)]
 mod tests {
-    use super::{is_scratch_of, scratch_prefix, TargetLock};
+    use super::{is_scratch_of, scratch_prefix, TargetLock, WriterOptions};
+
+    #[test]
+    fn validate_refuses_each_bad_option_and_creates_nothing() {
+        assert!(WriterOptions::default().validate().is_ok());
+        let dir = tempfile::tempdir().unwrap();
+        let bad = [
+            WriterOptions {
+                level: 13,
+                ..Default::default()
+            },
+            WriterOptions {
+                batch_bytes: super::MAX_BATCH_BYTES + 1,
+                ..Default::default()
+            },
+            WriterOptions {
+                format_version: 0,
+                ..Default::default()
+            },
+            WriterOptions {
+                dict_size: (64 << 10) + 1,
+                ..Default::default()
+            },
+            WriterOptions {
+                dictionary: Some(vec![0; (64 << 10) + 1]),
+                ..Default::default()
+            },
+        ];
+        for options in bad {
+            let message = options.validate().unwrap_err().to_string();
+            let schema = crate::Schema::new(vec![]).unwrap();
+            let target = dir.path().join("store");
+            let created = super::Writer::create(&target, schema, options)
+                .err()
+                .unwrap();
+            // `Writer::create` refuses them with the same error, before any file exists.
+            assert_eq!(created.to_string(), message);
+            assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        }
+    }
 
     #[test]
     fn a_target_lock_excludes_other_holders_and_leaves_nothing_behind() {

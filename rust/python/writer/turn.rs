@@ -44,7 +44,7 @@ impl Drop for Turn<'_> {
 
 impl Writer {
     pub(super) fn in_forked_child(&self) -> bool {
-        docstore_core::process::id() != self.pid
+        docstore_core::process::instance() != self.pid
     }
 
     /// The writer's state, once no other thread is using it.
@@ -54,7 +54,7 @@ impl Writer {
                 "the writer of {} belongs to the process that created it (pid {}), not to \
                  this forked child",
                 self.path.display(),
-                self.pid
+                self.pid as u32
             );
             return Err(new_error(py, Exc::Closed, message));
         }

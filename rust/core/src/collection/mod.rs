@@ -53,9 +53,12 @@ const WARM_STREAK: u32 = 4;
 /// Once warm, one batch in this many prefetches all the same (and finds out if it still is).
 const PREFETCH_EVERY: u32 = 16;
 
-/// A damaged read of a remote store is tried again this many times, its bytes fetched anew:
-/// the cache may have been evicted under it, or the network may have handed over bad bytes
-/// that passed as the right length.
+/// A damaged read of a remote store is tried this many times in all, its bytes fetched anew:
+/// the cache may have been evicted under it, the network may have handed over bad bytes that
+/// passed as the right length, or the cache's disk may have damaged them. The second attempt
+/// fetches again what the first read (`remote::invalidate_read`); the third also what every
+/// read relies on unasked (the pinned ranges: `RemoteFile::refetch_pinned`). Only a read that
+/// fails on bytes the server has just sent raises.
 const REMOTE_ATTEMPTS: u32 = 3;
 
 /// Opens of a collection directory in a row that may fail because the directory was replaced
@@ -271,6 +274,10 @@ impl Collection {
         if self.remote.is_none() {
             return op();
         }
+        let now = remote::guard_clock();
+        for file in self.index.iter().chain(&self.shards) {
+            file.remote_file().map_or(Ok(()), |f| f.guard(now))?;
+        }
         let mut attempt = 1;
         loop {
             remote::begin_read();
@@ -278,7 +285,22 @@ impl Collection {
                 Err(Error::Corrupt(_)) if attempt < REMOTE_ATTEMPTS => {
                     attempt += 1;
                     let files = self.index.iter().chain(&self.shards);
-                    remote::invalidate_read(files.filter_map(Store::remote_file));
+                    remote::invalidate_read(
+                        files.filter_map(Store::remote_file),
+                        attempt == REMOTE_ATTEMPTS,
+                    )?;
+                }
+                Err(e @ Error::Corrupt(_)) => {
+                    // Damaged as the server sent it: not left in the cache for the next read.
+                    let files = self.index.iter().chain(&self.shards);
+                    remote::invalidate_read(files.filter_map(Store::remote_file), false)?;
+                    return Err(e);
+                }
+                Ok(found) if attempt > 1 => {
+                    if let Some(remote) = &self.remote {
+                        remote.stats.heals.fetch_add(1, Ordering::Relaxed);
+                    }
+                    return Ok(found);
                 }
                 other => return other,
             }

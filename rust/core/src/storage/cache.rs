@@ -79,8 +79,9 @@ const FINGERPRINT_AT: u64 = 56;
 /// last use (s).
 const EVICTING: u64 = 1 << 63;
 /// Never evicted: what a reader relies on without a check per read (the header, schema,
-/// dictionary and key fences, checked once at open; the common key prefix). A damaged
-/// dictionary would decode documents wrongly although their checks pass.
+/// dictionary and key fences, checked once at open; the common key prefix). Found damaged, its
+/// bytes are marked missing in place (`invalidate`) or fetched again and written over
+/// (`RemoteFile::refetch_pinned`), never made a hole.
 const PINNED: u64 = 1 << 62;
 const GEN_MASK: u64 = 0x3fff_ffff;
 /// A writer waits this long for an evictor before taking the segment over (the evictor died).
@@ -124,6 +125,8 @@ impl Usage {
 pub struct CacheFile {
     data: File,
     map: MmapMut,
+    /// The file `map` maps (kept open to check its length: see `intact`).
+    map_file: File,
     size: u64,
     segments: u64,
     usage: Usage,
@@ -173,9 +176,9 @@ impl CacheFile {
         let target = dir.join(&name);
         for _ in 0..3 {
             match CacheFile::open_existing(&target, size, Some(fingerprint)) {
-                Ok(Some((data, map))) => {
+                Ok(Some((data, (map, map_file)))) => {
                     let entry = Some((dir.clone(), name));
-                    let file = CacheFile::new(data, map, size, usage, config, entry);
+                    let file = CacheFile::new(data, map, map_file, size, usage, config, entry);
                     file.word(LEASE_AT)
                         .fetch_max(u64::from(config.lease), Ordering::Relaxed);
                     return Ok(file);
@@ -223,7 +226,7 @@ impl CacheFile {
             .prefix("docstore-cache-")
             .tempdir()
             .map_err(|e| io("temporary directory", e))?;
-        let (data, map) = create_files(scratch.path(), size, 0)?;
+        let (data, (map, map_file)) = create_files(scratch.path(), size, 0)?;
         drop(scratch); // unlinks both: the open files live on
         let config = CacheConfig {
             budget: PRIVATE_BUDGET,
@@ -232,6 +235,7 @@ impl CacheFile {
         Ok(CacheFile::new(
             data,
             map,
+            map_file,
             size,
             Usage::Private(AtomicU64::new(0)),
             &config,
@@ -246,7 +250,7 @@ impl CacheFile {
         dir: &Path,
         size: u64,
         fingerprint: Option<u64>,
-    ) -> Result<Option<(File, MmapMut)>> {
+    ) -> Result<Option<(File, (MmapMut, File))>> {
         match std::fs::symlink_metadata(dir) {
             Ok(meta) => owned(dir, &meta, true)?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -261,6 +265,8 @@ impl CacheFile {
         if data.metadata()?.len() != size || map_file.metadata()?.len() != map_len(size) {
             return Err(Error::corrupt("cache entry of another size"));
         }
+        // (A map made sparse by an older docstore, or copied: see `reserve`.)
+        reserve(&map_file, map_len(size))?;
         // SAFETY: the map file is only ever accessed through atomics (and its header, written
         // before the directory was renamed into place, is only read).
         let map = unsafe { MmapMut::map_mut(&map_file)? };
@@ -275,12 +281,14 @@ impl CacheFile {
             // validators. What the entry holds may be another object's bytes.
             return Err(Error::corrupt("cache entry of another store"));
         }
-        Ok(Some((data, map)))
+        Ok(Some((data, (map, map_file))))
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn new(
         data: File,
         map: MmapMut,
+        map_file: File,
         size: u64,
         usage: Usage,
         config: &CacheConfig,
@@ -289,6 +297,7 @@ impl CacheFile {
         CacheFile {
             data,
             map,
+            map_file,
             size,
             segments: size.div_ceil(SEGMENT),
             usage,
@@ -627,7 +636,7 @@ impl CacheFile {
             }
             // The same shared counter, mapped once more (a recount per entry was quadratic in
             // the number of entries).
-            let (Ok(Some((data, map))), Ok(usage)) =
+            let (Ok(Some((data, (map, map_file)))), Ok(usage)) =
                 (CacheFile::open_existing(&path, size, None), map_usage(dir))
             else {
                 continue;
@@ -635,6 +644,7 @@ impl CacheFile {
             let mut other = CacheFile::new(
                 data,
                 map,
+                map_file,
                 size,
                 usage,
                 &CacheConfig {
@@ -685,10 +695,80 @@ impl CacheFile {
     }
 
     /// Evicts the segments of `units` whatever their lease: bytes read there were found damaged.
+    /// A pinned segment is not evicted (readers read its pinned bytes without asking): the
+    /// units of `units` in it are marked missing instead, their bytes left in place until the
+    /// next read that needs them fetches them again and writes them over.
     pub fn invalidate(&self, units: &Range<u64>) {
         for segment in self.segments_of(units) {
-            self.evict_segment(segment, true);
+            if self.evict_segment(segment, true).is_some() {
+                continue;
+            }
+            if self.segment_word(segment).load(Ordering::Acquire) & PINNED == 0 {
+                continue; // being evicted by another reader, or evicted since
+            }
+            let first = segment * UNITS_PER_SEGMENT;
+            let mine = units.start.max(first)..units.end.min(first + UNITS_PER_SEGMENT);
+            let mut cleared = 0u64;
+            for (word, mask) in Self::masks(mine) {
+                let before = self.bitmap_word(word).fetch_and(!mask, Ordering::AcqRel);
+                cleared += u64::from((before & mask).count_ones());
+            }
+            self.account(-((cleared * UNIT) as i64));
         }
+    }
+
+    /// Whether the files are still as long as they were made: a file truncated under a mapping
+    /// kills its reader with SIGBUS (by someone else: docstore never shortens them).
+    pub fn intact(&self) -> Result<bool> {
+        let data = self.data.metadata().map_err(|e| io("the cache", e))?.len();
+        Ok(data >= self.size && self.map_file_len()? >= self.map.len() as u64)
+    }
+
+    fn map_file_len(&self) -> Result<u64> {
+        Ok(self
+            .map_file
+            .metadata()
+            .map_err(|e| io("the cache", e))?
+            .len())
+    }
+
+    /// After `intact` said no: a data file truncated is made its size again (its lost bytes
+    /// holes, marked missing); returns from which byte the bytes were lost (the caller fetches
+    /// what it relies on there again). A truncated map cannot be trusted: an error.
+    pub fn restore(&self) -> Result<u64> {
+        if self.map_file_len()? < self.map.len() as u64 {
+            return Err(io(
+                "the cache",
+                std::io::Error::other(
+                    "a cache map file was truncated while open: open the store again",
+                ),
+            ));
+        }
+        let len = self.data.metadata().map_err(|e| io("the cache", e))?.len();
+        if len >= self.size {
+            return Ok(self.size);
+        }
+        self.data
+            .set_len(self.size)
+            .map_err(|e| io("restoring the cache", e))?;
+        let lost = len / UNIT..self.size.div_ceil(UNIT);
+        let mut cleared = 0u64;
+        for (word, mask) in Self::masks(lost.clone()) {
+            let before = self.bitmap_word(word).fetch_and(!mask, Ordering::AcqRel);
+            cleared += u64::from((before & mask).count_ones());
+        }
+        self.account(-((cleared * UNIT) as i64));
+        Ok(lost.start * UNIT)
+    }
+
+    /// Bytes `range` of the data file, read with `pread` (a copy: what the mapping may change
+    /// under).
+    pub fn read(&self, range: Range<u64>) -> Result<Vec<u8>> {
+        let mut buf = vec![0u8; (range.end - range.start) as usize];
+        self.data
+            .read_exact_at(&mut buf, range.start)
+            .map_err(|e| io("reading the cache", e))?;
+        Ok(buf)
     }
 
     /// Starts loading the first presence word of `units` into the CPU cache: the bitmap of a
@@ -706,10 +786,27 @@ impl CacheFile {
     }
 }
 
+/// Allocates the first `len` bytes of `file` on disk (extending it if shorter): writes through a
+/// mapping of them can then never meet a full disk. Filesystems that cannot reserve get a plain
+/// extension.
+fn reserve(file: &File, len: u64) -> std::io::Result<()> {
+    // SAFETY: a plain system call on our own descriptor.
+    match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) } {
+        0 => Ok(()),
+        libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL => {
+            if file.metadata()?.len() < len {
+                file.set_len(len)?;
+            }
+            Ok(())
+        }
+        errno => Err(std::io::Error::from_raw_os_error(errno)),
+    }
+}
+
 /// Makes `data` (sparse, `size` bytes) and `map` (header written, `fingerprint` included) in
 /// `dir`: 0600 whatever the umask, never through a link.
-fn create_files(dir: &Path, size: u64, fingerprint: u64) -> Result<(File, MmapMut)> {
-    let create = |name: &str, len: u64| -> Result<File> {
+fn create_files(dir: &Path, size: u64, fingerprint: u64) -> Result<(File, (MmapMut, File))> {
+    let create = |name: &str| -> Result<File> {
         let path = dir.join(name);
         let file = File::options()
             .read(true)
@@ -721,11 +818,14 @@ fn create_files(dir: &Path, size: u64, fingerprint: u64) -> Result<(File, MmapMu
             .map_err(|e| io(path.display(), e))?;
         file.set_permissions(std::fs::Permissions::from_mode(0o600))
             .map_err(|e| io(path.display(), e))?;
-        file.set_len(len).map_err(|e| io(path.display(), e))?;
         Ok(file)
     };
-    let data = create("data", size)?;
-    let map_file = create("map", map_len(size))?;
+    let data = create("data")?;
+    data.set_len(size).map_err(|e| io(dir.display(), e))?;
+    let map_file = create("map")?;
+    // Reserved, not sparse: a page of a shared mapping that the disk has no room for kills the
+    // process with SIGBUS when first written; here it is an error instead.
+    reserve(&map_file, map_len(size)).map_err(|e| io(dir.display(), e))?;
     let mut header = [0u8; MAP_HEADER as usize];
     header[..8].copy_from_slice(MAGIC);
     header[8..16].copy_from_slice(&size.to_le_bytes());
@@ -736,7 +836,7 @@ fn create_files(dir: &Path, size: u64, fingerprint: u64) -> Result<(File, MmapMu
     map_file.write_all_at(&header, 0)?;
     // SAFETY: a file this process just made; every later access to its words is atomic.
     let map = unsafe { MmapMut::map_mut(&map_file)? };
-    Ok((data, map))
+    Ok((data, (map, map_file)))
 }
 
 /// This process's effective user.
@@ -880,9 +980,7 @@ fn map_usage(dir: &Path) -> Result<Usage> {
             open_owned(&path, true)?
         }
     };
-    if file.metadata()?.len() < 8 {
-        file.set_len(8)?;
-    }
+    reserve(&file, 8).map_err(|e| io(path.display(), e))?;
     // SAFETY: an 8-byte counter only ever accessed atomically, by every process.
     let map = unsafe { MmapMut::map_mut(&file)? };
     Ok(Usage::Shared(map))
@@ -898,6 +996,75 @@ mod tests {
             budget,
             lease,
         }
+    }
+
+    #[test]
+    fn damage_in_a_pinned_segment_is_marked_missing_in_place_not_evicted() {
+        let dir = tempfile::tempdir().unwrap();
+        let size = 2 * SEGMENT;
+        let cache = CacheFile::open(&config(dir.path(), 1 << 30, 30), "k7", 7, size).unwrap();
+        let all = cache.units(&(0..size));
+        cache.write(all.clone(), &vec![5u8; size as usize]).unwrap();
+        cache.pin(&cache.units(&(0..512)));
+        let damaged = cache.units(&(4096..4200));
+        cache.invalidate(&damaged);
+        assert!(!cache.present(&damaged), "fetched again by the next read");
+        assert!(
+            cache.present(&cache.units(&(0..4096))),
+            "the rest of the segment stays"
+        );
+        // In place: what a reader reads there unasked is never a hole.
+        assert_eq!(&cache.map_data().unwrap()[4096..4200], &[5u8; 104][..]);
+        assert_eq!(cache.held(), size - (damaged.end - damaged.start) * UNIT);
+        // An unpinned segment is evicted whole, as before.
+        let other = cache.units(&(SEGMENT + 10..SEGMENT + 20));
+        cache.invalidate(&other);
+        assert!(!cache.present(&cache.units(&(SEGMENT..2 * SEGMENT - 1))));
+        assert_eq!(cache.held(), SEGMENT - (damaged.end - damaged.start) * UNIT);
+    }
+
+    #[test]
+    fn a_data_file_truncated_under_the_map_is_restored_and_its_lost_bytes_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        let size = 2 * SEGMENT;
+        let cache = CacheFile::open(&config(dir.path(), 1 << 30, 30), "k7", 7, size).unwrap();
+        let map = cache.map_data().unwrap();
+        let all = cache.units(&(0..size));
+        cache.write(all.clone(), &vec![5u8; size as usize]).unwrap();
+        assert!(cache.intact().unwrap());
+        assert_eq!(cache.restore().unwrap(), size, "nothing lost");
+        let entry = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.join("data").exists())
+            .unwrap();
+        let cut = 1000;
+        File::options()
+            .write(true)
+            .open(entry.join("data"))
+            .unwrap()
+            .set_len(cut)
+            .unwrap();
+        assert!(!cache.intact().unwrap());
+        let lost = cache.restore().unwrap();
+        assert_eq!(lost, cut / UNIT * UNIT);
+        assert!(cache.intact().unwrap());
+        assert!(cache.present(&cache.units(&(0..lost))));
+        assert!(!cache.present(&cache.units(&(lost..lost + 1))));
+        assert!(!cache.present(&cache.units(&(size - 1..size))));
+        assert_eq!(cache.held(), lost);
+        // The mapping reads again (zeros where the bytes were lost), no SIGBUS.
+        assert_eq!(map[size as usize - 1], 0);
+        assert_eq!(map[0], 5);
+        // A truncated map is an error (it cannot be trusted), not a crash.
+        File::options()
+            .write(true)
+            .open(entry.join("map"))
+            .unwrap()
+            .set_len(10)
+            .unwrap();
+        assert!(!cache.intact().unwrap());
+        assert!(cache.restore().is_err());
     }
 
     #[test]

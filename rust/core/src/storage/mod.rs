@@ -42,6 +42,16 @@ pub trait Storage: AsRef<[u8]> {
     /// Keeps `ranges` readable for good (a remote store's cache never evicts them).
     fn pin(&self, _ranges: &[Range<u64>]) {}
 
+    /// Fetches what is pinned again from where the bytes come from, checked, and writes it over
+    /// what is there (a remote store's cache, found damaged): whether it could (a local store
+    /// cannot).
+    fn refetch_pinned(&self) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// Counts a heal: damage found in cached bytes, gone once they were fetched again.
+    fn healed(&self) {}
+
     /// Whether `range` is readable without fetching (always, for a local store).
     fn is_present(&self, _range: Range<u64>) -> bool {
         true
@@ -142,6 +152,19 @@ impl Storage for StoreFile {
     fn pin(&self, ranges: &[Range<u64>]) {
         if let Some(remote) = &self.remote {
             remote.pin(ranges);
+        }
+    }
+
+    fn refetch_pinned(&self) -> Result<bool> {
+        match &self.remote {
+            Some(remote) => remote.refetch_pinned().map(|()| true),
+            None => Ok(false),
+        }
+    }
+
+    fn healed(&self) {
+        if let Some(remote) = &self.remote {
+            (remote.remote().stats.heals).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
 

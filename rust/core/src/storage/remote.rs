@@ -20,9 +20,13 @@
 //!   retried here too (twice). What finally surfaces is an `Io` error naming the URL, the byte
 //!   range and the cause (`StoreIOError` in Python). Nothing waits forever: every request has
 //!   object_store's timeouts (`timeout`, `connect_timeout`), every retry loop a bound.
+//! - Damage: cached bytes that fail a check, pinned or not, are dropped and fetched again
+//!   (`Collection`'s retry: `invalidate_read`, then `RemoteFile::refetch_pinned`); only bytes
+//!   the server itself sends damaged raise `Error::Corrupt`. Heals count in `RemoteStats`.
 //! - fork(): a tokio runtime made before a fork hangs forever in the child (its threads are not
-//!   there). The runtime and the client are made per process, found by pid as the decode pool is
-//!   (`parallel`); a child makes its own and leaks what it inherited.
+//!   there). The runtime and the client are made per process, found by pid and fork count
+//!   (`process::instance`) as the decode pool is (`parallel`); a child makes its own and leaks
+//!   what it inherited.
 
 use crate::error::{Error, Result};
 use crate::storage::cache::{CacheConfig, CacheFile};
@@ -37,6 +41,7 @@ use std::ptr;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use xxhash_rust::xxh3::xxh3_64;
 
 /// Bytes the first request of an open asks for: the header, the schema and the dictionary (at
 /// most 64 KiB) of nearly every store, in one request.
@@ -101,9 +106,11 @@ fn invalid(msg: impl Into<String>) -> Error {
 /// `30s`, `500ms`, `2m`, or a number of seconds.
 fn duration(key: &str, value: &str) -> Result<Duration> {
     let v = value.trim();
-    let (number, unit) = match v.find(|c: char| c.is_ascii_alphabetic()) {
-        Some(i) => (&v[..i], &v[i..]),
-        None => (v, "s"),
+    // The unit is what ends the value (`1e3ms`: a number may have an exponent).
+    let number = v.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let unit = match &v[number.len()..] {
+        "" => "s",
+        unit => unit,
     };
     let n: f64 = number
         .trim()
@@ -125,8 +132,15 @@ fn duration(key: &str, value: &str) -> Result<Duration> {
             )))
         }
     };
-    Ok(Duration::from_secs_f64(seconds))
+    // Bounded (a year): `from_secs_f64` panics past u64 seconds, and nothing waits that long.
+    Duration::try_from_secs_f64(seconds)
+        .ok()
+        .filter(|d| *d <= MAX_DURATION)
+        .ok_or_else(|| invalid(format!("{key}: {value:?} is too long (at most a year)")))
 }
+
+/// The longest duration an option takes.
+const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 
 fn number(key: &str, value: &str) -> Result<u64> {
     value
@@ -306,13 +320,17 @@ pub struct RemoteStats {
     pub bought: AtomicU64,
     /// Requests retried here after object_store's own retries (short or failed responses).
     pub retries: AtomicU64,
+    /// Damaged cached bytes replaced by the server's (see `RemoteFile::refetch`): reads and
+    /// opens that found damage in the cache, fetched what they read again and then passed.
+    pub heals: AtomicU64,
     pub in_flight: AtomicUsize,
     pub peak_in_flight: AtomicUsize,
 }
 
 /// This process's runtime and client (see the module note on fork).
 struct Conn {
-    pid: u32,
+    /// The process that made it (`process::instance`: a descendant may get the same pid).
+    pid: u64,
     runtime: tokio::runtime::Runtime,
     store: Arc<dyn ObjectStore>,
     /// `max_in_flight` permits, one per request, for every thread and file of this remote: a
@@ -345,7 +363,7 @@ impl Drop for Remote {
         // SAFETY: `conn` came from `Box::into_raw` and is dropped only here, in the process that
         // made it (one inherited through fork is leaked: its runtime's threads are not there).
         if let Some(owned) = unsafe { conn.as_ref() } {
-            if owned.pid == crate::process::id() {
+            if owned.pid == crate::process::instance() {
                 // SAFETY: as above; no other reference outlives `self`.
                 let conn = unsafe { Box::from_raw(conn) };
                 conn.runtime.shutdown_background();
@@ -541,7 +559,7 @@ impl Remote {
 
     /// This process's runtime and client, made on first use (and again after a fork).
     fn conn(&self) -> Result<&Conn> {
-        let pid = crate::process::id();
+        let pid = crate::process::instance();
         loop {
             let current = self.conn.load(Ordering::Acquire);
             // SAFETY: a stored Conn is freed only by `drop`, which has `&mut self`.
@@ -801,17 +819,26 @@ pub fn begin_read() {
     READ.with(|r| r.borrow_mut().clear());
 }
 
-/// Evicts from `files` what this thread's read since `begin_read` made present.
-pub fn invalidate_read<'a>(files: impl Iterator<Item = &'a RemoteFile>) {
+/// Evicts from `files` what this thread's read since `begin_read` made present; with
+/// `pinned`, also fetches again what is pinned in the files the read touched (every file if it
+/// touched none).
+pub fn invalidate_read<'a>(
+    files: impl Iterator<Item = &'a RemoteFile> + Clone,
+    pinned: bool,
+) -> Result<()> {
     let read = READ.with(|r| std::mem::take(&mut *r.borrow_mut()));
-    for file in files {
+    for file in files.clone() {
         let me = file as *const RemoteFile as usize;
         let ranges: Vec<Range<u64>> = (read.iter())
             .filter(|(at, _)| *at == me)
             .map(|(_, r)| r.clone())
             .collect();
         file.invalidate(&ranges);
+        if pinned && (!ranges.is_empty() || read.is_empty()) {
+            file.refetch_pinned()?;
+        }
     }
+    Ok(())
 }
 
 /// One remote store file behind its node cache.
@@ -825,6 +852,21 @@ pub struct RemoteFile {
     documents: Range<u64>,
     /// The object opened: every later request asks for it, every response must be from it.
     pin: Identity,
+    /// The header fetched at open and its checksum: what pinned bytes fetched again are checked
+    /// against.
+    header: crate::format::Header,
+    fingerprint: u64,
+    /// What `pin` was asked to keep (byte ranges): what a reader reads without a check per read,
+    /// fetched again whole when reads keep failing (`refetch_pinned`).
+    pinned: std::sync::Mutex<Vec<Range<u64>>>,
+    /// The millisecond (`guard`'s clock) the cache files' lengths were last found right.
+    guarded: AtomicU64,
+}
+
+/// Milliseconds on a clock of this process (`RemoteFile::guard`).
+pub fn guard_clock() -> u64 {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_millis() as u64 + 1
 }
 
 impl RemoteFile {
@@ -855,6 +897,10 @@ impl RemoteFile {
             cache,
             documents: data.offset..data.offset + data.len,
             pin,
+            header,
+            fingerprint,
+            pinned: std::sync::Mutex::new(Vec::new()),
+            guarded: AtomicU64::new(0),
         };
         // What the first request brought, whole units only (or all of it at the end of the file).
         let whole = if first.len() as u64 == size {
@@ -864,10 +910,21 @@ impl RemoteFile {
         };
         let bytes = file.cache.bytes_of(&whole);
         // The header's segment is pinned: a reader relies on it without a check per read.
-        file.cache.pin(&file.cache.units(&(0..512)));
+        let header = 0..crate::format::HEADER_SIZE as u64;
+        file.pin(std::slice::from_ref(&header));
         if !file.cache.present(&whole) {
             file.cache
                 .write(whole, &first[..(bytes.end - bytes.start) as usize])?;
+        } else {
+            // The header just fetched passed its check and names this entry: a cached header
+            // that differs was damaged there (on disk, or by another process's bad response).
+            let header = file.cache.units(&header);
+            let cached = file.cache.bytes_of(&header);
+            let len = (cached.end - cached.start) as usize;
+            if file.cache.read(cached)? != first[..len] {
+                file.cache.write(header, &first[..len])?;
+                remote.stats.heals.fetch_add(1, Ordering::Relaxed);
+            }
         }
         Ok(file)
     }
@@ -965,15 +1022,7 @@ impl RemoteFile {
                 _ => merged.push(run),
             }
         }
-        let mut requests = Vec::with_capacity(merged.len());
-        for run in merged {
-            let mut start = run.start;
-            while start < run.end {
-                let end = (start + most).min(run.end);
-                requests.push(self.cache.bytes_of(&(start..end)));
-                start = end;
-            }
-        }
+        let requests = self.requests(merged, most);
         self.remote.fetch(
             &self.path,
             &self.url,
@@ -984,6 +1033,21 @@ impl RemoteFile {
                 self.cache.write(units, &bytes)
             },
         )
+    }
+
+    /// The byte ranges to request for `runs` of units: each run split into requests of at most
+    /// `most` units (fetched at once).
+    fn requests(&self, runs: impl IntoIterator<Item = Range<u64>>, most: u64) -> Vec<Range<u64>> {
+        let mut requests = Vec::new();
+        for run in runs {
+            let mut start = run.start;
+            while start < run.end {
+                let end = (start + most).min(run.end);
+                requests.push(self.cache.bytes_of(&(start..end)));
+                start = end;
+            }
+        }
+        requests
     }
 
     /// The whole object, downloaded into an unlinked temporary file (concurrent requests of at
@@ -1006,15 +1070,152 @@ impl RemoteFile {
 
     /// Keeps what `ranges` cover in the cache for good (see `cache::PINNED`).
     pub fn pin(&self, ranges: &[Range<u64>]) {
+        let mut pinned = self.pinned.lock().unwrap_or_else(|e| e.into_inner());
         for range in ranges {
             self.cache.pin(&self.cache.units(range));
+            if !range.is_empty() && !pinned.contains(range) {
+                pinned.push(range.clone());
+            }
         }
     }
 
-    /// Evicts what `ranges` cover whatever its lease: bytes read there were found damaged.
+    /// Drops what `ranges` cover whatever its lease, pinned or not: bytes read there were found
+    /// damaged, and the next read fetches them again (`cache::CacheFile::invalidate`).
     pub fn invalidate(&self, ranges: &[Range<u64>]) {
         for range in ranges {
             self.cache.invalidate(&self.cache.units(range));
+        }
+    }
+
+    /// Before a read (`now`: `guard_clock`, read once per read): whether the cache files are
+    /// still their length, at most once a millisecond. A data file truncated since (by hand:
+    /// docstore never does) is made its size again and what is pinned past the cut fetched
+    /// again; reading it through the map as it was would kill the process (SIGBUS). What is
+    /// left: a truncation within the millisecond, or during a read, still does (docs/remote.md).
+    pub fn guard(&self, now: u64) -> Result<()> {
+        if self.guarded.load(Ordering::Relaxed) == now {
+            return Ok(());
+        }
+        if !self.cache.intact()? {
+            let lost = self.cache.restore()?;
+            let pinned = self
+                .pinned
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            if pinned.iter().any(|r| r.end > lost) {
+                self.refetch_pinned()?;
+            }
+            self.remote.stats.heals.fetch_add(1, Ordering::Relaxed);
+        }
+        self.guarded.store(now, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Fetches what is pinned (header, schema, dictionary, key fences, common prefix) again
+    /// from the server, checks it (the header by its own checksum and the fingerprint it was
+    /// opened with, a whole section by its checksum) and writes it over what the cache holds,
+    /// present or not: replaced in place, never made a hole, since readers read it unasked.
+    /// Bytes the server sends damaged are not written: `Error::Corrupt`.
+    pub fn refetch_pinned(&self) -> Result<()> {
+        use crate::format::{Section, HEADER_SIZE};
+        let pinned = self
+            .pinned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let unit = crate::storage::cache::UNIT;
+        let most = (self.remote.options.max_request / unit).max(1);
+        // Each pinned range's units, fetched into a buffer of their own.
+        let buffers: Vec<(Range<u64>, std::sync::Mutex<Vec<u8>>)> = (pinned.iter())
+            .map(|r| {
+                let bytes = self.cache.bytes_of(&self.cache.units(r));
+                let len = (bytes.end - bytes.start) as usize;
+                (bytes, std::sync::Mutex::new(vec![0u8; len]))
+            })
+            .collect();
+        let runs = (buffers.iter()).map(|(bytes, _)| bytes.start / unit..bytes.end.div_ceil(unit));
+        let requests = self.requests(runs, most);
+        self.remote.fetch(
+            &self.path,
+            &self.url,
+            &self.pin,
+            requests,
+            |range, fetched| {
+                for (bytes, buffer) in &buffers {
+                    if bytes.start <= range.start && range.end <= bytes.end {
+                        let at = (range.start - bytes.start) as usize;
+                        let mut buffer = buffer.lock().unwrap_or_else(|e| e.into_inner());
+                        buffer[at..at + fetched.len()].copy_from_slice(&fetched);
+                    }
+                }
+                Ok(())
+            },
+        )?;
+        let mut damaged = None;
+        for (range, (bytes, buffer)) in pinned.iter().zip(buffers) {
+            let buffer = buffer.into_inner().unwrap_or_else(|e| e.into_inner());
+            let at = (range.start - bytes.start) as usize..(range.end - bytes.start) as usize;
+            let got = &buffer[at];
+            let sound = if *range == (0..HEADER_SIZE as u64) {
+                crate::format::Header::decode(got, self.size).is_ok()
+                    && crate::format::header_checksum(got) == self.fingerprint
+            } else {
+                // A whole section has its checksum (the common prefix has none: its bytes are
+                // checked as keys, by every lookup's check).
+                (Section::ALL.iter())
+                    .map(|&s| self.header.section(s))
+                    .find(|e| (e.offset..e.offset + e.len) == *range)
+                    .is_none_or(|e| xxh3_64(got) == e.checksum)
+            };
+            if sound {
+                let units = bytes.start / unit..bytes.end.div_ceil(unit);
+                self.cache.write(units, &buffer)?;
+            } else {
+                damaged = Some(range.clone());
+            }
+        }
+        match damaged {
+            Some(r) => Err(Error::corrupt(format!(
+                "{} (bytes {}..{}): fetched again from the server, still damaged",
+                self.url, r.start, r.end
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_units_and_exponents_and_refuse_what_is_too_long() {
+        let ok = |v: &str| duration("retry_timeout", v).unwrap();
+        assert_eq!(ok("30s"), Duration::from_secs(30));
+        assert_eq!(ok(" 500ms "), Duration::from_millis(500));
+        assert_eq!(ok("2m"), Duration::from_secs(120));
+        assert_eq!(ok("1e1ms"), Duration::from_millis(10));
+        assert_eq!(ok("1.5"), Duration::from_millis(1500));
+        assert_eq!(ok("31536000s"), MAX_DURATION, "a year, at most");
+        for bad in [
+            "1e300s",
+            "1e300",
+            "1e20m",
+            "100000000000000000000s",
+            "400000000s",
+        ] {
+            let e = duration("retry_timeout", bad).unwrap_err().to_string();
+            assert!(
+                e.contains("retry_timeout") && e.contains("too long"),
+                "{bad}: {e}"
+            );
+        }
+        for bad in ["", "s", "-1s", "NaN", "inf", "1e999s", "5h", "1e"] {
+            assert!(
+                matches!(duration("x", bad), Err(Error::InvalidArgument(_))),
+                "{bad:?}"
+            );
         }
     }
 }
