@@ -1,10 +1,12 @@
-//! The fixed 512-byte header, the section table and the key index entries (see docs/format.md).
+//! The fixed 512-byte header and the section table (see docs/format.md); the key index's entries
+//! and fences are laid out in `keys::entry`.
 //! Version 2 adds a check in front of every blob (`check`); version 3 binds the position into
 //! that check and puts each document's blob location in its key index entry, so that a lookup
 //! by key reads the key index and then the blob, nothing between (one round trip less remotely,
 //! one random read less locally).
 
 use crate::error::{Error, Result};
+use crate::keys::entry::{KEY_ENTRY_V2, KEY_ENTRY_V3, KEY_INDEX_ALIGN};
 use xxhash_rust::xxh3::xxh3_64;
 
 pub const MAGIC: [u8; 8] = *b"DOCSTORE";
@@ -18,13 +20,6 @@ pub const HEADER_SIZE: usize = 512;
 pub const MAX_DICT_SIZE: usize = 64 * 1024;
 /// Every section starts at a multiple of this, so fixed-width arrays are naturally aligned.
 pub const ALIGN: u64 = 8;
-/// The key index starts at a multiple of this (a page), so that each block of `KEY_BLOCK`
-/// entries is exactly one page: a lookup in a cold cache reads one page of the index.
-pub const KEY_INDEX_ALIGN: u64 = 4096;
-/// Bytes of a key index entry before version 3: prefix u64, position u32, key length u32.
-pub const KEY_ENTRY_V2: usize = 16;
-/// Bytes of a key index entry from version 3: the above, then blob offset u64, blob length u64.
-pub const KEY_ENTRY_V3: usize = 32;
 /// Header flag (byte `FLAGS_AT`, version 3): the blob locations of the key index lie in the data
 /// sections of a collection's shards, not in this file (a collection's global id index, §13).
 pub const FLAG_SHARD_LOCATIONS: u8 = 1;
@@ -297,59 +292,6 @@ pub fn reseal(file: &mut [u8]) {
     }
     let checksum = xxh3_64(&file[..CHECKSUM_AT]);
     file[CHECKSUM_AT..HEADER_SIZE].copy_from_slice(&checksum.to_le_bytes());
-}
-
-/// The first 8 bytes of `rest` as a big-endian number, zero-padded: ordering these numbers orders
-/// the keys (ties are resolved by comparing whole keys).
-pub fn key_prefix(rest: &[u8]) -> u64 {
-    let mut bytes = [0u8; 8];
-    let n = rest.len().min(8);
-    bytes[..n].copy_from_slice(&rest[..n]);
-    u64::from_be_bytes(bytes)
-}
-
-/// One entry of the key index.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct KeyEntry {
-    /// `key_prefix` of the key's bytes after the common prefix.
-    pub prefix: u64,
-    /// Position (insertion index) of the key's document.
-    pub position: u32,
-    /// Length of the key in bytes.
-    pub key_len: u32,
-    /// Version 3: where the document's blob lies in the data section (offset, length); zero in
-    /// the entries of older versions, which do not hold it.
-    pub blob_offset: u64,
-    pub blob_len: u64,
-}
-
-impl KeyEntry {
-    /// The entry's `size` bytes (`KEY_ENTRY_V2` or `KEY_ENTRY_V3`) onto the end of `out`.
-    pub fn encode(&self, size: usize, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.prefix.to_le_bytes());
-        out.extend_from_slice(&self.position.to_le_bytes());
-        out.extend_from_slice(&self.key_len.to_le_bytes());
-        if size == KEY_ENTRY_V3 {
-            out.extend_from_slice(&self.blob_offset.to_le_bytes());
-            out.extend_from_slice(&self.blob_len.to_le_bytes());
-        }
-    }
-
-    /// The entry of rank `rank` in a key index section of `size`-byte entries.
-    pub fn at(index: &[u8], rank: u64, size: usize) -> KeyEntry {
-        let at = rank as usize * size;
-        let mut entry = KeyEntry {
-            prefix: u64_at(index, at),
-            position: u32_at(index, at + 8),
-            key_len: u32_at(index, at + 12),
-            ..KeyEntry::default()
-        };
-        if size == KEY_ENTRY_V3 {
-            entry.blob_offset = u64_at(index, at + 16);
-            entry.blob_len = u64_at(index, at + 24);
-        }
-        entry
-    }
 }
 
 pub fn u32_at(buf: &[u8], at: usize) -> u32 {

@@ -7,7 +7,8 @@
 use crate::check;
 use crate::codec;
 use crate::error::{try_reserve, Error, Result};
-use crate::format::{key_prefix, u32_at, u64_at, Header, KeyEntry, Section, HEADER_SIZE};
+use crate::format::{u32_at, u64_at, Header, Section, HEADER_SIZE};
+use crate::keys::entry::{key_prefix, KeyEntry};
 use crate::pagecache;
 use crate::parallel;
 use crate::prefetch::prefetch;

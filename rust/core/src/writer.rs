@@ -2,32 +2,31 @@
 //!
 //! Documents are encoded on the caller's thread and handed over in batches to a background thread
 //! that compresses each batch in parallel and appends it to a partial file in a scratch directory
-//! beside the target. Keys are sorted externally (`keysort`). Only a complete, checksummed and
-//! synced file is ever renamed to the target path, so a failure or a kill leaves nothing there.
+//! beside the target. Keys are sorted externally (`keys::sort`) and their sections written by
+//! `keys::build`. Only a complete, checksummed and synced file is ever renamed to the target path,
+//! so a failure or a kill leaves nothing there.
 
 use crate::check;
 use crate::codec::{self, Compressor};
 use crate::columns::Columns;
 use crate::error::{Error, Result};
-use crate::format::{
-    self, key_prefix, Header, KeyEntry, Section, SectionEntry, ALIGN, FLAG_SHARD_LOCATIONS,
-    HEADER_SIZE, KEY_INDEX_ALIGN,
-};
-use crate::keysort::KeySorter;
+use crate::format::{self, Header, Section, SectionEntry, FLAG_SHARD_LOCATIONS, HEADER_SIZE};
+use crate::keys::build::{self, BlobLocations};
+use crate::keys::sort::KeySorter;
 use crate::parallel;
 use crate::record::{self, Value};
 use crate::schema::Schema;
-use memmap2::MmapMut;
+use crate::sections::SectionWriter;
 use rayon::prelude::*;
 use std::fs::File;
-use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::mem::ManuallyDrop;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, SyncSender};
 use std::thread::JoinHandle;
 use tempfile::TempDir;
-use xxhash_rust::xxh3::{xxh3_64, Xxh3};
+use xxhash_rust::xxh3::xxh3_64;
 
 /// The largest `WriterOptions::batch_bytes`: a writer allocates a batch of that size up front.
 pub const MAX_BATCH_BYTES: usize = 1 << 30;
@@ -145,67 +144,6 @@ impl Batch {
             let start = if i == 0 { 0 } else { self.ends[i - 1] };
             &self.data[start..self.ends[i]]
         })
-    }
-}
-
-/// A file written section by section: tracks the position and the checksum of the open section.
-struct SectionWriter {
-    out: BufWriter<File>,
-    pos: u64,
-    start: u64,
-    hasher: Xxh3,
-}
-
-impl SectionWriter {
-    fn new(file: File) -> SectionWriter {
-        SectionWriter {
-            out: BufWriter::with_capacity(1 << 20, file),
-            pos: 0,
-            start: 0,
-            hasher: Xxh3::new(),
-        }
-    }
-
-    /// Pads with zeros to the alignment and opens a section there.
-    fn begin(&mut self) -> Result<()> {
-        self.begin_aligned(ALIGN)
-    }
-
-    /// Pads with zeros to a multiple of `align` and opens a section there.
-    fn begin_aligned(&mut self, align: u64) -> Result<()> {
-        let padding = (align - self.pos % align) % align;
-        std::io::copy(&mut std::io::repeat(0).take(padding), &mut self.out)?;
-        self.pos += padding;
-        self.start = self.pos;
-        self.hasher.reset();
-        Ok(())
-    }
-
-    fn write(&mut self, bytes: &[u8]) -> Result<()> {
-        self.out.write_all(bytes)?;
-        self.hasher.update(bytes);
-        self.pos += bytes.len() as u64;
-        Ok(())
-    }
-
-    fn end(&mut self) -> SectionEntry {
-        SectionEntry {
-            offset: self.start,
-            len: self.pos - self.start,
-            checksum: self.hasher.digest(),
-        }
-    }
-
-    fn copy_from(&mut self, path: &Path) -> Result<()> {
-        let mut input = BufReader::with_capacity(1 << 20, File::open(path)?);
-        let mut buf = vec![0u8; 1 << 20];
-        loop {
-            let n = input.read(&mut buf)?;
-            if n == 0 {
-                return Ok(());
-            }
-            self.write(&buf[..n])?;
-        }
     }
 }
 
@@ -443,165 +381,67 @@ impl Writer {
         shard_locations: Option<&dyn Fn(u32) -> Result<(u64, u64)>>,
         sorted_keys: impl FnOnce(&mut dyn FnMut(&[u8], u32) -> Result<()>) -> Result<()>,
     ) -> Result<Summary> {
-        self.check_process()?;
-        self.flush()?;
-        self.sender = None; // ends the worker's loop
-        let written = match self.worker.take().map(JoinHandle::join) {
-            Some(Ok(result)) => result?,
-            Some(Err(_)) => return Err(Error::Closed("the compression thread panicked".into())),
-            None => return Err(Error::Closed("the writer has already failed".into())),
-        };
         let DataWritten {
             mut file,
             schema,
             dictionary,
             data,
-        } = written;
+        } = self.finish_data()?;
         let scratch = self.scratch.path().to_path_buf();
-        let count = self.count;
-        let mut sections = [SectionEntry::default(); Section::COUNT];
-        sections[Section::Schema as usize] = schema;
-        sections[Section::Dictionary as usize] = dictionary;
-        sections[Section::Data as usize] = data;
+        let mut header = self.header(common_prefix, shard_locations.is_some());
+        header.sections[Section::Schema as usize] = schema;
+        header.sections[Section::Dictionary as usize] = dictionary;
+        header.sections[Section::Data as usize] = data;
+        header.sections[Section::DocOffsets as usize] =
+            write_doc_offsets(&mut file, &scratch, data.len)?;
+        // Version 3 entries locate their blobs: in this file, by its doc offsets.
+        let locations = match shard_locations {
+            Some(locate) => BlobLocations::Shards(locate),
+            None if header.locates_blobs() && self.count > 0 => {
+                BlobLocations::own(&scratch.join("doc-offsets"), self.count, data.len)?
+            }
+            None => BlobLocations::None,
+        };
+        build::write_sections(&mut file, &mut header, &scratch, &locations, sorted_keys)?;
+        let out = build::write_ranks(file, &mut header, &scratch)?;
+        write_header(out, &header)?;
+        self.publish(&scratch.join("store"))?;
+        let ranks = header.section(Section::KeyRanks);
+        Ok(Summary {
+            count: self.count,
+            raw_bytes: self.raw_bytes,
+            file_bytes: ranks.offset + ranks.len, // the last section
+        })
+    }
 
-        file.begin()?;
-        file.copy_from(&scratch.join("doc-offsets"))?;
-        file.write(&data.len.to_le_bytes())?;
-        sections[Section::DocOffsets as usize] = file.end();
+    /// Ends the compression thread, once it has written every document: what it wrote, the
+    /// file up to the end of the data section.
+    fn finish_data(&mut self) -> Result<DataWritten> {
+        self.check_process()?;
+        self.flush()?;
+        self.sender = None; // ends the worker's loop
+        match self.worker.take().map(JoinHandle::join) {
+            Some(Ok(result)) => result,
+            Some(Err(_)) => Err(Error::Closed("the compression thread panicked".into())),
+            None => Err(Error::Closed("the writer has already failed".into())),
+        }
+    }
 
-        let version = self.options.format_version;
-        let header = |sections| Header {
-            version,
-            count,
+    /// The header of this store, its sections yet to be filled in.
+    fn header(&self, common_prefix: usize, shard_locations: bool) -> Header {
+        Header {
+            version: self.options.format_version,
+            count: self.count,
             raw_bytes: self.raw_bytes,
             // -1 (none) is 0xFF.
             level: self.options.level as u8,
             common_prefix: common_prefix as u32,
             flags: match shard_locations {
-                Some(_) => FLAG_SHARD_LOCATIONS,
-                None => 0,
+                true => FLAG_SHARD_LOCATIONS,
+                false => 0,
             },
-            sections,
-        };
-        let layout = header(sections);
-        let (entry_size, block) = (layout.key_entry(), layout.key_block());
-        // Version 3 entries locate their blobs: the doc offsets, read back at random by position
-        // (from the page cache, as the ranks below are written).
-        let doc_offsets = match layout.locates_blobs() && count > 0 {
-            // SAFETY: the scratch file is private to this writer and no longer written.
-            true => Some(unsafe { memmap2::Mmap::map(&File::open(scratch.join("doc-offsets"))?)? }),
-            false => None,
-        };
-        let own_location = |position: u32| -> (u64, u64) {
-            let Some(offsets) = &doc_offsets else {
-                return (0, 0);
-            };
-            let p = position as usize;
-            let start = format::u64_at(offsets, p * 8);
-            let end = match p + 1 < count as usize {
-                true => format::u64_at(offsets, p * 8 + 8),
-                false => data.len,
-            };
-            (start, end - start)
-        };
-
-        // Sorted keys go straight into the file; their offsets, index entries and fences go to
-        // scratch files and are appended after them.
-        file.begin()?;
-        let scratch_file = |name: &str| {
-            File::create(scratch.join(name)).map(|f| BufWriter::with_capacity(1 << 20, f))
-        };
-        let mut key_offsets = scratch_file("key-offsets")?;
-        let mut key_index = scratch_file("key-index")?;
-        let mut key_fences = scratch_file("key-fences")?;
-        let keys_start = file.pos;
-        let mut rank = 0u64;
-        let mut encoded = Vec::with_capacity(entry_size);
-        sorted_keys(&mut |key, position| {
-            key_offsets.write_all(&(file.pos - keys_start).to_le_bytes())?;
-            let Some(rest) = key.get(common_prefix..) else {
-                return Err(Error::corrupt("a key is shorter than the common prefix"));
-            };
-            let prefix = key_prefix(rest);
-            let (blob_offset, blob_len) = match shard_locations {
-                Some(locate) => locate(position)?,
-                None => own_location(position),
-            };
-            let entry = KeyEntry {
-                prefix,
-                position,
-                key_len: key.len() as u32, // `add` rejects longer keys
-                blob_offset,
-                blob_len,
-            };
-            encoded.clear();
-            entry.encode(entry_size, &mut encoded);
-            key_index.write_all(&encoded)?;
-            if rank.is_multiple_of(block) {
-                key_fences.write_all(&prefix.to_le_bytes())?;
-            }
-            rank += 1;
-            file.write(key)
-        })?;
-        if rank != count {
-            return Err(Error::InvalidArgument(format!(
-                "{rank} sorted keys were given for {count} documents"
-            )));
+            sections: Default::default(),
         }
-        key_offsets.write_all(&(file.pos - keys_start).to_le_bytes())?;
-        for scratch_writer in [key_offsets, key_index, key_fences] {
-            scratch_writer.into_inner().map_err(|e| e.into_error())?;
-        }
-        sections[Section::Keys as usize] = file.end();
-        file.begin()?;
-        file.copy_from(&scratch.join("key-offsets"))?;
-        sections[Section::KeyOffsets as usize] = file.end();
-        file.begin_aligned(KEY_INDEX_ALIGN)?;
-        file.copy_from(&scratch.join("key-index"))?;
-        sections[Section::KeyIndex as usize] = file.end();
-        file.begin()?;
-        file.copy_from(&scratch.join("key-fences"))?;
-        sections[Section::KeyFences as usize] = file.end();
-
-        // Ranks are the inverse permutation: random writes, so they go through a mapping of the
-        // file (page cache) rather than a buffer in memory that grows with the corpus.
-        file.begin()?;
-        let ranks_at = file.pos;
-        let ranks_len = count * 4;
-        let mut out = file.out.into_inner().map_err(|e| e.into_error())?;
-        out.set_len(ranks_at + ranks_len)?;
-        let ranks_checksum = if count > 0 {
-            // SAFETY: the file is private to this writer's scratch directory.
-            let mut ranks = unsafe {
-                memmap2::MmapOptions::new()
-                    .offset(ranks_at)
-                    .len(ranks_len as usize)
-                    .map_mut(&out)?
-            };
-            fill_ranks(&mut ranks, &scratch.join("key-index"), entry_size)?;
-            ranks.flush()?;
-            xxh3_64(&ranks)
-        } else {
-            xxh3_64(&[])
-        };
-        sections[Section::KeyRanks as usize] = SectionEntry {
-            offset: ranks_at,
-            len: ranks_len,
-            checksum: ranks_checksum,
-        };
-
-        let header = header(sections);
-        out.seek(SeekFrom::Start(0))?;
-        out.write_all(&header.encode())?;
-        out.sync_all()?;
-        let file_bytes = ranks_at + ranks_len;
-        drop(out);
-        self.publish(&scratch.join("store"))?;
-        Ok(Summary {
-            count,
-            raw_bytes: self.raw_bytes,
-            file_bytes,
-        })
     }
 
     /// Moves the finished file to the target: atomically, and without replacing an existing
@@ -1002,16 +842,25 @@ fn sweep_dead_scratch(parent: &Path, prefix: &str, target_lock: &TargetLock) {
     }
 }
 
-/// Writes the rank of each position, reading the positions from the key index in rank order.
-fn fill_ranks(ranks: &mut MmapMut, key_index: &Path, entry_size: usize) -> Result<()> {
-    let count = ranks.len() / 4;
-    let mut input = BufReader::with_capacity(1 << 20, File::open(key_index)?);
-    let mut entry = vec![0u8; entry_size];
-    for rank in 0..count as u32 {
-        input.read_exact(&mut entry)?;
-        let at = KeyEntry::at(&entry, 0, entry_size).position as usize * 4;
-        ranks[at..at + 4].copy_from_slice(&rank.to_le_bytes());
-    }
+/// Writes the doc offsets section after the data section: the blob offsets the compression
+/// thread left in the scratch file, then the data section's length, where the last blob ends.
+fn write_doc_offsets(
+    file: &mut SectionWriter,
+    scratch: &Path,
+    data_len: u64,
+) -> Result<SectionEntry> {
+    file.begin()?;
+    file.copy_from(&scratch.join("doc-offsets"))?;
+    file.write(&data_len.to_le_bytes())?;
+    Ok(file.end())
+}
+
+/// Writes the header over the zeros at the start of `out`, whose sections are all written, and
+/// syncs the whole file.
+fn write_header(mut out: File, header: &Header) -> Result<()> {
+    out.seek(SeekFrom::Start(0))?;
+    out.write_all(&header.encode())?;
+    out.sync_all()?;
     Ok(())
 }
 

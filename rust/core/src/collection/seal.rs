@@ -11,7 +11,7 @@ use super::manifest::{FileEntry, Manifest, MANIFEST};
 use crate::codec;
 use crate::error::{Error, Result};
 use crate::format;
-use crate::keysort;
+use crate::keys::merge::{self, SortedKeys};
 use crate::reader::Store;
 use crate::schema::Schema;
 use crate::writer::{self, Summary, TargetLock, Writer, WriterOptions, MAX_DOCS};
@@ -363,8 +363,8 @@ fn write_index(path: &Path, stores: &[Store<Mmap>], sources: &[PathBuf]) -> Resu
     // What is merged is verified first, so that a damaged shard fails the seal, naming it,
     // rather than be sealed into an index that agrees with its damage (its ids then found
     // nowhere): every key read by position passes its document's check (`key_at`), and the
-    // merge below checks that each rank's position leads back to that rank, and that the keys
-    // come in order. Costs hashing every stored blob once.
+    // merge below (`merge::store_runs`) checks that each rank's position leads back to that
+    // rank, and that the keys come in order. Costs hashing every stored blob once.
     for (store, source) in stores.iter().zip(sources) {
         for pos in 0..store.len() {
             let key = store.key_at(pos).map_err(|e| named(e, source))?;
@@ -374,47 +374,10 @@ fn write_index(path: &Path, stores: &[Store<Mmap>], sources: &[PathBuf]) -> Resu
             }
         }
     }
-    // Every key starts with what the smallest and the largest key share.
-    let mut ends = Vec::with_capacity(2 * stores.len());
-    for store in stores.iter().filter(|s| !s.is_empty()) {
-        ends.push(store.key_of_rank(0)?);
-        ends.push(store.key_of_rank(store.len() - 1)?);
-    }
-    let common_prefix = match (ends.iter().min(), ends.iter().max()) {
-        (Some(a), Some(b)) => a.iter().zip(b.iter()).take_while(|(x, y)| x == y).count(),
-        _ => 0,
-    };
-    let mut start = 0u64;
-    let mut runs = Vec::with_capacity(stores.len());
-    for (store, source) in stores.iter().zip(sources) {
-        let offset = start;
-        start += store.len();
-        runs.push((0..store.len()).map(move |rank| {
-            let key = store
-                .key_of_rank(rank)
-                .map_err(|e| named(e, source))?
-                .to_vec();
-            let local = store.position_of_rank(rank).map_err(|e| named(e, source))?;
-            // The key of `local` was checked above, and it is this rank's key only if the
-            // position's rank is this rank: then ranks and positions are one-to-one, and every
-            // merged key is a checked one at its own position.
-            let damaged = |what: &str| {
-                named(
-                    Error::corrupt(format!(
-                        "{what} at rank {rank}: the store is damaged (run verify())"
-                    )),
-                    source,
-                )
-            };
-            if store.rank_at(local).map_err(|e| named(e, source))? != rank {
-                return Err(damaged("key index and key ranks disagree"));
-            }
-            if rank > 0 && store.key_of_rank(rank - 1).map_err(|e| named(e, source))? >= &key[..] {
-                return Err(damaged("keys are not sorted"));
-            }
-            Ok((key, (offset + local) as u32)) // < MAX_DOCS, checked by `seal`
-        }));
-    }
+    let common_prefix = merge::common_prefix(stores)?;
+    // Positions stay below MAX_DOCS, checked by `seal`.
+    let named_shard = |e, i: usize| named(e, &sources[i]);
+    let runs = merge::store_runs(stores, &named_shard);
     // Entries locate each document's blob in its shard, so that a lookup by id reads the index
     // and then the blob (format v3). The shards' starts say which shard a global position is in.
     let starts: Vec<u64> = (stores.iter())
@@ -431,12 +394,28 @@ fn write_index(path: &Path, stores: &[Store<Mmap>], sources: &[PathBuf]) -> Resu
         Ok((blob.start as u64, blob.len() as u64))
     };
     writer.finish_with(common_prefix, Some(&locate), |each| {
-        keysort::merge(runs, each, |key, a, b| Error::DuplicateKeyIn {
+        merge::merge(runs, each, |key, a, b| Error::DuplicateKeyIn {
             key: String::from_utf8_lossy(key).into_owned(),
             first: sources[a.min(b)].clone(),
             second: sources[a.max(b)].clone(),
         })
     })
+}
+
+/// A shard's keys, for the merge of the global id index.
+impl SortedKeys for Store<Mmap> {
+    fn len(&self) -> u64 {
+        Store::len(self)
+    }
+    fn key_of_rank(&self, rank: u64) -> Result<&[u8]> {
+        Store::key_of_rank(self, rank)
+    }
+    fn position_of_rank(&self, rank: u64) -> Result<u64> {
+        Store::position_of_rank(self, rank)
+    }
+    fn rank_at(&self, position: u64) -> Result<u64> {
+        Store::rank_at(self, position)
+    }
 }
 
 /// An error about a shard, naming the file the caller gave.

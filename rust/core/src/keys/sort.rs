@@ -1,11 +1,10 @@
 //! External sort of (key, position) pairs with bounded memory: keys gather in an arena until it
-//! holds `limit` bytes, then are sorted and spilled to a run file; the runs are merged at the end.
-//! Duplicates are found while sorting a run and while merging.
+//! holds `limit` bytes, then are sorted and spilled to a run file; the runs are merged at the end
+//! (`merge`). Duplicates are found while sorting a run and while merging.
 
+use super::merge::merge;
 use crate::error::{Error, Result};
 use crate::parallel;
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::PathBuf;
@@ -159,44 +158,6 @@ impl KeySorter {
     }
 }
 
-/// A k-way merge of runs that are each sorted by key (byte-wise) and free of duplicates: calls
-/// `f(key, position)` for every key in sorted order, reading one entry of each run at a time
-/// (memory bounded by the number of runs). A key found in two runs is `duplicate(key, run, run)`.
-pub fn merge<I>(
-    runs: Vec<I>,
-    mut f: impl FnMut(&[u8], u32) -> Result<()>,
-    duplicate: impl Fn(&[u8], usize, usize) -> Error,
-) -> Result<()>
-where
-    I: Iterator<Item = Result<(Vec<u8>, u32)>>,
-{
-    let mut runs = runs;
-    let mut heap = BinaryHeap::with_capacity(runs.len());
-    for (i, run) in runs.iter_mut().enumerate() {
-        if let Some((key, pos)) = run.next().transpose()? {
-            heap.push(Reverse((key, i, pos)));
-        }
-    }
-    let mut previous: Option<(Vec<u8>, usize)> = None;
-    while let Some(Reverse((key, i, pos))) = heap.pop() {
-        if let Some((last, run)) = &previous {
-            match last.as_slice().cmp(&key) {
-                std::cmp::Ordering::Equal => return Err(duplicate(&key, *run, i)),
-                std::cmp::Ordering::Greater => {
-                    return Err(Error::corrupt("keys of a sorted run are out of order"))
-                }
-                std::cmp::Ordering::Less => {}
-            }
-        }
-        f(&key, pos)?;
-        if let Some((next, next_pos)) = runs[i].next().transpose()? {
-            heap.push(Reverse((next, i, next_pos)));
-        }
-        previous = Some((key, i));
-    }
-    Ok(())
-}
-
 fn read_entry(reader: &mut impl Read) -> Result<Option<(Vec<u8>, u32)>> {
     let mut len = [0u8; 4];
     match reader.read_exact(&mut len) {
@@ -285,47 +246,6 @@ mod tests {
         }
         sorter.push(b"x", 4).unwrap();
         assert_eq!(sorter.common_prefix(), 0);
-    }
-
-    #[test]
-    fn merge_interleaves_sorted_runs_and_names_the_runs_of_a_duplicate() {
-        let run = |keys: &[&str], first: u32| {
-            let items: Vec<Result<(Vec<u8>, u32)>> = (keys.iter().zip(first..))
-                .map(|(k, p)| Ok((k.as_bytes().to_vec(), p)))
-                .collect();
-            items.into_iter()
-        };
-        let mut out = Vec::new();
-        merge(
-            vec![run(&["a", "c", "e"], 0), run(&[], 3), run(&["b", "d"], 3)],
-            |k, p| {
-                out.push((String::from_utf8(k.to_vec()).unwrap(), p));
-                Ok(())
-            },
-            |_, _, _| unreachable!(),
-        )
-        .unwrap();
-        let keys: Vec<&str> = out.iter().map(|(k, _)| k.as_str()).collect();
-        assert_eq!(keys, ["a", "b", "c", "d", "e"]);
-        assert_eq!(out[1].1, 3);
-        let err = merge(
-            vec![run(&["a", "x"], 0), run(&["m"], 2), run(&["b", "x"], 3)],
-            |_, _| Ok(()),
-            |k, a, b| Error::DuplicateKey(format!("{}:{a}:{b}", String::from_utf8_lossy(k))),
-        )
-        .unwrap_err();
-        assert!(
-            matches!(err, Error::DuplicateKey(ref k) if k == "x:0:2"),
-            "{err}"
-        );
-        // A run out of order (a damaged shard) is refused, not merged into an unsorted index.
-        let err = merge(
-            vec![run(&["b", "a"], 0)],
-            |_, _| Ok(()),
-            |_, _, _| unreachable!(),
-        )
-        .unwrap_err();
-        assert!(matches!(err, Error::Corrupt(_)), "{err}");
     }
 
     #[test]
