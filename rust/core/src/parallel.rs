@@ -2,23 +2,21 @@
 //!
 //! A forked child inherits a copy of the parent's memory but none of its threads: a rayon pool
 //! created before the fork would wait forever for workers that do not exist in the child (the
-//! classic DataLoader hang). Each pool remembers the process that created it (its pid and fork
-//! count, `process::instance`); a process that finds a pool of another builds its own and
-//! leaks the inherited one (dropping it would talk to threads that are not there). No lock is
-//! held across calls, so a fork can never inherit one.
+//! classic DataLoader hang). Each pool is kept by a `process::PerProcess`: a process that finds
+//! a pool of another (its parent's) builds its own and leaks the inherited one (dropping it would
+//! talk to threads that are not there). No lock is held across calls, so a fork can never
+//! inherit one.
 //!
 //! There is one pool per thread count, kept for the life of the process: switching the count
 //! back and forth reuses pools instead of starting threads each time, and a pool is never freed
 //! while another thread may still be inside it.
 
 use crate::error::{Error, Result};
-use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use crate::process::PerProcess;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 struct OwnedPool {
-    /// The process that built it (`process::instance`: more than a pid).
-    pid: u64,
     threads: usize,
     pool: rayon::ThreadPool,
     /// A `claim` holds the pool (per pool, so a forked child never inherits a claim).
@@ -28,9 +26,9 @@ struct OwnedPool {
 /// The most threads a pool may have.
 pub const MAX_THREADS: usize = 1024;
 
-/// `POOLS[n]`: the pool of `n` threads, if built.
-static POOLS: [AtomicPtr<OwnedPool>; MAX_THREADS + 1] =
-    [const { AtomicPtr::new(ptr::null_mut()) }; MAX_THREADS + 1];
+/// `POOLS[n]`: this process's pool of `n` threads, if built (statics are never dropped).
+static POOLS: [PerProcess<OwnedPool>; MAX_THREADS + 1] =
+    [const { PerProcess::new() }; MAX_THREADS + 1];
 /// 0 means "decide from the environment".
 static REQUESTED_THREADS: AtomicUsize = AtomicUsize::new(0);
 
@@ -121,37 +119,16 @@ pub fn pool() -> &'static rayon::ThreadPool {
 }
 
 fn owned_pool() -> &'static OwnedPool {
-    let pid = crate::process::instance();
     let threads = num_threads();
-    let slot = &POOLS[threads];
-    loop {
-        let current = slot.load(Ordering::Acquire);
-        // SAFETY: pools are leaked, never freed, so any pointer ever stored stays valid.
-        if let Some(owned) = unsafe { current.as_ref() } {
-            if owned.pid == pid && owned.threads == threads {
-                return owned;
-            }
-        }
-        let pool = rayon::ThreadPoolBuilder::new()
+    POOLS[threads].get_or_init(|| OwnedPool {
+        threads,
+        pool: rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("docstore-{i}"))
             .build()
-            .expect("cannot start docstore's thread pool");
-        let fresh = Box::into_raw(Box::new(OwnedPool {
-            pid,
-            threads,
-            pool,
-            claimed: AtomicBool::new(false),
-        }));
-        match slot.compare_exchange(current, fresh, Ordering::AcqRel, Ordering::Acquire) {
-            // The replaced pool (a parent's, after a fork) is leaked: its threads do not exist.
-            // SAFETY: `fresh` came from `Box::into_raw` and, installed, is never freed.
-            Ok(_) => return unsafe { &*fresh },
-            // Another thread installed one first: ours was never shared, so it can go.
-            // SAFETY: `fresh` came from `Box::into_raw` and no other thread ever saw it.
-            Err(_) => drop(unsafe { Box::from_raw(fresh) }),
-        }
-    }
+            .expect("cannot start docstore's thread pool"),
+        claimed: AtomicBool::new(false),
+    })
 }
 
 #[cfg(test)]

@@ -24,21 +24,21 @@
 //!   (`Collection`'s retry: `invalidate_read`, then `RemoteFile::refetch_pinned`); only bytes
 //!   the server itself sends damaged raise `Error::Corrupt`. Heals count in `RemoteStats`.
 //! - fork(): a tokio runtime made before a fork hangs forever in the child (its threads are not
-//!   there). The runtime and the client are made per process, found by pid and fork count
-//!   (`process::instance`) as the decode pool is (`parallel`); a child makes its own and leaks
-//!   what it inherited.
+//!   there). The runtime and the client are made per process (`process::PerProcess`, as the
+//!   decode pool is in `parallel`); a child makes its own and leaks what it inherited.
 
 use crate::error::{Error, Result};
+use crate::process::PerProcess;
 use crate::storage::cache::{CacheConfig, CacheFile};
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use memmap2::Mmap;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, ObjectStoreScheme, RetryConfig};
+use std::mem::ManuallyDrop;
 use std::ops::Range;
 use std::path::PathBuf;
-use std::ptr;
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use xxhash_rust::xxh3::xxh3_64;
@@ -329,9 +329,8 @@ pub struct RemoteStats {
 
 /// This process's runtime and client (see the module note on fork).
 struct Conn {
-    /// The process that made it (`process::instance`: a descendant may get the same pid).
-    pid: u64,
-    runtime: tokio::runtime::Runtime,
+    /// Shut down without waiting when dropped (see `Drop`).
+    runtime: ManuallyDrop<tokio::runtime::Runtime>,
     store: Arc<dyn ObjectStore>,
     /// `max_in_flight` permits, one per request, for every thread and file of this remote: a
     /// batch over 64 shards, fetched from 64 threads at once, still sends at most that many.
@@ -353,22 +352,18 @@ pub struct Remote {
     /// What besides the URL says which server and account the objects are on (the endpoint,
     /// account, bucket as configured): part of every cache entry's key (`cache_key`).
     locator: std::sync::OnceLock<String>,
-    conn: AtomicPtr<Conn>,
+    conn: PerProcess<Conn>,
     pub stats: RemoteStats,
 }
 
-impl Drop for Remote {
+impl Drop for Conn {
+    /// Without waiting for the runtime's blocking threads (a DNS lookup that hangs), and without
+    /// the panic of dropping a runtime inside another's context. `PerProcess` drops it only in
+    /// the process that made it.
     fn drop(&mut self) {
-        let conn = *self.conn.get_mut();
-        // SAFETY: `conn` came from `Box::into_raw` and is dropped only here, in the process that
-        // made it (one inherited through fork is leaked: its runtime's threads are not there).
-        if let Some(owned) = unsafe { conn.as_ref() } {
-            if owned.pid == crate::process::instance() {
-                // SAFETY: as above; no other reference outlives `self`.
-                let conn = unsafe { Box::from_raw(conn) };
-                conn.runtime.shutdown_background();
-            }
-        }
+        // SAFETY: taken once, here; `self.runtime` is not used again.
+        let runtime = unsafe { ManuallyDrop::take(&mut self.runtime) };
+        runtime.shutdown_background();
     }
 }
 
@@ -418,7 +413,7 @@ impl Remote {
             scheme,
             options,
             locator: std::sync::OnceLock::new(),
-            conn: AtomicPtr::new(ptr::null_mut()),
+            conn: PerProcess::new(),
             stats: RemoteStats::default(),
         });
         remote.conn()?;
@@ -559,15 +554,7 @@ impl Remote {
 
     /// This process's runtime and client, made on first use (and again after a fork).
     fn conn(&self) -> Result<&Conn> {
-        let pid = crate::process::instance();
-        loop {
-            let current = self.conn.load(Ordering::Acquire);
-            // SAFETY: a stored Conn is freed only by `drop`, which has `&mut self`.
-            if let Some(conn) = unsafe { current.as_ref() } {
-                if conn.pid == pid {
-                    return Ok(conn);
-                }
-            }
+        self.conn.get_or_try_init(|| {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
                 .thread_name("docstore-io")
@@ -579,27 +566,13 @@ impl Remote {
                 let _entered = runtime.enter();
                 self.build()?
             };
-            let fresh = Box::into_raw(Box::new(Conn {
-                pid,
-                runtime,
+            Ok(Conn {
+                runtime: ManuallyDrop::new(runtime),
                 store,
                 permits: tokio::sync::Semaphore::new(self.options.max_in_flight),
                 fetching: AtomicUsize::new(0),
-            }));
-            match self
-                .conn
-                .compare_exchange(current, fresh, Ordering::AcqRel, Ordering::Acquire)
-            {
-                // The replaced one (a parent's, after a fork) is leaked: its threads are not here.
-                // SAFETY: `fresh` came from `Box::into_raw` and, installed, lives until `drop`.
-                Ok(_) => return Ok(unsafe { &*fresh }),
-                Err(_) => {
-                    // SAFETY: `fresh` came from `Box::into_raw` and no other thread saw it.
-                    let conn = unsafe { Box::from_raw(fresh) };
-                    conn.runtime.shutdown_background();
-                }
-            }
-        }
+            })
+        })
     }
 
     /// The first bytes of `path` (up to `len`) and what identifies the object (its size,
