@@ -21,10 +21,10 @@ pub use seal::{append, check_replaceable, seal};
 use dir::CollectionDir;
 
 use crate::error::{Error, Result};
-use crate::reader::{self, DataAccess, Found, RecordBatch, Store};
 use crate::schema::Schema;
 use crate::storage::remote::{self, Remote, RemoteFile, RemoteOptions};
 use crate::storage::StoreFile;
+use crate::store::{self, DataAccess, Found, RecordBatch, Store};
 use rayon::prelude::*;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -676,7 +676,7 @@ impl Collection {
             let (shard, local) = at(item);
             (&self.shards[shard], local)
         };
-        reader::read_pipelined(items, at, keys, read)
+        store::read_pipelined(items, at, keys, read)
     }
 
     /// A remote collection's files downloaded whole into temporary files, each checked to be

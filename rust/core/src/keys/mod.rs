@@ -19,7 +19,7 @@
 //! - `merge`: sorted runs merged: a sort's spilled runs, or a collection's shards when sealed.
 //! - `build`: the five sections written from sorted keys, for `Writer::finish_with`.
 //! - The search (fences, then one block's prefixes, then whole keys) is still in
-//!   `reader.rs` (`Store::locate`, `locate_many`, `settle`, `search_keys`).
+//!   `store/search.rs` (`Store::locate`, `locate_many`, `settle`, `search_keys`).
 
 pub(crate) mod build;
 pub mod entry;

@@ -1,0 +1,420 @@
+//! Read access to a store: constant-time open, binary search over the mapped key index,
+//! O(1) access by position. Every offset read from the file is bounds-checked, so a corrupt
+//! file yields `Error::Corrupt`, never a crash. In a format v2 store every document read is
+//! proved to be the one asked for (`check`), and so is every position and every absence a
+//! lookup reports (`confirm_absent`, `confirmed`).
+//!
+//! One `Store<B: Storage>` reads a memory map, a `Vec<u8>` (tests) or a remote store's cache
+//! alike; its methods are split by concern, one `impl` block per file:
+//!
+//! - `mod.rs` (here): `Store` itself, `Found`, `DataAccess`; opening (`open`, `open_local`,
+//!   `open_remote`, `from_bytes`, with a remote store's open checks) and what the header says.
+//! - `layout`: the section views: a section's bytes, an entry of an offsets section, where a
+//!   blob or the key of a position lies; all bounds-checked.
+//! - `search`: the key search (the fences, then one block of the key index, then whole keys:
+//!   `locate`, `locate_many`, `ranks_into`, `settle`) and its proofs (`confirm`,
+//!   `confirm_absent`).
+//! - `fetch`: a remote store's plan: what a search or a batch will read, fetched in few rounds
+//!   of concurrent requests (`fetch_search`, `fetch_blocks`, `position_rounds`), and rent or
+//!   buy for its index sections. A local store has nothing to fetch.
+//! - `pipeline`: a batch's dependent reads overlapped: page-cache hints for a mapped file that
+//!   looks cold (`prepare_batch`), CPU-cache prefetch group by group (`read_pipelined`).
+//! - `records`: documents and keys read, each checked against its key (`with_record_of`,
+//!   `read_found`, `read_one`, `key_at`, `keys_in`); `RecordBatch`.
+//! - `verify`: every byte read and checked.
+
+mod fetch;
+mod layout;
+mod pipeline;
+mod records;
+mod search;
+mod verify;
+
+use crate::error::{Error, Result};
+use crate::format::{Header, Section, HEADER_SIZE};
+use crate::pagecache;
+use crate::schema::Schema;
+use crate::storage::{remote::RemoteFile, Storage, StoreFile};
+use memmap2::{Advice, Mmap};
+use std::fs::File;
+use std::ops::Range;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use xxhash_rust::xxh3::xxh3_64;
+
+pub(crate) use pipeline::read_pipelined;
+pub use records::RecordBatch;
+
+/// A document to read: its position and, when a key index entry gave it (format v3), where its
+/// blob lies, so that reading it skips the doc offsets (one dependent read less: one random read
+/// locally, one round trip remotely).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Found {
+    pub pos: u64,
+    /// `(offset in the data section, length)` as a key index entry holds it. A store uses it
+    /// only when its own entries locate its blobs (`Header::locates_blobs`); the position's
+    /// doc offsets otherwise.
+    pub blob: Option<(u64, u64)>,
+}
+
+impl Found {
+    /// The document at `pos`, located by its doc offsets.
+    pub fn at(pos: u64) -> Found {
+        Found { pos, blob: None }
+    }
+}
+
+/// Lookups of a batch that advance together (see `positions`).
+const GROUP: usize = 16;
+/// Batches at least this long ask the page cache for all their pages at once when a sample of
+/// them is not cached (see `pagecache`).
+const PREFETCH_MIN: usize = 8;
+
+/// How documents are read from a store file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DataAccess {
+    /// Through the memory map: no system call per document. Every page a lookup touches stays
+    /// mapped, and the kernel maps its cached neighbours too (fault-around: ~100 KB per random
+    /// lookup measured), so a process's RSS and PSS grow towards the file size as it reads.
+    #[default]
+    Mmap,
+    /// With `pread(2)`, through the same shared page cache: one system call per document, and the
+    /// process maps only the index. For many long-lived reader processes (DataLoader workers).
+    Pread,
+}
+
+/// An open store over any bytes: a memory map in production, a `Vec<u8>` in tests and fuzzing.
+pub struct Store<B> {
+    buf: B,
+    header: Header,
+    schema: Schema,
+    ranges: [Range<usize>; Section::COUNT],
+    /// The file documents are read from with `pread`, or `None` to read them through `buf`.
+    data_file: Option<File>,
+    /// Whether `buf` maps a file, so that page cache hints apply to it.
+    mapped: bool,
+    /// A remote store's dictionary, copied at open (see `from_bytes`).
+    dictionary: Option<Box<[u8]>>,
+    /// The header checksum, taken at open: what `verify` compares a download with, which bytes
+    /// damaged in a remote store's cache since must not change.
+    fingerprint: u64,
+    /// Where the prefix shared by every key lies in the keys section.
+    common_prefix: Range<usize>,
+    /// Whether a remote store has the common prefix in its cache (pinned there once fetched).
+    prefix_fetched: AtomicBool,
+    /// Bytes of a key index entry, and entries per block (`Header::key_entry`, `key_block`).
+    entry_size: usize,
+    block: u64,
+    /// Whether batches find their pages cached (see `prefetch_index`).
+    cold: pagecache::ColdCache,
+    /// A remote store's requests for pieces of each section so far (see `fetch`).
+    rent: [AtomicU64; Section::COUNT],
+}
+
+impl Store<Mmap> {
+    /// Maps the file read-only. Costs the same for any store size: nothing is read but the header,
+    /// the schema and the dictionary.
+    pub fn open(path: impl AsRef<Path>) -> Result<Store<Mmap>> {
+        Store::open_with(path, DataAccess::Mmap)
+    }
+
+    /// Like `open`, reading documents as `access` says (the index is always mapped).
+    pub fn open_with(path: impl AsRef<Path>, access: DataAccess) -> Result<Store<Mmap>> {
+        let (file, mmap) = map_store_file(path.as_ref())?;
+        let mut store = Store::from_bytes(mmap)?;
+        store.mapped = true;
+        if access == DataAccess::Pread {
+            store.data_file = Some(file);
+        }
+        Ok(store)
+    }
+}
+
+impl Store<StoreFile> {
+    /// `Store::open_with` over a `StoreFile` (what a collection holds).
+    pub fn open_local(path: impl AsRef<Path>, access: DataAccess) -> Result<Store<StoreFile>> {
+        let (file, mmap) = map_store_file(path.as_ref())?;
+        Store::local(file, mmap, access)
+    }
+
+    /// `open_local` of a file already opened (a collection opens its files relative to its
+    /// directory, which may be replaced meanwhile); `path` names it in errors.
+    pub fn open_local_file(
+        file: File,
+        path: &Path,
+        access: DataAccess,
+    ) -> Result<Store<StoreFile>> {
+        let mmap = map_opened(&file, path)?;
+        Store::local(file, mmap, access)
+    }
+
+    fn local(file: File, mmap: Mmap, access: DataAccess) -> Result<Store<StoreFile>> {
+        let mut store = Store::from_bytes(StoreFile::local(mmap))?;
+        store.mapped = true;
+        if access == DataAccess::Pread {
+            store.data_file = Some(file);
+        }
+        Ok(store)
+    }
+
+    /// A remote store: `file` has fetched the first bytes (header, schema, dictionary); opening
+    /// fetches the key fences, which every lookup reads (and the rest of the schema and
+    /// dictionary, where they go past the first bytes), in one round.
+    pub fn open_remote(file: RemoteFile) -> Result<Store<StoreFile>> {
+        Store::from_bytes(StoreFile::remote(file)?)
+    }
+
+    /// The remote file behind this store, if it is one.
+    pub fn remote_file(&self) -> Option<&RemoteFile> {
+        self.buf.remote_file()
+    }
+}
+
+/// Opens and maps a store file read-only (see `Store::open`).
+fn map_store_file(path: &Path) -> Result<(File, Mmap)> {
+    // Opening a FIFO for reading blocks until a writer comes: look before opening.
+    let kind = std::fs::metadata(path)?.file_type();
+    if !kind.is_file() {
+        let what = if kind.is_dir() {
+            "a directory"
+        } else {
+            "not a regular file (a FIFO, socket or device)"
+        };
+        return Err(Error::Io(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{} is {what}", path.display()),
+        )));
+    }
+    let file = File::options()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let mmap = map_opened(&file, path)?;
+    Ok((file, mmap))
+}
+
+/// Maps an opened store file read-only, once it is known to be a regular file of a header's length.
+fn map_opened(file: &File, path: &Path) -> Result<Mmap> {
+    if !file.metadata()?.is_file() {
+        // Replaced by something else between the two looks.
+        return Err(Error::Io(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{} is not a regular file", path.display()),
+        )));
+    }
+    if file.metadata()?.len() < HEADER_SIZE as u64 {
+        // mmap of an empty file fails; report what it is instead.
+        let mut start = [0u8; 12];
+        let n = std::io::Read::read(&mut &*file, &mut start)?;
+        Header::decode(&start[..n], n as u64)?;
+        return Err(Error::corrupt(
+            "file is shorter than its header (truncated)",
+        ));
+    }
+    // SAFETY: stores are immutable once renamed into place; a store changed underneath a
+    // reader is outside the contract (as with any mmapped file).
+    let mmap = unsafe { Mmap::map(file)? };
+    // Lookups touch one or two pages each: read-ahead would only evict useful pages.
+    let _ = mmap.advise(Advice::Random);
+    // Open reads the header, the schema and the whole dictionary: one read, not a fault per
+    // page, when they are not cached.
+    if let Ok(header) = Header::decode(&mmap, mmap.len() as u64) {
+        let dictionary = header.section(Section::Dictionary);
+        pagecache::will_need(&mmap, 0..(dictionary.offset + dictionary.len) as usize);
+    }
+    Ok(mmap)
+}
+
+impl<B: Storage> Store<B> {
+    pub fn from_bytes(buf: B) -> Result<Store<B>> {
+        let bytes = buf.as_ref();
+        let header = Header::decode(bytes, bytes.len() as u64)?;
+        if buf.is_remote() {
+            // Pinned first, so that no eviction can come between the checks below and a read.
+            let mut ranges = open_ranges(&header);
+            buf.pin(&ranges);
+            buf.ensure(&mut ranges)?;
+            if let Err(e) = check_open_ranges(bytes, &header) {
+                // Damaged in the cache (on its disk, or a bad response cached by any process of
+                // the node): fetched again from the server, and refused only if that fails too.
+                if !buf.refetch_pinned()? {
+                    return Err(e);
+                }
+                check_open_ranges(bytes, &header)?;
+                buf.healed();
+            }
+        }
+        let ranges = Section::ALL.map(|s| {
+            let entry = header.section(s);
+            entry.offset as usize..(entry.offset + entry.len) as usize
+        });
+        let section = |s: Section| &bytes[ranges[s as usize].clone()];
+        // A remote store's dictionary is copied, then checked: the cache file may change under
+        // the reader (damaged on disk, rewritten by another process), and a changed dictionary
+        // would decode documents to wrong text that their checks (of stored bytes) pass. A local
+        // store's file is immutable once sealed, and its dictionary stays where it is mapped
+        // (a copy would cost every process 64 KiB of memory per shard).
+        let dictionary = buf
+            .is_remote()
+            .then(|| Box::<[u8]>::from(section(Section::Dictionary)));
+        let checked = [
+            (Section::Schema, section(Section::Schema)),
+            (
+                Section::Dictionary,
+                dictionary
+                    .as_deref()
+                    .unwrap_or(section(Section::Dictionary)),
+            ),
+        ];
+        for (s, bytes) in checked {
+            if xxh3_64(bytes) != header.section(s).checksum {
+                return Err(Error::corrupt(format!("{} checksum mismatch", s.name())));
+            }
+        }
+        let schema = Schema::decode(section(Section::Schema))?;
+        // Only a collection's global index (no fields) locates blobs elsewhere: on a store with
+        // fields the flag would leave its locations unchecked by `verify`.
+        if header.locates_shard_blobs() && !schema.fields.is_empty() {
+            return Err(Error::corrupt(
+                "header flag 0x01 (a collection's global index) on a store with fields",
+            ));
+        }
+        let count = header.count;
+        if count >= u64::from(u32::MAX) {
+            return Err(Error::corrupt("document count out of range"));
+        }
+        let expected = [
+            (Section::DocOffsets, (count + 1) * 8),
+            (Section::KeyOffsets, (count + 1) * 8),
+            (Section::KeyIndex, count * header.key_entry() as u64),
+            (Section::KeyFences, count.div_ceil(header.key_block()) * 8),
+            (Section::KeyRanks, count * 4),
+        ];
+        for (s, len) in expected {
+            if header.section(s).len != len {
+                return Err(Error::corrupt(format!(
+                    "{} section has the wrong size",
+                    s.name()
+                )));
+            }
+        }
+        let fingerprint = crate::format::header_checksum(buf.as_ref());
+        let mut store = Store {
+            buf,
+            fingerprint,
+            entry_size: header.key_entry(),
+            block: header.key_block(),
+            header,
+            schema,
+            ranges,
+            data_file: None,
+            mapped: false,
+            dictionary,
+            common_prefix: 0..0,
+            prefix_fetched: AtomicBool::new(false),
+            cold: Default::default(),
+            rent: Default::default(),
+        };
+        let common = store.header.common_prefix as usize;
+        if store.buf.is_remote() {
+            // Opening a remote store costs two requests (its first bytes, then the fences): the
+            // checks below would cost three more. A truncated object is refused by the header's
+            // section table already; damage elsewhere fails the document checks and `verify`.
+            if common > store.section(Section::Keys).len() {
+                return Err(Error::corrupt("common key prefix longer than the keys"));
+            }
+            // Pinned now, fetched with the first lookup (`fetch_search`).
+            store.common_prefix = 0..common;
+            store.buf.pin(&[store.in_file(Section::Keys, 0..common)]);
+            return Ok(store);
+        }
+        // The last offsets close their sections: a cheap check that catches most truncations.
+        if store.offset(Section::DocOffsets, count) != store.section(Section::Data).len() as u64
+            || store.offset(Section::KeyOffsets, count) != store.section(Section::Keys).len() as u64
+        {
+            return Err(Error::corrupt("index does not match its data (truncated?)"));
+        }
+        if count > 0 {
+            let first = store.range_at(Section::KeyOffsets, Section::Keys, 0)?;
+            if first.len() < common {
+                return Err(Error::corrupt(
+                    "common key prefix longer than the first key",
+                ));
+            }
+            store.common_prefix = first.start..first.start + common;
+        }
+        Ok(store)
+    }
+
+    pub fn len(&self) -> u64 {
+        self.header.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.header.count == 0
+    }
+
+    pub fn schema(&self) -> &Schema {
+        &self.schema
+    }
+
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// Whether every document read is checked against its key (format v2 and later).
+    pub fn checked(&self) -> bool {
+        self.header.checked()
+    }
+
+    /// Identifies the store's contents: its header checksum (see `format::header_checksum`).
+    pub fn fingerprint(&self) -> u64 {
+        self.fingerprint
+    }
+
+    pub fn file_len(&self) -> u64 {
+        self.buf.as_ref().len() as u64
+    }
+
+    pub fn dictionary(&self) -> &[u8] {
+        match &self.dictionary {
+            Some(copy) => copy,
+            None => self.section(Section::Dictionary),
+        }
+    }
+
+    /// How this store reads documents.
+    pub fn data_access(&self) -> DataAccess {
+        match self.data_file {
+            Some(_) => DataAccess::Pread,
+            None => DataAccess::Mmap,
+        }
+    }
+}
+
+/// Checks what `open_ranges` covers against the header's checksums.
+fn check_open_ranges(bytes: &[u8], header: &Header) -> Result<()> {
+    for s in [Section::Schema, Section::Dictionary, Section::KeyFences] {
+        let e = header.section(s);
+        let at = e.offset as usize..(e.offset + e.len) as usize;
+        if xxh3_64(&bytes[at]) != e.checksum {
+            return Err(Error::corrupt(format!("{} checksum mismatch", s.name())));
+        }
+    }
+    Ok(())
+}
+
+/// What opening a remote store reads past its first bytes: the key fences (one request), and
+/// the schema and the dictionary where they do not fit the first request.
+fn open_ranges(header: &Header) -> Vec<Range<u64>> {
+    let whole = |s: Section| {
+        let e = header.section(s);
+        e.offset..e.offset + e.len
+    };
+    vec![
+        whole(Section::Schema),
+        whole(Section::Dictionary),
+        whole(Section::KeyFences),
+    ]
+}

@@ -1,0 +1,337 @@
+//! The key search of a `Store`: the key fences say which block of the key index can hold a
+//! key, a lower bound in that block finds its first candidate (8 bytes past the common
+//! prefix), and the entries settle it (whole keys compared only for long keys). A batch's
+//! searches advance in lockstep. In a checked store a position found is confirmed by its
+//! document's check, and a miss by a second search over the keys (`confirm_absent`).
+
+use super::{Found, Store, GROUP, PREFETCH_MIN};
+use crate::error::{Error, Result};
+use crate::format::{u64_at, Section};
+use crate::keys::entry::{key_prefix, KeyEntry};
+use crate::prefetch::prefetch;
+use crate::storage::Storage;
+use std::cmp::Ordering;
+use std::ops::Range;
+
+/// The first index in `range` whose value is `>=` target (or the range's end), where value `j`
+/// is the u64 at `bytes[j * stride]`.
+pub(super) fn lower_bound(bytes: &[u8], stride: usize, range: Range<u64>, target: u64) -> u64 {
+    let (mut lo, mut hi) = (range.start, range.end);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if u64_at(bytes, mid as usize * stride) < target {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
+/// Lower bounds in lockstep: for each target, the first index in `lows[i] .. lows[i] + sizes[i]`
+/// whose value is `>=` it (or the end of that range). Value `j` is the u64 at `bytes[j * stride]`.
+/// Branch-free, so the searches of a group take the same steps and their cache misses overlap.
+fn lower_bounds(
+    targets: &[Option<u64>; GROUP],
+    lows: &mut [u64; GROUP],
+    sizes: &mut [u64; GROUP],
+    bytes: &[u8],
+    stride: usize,
+) {
+    let value = |j: u64| u64_at(bytes, j as usize * stride);
+    loop {
+        let mut active = false;
+        for ((target, low), size) in targets.iter().zip(lows.iter_mut()).zip(sizes.iter_mut()) {
+            let Some(target) = *target else { continue };
+            if *size <= 1 {
+                continue;
+            }
+            active = true;
+            let half = *size / 2;
+            if value(*low + half) < target {
+                *low += half;
+            }
+            *size -= half;
+            prefetch(bytes, (*low + *size / 2) as usize * stride);
+        }
+        if !active {
+            break;
+        }
+    }
+    for (target, low) in targets.iter().zip(lows.iter_mut()) {
+        if let Some(target) = *target {
+            *low += u64::from(value(*low) < target);
+        }
+    }
+}
+
+impl<B: Storage> Store<B> {
+    /// The position of `key`. In a checked store the answer is confirmed (see `confirmed`):
+    /// a damaged index raises rather than give another document's position.
+    pub fn position(&self, key: &[u8]) -> Result<Option<u64>> {
+        self.rank_of(key)?
+            .map(|rank| self.confirmed(key, rank))
+            .transpose()
+    }
+
+    /// Where the key index finds `key`, not confirmed: for a lookup that then reads the
+    /// document, whose check proves it is `key`'s (`with_record_of`).
+    pub fn locate(&self, key: &[u8]) -> Result<Option<Found>> {
+        self.rank_of(key)?
+            .map(|rank| self.found_at(rank))
+            .transpose()
+    }
+
+    /// The rank of `key`: a binary search over the compact prefix array finds the first
+    /// candidate, whole keys settle ties. A miss is confirmed in a checked store.
+    fn rank_of(&self, key: &[u8]) -> Result<Option<u64>> {
+        self.fetch_search(&[key])?;
+        let found = match self.target(key) {
+            Some(target) => {
+                let start = self.block_of(target) * self.block;
+                let end = (start + self.block).min(self.len());
+                let index = self.section(Section::KeyIndex);
+                self.settle(
+                    key,
+                    target,
+                    lower_bound(index, self.entry_size, start..end, target),
+                )?
+            }
+            None => None,
+        };
+        if found.is_none() {
+            self.confirm_absent(key)?;
+        }
+        Ok(found)
+    }
+
+    /// The position of the document whose key has `rank`, range-checked.
+    pub(crate) fn position_of_rank(&self, rank: u64) -> Result<u64> {
+        Ok(self.found_at(rank)?.pos)
+    }
+
+    /// What the key index entry of `rank` says: the position of its document (range-checked)
+    /// and, in format v3, where its blob lies (checked when it is read, `blob_range`).
+    pub(crate) fn found_at(&self, rank: u64) -> Result<Found> {
+        let entry = self.entry(rank)?;
+        let pos = u64::from(entry.position);
+        self.check_position(pos)
+            .map_err(|_| Error::corrupt("key position out of range"))?;
+        let blob = (self.header.version >= 3).then_some((entry.blob_offset, entry.blob_len));
+        Ok(Found { pos, blob })
+    }
+
+    /// The position of `key`, found at `rank` by the key index, once the document there passes
+    /// its check with `key` (in a checked store): neither a damaged index entry nor a damaged key
+    /// that reads as `key` can then hand out another document's position. Comparing with the keys
+    /// section instead would trust the very bytes a search of long keys compared.
+    fn confirmed(&self, key: &[u8], rank: u64) -> Result<u64> {
+        let found = self.found_at(rank)?;
+        self.confirm(found, key)?;
+        Ok(found.pos)
+    }
+
+    /// Proves, in a checked store, that the document `found` is `key`'s: its blob passes its
+    /// check with `key` (and from format v3 its position; a collection confirms what its global
+    /// index said this way).
+    pub fn confirm(&self, found: Found, key: &[u8]) -> Result<()> {
+        if self.checked() {
+            self.with_body(found, Some(key), |_| Ok(()))?;
+        }
+        Ok(())
+    }
+
+    /// In a checked store, proves that `key`, which the key index did not find, is absent: a
+    /// binary search over the whole keys (a structure the index search does not depend on) must
+    /// miss it too, and the two keys around where it would be must pass their documents' checks.
+    /// Then no damage to the index can have hidden it. Costs a few microseconds, on misses only.
+    fn confirm_absent(&self, key: &[u8]) -> Result<()> {
+        if !self.checked() || self.is_empty() {
+            return Ok(());
+        }
+        let (mut lo, mut hi) = (0, self.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match self.key_of_rank(mid)?.cmp(key) {
+                Ordering::Less => lo = mid + 1,
+                Ordering::Greater => hi = mid,
+                Ordering::Equal => {
+                    return Err(Error::corrupt(format!(
+                        "the key index misses {:?}, which the keys hold: the store is damaged \
+                         (run verify())",
+                        String::from_utf8_lossy(key)
+                    )))
+                }
+            }
+        }
+        for rank in [lo.checked_sub(1), Some(lo).filter(|&r| r < self.len())]
+            .into_iter()
+            .flatten()
+        {
+            let neighbour = self.key_of_rank(rank)?;
+            self.confirm(self.found_at(rank)?, neighbour)?;
+        }
+        Ok(())
+    }
+
+    /// What the search looks for: the 8 bytes of `key` after the common prefix, as in the key
+    /// index. `None` when `key` lacks the common prefix (then it is absent). A remote store must
+    /// have the prefix fetched (`fetch_search`).
+    pub(super) fn target(&self, key: &[u8]) -> Option<u64> {
+        let common = &self.section(Section::Keys)[self.common_prefix.clone()];
+        self.guess(key).filter(|_| key.starts_with(common))
+    }
+
+    /// `target` as far as the prefix's length tells (its bytes unread): where a remote lookup
+    /// fetches its block in the round that fetches the prefix too.
+    pub(super) fn guess(&self, key: &[u8]) -> Option<u64> {
+        let common = self.common_prefix.len();
+        (!self.is_empty() && key.len() >= common).then(|| key_prefix(&key[common..]))
+    }
+
+    /// The block of the key index where the first entry `>= target` lies (or whose end it is):
+    /// the block before the first fence `>= target`.
+    pub(super) fn block_of(&self, target: u64) -> u64 {
+        let fences = self.section(Section::KeyFences);
+        lower_bound(fences, 8, 0..self.len().div_ceil(self.block), target).saturating_sub(1)
+    }
+
+    /// Positions of many keys, confirmed as `position`'s. The searches advance in lockstep, each
+    /// prefetching what it reads next, so that the cache misses of a group overlap instead of
+    /// queuing one after another.
+    pub fn positions(&self, keys: &[&[u8]]) -> Result<Vec<Option<u64>>> {
+        let ranks = self.ranks(keys)?;
+        (ranks.into_iter().zip(keys))
+            .map(|(rank, key)| rank.map(|rank| self.confirmed(key, rank)).transpose())
+            .collect()
+    }
+
+    /// `locate` of many keys.
+    pub fn locate_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Found>>> {
+        let ranks = self.ranks(keys)?;
+        (ranks.into_iter())
+            .map(|rank| rank.map(|rank| self.found_at(rank)).transpose())
+            .collect()
+    }
+
+    /// Ranks of many keys (see `positions`), misses confirmed.
+    fn ranks(&self, keys: &[&[u8]]) -> Result<Vec<Option<u64>>> {
+        if self.mapped && keys.len() >= PREFETCH_MIN {
+            self.prefetch_index(keys);
+        }
+        self.fetch_search(keys)?;
+        let mut out = vec![None; keys.len()];
+        for (keys, out) in keys.chunks(GROUP).zip(out.chunks_mut(GROUP)) {
+            self.ranks_into(keys, out)?;
+        }
+        for (key, rank) in keys.iter().zip(&out) {
+            if rank.is_none() {
+                self.confirm_absent(key)?;
+            }
+        }
+        Ok(out)
+    }
+
+    pub(super) fn entry(&self, rank: u64) -> Result<KeyEntry> {
+        let at = rank as usize * self.entry_size;
+        self.need(Section::KeyIndex, at..at + self.entry_size)?;
+        Ok(KeyEntry::at(
+            self.section(Section::KeyIndex),
+            rank,
+            self.entry_size,
+        ))
+    }
+
+    /// `ranks` for at most GROUP keys, misses not confirmed: the fences say which block (page)
+    /// of the key index can hold a key, a search in that block finds its first candidate, and the
+    /// entries settle it. Only keys longer than the common prefix plus 8 bytes are compared with
+    /// the keys.
+    fn ranks_into(&self, keys: &[&[u8]], out: &mut [Option<u64>]) -> Result<()> {
+        let n = self.len();
+        out.fill(None);
+        if n == 0 {
+            return Ok(());
+        }
+        // Keys without the common prefix are absent; the others search by their next 8 bytes.
+        let mut targets = [None; GROUP];
+        for (target, key) in targets.iter_mut().zip(keys) {
+            *target = self.target(key);
+        }
+        let fences = self.section(Section::KeyFences);
+        let index = self.section(Section::KeyIndex);
+        // The first block whose fence is >= the target: the first candidate lies in the block
+        // before it (or is that block's first entry).
+        let blocks = n.div_ceil(self.block);
+        let mut lows = [0u64; GROUP];
+        let mut sizes = [blocks; GROUP];
+        lower_bounds(&targets, &mut lows, &mut sizes, fences, 8);
+        for (low, size) in lows.iter_mut().zip(&mut sizes) {
+            let start = low.saturating_sub(1) * self.block;
+            *low = start;
+            *size = self.block.min(n - start);
+        }
+        if self.buf.is_remote() {
+            // Cached already (`fetch_search`): checked again just before they are read, so that
+            // a block evicted since (a long batch) is fetched again rather than read as zeros.
+            self.fetch(
+                (targets.iter().zip(lows.iter().zip(&sizes)))
+                    .filter(|(t, _)| t.is_some())
+                    .map(|(_, (&lo, &size))| {
+                        let lo = lo as usize * self.entry_size;
+                        (Section::KeyIndex, lo..lo + size as usize * self.entry_size)
+                    }),
+            )?;
+        }
+        lower_bounds(&targets, &mut lows, &mut sizes, index, self.entry_size);
+        for (i, target) in targets.iter().enumerate().take(keys.len()) {
+            let Some(target) = *target else { continue };
+            out[i] = self.settle(keys[i], target, lows[i])?;
+        }
+        Ok(())
+    }
+
+    /// Finds `key` among the run of entries whose prefix is `target`, starting at rank `lo`: its
+    /// rank.
+    fn settle(&self, key: &[u8], target: u64, lo: u64) -> Result<Option<u64>> {
+        let n = self.len();
+        let short = self.header.common_prefix as usize + 8;
+        // Keys that end within the prefix come first in the run, shortest first; for them the
+        // prefix and the length are the whole key.
+        let mut rank = lo;
+        while rank < n {
+            let entry = self.entry(rank)?;
+            if entry.prefix != target || entry.key_len as usize > short {
+                break;
+            }
+            if entry.key_len as usize == key.len() {
+                return Ok(Some(rank));
+            }
+            rank += 1;
+        }
+        if key.len() <= short {
+            return Ok(None);
+        }
+        // Longer keys: gallop to the end of the run, then compare whole keys.
+        let lo = rank;
+        let mut hi = lo;
+        let mut step = 1;
+        while hi < n && self.entry(hi)?.prefix == target {
+            hi = (lo + step).min(n);
+            step *= 2;
+        }
+        self.search_keys(key, lo, hi)
+    }
+
+    /// Binary search for `key` among ranks `lo..hi` by whole-key comparison: its rank.
+    fn search_keys(&self, key: &[u8], mut lo: u64, mut hi: u64) -> Result<Option<u64>> {
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match self.key_of_rank(mid)?.cmp(key) {
+                Ordering::Less => lo = mid + 1,
+                Ordering::Greater => hi = mid,
+                Ordering::Equal => return Ok(Some(mid)),
+            }
+        }
+        Ok(None)
+    }
+}
