@@ -23,11 +23,14 @@ import pytest
 import docstore
 from docstore._store import _same
 
-from ..conftest import ROOT, assert_doc_equal, make_docs, write_store
+from ..conftest import assert_doc_equal, make_docs, write_store
 from ..support.remote_servers import BUCKET, FaultProxy, MotoS3, RangeHTTPServer, environment
 
 # Short timeouts: a fault costs a test seconds, not minutes.
 FAST = {"timeout": "5s", "connect_timeout": "2s", "init_backoff": "10ms", "max_backoff": "200ms"}
+# Subprocesses import the docstore this process tests (as test_remote_heal.py's do): the
+# repository root holds no docstore, so with it they imported whichever one was installed.
+PYTHONPATH = os.path.dirname(os.path.dirname(os.path.abspath(docstore.__file__)))
 
 
 @pytest.fixture(scope="module")
@@ -504,7 +507,7 @@ def run_python(code: str, env: dict[str, str], timeout: float = 120) -> subproce
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, **env, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, **env, "PYTHONPATH": PYTHONPATH},
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc
@@ -551,7 +554,7 @@ def test_processes_share_one_cache_while_it_evicts(big, tmp_path):
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            env={**os.environ, "PYTHONPATH": PYTHONPATH},
         )
         for seed in range(4)
     ]
@@ -627,7 +630,7 @@ def test_cli_on_a_remote_store(url, local, docs, tmp_path):
             capture_output=True,
             text=True,
             timeout=120,
-            env={**os.environ, **env, "PYTHONPATH": str(ROOT)},
+            env={**os.environ, **env, "PYTHONPATH": PYTHONPATH},
         )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         return proc.stdout
