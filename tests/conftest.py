@@ -25,12 +25,25 @@ TESTS = ROOT / "tests"
 AREAS = {
     "engines": ("engines/*",),
     "training": (
-        "torch/test_torch_ddp.py",
-        "torch/test_torch_sentence_transformers.py",
-        "torch/test_torch_memory.py",
+        "loaders/test_torch_ddp.py",
+        "loaders/test_torch_sentence_transformers.py",
+        "loaders/test_torch_memory.py",
     ),
     "network": ("remote/*",),
 }
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # A moved file or folder must not drop its marker silently, and a folder without __init__.py
+    # would make pytest put tests/ on sys.path, where a folder could shadow a module of that name
+    # (a folder left with only __pycache__ after a move holds no tests: not a concern).
+    stale = [pattern for patterns in AREAS.values() for pattern in patterns if not any(TESTS.glob(pattern))]
+    loose = [d.name for d in TESTS.iterdir() if any(d.glob("*.py")) and not (d / "__init__.py").exists()]
+    if stale or loose:
+        raise pytest.UsageError(
+            f"tests/conftest.py: AREAS patterns that match nothing under tests/: {stale}; "
+            f"folders of tests/ without an __init__.py: {loose}"
+        )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
