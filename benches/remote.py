@@ -5,7 +5,7 @@
 A store of ``--docs`` short documents is served by an HTTP server with range support on
 127.0.0.1 that waits ``latency`` before each response, as a far server would: by default
 rust/core/benches/range_server.rs (tokio: tens of thousands of requests per second, so that the
-server is not what is measured), or with ``--server python`` tests/remote_servers.py's (a few
+server is not what is measured), or with ``--server python`` tests/support/remote_servers.py's (a few
 thousand per second on a 2-core VM: it becomes the bottleneck).
 
 For each latency: the floor (one request; 1024 requests at 256 in flight, from a Python client),
@@ -31,7 +31,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import docstore
-from tests.remote_servers import RangeHTTPServer
+from tests.support.remote_servers import RangeHTTPServer
 
 from .remote_peers import BUCKET, PEERS, SYSTEMS, docs, set_endpoint
 

@@ -9,23 +9,49 @@ import struct
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import docstore
 
-# The slow rooms, by file: marked here so that a new test in one of these files is marked too.
+# The repository root: this file stays at tests/conftest.py, whatever folder a test moves to.
+ROOT = Path(__file__).resolve().parent.parent
+TESTS = ROOT / "tests"
+
+# The slow rooms, by path under tests/ (a folder, or files): marked here so that a new test in one
+# of them is marked too.
 AREAS = {
-    "engines": ("test_ray.py", "test_spark.py"),
-    "training": ("test_torch_ddp.py", "test_torch_sentence_transformers.py", "test_torch_memory.py"),
-    "network": ("test_remote*.py", "test_cache_trust.py"),
+    "engines": ("engines/*",),
+    "training": (
+        "loaders/test_torch_ddp.py",
+        "loaders/test_torch_sentence_transformers.py",
+        "loaders/test_torch_memory.py",
+    ),
+    "network": ("remote/*",),
 }
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # A moved file or folder must not drop its marker silently, and a folder without __init__.py
+    # would make pytest put tests/ on sys.path, where a folder could shadow a module of that name
+    # (a folder left with only __pycache__ after a move holds no tests: not a concern).
+    stale = [pattern for patterns in AREAS.values() for pattern in patterns if not any(TESTS.glob(pattern))]
+    loose = [d.name for d in TESTS.iterdir() if any(d.glob("*.py")) and not (d / "__init__.py").exists()]
+    if stale or loose:
+        raise pytest.UsageError(
+            f"tests/conftest.py: AREAS patterns that match nothing under tests/: {stale}; "
+            f"folders of tests/ without an __init__.py: {loose}"
+        )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        name = os.path.basename(str(item.path))
+        path = Path(str(item.path)).resolve()
+        if not path.is_relative_to(TESTS):
+            continue
+        name = path.relative_to(TESTS).as_posix()
         for marker, patterns in AREAS.items():
             if any(fnmatch.fnmatch(name, pattern) for pattern in patterns):
                 item.add_marker(getattr(pytest.mark, marker))

@@ -3,7 +3,7 @@ against"): a server cannot poison the cache for another URL, a replaced object i
 the other version, and the cache directory is this user's own, its files private, never written
 through a link, and only this user's entries trusted.
 
-Real servers on 127.0.0.1 (tests/remote_servers.py): a genuine HTTP server and a mirror that
+Real servers on 127.0.0.1 (tests/support/remote_servers.py): a genuine HTTP server and a mirror that
 serves the genuine header with one forged document (its check recomputed: the check is not a
 secret), HTTP servers with no ETag, a weak one, one reused across versions, and S3 (moto) with a
 versioned bucket. The tests run as any user; those that need another user's files chown them
@@ -22,9 +22,9 @@ import pytest
 
 import docstore
 
-from .conftest import assert_doc_equal, make_docs, write_store
-from .remote_servers import MotoS3, RangeHTTPServer, environment
-from .test_format_spec import SpecStore, document_check
+from ..conftest import assert_doc_equal, make_docs, write_store
+from ..format.test_format_spec import SpecStore, document_check
+from ..support.remote_servers import MotoS3, RangeHTTPServer, environment
 
 FAST = {"timeout": "5s", "connect_timeout": "2s", "init_backoff": "10ms", "max_backoff": "200ms"}
 NAME = "corpus.docstore"

@@ -14,7 +14,7 @@ import pytest
 
 import docstore
 
-from .conftest import FIELDS, assert_doc_equal, run_python, write_store
+from ..conftest import FIELDS, assert_doc_equal, run_python, write_store
 
 
 def test_len_contains_and_getitem_match_the_oracle(store, oracle):

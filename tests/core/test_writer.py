@@ -17,7 +17,7 @@ import pytest
 
 import docstore
 
-from .conftest import FIELDS, assert_doc_equal, make_docs, run_python, write_store
+from ..conftest import FIELDS, assert_doc_equal, make_docs, run_python, write_store
 
 
 def leftovers(directory) -> list[str]:

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 import docstore
 from docstore.cli import main as cli
 
-from .conftest import FIELDS, assert_doc_equal, make_docs, write_store
+from ..conftest import FIELDS, assert_doc_equal, make_docs, write_store
 
 
 def _shards(tmp_path, docs: dict[str, dict], sizes: list[int], fields=FIELDS) -> list[str]:

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from .conftest import run_python, write_store
+from ..conftest import run_python, write_store
 
 SWEEP = """
 import json, sys, docstore

@@ -25,7 +25,9 @@ import xxhash  # xxh3-64 (§1): checksums and, from version 2, the document chec
 
 import docstore
 
-FORMAT_MD = Path(__file__).resolve().parent.parent / "docs" / "format.md"
+from ..conftest import ROOT
+
+FORMAT_MD = ROOT / "docs" / "format.md"
 
 # §3 header: magic, version, header size, count, raw bytes, section count, level, flags (version
 # 3; reserved before), 2 reserved, common prefix, 20 reserved. The section table follows at 64, the

@@ -13,7 +13,7 @@ import pytest
 
 import docstore
 
-from .conftest import assert_doc_equal, run_python
+from ..conftest import assert_doc_equal, run_python
 
 torch = pytest.importorskip("torch")
 

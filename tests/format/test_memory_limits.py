@@ -18,7 +18,7 @@ import xxhash
 
 import docstore
 
-from .conftest import run_python
+from ..conftest import run_python
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_AS and /proc are Linux's")
 

@@ -6,7 +6,7 @@
 - A remote manifest cannot name a file outside its collection's prefix, however it spells it
   (``%2e%2e``, ``..\\``): refused as the local check refuses ``..``, before anything is fetched.
 
-Real servers on 127.0.0.1 (tests/remote_servers.py); whatever runs in another process has a
+Real servers on 127.0.0.1 (tests/support/remote_servers.py); whatever runs in another process has a
 timeout, so no test can hang.
 """
 
@@ -27,8 +27,8 @@ import xxhash
 
 import docstore
 
-from .conftest import assert_doc_equal, make_docs, write_store
-from .remote_servers import BUCKET, FaultProxy, MotoS3, RangeHTTPServer, _Files, environment
+from ..conftest import assert_doc_equal, make_docs, write_store
+from ..support.remote_servers import BUCKET, FaultProxy, MotoS3, RangeHTTPServer, _Files, environment
 
 FAST = {"timeout": "5s", "connect_timeout": "2s", "init_backoff": "10ms", "max_backoff": "100ms"}
 # What a URL may carry that must never be shown: a user, a password, presigned query values.

@@ -16,7 +16,7 @@ import json
 import numpy as np
 import pytest
 
-from .conftest import run_python, write_store
+from ..conftest import run_python, write_store
 
 CRAFT = """
 import json, random, struct, sys, traceback

@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "python" / "docstore"
+from ..conftest import ROOT
+
+PACKAGE = ROOT / "python" / "docstore"
 
 
 def module_imports() -> dict[str, set[str]]:

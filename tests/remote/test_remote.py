@@ -1,7 +1,7 @@
 """Remote stores (docs/remote.md): a store or collection read where it lies, S3 (moto's server)
 or plain HTTP, through the node cache; every read checked against the local file.
 
-Real servers on 127.0.0.1 (tests/remote_servers.py), nothing mocked inside docstore. Every read
+Real servers on 127.0.0.1 (tests/support/remote_servers.py), nothing mocked inside docstore. Every read
 runs under short client timeouts, and whatever runs in another process has a subprocess timeout,
 so no test can hang.
 """
@@ -23,12 +23,14 @@ import pytest
 import docstore
 from docstore._store import _same
 
-from .conftest import assert_doc_equal, make_docs, write_store
-from .remote_servers import BUCKET, FaultProxy, MotoS3, RangeHTTPServer, environment
+from ..conftest import assert_doc_equal, make_docs, write_store
+from ..support.remote_servers import BUCKET, FaultProxy, MotoS3, RangeHTTPServer, environment
 
 # Short timeouts: a fault costs a test seconds, not minutes.
 FAST = {"timeout": "5s", "connect_timeout": "2s", "init_backoff": "10ms", "max_backoff": "200ms"}
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Subprocesses import the docstore this process tests (as test_remote_heal.py's do): the
+# repository root holds no docstore, so with it they imported whichever one was installed.
+PYTHONPATH = os.path.dirname(os.path.dirname(os.path.abspath(docstore.__file__)))
 
 
 @pytest.fixture(scope="module")
@@ -505,7 +507,7 @@ def run_python(code: str, env: dict[str, str], timeout: float = 120) -> subproce
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, **env, "PYTHONPATH": ROOT},
+        env={**os.environ, **env, "PYTHONPATH": PYTHONPATH},
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc
@@ -552,7 +554,7 @@ def test_processes_share_one_cache_while_it_evicts(big, tmp_path):
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env={**os.environ, "PYTHONPATH": ROOT},
+            env={**os.environ, "PYTHONPATH": PYTHONPATH},
         )
         for seed in range(4)
     ]
@@ -628,7 +630,7 @@ def test_cli_on_a_remote_store(url, local, docs, tmp_path):
             capture_output=True,
             text=True,
             timeout=120,
-            env={**os.environ, **env, "PYTHONPATH": ROOT},
+            env={**os.environ, **env, "PYTHONPATH": PYTHONPATH},
         )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         return proc.stdout

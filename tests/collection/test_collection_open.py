@@ -16,7 +16,7 @@ import xxhash
 import docstore
 from docstore.cli import main as cli
 
-from .conftest import assert_doc_equal, make_docs, write_store
+from ..conftest import assert_doc_equal, make_docs, write_store
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import pytest
 
 import docstore
 
-from .conftest import assert_doc_equal, dictionaries, make_docs, named, only
+from ..conftest import assert_doc_equal, dictionaries, make_docs, named, only
 
 pytest.importorskip("pyarrow")
 pyspark_sql = pytest.importorskip("pyspark.sql")

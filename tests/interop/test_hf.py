@@ -9,7 +9,7 @@ import pytest
 
 import docstore
 
-from .conftest import run_python
+from ..conftest import run_python
 
 datasets = pytest.importorskip("datasets")
 pa = pytest.importorskip("pyarrow")

@@ -13,7 +13,7 @@ import pytest
 
 import docstore
 
-from .conftest import run_python, write_store
+from ..conftest import run_python, write_store
 
 # Every byte of a small v2 store flipped in turn (three bit patterns each), in a fresh
 # interpreter (a crash fails the test instead of ending the run). Each lookup, by id or by

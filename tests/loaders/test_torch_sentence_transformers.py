@@ -18,9 +18,9 @@ import pytest
 
 import docstore
 
-from .conftest import run_python
+from ..conftest import ROOT, run_python
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = ROOT / "examples"
 EXAMPLE = EXAMPLES / "sentence_pairs.py"
 
 pytestmark = pytest.mark.skipif(

@@ -13,7 +13,7 @@ import pytest
 
 import docstore
 
-from .conftest import assert_doc_equal, run_python, write_store
+from ..conftest import assert_doc_equal, run_python, write_store
 
 
 def test_eight_threads_hammering_lookups_match_the_oracle(store, oracle):

@@ -10,7 +10,7 @@ import pytest
 
 import docstore
 
-from .conftest import FIELDS, assert_doc_equal, dictionaries, make_docs, named, only
+from ..conftest import FIELDS, assert_doc_equal, dictionaries, make_docs, named, only
 
 ray = pytest.importorskip("ray")
 pa = pytest.importorskip("pyarrow")

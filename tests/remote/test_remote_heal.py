@@ -5,7 +5,7 @@ dictionary is read from a copy taken at open, a full disk or a truncated cache f
 rather than SIGBUS, a process that inherits a store with its maker's pid does not hang, and
 options out of range are refused.
 
-Real servers on 127.0.0.1 (tests/remote_servers.py): moto's S3 and a fault-injecting proxy.
+Real servers on 127.0.0.1 (tests/support/remote_servers.py): moto's S3 and a fault-injecting proxy.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import pytest
 import docstore
 from docstore._store import _same
 
-from .conftest import assert_doc_equal, make_docs, sections, write_store
-from .remote_servers import FaultProxy, MotoS3, environment
+from ..conftest import assert_doc_equal, make_docs, sections, write_store
+from ..support.remote_servers import FaultProxy, MotoS3, environment
 
 FAST = {"timeout": "5s", "connect_timeout": "2s", "init_backoff": "10ms", "max_backoff": "200ms"}
 # Subprocesses import the docstore this process imported (a worktree's, not an installed one).

@@ -14,7 +14,7 @@ import pytest
 
 import docstore
 
-from .conftest import run_python, sections
+from ..conftest import run_python, sections
 
 
 def keys_section(path) -> tuple[int, int]:
@@ -232,7 +232,7 @@ def test_get_many_of_one_id_repeated_three_million_times_holds_memory_for_one(tm
 def test_ids_read_by_position_from_a_remote_store_are_checked(tmp_path):
     # A remote store fetches the blobs that prove the ids with them (the same rounds of
     # requests): the right ids from a sound store, CorruptStoreError from a damaged one.
-    from .remote_servers import RangeHTTPServer
+    from ..support.remote_servers import RangeHTTPServer
 
     docs = small_docs()
     ids = list(docs)

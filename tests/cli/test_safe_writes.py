@@ -18,7 +18,7 @@ import xxhash
 
 import docstore
 
-from .conftest import make_docs, write_store
+from ..conftest import make_docs, write_store
 
 FIELDS = {"text": "str"}
 

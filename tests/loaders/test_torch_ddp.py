@@ -8,11 +8,10 @@ import re
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from .conftest import assert_doc_equal
+from ..conftest import ROOT, assert_doc_equal
 
 torch = pytest.importorskip("torch")
 
@@ -119,7 +118,7 @@ def test_two_ranks_see_every_sample_exactly_once_per_epoch(store_path, oracle, t
 
 
 def test_ranker_example_alone_and_under_torchrun(tmp_path):
-    example = Path(__file__).resolve().parent.parent / "examples" / "train_ranker.py"
+    example = ROOT / "examples" / "train_ranker.py"
     runs = {
         "alone": [sys.executable, str(example)],
         "torchrun": [

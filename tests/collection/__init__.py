@@ -1,0 +1,1 @@
+"""Collections: shard files sealed into one directory that reads as one store."""
