@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 # Docs whose blocks need a slow engine: their test carries that area's marker (tests/conftest.py).
-AREAS = {"docs/engines.md": "engines", "docs/training.md": "training"}
+AREAS = {"docs/engines.md": "engines"}
 TIMEOUT = {"docs/engines.md": 400}
 
 _MARK = re.compile(r"<!--\s*(not run|setup):(.*?)-->", re.S)
@@ -154,10 +154,15 @@ def test_marks_are_read(tmp_path):
 
 @pytest.fixture(scope="module", autouse=True)
 def _report_not_run(request):
+    # At the end of the module, past pytest's capture (a plain print would be swallowed on success).
     yield
+    total = sum(len(blocks) for blocks in BLOCKS.values())
+    lines = [f"doc blocks: {total - len(NOT_RUN)} run, {len(NOT_RUN)} not run:"]
+    lines += [f"  {b.doc}:{b.line}: {b.not_run}" for b in NOT_RUN]
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        total = sum(len(blocks) for blocks in BLOCKS.values())
-        reporter.write_line(f"\ndoc blocks: {total - len(NOT_RUN)} run, {len(NOT_RUN)} not run:")
-        for b in NOT_RUN:
-            reporter.write_line(f"  {b.doc}:{b.line}: {b.not_run}")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is not None and capture is not None:
+        with capture.global_and_fixture_disabled():
+            reporter.write_line("")
+            for line in lines:
+                reporter.write_line(line)
