@@ -150,6 +150,14 @@ def test_marks_are_read(tmp_path):
     first, second = _blocks(path)
     assert (first.not_run, first.setup, first.line) == ("needs S3", None, 5)
     assert (second.not_run, second.setup, second.setup_line, second.line) == (None, "\ny = 2\n", 7, 11)
+    # A one-line setup, and a comment that is not right before the fence: not this block's.
+    path.write_text("<!-- not run: x -->\ntext\n<!-- setup: y = 2 -->\n\n```python\nz = y\n```\n")
+    (only,) = _blocks(path)
+    assert (only.not_run, only.setup, only.setup_line) == (None, "y = 2 ", 3)
+    # A misspelt mark is refused rather than ignored.
+    path.write_text("<!-- notrun: needs S3 -->\n```python\nx = 1\n```\n")
+    with pytest.raises(AssertionError, match="unknown mark"):
+        _blocks(path)
 
 
 @pytest.fixture(scope="module", autouse=True)
