@@ -728,7 +728,12 @@ impl Collection {
         at: impl Fn(&T) -> (usize, Found),
         read: impl FnMut(&T) -> Result<()>,
     ) -> Result<()> {
-        if !fetched && (self.shards.iter()).any(|shard| shard.prepares_batch(items.len())) {
+        if let ([shard], false) = (self.shards.as_slice(), fetched || self.remote.is_some()) {
+            // One local file: its hints straight from the batch, without a copy per shard.
+            if shard.prepares_batch(items.len()) {
+                shard.prepare_batch(items.iter().map(|i| at(i).1), items.len(), keys)?;
+            }
+        } else if !fetched && (self.shards.iter()).any(|shard| shard.prepares_batch(items.len())) {
             let mut by_shard: Vec<Vec<Found>> = vec![Vec::new(); self.shards.len()];
             for (shard, local) in items.iter().map(&at) {
                 by_shard[shard].push(local);
