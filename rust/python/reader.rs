@@ -11,7 +11,7 @@ use crate::text::{RecordTexts, Wants};
 use arc_swap::ArcSwapOption;
 use docstore_core::record;
 use docstore_core::repeats::{distinct, hash_key, Seen};
-use docstore_core::{Collection, DataAccess, RemoteOptions};
+use docstore_core::{Collection, DataAccess, Located, RemoteOptions};
 use numpy::PyArray1;
 use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
@@ -422,11 +422,11 @@ impl Reader {
             })
             .collect();
         guard(py, || {
-            py.detach(|| store.prefetch_keyed(&keys)).py_err(py)?;
+            let items = py.detach(|| locate(&store, &keys)).py_err(py)?;
             let found = py
                 .detach(|| {
-                    in_chunks(&keys, &mut Vec::<()>::new(), |chunk, _| {
-                        store.positions(chunk)
+                    in_chunks(&items, &mut Vec::<()>::new(), |chunk, _| {
+                        store.confirm_located(chunk)
                     })
                 })
                 .py_err(py)?;
@@ -471,14 +471,15 @@ impl Reader {
         }
         let keys: Vec<&[u8]> = objects.iter().map(text).collect();
         guard(py, || {
-            py.detach(|| store.prefetch_keyed(&keys)).py_err(py)?;
+            let items = py.detach(|| locate(&store, &keys)).py_err(py)?;
             let mut batches = Batches::take();
             let out = PyDict::new(py);
             let mut objects = objects.iter();
             // Per chunk of keys: the positions of those found, whose records `decoded` holds.
-            let read =
-                |keys: &[&[u8]], decoded: &mut Decoded| decoded.read_keys(&store, keys, &select);
-            in_chunks_then(py, &keys, &mut batches, read, |decoded, positions| {
+            let read = |items: &[(&[u8], Option<Located>)], decoded: &mut Decoded| {
+                decoded.read_located(&store, items, &select)
+            };
+            in_chunks_then(py, &items, &mut batches, read, |decoded, positions| {
                 let mut indices = 0..decoded.records.len();
                 // `positions` first: zip stops on it without taking an id from the next chunk.
                 for (pos, object) in positions.iter().zip(objects.by_ref()) {
@@ -767,4 +768,23 @@ impl Reader {
             })
         })
     }
+}
+
+/// Each key with where `Collection::locate_batch` found it: the batch searched once (before it
+/// is read chunk by chunk). A remote store's batch is one search, so that its fetches are a few
+/// rounds for the whole batch; a local one is searched in chunks on the pool's threads.
+fn locate<'k>(
+    store: &Collection,
+    keys: &[&'k [u8]],
+) -> docstore_core::Result<Vec<(&'k [u8], Option<Located>)>> {
+    if store.remote().is_some() {
+        return store.locate_batch(keys);
+    }
+    let mut parts = in_chunks(keys, &mut Vec::<()>::new(), |chunk, _| {
+        store.locate_batch(chunk)
+    })?;
+    Ok(match parts.len() {
+        1 => parts.pop().expect("one part"),
+        _ => parts.concat(),
+    })
 }

@@ -7,7 +7,7 @@
 //! decoding on two cores. Each thread keeps the batches of its last call instead.
 
 use crate::text::{Texts, Wants};
-use docstore_core::{Collection, RecordBatch};
+use docstore_core::{Collection, Located, RecordBatch};
 use std::cell::RefCell;
 use std::ops::{Deref, DerefMut};
 
@@ -31,26 +31,28 @@ pub struct Decoded {
 }
 
 impl Decoded {
-    /// The records at `positions`, their `str` fields that `wanted` wants made ready for Python.
+    /// The records at `positions`, which `Collection::prefetch_records` fetched (a remote store),
+    /// their `str` fields that `wanted` wants made ready for Python.
     pub fn read(
         &mut self,
         store: &Collection,
         positions: &[u64],
         wanted: &impl Wants,
     ) -> docstore_core::Result<()> {
-        store.read_records(positions, &mut self.records)?;
+        store.read_prefetched(positions, &mut self.records)?;
         self.texts.prepare(store.schema(), &self.records, wanted)
     }
 
-    /// Like `read`, by key: the position of each key (`None` when absent); only the records of
-    /// keys found are read.
-    pub fn read_keys(
+    /// Like `read`, by key, of keys that `Collection::locate_batch` found (each with what was
+    /// found): the position of each key (`None` when absent); only the records of keys found
+    /// are read.
+    pub fn read_located(
         &mut self,
         store: &Collection,
-        keys: &[&[u8]],
+        items: &[(&[u8], Option<Located>)],
         wanted: &impl Wants,
     ) -> docstore_core::Result<Vec<Option<u64>>> {
-        let positions = store.read_many(keys, &mut self.records)?;
+        let positions = store.read_located(items, &mut self.records)?;
         self.texts.prepare(store.schema(), &self.records, wanted)?;
         Ok(positions)
     }

@@ -136,6 +136,29 @@ def test_cache_damaged_while_open_is_fetched_again(small, big, which, region, tm
     assert store.remote_stats()["heals"] >= 1
 
 
+@pytest.mark.parametrize("op", ["get_many", "positions"])
+@pytest.mark.parametrize("region", ["key index", "data"])
+def test_a_batch_meeting_damage_first_searches_again_and_heals(big, region, op, tmp_path):
+    """A batch is searched once, then read from what the search found: damage that a batch meets
+    before any single lookup does (in the index entries the search read, or in a document) is
+    read again with a new search of the batch, over bytes fetched anew."""
+    local, url = big
+    cache = tmp_path / "cache"
+    store = open_remote(url, cache)
+    with docstore.open(local) as plain:
+        ids = list(plain)
+        want_docs, want_positions = plain.get_many(ids), plain.positions(ids)
+    store.get_many(ids)
+    flip(cache_data(cache), damage_offset(local, region))
+    if op == "get_many":
+        got = store.get_many(ids)
+        assert list(got) == ids
+        assert all(_same(got[k], want_docs[k]) for k in ids)
+    else:
+        assert list(store.positions(ids)) == list(want_positions)
+    assert store.remote_stats()["heals"] >= 1
+
+
 def test_a_server_sending_damaged_bytes_is_a_corrupt_store_and_nothing_stays_bad(s3, small, docs, tmp_path):
     local, url = small
     ids = list(docs)

@@ -25,7 +25,7 @@ pub mod store;
 mod varint;
 pub mod writer;
 
-pub use collection::Collection;
+pub use collection::{Collection, Located};
 pub use columns::{Column, Columns};
 pub use error::{Error, Result};
 pub use memmap2::Mmap;

@@ -27,7 +27,7 @@ use crate::storage::StoreFile;
 use crate::store::{self, DataAccess, Found, RecordBatch, Store};
 use rayon::prelude::*;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -43,15 +43,16 @@ pub struct Collection {
     fingerprint: u64,
     /// The client of a remote store or collection (`None`: local files).
     remote: Option<Arc<Remote>>,
-    /// Batch prefetches in a row that found everything cached (see `should_prefetch`).
-    warm_streak: AtomicU32,
-    skipped: AtomicU32,
 }
 
-/// Prefetches in a row that must find everything cached before batches stop prefetching.
-const WARM_STREAK: u32 = 4;
-/// Once warm, one batch in this many prefetches all the same (and finds out if it still is).
-const PREFETCH_EVERY: u32 = 16;
+/// Where `Collection::locate_batch` found a key: the global position, and the shard and the
+/// document in it (with where its blob lies, when the index says).
+#[derive(Clone, Copy, Debug)]
+pub struct Located {
+    pub pos: u64,
+    shard: usize,
+    local: Found,
+}
 
 /// A damaged read of a remote store is tried this many times in all, its bytes fetched anew:
 /// the cache may have been evicted under it, the network may have handed over bad bytes that
@@ -87,8 +88,6 @@ impl Collection {
             index_path: None,
             fingerprint,
             remote,
-            warm_streak: AtomicU32::new(0),
-            skipped: AtomicU32::new(0),
         }
     }
 
@@ -258,8 +257,6 @@ impl Collection {
             index_path: Some(index_path),
             fingerprint: xxh3_64(&ids),
             remote,
-            warm_streak: AtomicU32::new(0),
-            skipped: AtomicU32::new(0),
         })
     }
 
@@ -271,8 +268,13 @@ impl Collection {
     /// Runs a read; for a remote store, a read that finds damage is run again after evicting
     /// what it read from the cache (see `REMOTE_ATTEMPTS`).
     fn retrying<R>(&self, mut op: impl FnMut() -> Result<R>) -> Result<R> {
+        self.retrying_from(|_| op())
+    }
+
+    /// `retrying`, `op` told which attempt it is (1 first).
+    fn retrying_from<R>(&self, mut op: impl FnMut(u32) -> Result<R>) -> Result<R> {
         if self.remote.is_none() {
-            return op();
+            return op(1);
         }
         let now = remote::guard_clock();
         for file in self.index.iter().chain(&self.shards) {
@@ -281,7 +283,7 @@ impl Collection {
         let mut attempt = 1;
         loop {
             remote::begin_read();
-            match op() {
+            match op(attempt) {
                 Err(Error::Corrupt(_)) if attempt < REMOTE_ATTEMPTS => {
                     attempt += 1;
                     let files = self.index.iter().chain(&self.shards);
@@ -462,41 +464,12 @@ impl Collection {
     }
 
     /// For a remote store, fetches at once what `read_records(positions)` will read, so that
-    /// reading it in chunks (on several threads) waits on nothing: a batch is a few rounds of
-    /// concurrent requests, not a few per chunk. Nothing to do for local files.
+    /// reading it in chunks (on several threads, `read_prefetched`) waits on nothing: a batch is
+    /// a few rounds of concurrent requests, not a few per chunk. Nothing to do for local files.
     pub fn prefetch_records(&self, positions: &[u64]) -> Result<()> {
-        self.prefetching(|| self.prefetch_records_now(positions))
-    }
-
-    /// Whether a batch prefetches: always while batches find something to fetch; once
-    /// `WARM_STREAK` in a row found everything cached, one in `PREFETCH_EVERY` (a prefetch costs
-    /// a second search of the batch, half the time of a warm batch, measured). A batch that
-    /// skips it and finds bytes missing still reads right, fetching them chunk by chunk.
-    fn prefetching(&self, prefetch: impl FnOnce() -> Result<()>) -> Result<()> {
-        let Some(remote) = &self.remote else {
-            return Ok(());
-        };
-        if self.warm_streak.load(Ordering::Relaxed) >= WARM_STREAK
-            && !(self.skipped.fetch_add(1, Ordering::Relaxed)).is_multiple_of(PREFETCH_EVERY)
-        {
+        if self.remote.is_none() {
             return Ok(());
         }
-        let before = remote.stats.bytes.load(Ordering::Relaxed);
-        prefetch()?;
-        let fetched = remote.stats.bytes.load(Ordering::Relaxed) != before;
-        match fetched {
-            true => self.warm_streak.store(0, Ordering::Relaxed),
-            false => {
-                let _ =
-                    (self.warm_streak).fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| {
-                        Some(s.saturating_add(1))
-                    });
-            }
-        }
-        Ok(())
-    }
-
-    fn prefetch_records_now(&self, positions: &[u64]) -> Result<()> {
         self.retrying(|| {
             let mut by_shard: Vec<Vec<Found>> = vec![Vec::new(); self.shards.len()];
             for &pos in positions {
@@ -533,22 +506,99 @@ impl Collection {
         }
     }
 
-    /// `prefetch_records` for lookups by key (`read_many`, `positions`): the global index's
-    /// blocks, then (format v3) the blobs it locates, two rounds of requests.
-    pub fn prefetch_keyed(&self, keys: &[&[u8]]) -> Result<()> {
-        self.prefetching(|| {
-            self.retrying(|| {
-                let Some(index) = &self.index else {
-                    return self.shards[0].prefetch_keyed(keys);
-                };
-                let mut by_shard: Vec<Vec<Found>> = vec![Vec::new(); self.shards.len()];
-                for found in index.locate_many(keys)?.into_iter().flatten() {
-                    if let Ok((shard, local)) = self.indexed(found) {
-                        by_shard[shard].push(local);
-                    }
+    /// Finds many keys for reading, the batch searched once: for a remote store, what reading
+    /// them needs is then fetched in a few rounds of concurrent requests (the index blocks, then
+    /// the blobs, which a format-v3 index locates), so that `read_located` and `confirm_located`
+    /// go through the batch chunk by chunk, on several threads, without searching again or
+    /// waiting on the network. Nothing is confirmed here: those check each document. Each key
+    /// comes back with what was found for it, in order: what those take.
+    pub fn locate_batch<'k>(&self, keys: &[&'k [u8]]) -> Result<Vec<(&'k [u8], Option<Located>)>> {
+        if self.remote.is_none() {
+            return self.locate_once(keys);
+        }
+        self.retrying(|| {
+            let located = self.locate_once(keys)?;
+            let mut by_shard: Vec<Vec<Found>> = vec![Vec::new(); self.shards.len()];
+            for (_, l) in located.iter() {
+                if let Some(l) = l {
+                    by_shard[l.shard].push(l.local);
                 }
-                self.fetch_shards(&by_shard, false)
-            })
+            }
+            self.fetch_shards(&by_shard, false)?;
+            Ok(located)
+        })
+    }
+
+    fn locate_once<'k>(&self, keys: &[&'k [u8]]) -> Result<Vec<(&'k [u8], Option<Located>)>> {
+        let Some(index) = &self.index else {
+            let found = self.shards[0].locate_many(keys)?;
+            let at = |local: Found| Located {
+                pos: local.pos,
+                shard: 0,
+                local,
+            };
+            return Ok(keys
+                .iter()
+                .zip(found)
+                .map(|(&k, f)| (k, f.map(at)))
+                .collect());
+        };
+        let found = index.locate_many(keys)?;
+        let mut located = Vec::with_capacity(keys.len());
+        for (&key, found) in keys.iter().zip(found) {
+            let at = found.map(|found| {
+                let (shard, local) = self.indexed(found)?;
+                Ok::<_, Error>(Located {
+                    pos: found.pos,
+                    shard,
+                    local,
+                })
+            });
+            located.push((key, at.transpose()?));
+        }
+        Ok(located)
+    }
+
+    /// `read_many` of keys that `locate_batch` found (`items`: each key with what was found):
+    /// no second search. A read that finds damage (a remote store) is run again as `read_many`,
+    /// searching with bytes fetched anew: what the search read may be what is damaged.
+    pub fn read_located(
+        &self,
+        items: &[(&[u8], Option<Located>)],
+        batch: &mut RecordBatch,
+    ) -> Result<Vec<Option<u64>>> {
+        let base = batch.len();
+        self.retrying_from(|attempt| {
+            batch.truncate(base);
+            if attempt > 1 {
+                return self.read_many_once(&keys_of(items), batch);
+            }
+            let mut found: Vec<(&[u8], Located)> = Vec::with_capacity(items.len());
+            found.extend(items.iter().filter_map(|&(key, l)| l.map(|l| (key, l))));
+            self.read_across(
+                &found,
+                false,
+                self.remote.is_some(),
+                |&(_, l)| (l.shard, l.local),
+                |&(key, l)| self.shards[l.shard].with_record_of(l.local, key, |r| batch.push(r))?,
+            )?;
+            Ok(items.iter().map(|(_, l)| l.map(|l| l.pos)).collect())
+        })
+    }
+
+    /// `positions` of keys that `locate_batch` found (see `read_located`): each confirmed by
+    /// its document's check, without a second search.
+    pub fn confirm_located(&self, items: &[(&[u8], Option<Located>)]) -> Result<Vec<Option<u64>>> {
+        self.retrying_from(|attempt| {
+            if attempt > 1 {
+                return self.positions_once(&keys_of(items));
+            }
+            for &(key, l) in items {
+                if let Some(l) = l {
+                    self.shards[l.shard].confirm(l.local, key)?;
+                }
+            }
+            Ok(items.iter().map(|(_, l)| l.map(|l| l.pos)).collect())
         })
     }
 
@@ -574,12 +624,29 @@ impl Collection {
         let base = batch.len();
         self.retrying(|| {
             batch.truncate(base);
-            self.read_records_once(positions, batch)
+            self.read_records_once(positions, batch, false)
         })
     }
 
-    fn read_records_once(&self, positions: &[u64], batch: &mut RecordBatch) -> Result<()> {
-        if self.index.is_none() {
+    /// `read_records` of positions that `prefetch_records` fetched: a remote store's first
+    /// attempt does not look for missing bytes again (any the cache lost meanwhile are fetched
+    /// as read); one that finds damage fetches anew.
+    pub fn read_prefetched(&self, positions: &[u64], batch: &mut RecordBatch) -> Result<()> {
+        let base = batch.len();
+        let fetched = self.remote.is_some();
+        self.retrying_from(|attempt| {
+            batch.truncate(base);
+            self.read_records_once(positions, batch, fetched && attempt == 1)
+        })
+    }
+
+    fn read_records_once(
+        &self,
+        positions: &[u64],
+        batch: &mut RecordBatch,
+        fetched: bool,
+    ) -> Result<()> {
+        if self.index.is_none() && !fetched {
             return self.shards[0].read_records(positions, batch);
         }
         let items = (positions.iter())
@@ -591,6 +658,7 @@ impl Collection {
         self.read_across(
             &items,
             keys,
+            fetched,
             |&at| at,
             |&(shard, local)| self.shards[shard].with_record(local.pos, |raw| batch.push(raw))?,
         )
@@ -617,6 +685,7 @@ impl Collection {
             .collect::<Result<Vec<_>>>()?;
         self.read_across(
             &items,
+            false,
             false,
             |&(s, local, _)| (s, local),
             |&(s, local, key)| self.shards[s].with_record_of(local, key, |raw| batch.push(raw))?,
@@ -650,14 +719,21 @@ impl Collection {
     /// asked for when they look uncached), then one prefetching pipeline across the shards, so
     /// that a batch spread over many shards overlaps its memory loads as one file's does (read
     /// shard by shard, 64 shards left one or two documents a group and nothing to overlap).
+    /// With `fetched`, what a remote store reads was fetched for the batch already.
     fn read_across<T>(
         &self,
         items: &[T],
         keys: bool,
+        fetched: bool,
         at: impl Fn(&T) -> (usize, Found),
         read: impl FnMut(&T) -> Result<()>,
     ) -> Result<()> {
-        if (self.shards.iter()).any(|shard| shard.prepares_batch(items.len())) {
+        if let ([shard], false) = (self.shards.as_slice(), fetched || self.remote.is_some()) {
+            // One local file: its hints straight from the batch, without a copy per shard.
+            if shard.prepares_batch(items.len()) {
+                shard.prepare_batch(items.iter().map(|i| at(i).1), items.len(), keys)?;
+            }
+        } else if !fetched && (self.shards.iter()).any(|shard| shard.prepares_batch(items.len())) {
             let mut by_shard: Vec<Vec<Found>> = vec![Vec::new(); self.shards.len()];
             for (shard, local) in items.iter().map(&at) {
                 by_shard[shard].push(local);
@@ -703,8 +779,6 @@ impl Collection {
             index_path: self.index_path.clone(),
             fingerprint: self.fingerprint,
             remote: None,
-            warm_streak: AtomicU32::new(0),
-            skipped: AtomicU32::new(0),
         })
     }
 
@@ -778,4 +852,9 @@ impl Collection {
             })
         })
     }
+}
+
+/// The keys of `read_located`'s items.
+fn keys_of<'k>(items: &[(&'k [u8], Option<Located>)]) -> Vec<&'k [u8]> {
+    items.iter().map(|&(key, _)| key).collect()
 }

@@ -380,17 +380,6 @@ impl<B: Storage> Store<B> {
         Ok(())
     }
 
-    /// For a remote store, fetches what looking up `keys` and reading their records reads: the
-    /// key index blocks, then the blobs (format v3; before it, doc offsets come between): two
-    /// rounds of concurrent requests for the whole batch.
-    pub fn prefetch_keyed(&self, keys: &[&[u8]]) -> Result<()> {
-        if self.buf.is_remote() {
-            let found = self.locate_many(keys)?;
-            self.fetch_positions(found.into_iter().flatten(), true, false)?;
-        }
-        Ok(())
-    }
-
     /// For a remote store, fetches the keys of `positions` (key ranks, key offsets, keys: three
     /// rounds of concurrent requests), and in a checked store the blobs that prove them, so
     /// that `key_at` then reads them from the cache. Nothing to do for a local store.
