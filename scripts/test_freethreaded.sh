@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# Runs docstore on a free-threaded CPython with the GIL disabled (docs/wheels.md, "Free-threaded
+# Python"): the core tests (tests/core, the thread-stress tests of tests/core/test_freethreaded.py
+# among them) and the thread-scaling benchmark against the same CPython built with the GIL.
+#
+#   bash scripts/test_freethreaded.sh                 # PARTS="test": the tests
+#   PARTS="test bench" bash scripts/test_freethreaded.sh   # and benches/freethreaded.py
+#
+# No package carries a free-threaded CPython here (Debian has no python3.X-nogil, PyPI no
+# interpreters), and the mirror serves the source of Debian trixie's python3.13 (3.13.5) but not
+# sid's python3.14: CPython 3.13 is built from that source package twice, `--disable-gil` (3.13t)
+# and with the GIL (3.13, the benchmark's baseline), in a Debian sid chroot (debootstrap, as
+# scripts/test_wheels.sh makes one). docstore's cp313t and cp313 wheels are built here with maturin
+# 1.13.3 (1.14 and later refuse 3.13t: "Free-threaded Python interpreter is only supported on 3.14
+# and later"), reusing cargo's release build (only the pyo3 crates and the link are redone), and
+# installed into a venv per interpreter in the chroot with numpy, pytest and hypothesis from PyPI
+# (numpy ships cp313t wheels). torch is not: it ships free-threaded wheels for 3.14t only.
+#
+# Everything built is kept under build/freethreaded/ (chroot with both CPythons and venvs, the
+# maturin venv, the wheels): a second run only rebuilds the wheels and runs the tests. Delete the
+# folder to start over. Needs root, debootstrap (apt-get install debootstrap), Debian's mirror and
+# PyPI on the first run; the builds run under `nice`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
+PARTS="${PARTS:-test}"
+MIRROR="${MIRROR:-http://deb.debian.org/debian}"
+SOURCE="${SOURCE:-python3.13/trixie}"       # the Debian source package CPython is built from
+FLAVOURS="3.13t 3.13"                       # ABI tags: free-threaded, and the GIL baseline
+MATURIN="maturin==1.13.3"                   # the last release that builds cp313t wheels
+TEST_DEPS="numpy pytest hypothesis"         # what tests/core needs
+BUILD="$PWD/build/freethreaded"
+ROOT="$BUILD/sid"
+mkdir -p "$BUILD"
+start=$(date +%s)
+
+need() { command -v "$1" >/dev/null 2>&1 || { echo "ERROR: $1 not found ($2)"; exit 1; }; }
+need debootstrap "apt-get install debootstrap"
+[ "$(id -u)" -eq 0 ] || { echo "ERROR: debootstrap and chroot need root"; exit 1; }
+
+# /proc, a /dev/shm (multiprocessing's semaphores) and the repository at /repo in the chroot,
+# unmounted on exit.
+mounted=()
+cleanup() { for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do umount "${mounted[i]}" 2>/dev/null || true; done; }
+trap cleanup EXIT
+mount_once() {  # TARGET MOUNT-ARGS...
+  local target="$1"; shift
+  mkdir -p "$target"
+  if ! mountpoint -q "$target"; then mount "$@" "$target" && mounted+=("$target"); fi
+}
+in_root() { chroot "$ROOT" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/root LANG=C.UTF-8 "$@"; }
+
+echo "--- chroot: Debian sid in $ROOT"
+if [ ! -f "$ROOT/.ready" ]; then
+  rm -rf "$ROOT"
+  debootstrap --variant=minbase sid "$ROOT" "$MIRROR"
+  # A mirror snapshot may carry an expired Release date.
+  echo 'Acquire::Check-Valid-Until "false";' >"$ROOT/etc/apt/apt.conf.d/99no-check-valid-until"
+  echo "deb-src $MIRROR ${SOURCE#*/} main" >"$ROOT/etc/apt/sources.list.d/source.list"
+  in_root apt-get -q update >/dev/null
+  # What CPython's configure needs for the modules pip, venv and the tests use.
+  DEBIAN_FRONTEND=noninteractive in_root apt-get install -y -q --no-install-recommends \
+    dpkg-dev gcc make pkg-config xz-utils ca-certificates libssl-dev zlib1g-dev libffi-dev \
+    libbz2-dev liblzma-dev libexpat1-dev libzstd-dev libsqlite3-dev >/dev/null
+  touch "$ROOT/.ready"
+fi
+mount_once "$ROOT/proc" -t proc proc
+mount_once "$ROOT/dev/shm" -t tmpfs tmpfs
+mount_once "$ROOT/repo" --bind "$PWD"
+
+echo "--- CPython ${FLAVOURS// /, } from Debian's source package $SOURCE"
+mkdir -p "$ROOT/src"
+if ! ls "$ROOT"/src/python3.*.orig.tar.* >/dev/null 2>&1; then
+  in_root sh -c "cd /src && apt-get source -q --download-only $SOURCE" >/dev/null
+fi
+cat >"$ROOT/src/build-cpython.sh" <<'EOF'
+set -e
+flavour="$1"; prefix="/opt/cpython-$flavour"
+[ -x "$prefix/bin/python3" ] && exit 0
+cd /src
+src=$(ls -d Python-*/ 2>/dev/null | head -n 1)
+[ -n "$src" ] || { tar xf python3.*.orig.tar.*; src=$(ls -d Python-*/ | head -n 1); }
+rm -rf "build-$flavour" && mkdir "build-$flavour" && cd "build-$flavour"
+case "$flavour" in *t) gil=--disable-gil ;; *) gil= ;; esac
+# Upstream's source as Debian ships it, without Debian's patches (they move paths for dh);
+# no PGO/LTO: both builds alike, so the benchmark compares the GIL and nothing else.
+"/src/$src/configure" -q --prefix="$prefix" $gil --with-ensurepip=install >/dev/null
+nice make -s -j2 >/dev/null 2>make.log || { tail -40 make.log; exit 1; }
+nice make -s install >/dev/null 2>>make.log || { tail -40 make.log; exit 1; }
+EOF
+for flavour in $FLAVOURS; do
+  if [ ! -x "$ROOT/opt/cpython-$flavour/bin/python3" ]; then
+    t0=$(date +%s)
+    in_root sh /src/build-cpython.sh "$flavour"
+    echo "CPython $flavour built in $(($(date +%s) - t0)) s"
+  fi
+done
+
+echo "--- venvs: $TEST_DEPS from PyPI"
+# pip in the chroot trusts what this machine's pip trusts (a proxy's CA, say).
+ca="${PIP_CERT:-${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}}"
+[ -f "$ca" ] && cp "$ca" "$ROOT/opt/host-ca.crt"
+pip_env=(PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore)
+[ -f "$ROOT/opt/host-ca.crt" ] && pip_env+=(PIP_CERT=/opt/host-ca.crt SSL_CERT_FILE=/opt/host-ca.crt)
+for flavour in $FLAVOURS; do
+  venv="/opt/venv-$flavour"
+  if [ ! -f "$ROOT$venv/.ready" ]; then
+    rm -rf "$ROOT$venv"
+    in_root "/opt/cpython-$flavour/bin/python3" -m venv "$venv"
+    in_root "${pip_env[@]}" "$venv/bin/python" -m pip install -q $TEST_DEPS
+    touch "$ROOT$venv/.ready"
+  fi
+done
+
+echo "--- wheels: cp313t and cp313 ($MATURIN)"
+tools="$BUILD/tools"
+if [ ! -x "$tools/bin/maturin" ]; then
+  python3 -m venv "$tools" && "$tools/bin/python" -m pip install -q "$MATURIN"
+fi
+rm -rf "$BUILD/wheels"
+t0=$(date +%s)
+# No interpreter of either ABI runs outside the chroot: maturin takes their sysconfig from its
+# bundled table. Linked against this machine's glibc (older than sid's), tagged plain linux.
+nice "$tools/bin/maturin" build --release --compatibility linux -i python3.13t -i python3.13 \
+  -o "$BUILD/wheels" >"$BUILD/maturin.log" 2>&1 || { tail -40 "$BUILD/maturin.log"; exit 1; }
+echo "wheels built in $(($(date +%s) - t0)) s: $(cd "$BUILD/wheels" && ls)"
+for flavour in $FLAVOURS; do
+  tag="cp${flavour//./}"
+  whl=("$BUILD"/wheels/docstore-*-cp313-"$tag"-*.whl)
+  in_root "/opt/venv-$flavour/bin/python" -m pip install -q --no-deps --force-reinstall \
+    "/repo/build/freethreaded/wheels/$(basename "${whl[0]}")"
+done
+
+failed=()
+for part in $PARTS; do
+  case "$part" in
+  test)
+    echo "--- tests/core on CPython 3.13t, GIL disabled"
+    # The GIL stays off: importing docstore must not turn it back on (a module that does not
+    # declare gil_used = false would, with a RuntimeWarning, made an error here).
+    in_root /opt/venv-3.13t/bin/python -W error::RuntimeWarning -c '
+import sys, docstore, numpy
+assert not sys._is_gil_enabled(), "the GIL is enabled"
+print(f"CPython {sys.version.split()[0]}, GIL disabled, docstore from {docstore.__file__}")'
+    # From /repo, docstore from the installed wheel (/repo/python is not on the path);
+    # -p no:cacheprovider: nothing written into the repository.
+    if ! in_root sh -c "cd /repo && /opt/venv-3.13t/bin/python -m pytest -q -p no:cacheprovider \
+        -W error::RuntimeWarning tests/core"; then
+      failed+=("tests/core on 3.13t")
+    fi
+    ;;
+  bench)
+    echo "--- benches/freethreaded.py: 3.13t (GIL off, and PYTHON_GIL=1) against 3.13"
+    in_root sh -c "cd /repo && /opt/venv-3.13t/bin/python -m benches.freethreaded \
+      --python /opt/venv-3.13t/bin/python --python /opt/venv-3.13/bin/python ${BENCH_ARGS:-}" \
+      || failed+=("bench")
+    ;;
+  *) echo "unknown part $part (test, bench)"; exit 2 ;;
+  esac
+done
+echo "--- test_freethreaded.sh took $(($(date +%s) - start)) s"
+[ "${#failed[@]}" -eq 0 ] || { echo "FAILED: ${failed[*]}"; exit 1; }
