@@ -49,10 +49,7 @@ fn _strip_url(url: &str) -> Option<String> {
     docstore_core::storage::url::without_credentials(url)
 }
 
-// Free-threading safe (docs/wheels.md, "Free-threaded Python"): the classes are `frozen` and
-// `Sync`, their mutable state sits behind locks (`Writer`'s turn, `Reader`'s `ArcSwapOption`) or in
-// thread-locals (`scratch`), and the raw CPython calls fill only objects no other thread can see yet.
-#[pymodule(gil_used = false)]
+#[pymodule]
 fn _docstore(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<reader::Reader>()?;
     m.add_class::<writer::Writer>()?;

@@ -1,9 +1,9 @@
-"""Threads at once on one store and its writers: what a free-threaded CPython (3.13t, 3.14t) runs in
-parallel. docstore's module declares that it needs no GIL (docs/wheels.md, "Free-threaded
-Python"), so on such a build nothing serialises these threads but the locks of its own.
+"""Threads at once on one store and its writers: what a free-threaded CPython (3.14t) runs in
+parallel once docstore declares it needs no GIL (docs/wheels.md, "Free-threaded CPython": the
+audit, and what the declaration waits for).
 
-On a build with the GIL the same tests run as a thread-stress test; scripts/test_freethreaded.sh
-runs them on a free-threaded CPython with the GIL disabled (and fails if it is not).
+On a build with the GIL these run as a thread-stress test (in CI); scripts/test_freethreaded.sh
+runs them on CPython 3.14t with the GIL off.
 """
 
 from __future__ import annotations
