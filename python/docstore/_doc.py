@@ -9,6 +9,7 @@ documents cross DataLoader worker queues and process boundaries.
 from __future__ import annotations
 
 import collections
+import os
 import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -44,6 +45,16 @@ class Doc:
 # does not promise (it may call the function twice and return both results).
 _CLASSES: dict[tuple[str, ...], type] = {}
 _CLASSES_LOCK = threading.Lock()
+
+
+def _new_lock_in_child() -> None:
+    # A thread of the parent may have held the lock at the fork; it does not exist in the child.
+    global _CLASSES_LOCK
+    _CLASSES_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows
+    os.register_at_fork(after_in_child=_new_lock_in_child)
 
 
 def doc_class(fields: tuple[str, ...]) -> type:

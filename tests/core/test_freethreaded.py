@@ -16,7 +16,7 @@ import numpy as np
 
 import docstore
 
-from ..conftest import FIELDS, assert_doc_equal, make_docs
+from ..conftest import FIELDS, assert_doc_equal, make_docs, run_python
 
 THREADS = 12
 
@@ -158,3 +158,25 @@ def test_a_thread_asking_for_the_doc_class_being_made_gets_that_class(monkeypatc
     first = _doc.doc_class(fields)
     threads[0].join()
     assert second == [first]
+
+
+def test_a_child_forked_while_a_doc_class_is_being_made_can_make_doc_classes():
+    """The lock a thread of the parent held at the fork is not the child's to wait for."""
+    proc = run_python(
+        """
+        import os, signal
+        from docstore import _doc
+
+        _doc._CLASSES_LOCK.acquire()  # as if a thread were making a class at the fork
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(20)  # a child stuck on the lock ends, not orphaned
+            _doc.doc_class(("made_in_the_child",))
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status))
+        """,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["0"]
