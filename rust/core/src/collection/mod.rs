@@ -95,7 +95,12 @@ impl Collection {
     /// `docstore-collection.json`, `index.docstore` and the shards). A URL ending in `/` is a
     /// collection; otherwise the object is tried first, then the manifest under it.
     pub fn open_remote(url: &str, options: RemoteOptions) -> Result<Collection> {
-        let remote = Remote::new(url, options)?;
+        Collection::open_source(url, crate::storage::Source::remote(url, options)?)
+    }
+
+    /// `open_remote` through `source` (a remote location, its client made).
+    pub fn open_source(url: &str, source: crate::storage::Source) -> Result<Collection> {
+        let remote = source.client().expect("a remote source").clone();
         // The credentials a URL may carry stay with the client (`Remote`): the files' URLs, kept
         // and shown from here on, are without them (`storage::url`).
         let shown = crate::storage::url::redact(url);
@@ -263,6 +268,11 @@ impl Collection {
     /// The client of a remote store or collection (its counters), `None` for local files.
     pub fn remote(&self) -> Option<&Arc<Remote>> {
         self.remote.as_ref()
+    }
+
+    /// The counters of a remote store or collection (`None` for local files).
+    pub fn remote_stats(&self) -> Option<&crate::storage::RemoteStats> {
+        self.remote.as_ref().map(|r| &r.stats)
     }
 
     /// Runs a read; for a remote store, a read that finds damage is run again after evicting
