@@ -112,7 +112,7 @@ fn a_single_store_file_reads_as_a_collection_of_one() {
     let c = open(&path);
     assert!(!c.is_collection() && c.index().is_none());
     assert_eq!(c.shards().len(), 1);
-    assert_eq!(c.shard_paths(), [path.clone()]);
+    assert_eq!(c.shard_paths(), std::slice::from_ref(&path));
     check_reads_as_written(&c, 700);
 }
 

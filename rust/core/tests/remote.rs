@@ -157,7 +157,7 @@ fn open(url: &str, store: &Arc<Counting>, cache: &Path) -> Collection {
 
 /// The client's counters, as `Seen` (`_remote_stats` in Python).
 fn reported(c: &Collection) -> Seen {
-    let stats = c.remote_stats().expect("a remote collection");
+    let stats = c.source().stats().expect("a remote collection");
     Seen {
         requests: stats.requests.load(Ordering::SeqCst),
         bytes: stats.bytes.load(Ordering::SeqCst),
