@@ -254,7 +254,7 @@ impl Collection {
     /// Runs a read of the files (`op` told which attempt it is, 1 first): once, or for a remote
     /// store once more on bytes fetched anew each time it finds damage (`Source::run`).
     fn retrying<R>(&self, op: impl FnMut(u32) -> Result<R>) -> Result<R> {
-        self.source.run(self.files().map(Store::remote_file), op)
+        self.source.run(|| self.files().map(Store::remote_file), op)
     }
 
     /// `retrying` of a read that appends records to `batch`: each attempt starts from what
@@ -330,22 +330,26 @@ impl Collection {
     }
 
     /// The shard holding global position `pos`, and the position inside it.
+    #[inline(always)]
     fn shard_of(&self, pos: u64) -> Result<(usize, u64)> {
-        if pos >= self.len() {
-            return Err(Error::OutOfRange {
-                index: pos,
-                len: self.len(),
-            });
+        let len = self.len();
+        if pos >= len {
+            return Err(Error::OutOfRange { index: pos, len });
         }
-        // Shards may be empty: the last shard whose start is <= pos holds it.
-        let shard = self.starts.partition_point(|&start| start <= pos) - 1;
+        let shard = match self.starts.len() {
+            // One shard (a single store file, say): its positions are the collection's. Not
+            // searched: this is on every lookup's path.
+            2 => return Ok((0, pos)),
+            // Shards may be empty: the last shard whose start is <= pos holds it.
+            _ => self.starts.partition_point(|&start| start <= pos) - 1,
+        };
         Ok((shard, pos - self.starts[shard]))
     }
 
     /// The shard of a document the id index found, and the document in it: its position
     /// there and, where the index locates the shards' blobs (format v3), where its blob lies.
-    /// Out of range means a damaged index.
-    #[inline]
+    /// Out of range means a damaged index. (Inlined: it is on every lookup's path.)
+    #[inline(always)]
     fn indexed(&self, found: Found) -> Result<(usize, Found)> {
         let (shard, local) = (self.shard_of(found.pos))
             .map_err(|_| Error::corrupt("the global id index gives a position out of range"))?;

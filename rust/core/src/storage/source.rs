@@ -113,19 +113,23 @@ impl Source {
         remote.get_all(&remote.path_of(url)?, url)
     }
 
-    /// Runs a read of `files` (each one's remote file, `None` for a local one; `op` told which
-    /// attempt it is, 1 first). A local read runs once. A remote one first checks that the cache
-    /// files are whole (`RemoteFile::guard`), and one that finds damage is run again after
-    /// evicting what it read from the cache (see `REMOTE_ATTEMPTS`).
-    pub fn run<'a, R>(
+    /// Runs a read of `files` (each one's remote file, `None` for a local one, listed only for
+    /// a remote read; `op` told which attempt it is, 1 first). A local read runs once. A remote
+    /// one first checks that the cache files are whole (`RemoteFile::guard`), and one that finds
+    /// damage is run again after evicting what it read from the cache (`REMOTE_ATTEMPTS`).
+    #[inline]
+    pub fn run<'a, I, R>(
         &self,
-        files: impl Iterator<Item = Option<&'a RemoteFile>> + Clone,
+        files: impl FnOnce() -> I,
         mut op: impl FnMut(u32) -> Result<R>,
-    ) -> Result<R> {
+    ) -> Result<R>
+    where
+        I: Iterator<Item = Option<&'a RemoteFile>> + Clone,
+    {
         let Some(remote) = &self.remote else {
             return op(1);
         };
-        let files = files.flatten();
+        let files = files().flatten();
         let now = remote::guard_clock();
         for file in files.clone() {
             file.guard(now)?;
