@@ -157,7 +157,7 @@ Instructions per document:
 |---|--:|--:|--:|--:|
 | `store[id].text` in a Python loop | 6,104 | 6,104 | 6,219 | 41,034 |
 | the same loop over a dict of the Docs (Python alone) | 844 | 844 | - | - |
-| `get_many(1024 ids, field="text")` | 5,450 | 5,120 | 4,787 | 34,459 |
+| `get_many(1024 ids, field="text")` | 5,450 | 5,110 | 4,787 | 34,459 |
 | `take(1024 positions, field="text")` | 4,199 | 4,193 | 3,504 | 32,616 |
 | build (`docstore.build` of the 30,000 passages, one thread) | 58,269 | 58,269 | - | - |
 
@@ -166,34 +166,35 @@ What a single passage lookup (6,104) is made of:
 | part | instructions | share |
 |---|--:|--:|
 | liblz4 decoding (`LZ4_decompress_*`): floor | 1,656 | 27% |
-| key search (`rank_of`: fences, block, entry): floor | 510 | 8% |
+| key search (`rank_of`, `found_at`: fences, block, entry): floor | 635 | 10% |
 | the `str` (`PyUnicode_New`, the copy): floor | ~190 | 3% |
 | the per-read check (xxh3 of key and body, `checked_body`) | 310 | 5.1% |
 | releasing and retaking the GIL around the read (pyo3 `detach`) | 457 | 7% |
 | the Doc: field walk, `DocBuilder`, its deallocation | ~600 | 10% |
 | the call: pyo3 trampoline, argument, `ArcSwap`, `with_single`, collection layers | ~700 | 11% |
 | Python's loop, the `.text` attribute | 844 | 14% |
-| the rest, by subtraction (allocator, decoder set-up, `RecordBatch`) | ~840 | 14% |
+| the rest, by subtraction (allocator, decoder set-up, `RecordBatch`) | ~715 | 12% |
 
-- **Single lookups.** The floor's parts are ~2,360 of 5,260 instructions in docstore's call
-  (0.45; 0.53 with Python's loop on both sides), so the 0.7 target is not reached. No single part
+- **Single lookups.** The floor's parts are ~2,480 of 5,260 instructions in docstore's call
+  (0.47; 0.54 with Python's loop on both sides), so the 0.7 target is not reached. No single part
   is large: the GIL's release (457) is kept, as format 2 kept it, because a lookup that faults a
   page in from disk must not stop every other Python thread; the check (310, 5.1%) is kept. A
   passage lookup already runs fewer instructions than format 2's (6,104 against 6,219), which did
   no per-read check.
 - **Batches.** Per document a `get_many(1024)` runs 0.84x the instructions of a single lookup
-  (0.86x with the loop taken off the single lookup), `take` 0.69x: the 1.5x target is not reached
-  on one thread. What a batch still does per document beyond the floor: the batch search (~860,
-  twice the single search's 510 per key: 16 searches in lockstep trade instructions for overlapped
-  cache misses; it was ~1,100 before `lower_bounds` shared one size per group), `Texts::prepare`
-  (~400: the `str` layouts computed off the GIL, so that a second thread can make them in
-  parallel), the id dedup (`Seen`, ~130) and the result dict (~200). Against format 2, `get_many`
-  runs 7% more instructions and `take` 20% more: the per-read check (~300, which format 2 did not
-  do), `take`'s dedup of repeated positions (`distinct`, ~140) and the checked read's key lookup.
-- **Two threads of batches.** The decoding runs with the GIL released (`in_chunks_then`), and the
-  part of a `get_many(1024)` that holds the GIL (making the values, the dict, the id dedup) is
-  ~950 of 5,120 instructions a document, ~19%: Amdahl's law caps two threads at ~1.7x one, short
-  of the 1.8x target.
+  in its loop (0.97x of the lookup's own 5,260), `take` 0.69x (0.80x): the 1.5x target is not
+  reached on one thread. What a batch still does per document beyond the floor: the batch search
+  (~860, more than the single search's 635 a key: 16 searches in lockstep trade instructions for
+  overlapped cache misses; it was ~1,100 before `lower_bounds` shared one size per group),
+  `Texts::prepare` (~400: the `str` layouts computed off the GIL, so that a second thread can make
+  them in parallel), the id dedup (`Seen`, ~130) and the result dict (~200). Against format 2,
+  `get_many` runs 7% more instructions and `take` 20% more: the per-read check (~300, which format
+  2 did not do), `take`'s dedup of repeated positions (`distinct`, ~140) and the checked read's key
+  lookup.
+- **Two threads of batches.** The decoding runs with the GIL released (`in_chunks_then`); the part
+  of a `get_many(1024)` that holds it (making the values, the dict, the id dedup) is ~1,000 of
+  5,110 instructions a document (those functions' own costs), ~20%: Amdahl's law caps two threads
+  at ~1.7x one, short of the 1.8x target.
 - **Build.** Of 58,269 instructions a passage: docstore's encoder 37,494 (64%; the floors
   program times it at 0.82x liblz4 HC's time on the same records and dictionary), dictionary
   training 11,768 (20%; trained on the first 8 MiB, nearly all of this 10 MB corpus, so it shrinks
