@@ -175,22 +175,22 @@ What a single passage lookup (6,104) is made of:
 | Python's loop, the `.text` attribute | 844 | 14% |
 | the rest, by subtraction (allocator, decoder set-up, `RecordBatch`) | ~715 | 12% |
 
-- **Single lookups.** The floor's parts are ~2,480 of 5,260 instructions in docstore's call
-  (0.47; 0.54 with Python's loop on both sides), so the 0.7 target is not reached. No single part
-  is large: the GIL's release (457) is kept, as format 2 kept it, because a lookup that faults a
-  page in from disk must not stop every other Python thread; the check (310, 5.1%) is kept. A
-  passage lookup already runs fewer instructions than format 2's (6,104 against 6,219), which did
-  no per-read check.
-- **Batches.** Per document a `get_many(1024)` runs 0.84x the instructions of a single lookup
-  in its loop (0.97x of the lookup's own 5,260), `take` 0.69x (0.80x): the 1.5x target is not
-  reached on one thread. What a batch still does per document beyond the floor: the batch search
-  (~860, more than the single search's 635 a key: 16 searches in lockstep trade instructions for
+- **Single lookups.** The floor's parts are ~2,480 of 5,260 instructions in docstore's call (0.47;
+  0.54 with Python's loop on both sides), so the 0.7 target is not reached. No single part is
+  large: the GIL's release (457) is kept, as format 2 kept it, because a lookup that faults a page
+  in from disk must not stop every other Python thread; the check (310, 5.1%; 5.3% of a long
+  document's 41,034) is kept. A passage lookup already runs fewer instructions than format 2's
+  (6,104 against 6,219), which did no per-read check.
+- **Batches.** Per document a `get_many(1024)` runs 0.84x the instructions of a single lookup in
+  its loop (0.97x of the lookup's own 5,260), `take` 0.69x (0.80x): the 1.5x target is not reached
+  on one thread. What a batch still does per document beyond the floor: the batch search (~810,
+  more than the single search's 635 a key: 16 searches in lockstep trade instructions for
   overlapped cache misses; it was ~1,100 before `lower_bounds` shared one size per group),
   `Texts::prepare` (~400: the `str` layouts computed off the GIL, so that a second thread can make
   them in parallel), the id dedup (`Seen`, ~130) and the result dict (~200). Against format 2,
-  `get_many` runs 7% more instructions and `take` 20% more: the per-read check (~300, which format
-  2 did not do), `take`'s dedup of repeated positions (`distinct`, ~140) and the checked read's key
-  lookup.
+  `get_many` runs 7% more instructions and `take` 20% more: the per-read check (~310-330, 6-7% of
+  a batch's document, which format 2 did not do), `take`'s dedup of repeated positions
+  (`distinct`, ~140) and the checked read's key lookup.
 - **Two threads of batches.** The decoding runs with the GIL released (`in_chunks_then`); the part
   of a `get_many(1024)` that holds it (making the values, the dict, the id dedup) is ~1,000 of
   5,110 instructions a document (those functions' own costs), ~20%: Amdahl's law caps two threads
