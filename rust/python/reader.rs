@@ -459,8 +459,11 @@ impl Reader {
         fn text<'a>(id: &'a Bound<'_, PyString>) -> &'a [u8] {
             id.to_str().map_or(&b""[..], str::as_bytes)
         }
-        let mut objects: Vec<Bound<'py, PyString>> = Vec::new();
-        let mut seen = Seen::new();
+        // Sized for the ids given (when they have a length), at most 64k ahead: a generator
+        // or a huge list of repeats still grows with the distinct ids only.
+        let hint = doc_ids.len().unwrap_or(0).min(1 << 16);
+        let mut objects: Vec<Bound<'py, PyString>> = Vec::with_capacity(hint);
+        let mut seen = Seen::with_capacity(hint);
         for id in ids_of(doc_ids)? {
             let Ok(id) = id?.cast_into::<PyString>().map(plain_str) else {
                 continue;
