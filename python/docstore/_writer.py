@@ -45,7 +45,151 @@ class Writer(_Writer):
     dictionary instead of training one, e.g. ``other_store.dictionary``, so that the shards of
     one collection share one).
     Leaving the ``with`` block by an exception, or calling ``abort()``, leaves no store behind.
+
+    ``on_duplicate`` says what a document whose id was added before does: ``"error"`` (the
+    default) raises ``DuplicateKeyError`` at once, naming the id and the positions of both
+    documents (``.positions``), and leaves the writer as it was; ``"first"`` keeps the earlier
+    document and drops the repeat; ``"last"`` keeps the repeat, at its own position, and drops
+    the earlier one (the store is then written twice: once as given, then without the dropped
+    documents). ``duplicates`` counts the repeats met, ``repeated_ids`` holds the first few.
+    The writer knows each id by a 128-bit hash (about 30-60 bytes of memory an id).
     """
+
+    def __new__(
+        cls,
+        path: str | os.PathLike[str],
+        fields: Mapping[str, str] | Sequence[tuple[str, str]],
+        *,
+        on_duplicate: str = "error",
+        **options: Any,
+    ) -> Writer:
+        check_on_duplicate(on_duplicate)
+        staging = None
+        if on_duplicate == "last":
+            # Written beside the target first; finish() writes the target without the documents
+            # a repeat replaced (or moves the file there when none was).
+            if not options.get("overwrite") and os.path.lexists(path):
+                raise StoreExistsError(
+                    f"{os.fspath(path)} already exists (pass overwrite=True to replace it)"
+                )
+            check_replaceable(path)
+            target = os.path.abspath(path)
+            name = hashlib.sha1(os.fsencode(os.path.basename(target))).hexdigest()[:12]
+            staging = Staging(os.path.dirname(target), f".docstore-last-{name}-")
+            inner = os.path.join(staging.path, "store.docstore")
+            try:
+                self = super().__new__(cls, inner, fields, **{**options, "overwrite": False})
+            except BaseException:
+                staging.remove()
+                raise
+            self._target = path
+            self._options = options
+        else:
+            self = super().__new__(cls, path, fields, **options)
+        self.on_duplicate = on_duplicate
+        self._staging = staging
+        self.duplicates = 0
+        self.repeated_ids: list[str] = []
+        if on_duplicate != "error":
+            # Instance attributes: the default path keeps the core's methods, with no Python call
+            # per document.
+            self._latest: dict[str, int] = {}  # "last": the position a repeated id lives at now
+            self._dropped: set[int] = set()  # "last": positions a repeat replaced
+            self._renamed: dict[int, str] = {}  # "last": position -> id written under a stand-in
+            self._stand_in = f"\x00docstore-last-{os.urandom(8).hex()}\x00"
+            self.add = self._add_resolved
+            self.add_record = self._add_record_resolved
+            self._add_columns = self._add_columns_resolved
+        return self
+
+    @property
+    def path(self) -> Any:
+        from pathlib import Path
+
+        target = getattr(self, "_target", None)
+        return super().path if target is None else Path(target)
+
+    def _resolve(self, doc_ids: Sequence[Any]) -> tuple[list[int], list[Any]]:
+        """The rows of ``doc_ids`` to add, and the id to add each under, by ``on_duplicate``:
+        "first" leaves out a repeat; "last" adds it under a stand-in id (renamed at finish) and
+        drops the document it repeats."""
+        count = self.count
+        rows: list[int] = []
+        out: list[Any] = []
+        here: dict[Any, int] = {}  # ids of this batch: the position of their live document
+        last = self.on_duplicate == "last"
+        for row, doc_id in enumerate(doc_ids):
+            position = count + len(out)
+            earlier = here.get(doc_id)
+            if earlier is None:
+                earlier = self._latest.get(doc_id) if last else None
+                if earlier is None:
+                    earlier = super().position_of(doc_id)
+            if earlier is None:
+                here[doc_id] = position
+                rows.append(row)
+                out.append(doc_id)
+                continue
+            self.duplicates += 1
+            if len(self.repeated_ids) < 5:
+                self.repeated_ids.append(doc_id)
+            if last:
+                self._dropped.add(earlier)
+                self._latest[doc_id] = here[doc_id] = position
+                self._renamed[position] = doc_id
+                rows.append(row)
+                out.append(f"{self._stand_in}{position}")
+        return rows, out
+
+    def _add_resolved(self, doc_id: Any, fields: Any = None, /, **kwargs: Any) -> None:
+        rows, ids = self._resolve([doc_id])
+        if rows:
+            if fields is None:
+                super().add(ids[0], **kwargs)
+            else:
+                super().add(ids[0], fields, **kwargs)
+
+    def _add_record_resolved(self, record: dict[str, Any], id_field: str) -> None:
+        if id_field not in record:
+            super().add_record(record, id_field)  # the core's error
+        rows, ids = self._resolve([record[id_field]])
+        if rows:
+            super().add_record(
+                {**record, id_field: ids[0]} if ids[0] is not record[id_field] else record, id_field
+            )
+
+    def _add_columns_resolved(self, doc_ids: list[Any], columns: list[list[Any]]) -> None:
+        rows, ids = self._resolve(doc_ids)
+        if len(rows) < len(doc_ids):
+            columns = [[column[r] for r in rows] for column in columns]
+        super()._add_columns(ids, columns)
+
+    def finish(self) -> dict[str, int]:
+        summary = super().finish()
+        summary["duplicates"] = self.duplicates
+        if self._staging is None:
+            return summary
+        try:
+            inner = os.path.join(self._staging.path, "store.docstore")
+            overwrite = bool(self._options.get("overwrite"))
+            if not self._dropped and not os.path.isdir(self._target):
+                os.replace(inner, self._target)  # nothing to drop: the file as written
+            else:
+                with open_store(inner) as store:
+                    options = {k: v for k, v in self._options.items() if k != "overwrite"}
+                    _rewrite(
+                        store, self._target, {**options, "overwrite": overwrite}, self._dropped, self._renamed
+                    )
+                summary["count"] -= len(self._dropped)
+        finally:
+            self._staging.remove()
+        return summary
+
+    def abort(self) -> None:
+        super().abort()
+        staging = getattr(self, "_staging", None)
+        if staging is not None:
+            staging.remove()
 
     def __enter__(self) -> Writer:
         return self
@@ -131,11 +275,16 @@ class Writer(_Writer):
             data = [columns[n] for n in names]
         else:
             raise SchemaError("columns must be a dict of field name -> sequence, or a pyarrow Table")
+        if self.on_duplicate != "error":  # the rows to add, and their ids, in Python
+            rows, ids = self._resolve(_as_list(doc_ids))
+            data = [_take(column, rows) for column in data] if len(rows) < len(doc_ids) else data
+            doc_ids = _like(doc_ids, ids)
         arrow = _arrow_columns(doc_ids, data, self.fields)
         if arrow is not None:  # straight from Arrow's buffers, no Python object per value
             self._add_arrow_columns(*arrow)
             return
-        self._add_columns(_as_list(doc_ids), [_as_list(c) for c in data])
+        # The core's method: the ids are resolved already.
+        _Writer._add_columns(self, _as_list(doc_ids), [_as_list(c) for c in data])
 
     def _add_arrow_batch(self, table: Any, id_field: str | None) -> None:
         """Adds a pyarrow table whose ids are the ``id_field`` column (strings, or integers
@@ -161,6 +310,30 @@ class Writer(_Writer):
             raise SchemaError(f"the data has no column for field(s) {missing} (columns: {names})")
         # Only the id and the fields, with dictionaries, views and fixed-size lists made plain.
         self.add_many(prepare(table, id_field, self.fields), id_field=id_field)
+
+
+ON_DUPLICATE = ("error", "first", "last")
+
+
+def check_on_duplicate(on_duplicate: str) -> None:
+    if on_duplicate not in ON_DUPLICATE:
+        raise InvalidArgumentError(f"on_duplicate must be one of {ON_DUPLICATE}, got {on_duplicate!r}")
+
+
+def _take(column: Any, rows: list[int]) -> Any:
+    """The values of ``column`` (a list, numpy or pyarrow array) at ``rows``."""
+    if isinstance(column, np.ndarray) or hasattr(column, "take"):
+        return column.take(rows)
+    return [column[r] for r in rows]
+
+
+def _like(doc_ids: Any, ids: list[Any]) -> Any:
+    """``ids`` as the kind of array ``doc_ids`` is, so that Arrow input stays on Arrow's path."""
+    if hasattr(doc_ids, "type") and hasattr(doc_ids, "to_pylist"):
+        import pyarrow as pa
+
+        return pa.array(ids, pa.string())
+    return ids
 
 
 # The id column of a table whose rows are numbered (a name no field may have).
@@ -580,9 +753,16 @@ def upgrade(
         return seal(target, shards, overwrite=options.get("overwrite", False))
 
 
-def _rewrite(store: DocStore, target: str | os.PathLike[str], options: dict[str, Any]) -> None:
+def _rewrite(
+    store: DocStore,
+    target: str | os.PathLike[str],
+    options: dict[str, Any],
+    dropped: set[int] | None = None,
+    renamed: Mapping[int, str] | None = None,
+) -> None:
     """Writes the documents of ``store`` (verified) to a new store at ``target``, with its level and
-    dictionary unless ``options`` say otherwise."""
+    dictionary unless ``options`` say otherwise; without the positions ``dropped``, and with the
+    ids ``renamed`` gives by position."""
     options = dict(options)
     options.setdefault("level", store._info()["level"])
     if store.dictionary and "dict_size" not in options:
@@ -590,7 +770,11 @@ def _rewrite(store: DocStore, target: str | os.PathLike[str], options: dict[str,
     with Writer(target, store.fields, **options) as writer:
         names = list(store.fields)
         for start in range(0, len(store), _UPGRADE_CHUNK):
-            chunk = store.take(range(start, min(start + _UPGRADE_CHUNK, len(store))))
-            writer._add_columns(
-                [doc.doc_id for doc in chunk], [[getattr(doc, n) for doc in chunk] for n in names]
-            )
+            positions = range(start, min(start + _UPGRADE_CHUNK, len(store)))
+            if dropped:
+                positions = [p for p in positions if p not in dropped]
+            chunk = store.take(positions)
+            ids = [doc.doc_id for doc in chunk]
+            if renamed:
+                ids = [renamed.get(p, i) for p, i in zip(positions, ids)]
+            writer._add_columns(ids, [[getattr(doc, n) for doc in chunk] for n in names])

@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::format::{self, Header, Section, SectionEntry, FLAG_SHARD_LOCATIONS, HEADER_SIZE};
 use crate::keys::build::{self, BlobLocations};
 use crate::keys::sort::KeySorter;
+use crate::repeats::IdTable;
 use crate::parallel;
 use crate::record::{self, Value};
 use crate::schema::Schema;
@@ -165,6 +166,8 @@ pub struct Writer {
     raw_bytes: u64,
     batch: Batch,
     keys: KeySorter,
+    /// Every id added, with its position: a repeat is refused when added (`Error::DuplicateKeyAt`).
+    ids: IdTable,
     sender: Option<SyncSender<Batch>>,
     worker: Option<JoinHandle<Result<DataWritten>>>,
     /// The process that created the writer: a forked child inherits the writer but not its
@@ -225,6 +228,7 @@ impl Writer {
             raw_bytes: 0,
             batch: Batch::with_capacity(batch_bytes),
             keys,
+            ids: IdTable::default(),
             sender: Some(sender),
             worker: Some(worker),
             pid: crate::process::instance(),
@@ -299,6 +303,16 @@ impl Writer {
         if key.len() > u32::MAX as usize {
             return Err(Error::InvalidKey("doc ids are at most 4 GiB long".into()));
         }
+        let id = IdTable::hash(key.as_bytes());
+        if index {
+            if let Some(first) = self.ids.get(id) {
+                return Err(Error::DuplicateKeyAt {
+                    key: key.to_owned(),
+                    first: first.into(),
+                    second: self.count,
+                });
+            }
+        }
         let start = self.batch.data.len();
         if let Err(err) = record::encode(&self.schema, values, &mut self.batch.data) {
             self.batch.data.truncate(start);
@@ -306,6 +320,7 @@ impl Writer {
         }
         if index {
             self.keys.push(key.as_bytes(), self.count as u32)?;
+            self.ids.insert(id, self.count as u32);
         }
         if self.options.format_version >= 2 {
             let binds_position = self.options.format_version >= 3;
@@ -316,6 +331,11 @@ impl Writer {
         self.raw_bytes += (self.batch.data.len() - start) as u64;
         self.count += 1;
         Ok(())
+    }
+
+    /// The position of the document added with id `key`, if any.
+    pub fn position_of(&self, key: &str) -> Option<u64> {
+        self.ids.get(IdTable::hash(key.as_bytes())).map(u64::from)
     }
 
     pub fn needs_flush(&self) -> bool {
