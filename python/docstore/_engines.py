@@ -30,8 +30,8 @@ from ._arrow import prepare, schema_fields
 from ._staging import Staging
 from ._store import DocStore
 from ._store import open as open_store
-from ._writer import Writer
-from .errors import DocstoreError, SchemaError, StoreExistsError, StoreNotFoundError
+from ._writer import Writer, check_on_duplicate
+from .errors import DocstoreError, InvalidArgumentError, SchemaError, StoreExistsError, StoreNotFoundError
 
 # What a job does when something is at the target already: refuse, replace it, add to it.
 MODES = ("errorifexists", "overwrite", "append")
@@ -40,6 +40,8 @@ MODES = ("errorifexists", "overwrite", "append")
 # `dictionary` (bytes, e.g. from docstore.train_dictionary on the driver): every shard compresses
 # with it, and readers of the collection keep one copy (docs/collections.md).
 WRITER_OPTIONS = ("level", "dict_size", "batch_bytes", "key_buffer_bytes", "format_version", "dictionary")
+# What a repeated id does (`Writer(on_duplicate=...)`, then `seal(on_duplicate=...)` across shards).
+POLICY_OPTION = "on_duplicate"
 
 
 def check_mode(mode: str) -> str:
@@ -104,7 +106,19 @@ def check_staging(target: str, staging: str) -> None:
 
 def check_writer(fields: Mapping[str, str] | None, options: Mapping[str, Any]) -> None:
     """Raises what ``Writer(path, fields, **options)`` would raise for them, creating nothing."""
+    options = dict(options)
+    check_on_duplicate(options.pop("on_duplicate", "error"))
     _docstore.check_writer(dict(fields or {"text": "str"}), **options)
+
+
+def check_policy(mode: str, options: Mapping[str, Any]) -> None:
+    """Refuses, before the job, an ``on_duplicate`` that the commit would refuse."""
+    check_writer(None, options)
+    if mode == "append" and options.get("on_duplicate") == "last":
+        raise InvalidArgumentError(
+            "on_duplicate='last' cannot be used to append: it would drop documents of the shards "
+            "sealed before; use 'first' (new repeats are dropped) or write everything again"
+        )
 
 
 def remove_staging(staging: Staging | str | None) -> None:
@@ -243,9 +257,11 @@ def _seal(
         empty = os.path.join(staging, "empty.docstore")
         Writer(empty, dict(fields), **options).finish()
         shards = [empty]
+    # Ids that several shards hold meet here: each task's writer kept one within its shard.
+    policy = options.get("on_duplicate", "error")
     if mode == "append":  # what is there is read under the lock that publishes the result
-        return seal(target, shards, append=True)
-    return seal(target, shards, overwrite=mode == "overwrite")
+        return seal(target, shards, append=True, on_duplicate=policy)
+    return seal(target, shards, overwrite=mode == "overwrite", on_duplicate=policy)
 
 
 def report_error(report: str | None, error: BaseException) -> None:

@@ -753,6 +753,56 @@ def upgrade(
         return seal(target, shards, overwrite=options.get("overwrite", False))
 
 
+def seal_without_repeats(
+    target: str, shards: list[str], on_duplicate: str, *, overwrite: bool, append: bool
+) -> int:
+    """``seal(target, shards, on_duplicate=...)`` for "first" and "last": the shards that hold a
+    document another keeps are rewritten without it (in a staging directory beside ``target``),
+    then sealed. Returns the number of documents dropped."""
+    check_on_duplicate(on_duplicate)
+    if append and on_duplicate == "last":
+        raise InvalidArgumentError(
+            "on_duplicate='last' with append=True would drop documents of the shards sealed before; "
+            "use 'first' (new repeats are dropped) or seal all shards again"
+        )
+    winner: dict[str, tuple[int, int]] = {}  # id -> (shard, position) of the document kept
+    dropped: list[set[int]] = [set() for _ in shards]
+    if append and os.path.exists(target):
+        with open_store(target) as existing:
+            for position, doc_id in enumerate(existing):
+                winner[doc_id] = (-1, position)
+    for k, path in enumerate(shards):
+        with open_store(path) as store:
+            for position, doc_id in enumerate(store):
+                earlier = winner.get(doc_id)
+                if earlier is None:
+                    winner[doc_id] = (k, position)
+                elif on_duplicate == "first":
+                    dropped[k].add(position)
+                else:
+                    dropped[earlier[0]].add(earlier[1])
+                    winner[doc_id] = (k, position)
+    del winner
+    count = sum(map(len, dropped))
+    if not count:
+        seal(target, shards, overwrite=overwrite, append=append)
+        return 0
+    name = hashlib.sha1(os.fsencode(os.path.basename(os.path.abspath(target)))).hexdigest()[:12]
+    with Staging(os.path.dirname(os.path.abspath(target)), f".docstore-dedup-{name}-") as scratch:
+        kept = []
+        for k, path in enumerate(shards):
+            if not dropped[k]:
+                kept.append(path)
+                continue
+            new = os.path.join(scratch.path, f"part-{k:05d}.docstore")
+            with open_store(path) as store:
+                if len(store) > len(dropped[k]):
+                    _rewrite(store, new, {}, dropped[k])
+                    kept.append(new)
+        seal(target, kept, overwrite=overwrite, append=append)
+    return count
+
+
 def _rewrite(
     store: DocStore,
     target: str | os.PathLike[str],

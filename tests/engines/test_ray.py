@@ -343,3 +343,53 @@ def test_write_keeps_a_live_jobs_staging(tmp_path):
         live.remove()
         _engines.remove_staging(unlocked)
     only(tmp_path, "c")
+
+
+def test_small_rows_are_gathered_into_few_shards(tmp_path):
+    """5,000 rows of ray.data.from_items made 200 shards of 75 KB; by default a shard gathers up
+    to DEFAULT_SHARD_BYTES, and shard_bytes sets the target."""
+    items = [{"doc_id": f"d{i}", "text": "x" * 100} for i in range(5000)]
+    ds = ray.data.from_items(items, override_num_blocks=200)
+    store = docstore_ray.write(ds, tmp_path / "few")
+    assert len(store) == 5000 and len(store.info()["shards"]) <= 2
+    store = docstore_ray.write(ds, tmp_path / "many", shard_bytes=50_000)
+    shards = len(store.info()["shards"])
+    assert 5 <= shards < 200, shards
+    store = docstore_ray.write(ds, tmp_path / "blocks", shard_bytes=None)
+    assert len(store.info()["shards"]) == 200
+    with pytest.raises(ValueError, match="shard_bytes"):
+        docstore_ray.write(ds, tmp_path / "bad", shard_bytes=0)
+
+
+@pytest.mark.parametrize("policy", ["first", "last"])
+def test_on_duplicate_within_and_across_tasks(tmp_path, policy):
+    rows = [("a", "1"), ("b", "1"), ("a", "2"), ("c", "2"), ("b", "3"), ("a", "3")]
+    table = pa.table({"doc_id": [r[0] for r in rows], "text": [r[1] for r in rows]})
+    # Three blocks, one task each: "a" repeats within the first and across all three.
+    ds = ray.data.from_arrow([table.slice(0, 3), table.slice(3, 2), table.slice(5, 1)])
+    store = docstore_ray.write(ds, tmp_path / "c", on_duplicate=policy, shard_bytes=None)
+    got = [(d.doc_id, d.text) for d in store.values()]
+    if policy == "first":
+        assert got == [("a", "1"), ("b", "1"), ("c", "2")]
+    else:
+        assert got == [("c", "2"), ("b", "3"), ("a", "3")]
+    only(tmp_path, "c")
+
+
+def test_docstore_errors_reach_ray_as_user_errors(tmp_path):
+    """Ray Data reports an exception that is not its UserCodeException as a bug of Ray's own."""
+    from ray.exceptions import UserCodeException
+
+    table = pa.table({"doc_id": ["a", "b", "a"], "text": ["1", "2", "3"]})
+    within = ray.data.from_arrow([table])
+    across = ray.data.from_arrow([table.slice(0, 2), table.slice(2, 1)])
+    for ds, where in ((within, "task"), (across, "seal")):
+        with pytest.raises(docstore.DuplicateKeyError) as error:
+            docstore_ray.write(ds, tmp_path / where, shard_bytes=None)
+        assert isinstance(error.value, UserCodeException), (where, type(error.value).__mro__)
+        assert "'a'" in str(error.value) or '"a"' in str(error.value)
+    with pytest.raises(docstore.InvalidArgumentError, match="append"):
+        docstore_ray.write(within, tmp_path / "x", append=True, on_duplicate="last")
+    with pytest.raises(docstore.InvalidArgumentError, match="on_duplicate"):
+        docstore_ray.write(within, tmp_path / "x", on_duplicate="keep")
+    only(tmp_path)
