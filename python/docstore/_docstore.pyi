@@ -1,7 +1,7 @@
 """Type stubs of the extension module ``docstore._docstore`` (the pyo3 layer over docstore-core)."""
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, SupportsIndex
 
@@ -120,7 +120,7 @@ class Reader:
     def keys_range(self, start: int, stop: int) -> list[str]: ...
     def _info(self) -> dict[str, int]: ...
     def _dictionary(self) -> bytes: ...
-    def verify(self) -> None: ...
+    def verify(self, progress: Callable[[int, int], object] | None = None) -> None: ...
 
 @disjoint_base
 class Writer:

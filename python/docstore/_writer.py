@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _docstore
+from . import _docstore, _progress
 from ._arrow import field_type, prepare, unsupported
 from ._arrow import writer_columns as _arrow_columns
 from ._collection import seal
@@ -506,6 +506,7 @@ def build(
     fields: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
     *,
     batch_size: int = ARROW_BATCH_ROWS,
+    progress: bool | None = None,
     **options: Any,
 ) -> DocStore:
     """Builds a store from an iterable of dicts, namedtuples or dataclasses; returns it opened.
@@ -521,12 +522,40 @@ def build(
     arrays such as ``int32[]``), every column but the ids becomes a field unless ``fields``
     names the ones to keep, and ``id_field`` names the id column (integer ids become decimal
     strings; ``None`` numbers the rows 0, 1, 2 ...).
+
+    ``on_duplicate`` (``"error"``, ``"first"``, ``"last"``) goes to the ``Writer``. A progress
+    bar with the total and an ETA goes to stderr when the input has a length (a list, a table,
+    a ``datasets.Dataset``) and stderr is a terminal; ``progress=False`` hides it, ``True``
+    shows it always.
     """
+    total = _length(records)
+    shown = _progress.bar(total, "docs", progress if total is not None or progress else False, desc="build")
+    with shown:
+        return _build(path, records, id_field, fields, batch_size, options, shown)
+
+
+def _length(records: Any) -> int | None:
+    """The number of records, when the input knows it."""
+    try:
+        return int(records.num_rows) if _is_arrow_table(records) else len(records)
+    except TypeError:
+        return None
+
+
+def _build(
+    path: str | os.PathLike[str],
+    records: Iterable[Any],
+    id_field: str | None,
+    fields: Mapping[str, str] | Sequence[tuple[str, str]] | None,
+    batch_size: int,
+    options: dict[str, Any],
+    shown: Any,
+) -> DocStore:
     kind = _hf_kind(records)
     if isinstance(records, Mapping):
         raise TypeError("build() takes an iterable of records, not a mapping; pass its .values()")
     if kind is not None or _is_arrow_table(records):
-        return _build_from_arrow(path, records, kind, id_field, fields, batch_size, options)
+        return _build_from_arrow(path, records, kind, id_field, fields, batch_size, options, shown)
     if id_field is None:
         raise SchemaError("id_field=None (rows numbered by position) is for a table or a dataset")
     iterator = iter(records)
@@ -547,8 +576,12 @@ def build(
     with Writer(path, dict(fields), **options) as writer:
         if first is not _NONE:
             add = writer.add_record
-            for record in itertools.chain([first], iterator):
+            n = 0
+            for n, record in enumerate(itertools.chain([first], iterator), 1):
                 add(record if type(record) is dict else _as_dict(record), id_field)
+                if n % 8192 == 0:
+                    shown.update(8192)
+            shown.update(n - shown.n)
     return open_store(path)
 
 
@@ -563,6 +596,7 @@ def _build_from_arrow(
     fields: Mapping[str, str] | Sequence[tuple[str, str]] | None,
     batch_size: int,
     options: dict[str, Any],
+    shown: Any,
 ) -> DocStore:
     """``build`` from a Hugging Face dataset (``kind``) or a pyarrow table."""
     if fields is not None:
@@ -598,6 +632,7 @@ def _build_from_arrow(
         if first is not None:
             for batch in itertools.chain([first], batches):
                 writer._add_arrow_batch(batch, id_field)
+                shown.update(batch.num_rows)
     return open_store(path)
 
 
@@ -693,7 +728,11 @@ _UPGRADE_CHUNK = 4096
 
 
 def upgrade(
-    source: str | os.PathLike[str], target: str | os.PathLike[str] | None = None, **options: Any
+    source: str | os.PathLike[str],
+    target: str | os.PathLike[str] | None = None,
+    *,
+    progress: bool | None = None,
+    **options: Any,
 ) -> DocStore:
     """Rewrites the store or collection at ``source`` in the current format (version 3: checked
     reads, and lookups by id located by the key index) at ``target``, or in place when ``target``
@@ -705,7 +744,8 @@ def upgrade(
     otherwise. A collection's shards of an older format are rewritten and every shard is sealed
     again with a new global id index; shards already current are linked, not copied. In place,
     the new store replaces the old one atomically when complete: a process that has the old one
-    open keeps reading it.
+    open keeps reading it. ``progress``: bars of the check and the rewrite on stderr (default:
+    when it is a terminal).
     """
     store = open_store(source)
     if target is None:
@@ -729,9 +769,9 @@ def upgrade(
         raise InvalidArgumentError(
             f"{store.url}: upgrade a collection where its files are (download it, upgrade it, upload it)"
         )
-    store.verify()
+    _progress.verify(store, progress)
     if "shards" not in info:
-        _rewrite(store, target, options)
+        _rewrite(store, target, options, progress=progress)
         store.close()
         return open_store(target)
     store.close()
@@ -748,13 +788,19 @@ def upgrade(
                 continue
             new = os.path.join(scratch.path, f"part-{i:05d}.docstore")
             with open_store(shard["path"]) as old:
-                _rewrite(old, new, {k: v for k, v in options.items() if k != "overwrite"})
+                _rewrite(old, new, {k: v for k, v in options.items() if k != "overwrite"}, progress=progress)
             shards.append(new)
         return seal(target, shards, overwrite=options.get("overwrite", False))
 
 
 def seal_without_repeats(
-    target: str, shards: list[str], on_duplicate: str, *, overwrite: bool, append: bool
+    target: str,
+    shards: list[str],
+    on_duplicate: str,
+    *,
+    overwrite: bool,
+    append: bool,
+    progress: bool | None = False,
 ) -> int:
     """``seal(target, shards, on_duplicate=...)`` for "first" and "last": the shards that hold a
     document another keeps are rewritten without it (in a staging directory beside ``target``),
@@ -771,17 +817,10 @@ def seal_without_repeats(
         with open_store(target) as existing:
             for position, doc_id in enumerate(existing):
                 winner[doc_id] = (-1, position)
-    for k, path in enumerate(shards):
-        with open_store(path) as store:
-            for position, doc_id in enumerate(store):
-                earlier = winner.get(doc_id)
-                if earlier is None:
-                    winner[doc_id] = (k, position)
-                elif on_duplicate == "first":
-                    dropped[k].add(position)
-                else:
-                    dropped[earlier[0]].add(earlier[1])
-                    winner[doc_id] = (k, position)
+    with _progress.bar(len(shards), "shards", progress, desc="read ids") as shown:
+        for k, path in enumerate(shards):
+            shown.update(1)
+            _note_repeats(path, k, on_duplicate, winner, dropped)
     del winner
     count = sum(map(len, dropped))
     if not count:
@@ -797,10 +836,27 @@ def seal_without_repeats(
             new = os.path.join(scratch.path, f"part-{k:05d}.docstore")
             with open_store(path) as store:
                 if len(store) > len(dropped[k]):
-                    _rewrite(store, new, {}, dropped[k])
+                    _rewrite(store, new, {}, dropped[k], progress=progress)
                     kept.append(new)
         seal(target, kept, overwrite=overwrite, append=append)
     return count
+
+
+def _note_repeats(
+    path: str, k: int, on_duplicate: str, winner: dict[str, tuple[int, int]], dropped: list[set[int]]
+) -> None:
+    """Reads the ids of shard ``k`` (at ``path``) into ``winner`` (id -> the shard and position
+    of the document kept), adding the positions of those that lose to ``dropped``."""
+    with open_store(path) as store:
+        for position, doc_id in enumerate(store):
+            earlier = winner.get(doc_id)
+            if earlier is None:
+                winner[doc_id] = (k, position)
+            elif on_duplicate == "first":
+                dropped[k].add(position)
+            else:
+                dropped[earlier[0]].add(earlier[1])
+                winner[doc_id] = (k, position)
 
 
 def _rewrite(
@@ -809,6 +865,7 @@ def _rewrite(
     options: dict[str, Any],
     dropped: set[int] | None = None,
     renamed: Mapping[int, str] | None = None,
+    progress: bool | None = False,
 ) -> None:
     """Writes the documents of ``store`` (verified) to a new store at ``target``, with its level and
     dictionary unless ``options`` say otherwise; without the positions ``dropped``, and with the
@@ -817,9 +874,13 @@ def _rewrite(
     options.setdefault("level", store._info()["level"])
     if store.dictionary and "dict_size" not in options:
         options.setdefault("dictionary", store.dictionary)
-    with Writer(target, store.fields, **options) as writer:
+    with (
+        Writer(target, store.fields, **options) as writer,
+        _progress.bar(len(store), "docs", progress, desc="rewrite") as shown,
+    ):
         names = list(store.fields)
         for start in range(0, len(store), _UPGRADE_CHUNK):
+            shown.update(min(_UPGRADE_CHUNK, len(store) - start))
             positions = range(start, min(start + _UPGRADE_CHUNK, len(store)))
             if dropped:
                 positions = [p for p in positions if p not in dropped]

@@ -785,11 +785,22 @@ impl Collection {
     /// Reads every byte of every file (see `Store::verify`), and checks that the global index
     /// holds exactly the shards' ids at their global positions.
     pub fn verify(&self) -> Result<()> {
+        self.verify_counting(&std::sync::atomic::AtomicU64::new(0))
+    }
+
+    /// The steps `verify_counting` counts (`Store::verify_steps` of every file).
+    pub fn verify_steps(&self) -> u64 {
+        let index = self.index.as_ref().map_or(0, Store::verify_steps);
+        index + self.shards.iter().map(Store::verify_steps).sum::<u64>()
+    }
+
+    /// `verify`, adding to `done` as it goes (about `verify_steps()` in all), for a progress bar.
+    pub fn verify_counting(&self, done: &std::sync::atomic::AtomicU64) -> Result<()> {
         if self.remote.is_some() {
-            return self.downloaded()?.verify();
+            return self.downloaded()?.verify_counting(done);
         }
         let Some(index) = &self.index else {
-            return self.shards[0].verify();
+            return self.shards[0].verify_counting(done);
         };
         // Every file is read, and every damaged one named, not only the first.
         let index_path = self
@@ -803,7 +814,7 @@ impl Collection {
         );
         let mut damaged = Vec::new();
         for (store, path) in files {
-            match store.verify() {
+            match store.verify_counting(done) {
                 Ok(()) => {}
                 Err(Error::Corrupt(msg)) => damaged.push(format!("{}: {msg}", path.display())),
                 Err(other) => return Err(other),
