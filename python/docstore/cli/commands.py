@@ -365,9 +365,11 @@ def _build_shards(
                 for g, group in enumerate(groups)
             ]
             waiting = set(jobs)
-            while waiting:
-                _, waiting = concurrent.futures.wait(waiting, timeout=0.2)
+            while True:
                 shown.update(min(sizes, head + sum(done)) - shown.n)
+                if not waiting:
+                    break
+                _, waiting = concurrent.futures.wait(waiting, timeout=0.2)
             failures = [job.exception() for job in jobs]
         for failure in failures:
             if failure is not None and not isinstance(failure, _Stopped):
