@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import bisect
 import csv
 import hashlib
 import json
@@ -13,7 +12,6 @@ import os
 import sys
 import time
 from collections.abc import Iterable, Iterator
-from fractions import Fraction
 from typing import Any, Optional
 
 import numpy as np
@@ -223,47 +221,31 @@ def _repeats_found(
 Piece = tuple[str, str, Optional[tuple[int, int]]]  # path, format, byte range (None: all of it)
 
 
-def shard_plan(
-    inputs: list[str], formats: list[str], n: int, start: int = 0, workers: int | None = None
-) -> list[list[Piece]]:
-    """The inputs cut into ``n`` runs, in input order: uncompressed JSON lines split between lines
-    (a piece holds the lines that start in its byte range), any other file whole, in the run
-    where it starts. Runs can be empty (fewer files than shards). ``start``: where in the first
-    input (uncompressed JSON lines) to begin.
-
-    The runs hold about equal bytes, or with ``workers`` (each to build a consecutive group of
-    runs, ``balanced_groups``), each group holds about equal bytes, its runs equal parts of it:
-    7 shards on 2 workers are 4 eighths and 3 sixths, not 7 sevenths of which one worker builds 4.
-    """
+def shard_plan(inputs: list[str], formats: list[str], n: int) -> list[list[Piece]]:
+    """The inputs cut into ``n`` runs of about equal bytes, in input order: uncompressed JSON
+    lines split between lines (a piece holds the lines that start in its byte range), any other
+    file whole, in the run where it starts. Runs can be empty (fewer files than shards)."""
     sizes = [os.path.getsize(p) for p in inputs]
-    total = max(sum(sizes) - start, 1)
-    ends = [Fraction(k + 1, n) for k in range(n)]
-    if workers is not None and n % workers:
-        groups = balanced_groups(n, workers)
-        ends = [
-            Fraction(w, len(groups)) + Fraction(j + 1, len(g) * len(groups))
-            for w, g in enumerate(groups)
-            for j in range(len(g))
-        ]
+    total = max(sum(sizes), 1)
 
-    def run_end(k: int) -> int:  # the byte (from `start`) where run k ends, rounded up
-        return math.ceil(ends[k] * total)
+    def run_end(k: int) -> int:  # the byte where run k ends, rounded up
+        return -(-(k + 1) * total // n)
 
     def run_of(at: int) -> int:  # the run holding byte `at`
-        return min(n - 1, bisect.bisect_right(ends, Fraction(at, total)))
+        return min(n - 1, at * n // total)
 
     plan: list[list[Piece]] = [[] for _ in range(n)]
-    offset = -start  # where each input begins, counted from `start`
+    offset = 0  # where each input begins
     for path, fmt, size in zip(inputs, formats, sizes):
         if fmt == "jsonl" and not is_gzip(path):
-            at = max(offset, 0)
+            at = offset
             while at < offset + size:
                 k = run_of(at)
                 end = min(offset + size, max(run_end(k), at + 1))
                 plan[k].append((path, fmt, (at - offset, end - offset)))
                 at = end
         else:
-            plan[run_of(max(offset, 0))].append((path, fmt, None))
+            plan[run_of(offset)].append((path, fmt, None))
         offset += size
     return plan
 
@@ -301,39 +283,22 @@ def _build_shards(
     try:
         # One dictionary for every shard, trained once, on the input's first 4 MiB of text (about
         # a single-file build's first batch, which it trains on): shards compress alike, and
-        # readers keep one copy of it. Those records become a shard of their own when the first
-        # input can be resumed after them (uncompressed JSON lines), so that they are read once.
+        # readers keep one copy of it. The first shard's worker reads those records again (a few
+        # hundredths of a second), so that every shard holds about equal bytes.
         fields, id_field, columns, keep, level, coerce, on_duplicate = shard_args
-        splittable = formats[0] == "jsonl" and not is_gzip(inputs[0])
-        first = (inputs[0], formats[0], (0, os.path.getsize(inputs[0])) if splittable else None)
-        end: list[int] = []
-        head = list(read_pieces([first], columns, keep, coerce, id_field, limit_bytes=4 << 20, end=end))
-        resume_at = end[0] if end else None
+        first = (inputs[0], formats[0], None)
+        head = read_pieces([first], columns, keep, coerce, id_field, limit_bytes=4 << 20)
         dictionary = _shared_dictionary([record for record, _ in head], fields, level)
-        shards = []
         dropped = 0
-        if splittable:
-            shards = [os.path.join(staging, "head.docstore")]
-            with Writer(
-                shards[0], fields, level=level, dictionary=dictionary, on_duplicate=on_duplicate
-            ) as writer:
-                add_all(writer, head, id_field)
-            dropped += writer.duplicates
-        del head
-        # One worker process per core at most, each building a consecutive group of shards in
-        # turn and compressing on its share of the cores: more processes than cores only contend
-        # for them (8 workers on 2 cores cost 1.2x the single build's CPU, measured); the groups
-        # hold equal bytes, so that no worker is left building alone at the end.
+        # N shards of about equal bytes, built by one worker process per core at most: each
+        # builds a consecutive group of shards in turn, compressing on its share of the cores.
+        # More processes than cores only contend for them (8 workers on 2 cores cost 1.2x the
+        # single build's CPU, measured); N not a multiple of the cores leaves some workers a
+        # shard more to build than others.
         cores = len(os.sched_getaffinity(0))
-        runs = n - len(shards)
-        workers = max(1, min(runs, cores))
+        workers = max(1, min(n, cores))
         threads = max(1, cores // workers)
-        if not splittable:
-            plan = shard_plan(inputs, formats, runs, workers=workers)
-        elif resume_at is not None:
-            plan = shard_plan(inputs, formats, runs, start=resume_at, workers=workers)
-        else:  # the first input fitted in the first batch
-            plan = shard_plan(inputs[1:], formats[1:], runs, workers=workers) if len(inputs) > 1 else []
+        plan = shard_plan(inputs, formats, n)
         paths = [os.path.join(staging, f"part-{k:05d}.docstore") for k in range(len(plan))]
         groups = balanced_groups(len(plan), workers)
         # fork: the workers need nothing but their arguments, and spawn or forkserver would first
@@ -357,7 +322,6 @@ def _build_shards(
             ) as pool,
             _progress.bar(sizes, "B", None if progress else False, desc="build") as shown,
         ):
-            head = sizes - sum(_piece_bytes(p) for run in plan for p in run)  # read here
             jobs = [
                 pool.submit(
                     build_shards, g, [(paths[k], plan[k]) for k in group], *shard_args, dictionary, threads
@@ -366,7 +330,7 @@ def _build_shards(
             ]
             waiting = set(jobs)
             while True:
-                shown.update(min(sizes, head + sum(done)) - shown.n)
+                shown.update(min(sizes, sum(done)) - shown.n)
                 if not waiting:
                     break
                 _, waiting = concurrent.futures.wait(waiting, timeout=0.2)
@@ -376,11 +340,9 @@ def _build_shards(
                 raise failure
         dropped += sum(job.result() for job in jobs)
         if on_duplicate == "error":
-            seal(output, shards + paths, overwrite=overwrite)
+            seal(output, paths, overwrite=overwrite)
         else:  # ids that several shards hold meet here
-            dropped += seal_without_repeats(
-                output, shards + paths, on_duplicate, overwrite=overwrite, append=False
-            )
+            dropped += seal_without_repeats(output, paths, on_duplicate, overwrite=overwrite, append=False)
         return dropped
     finally:
         locked.remove()
@@ -513,12 +475,10 @@ def read_pieces(
     id_field: str,
     *,
     limit_bytes: int | None = None,
-    end: list[int] | None = None,
 ) -> Iterator[tuple[dict[str, Any], Place]]:
     """The records of ``pieces`` (coerced to their fields' types) and where each is; an unreadable
     input or a bad value raises ``UsageError`` naming the place. With ``limit_bytes``, only the
-    first records of about that many bytes of text; then the position where the next record
-    starts is appended to ``end`` (nothing when every record was read)."""
+    first records of about that many bytes of text."""
     seen = 0  # bytes of the text and bytes values read, for limit_bytes
     for source, fmt, byte_range in pieces:
         position = 0
@@ -530,8 +490,6 @@ def read_pieces(
                     _DONE[_GROUP] += now - reported  # one word per worker: no race
                     reported = now
                 if limit_bytes is not None and seen >= limit_bytes:
-                    if end is not None:
-                        end.append(position)
                     return
                 place = (source, fmt, position, byte_range is not None)
                 if coerce[fmt]:
