@@ -136,6 +136,7 @@ class Writer:
         key_buffer_bytes: int | None = None,
         format_version: int | None = None,
         dictionary: bytes | None = None,
+        _every_id: bool = False,
     ) -> Writer: ...
     @property
     def path(self) -> Path: ...

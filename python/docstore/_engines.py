@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from . import _docstore, errors
+from . import _docstore, _progress, errors
 from ._arrow import prepare, schema_fields
 from ._staging import Staging
 from ._store import DocStore
@@ -177,6 +177,7 @@ def write_shard(
     id_field: str,
     fields: Mapping[str, str] | None,
     options: Mapping[str, Any],
+    where: str | None = None,
 ) -> tuple[str | None, int, dict[str, str] | None]:
     """Writes the Arrow ``batches`` (Tables or RecordBatches) of one task attempt into the shard
     ``staging/name``; returns its path (None when the batches held no rows: no shard), its count
@@ -184,7 +185,8 @@ def write_shard(
 
     The staging directory is never created here: an attempt that outlives its job (a straggler
     after the commit or abort removed the directory) fails instead of leaving files behind, and
-    a worker that does not share the driver's file system says so."""
+    a worker that does not share the driver's file system says so. A repeated id is named with
+    ``where`` the shard's rows come from ("write task 3", "partition 3")."""
     if not os.path.isdir(staging):
         raise StoreNotFoundError(
             f"staging directory {staging} does not exist: the target must be on a file system that "
@@ -206,9 +208,11 @@ def write_shard(
             return None, 0, dict(fields) if fields is not None else None
         count = writer.finish()["count"]
         return path, count, dict(fields) if fields is not None else None
-    except BaseException:
+    except BaseException as error:
         if writer is not None and not writer.closed:
             writer.abort()
+        if where is not None and isinstance(error, errors.DuplicateKeyError) and error.positions:
+            error.args = (f"{where}: {error}, counting the rows of {where} from 0",)
         raise
 
 
@@ -259,9 +263,13 @@ def _seal(
         shards = [empty]
     # Ids that several shards hold meet here: each task's writer kept one within its shard.
     policy = options.get("on_duplicate", "error")
-    if mode == "append":  # what is there is read under the lock that publishes the result
-        return seal(target, shards, append=True, on_duplicate=policy)
-    return seal(target, shards, overwrite=mode == "overwrite", on_duplicate=policy)
+    with _progress.bar(len(shards), "shards", None, desc="seal") as shown:
+        if mode == "append":  # what is there is read under the lock that publishes the result
+            store = seal(target, shards, append=True, on_duplicate=policy)
+        else:
+            store = seal(target, shards, overwrite=mode == "overwrite", on_duplicate=policy)
+        shown.update(len(shards))
+    return store
 
 
 def report_error(report: str | None, error: BaseException) -> None:

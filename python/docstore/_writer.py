@@ -52,7 +52,10 @@ class Writer(_Writer):
     document and drops the repeat; ``"last"`` keeps the repeat, at its own position, and drops
     the earlier one (the store is then written twice: once as given, then without the dropped
     documents). ``duplicates`` counts the repeats met, ``repeated_ids`` holds the first few.
-    The writer knows each id by a 128-bit hash (about 30-60 bytes of memory an id).
+    With "first" or "last" the writer holds every id's 128-bit hash (about 30-60 bytes of
+    memory an id); with "error", those of the first ``key_buffer_bytes / 128`` documents (512Ki
+    by default), and a repeat of a later one is found when the ids are sorted (as each 64 MiB
+    run of them is spilled, or at ``finish``), then without the positions.
     """
 
     def __new__(
@@ -78,14 +81,14 @@ class Writer(_Writer):
             staging = Staging(os.path.dirname(target), f".docstore-last-{name}-")
             inner = os.path.join(staging.path, "store.docstore")
             try:
-                self = super().__new__(cls, inner, fields, **{**options, "overwrite": False})
+                self = super().__new__(cls, inner, fields, **{**options, "overwrite": False}, _every_id=True)
             except BaseException:
                 staging.remove()
                 raise
             self._target = path
             self._options = options
         else:
-            self = super().__new__(cls, path, fields, **options)
+            self = super().__new__(cls, path, fields, **options, _every_id=on_duplicate != "error")
         self.on_duplicate = on_duplicate
         self._staging = staging
         self.duplicates = 0

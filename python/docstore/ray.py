@@ -141,6 +141,7 @@ class DocstoreDatasink(Datasink):
                 self.id_field,
                 self.fields,
                 self.writer_options,
+                where=f"write task {task}",
             )
         return {"task_idx": task, "path": path, "count": count, "fields": fields}
 

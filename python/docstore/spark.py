@@ -148,7 +148,13 @@ class DocstoreWriter(DataSourceArrowWriter):
         name = f"part-{partition:05d}-{attempt}-{uuid.uuid4().hex}"
         try:
             path, count, _ = write_shard(
-                self.staging, f"{name}.docstore", iterator, self.id_field, self.fields, self.writer_options
+                self.staging,
+                f"{name}.docstore",
+                iterator,
+                self.id_field,
+                self.fields,
+                self.writer_options,
+                where=f"partition {partition}",
             )
         except Exception as error:
             # The staging directory is shared with the driver: abort() hands this on to write().

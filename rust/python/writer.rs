@@ -605,7 +605,7 @@ fn quoted(obj: &Bound<'_, PyAny>) -> String {
 #[pymethods]
 impl Writer {
     #[new]
-    #[pyo3(signature = (path, fields, *, overwrite=false, level=None, dict_size=None, batch_bytes=None, key_buffer_bytes=None, format_version=None, dictionary=None))]
+    #[pyo3(signature = (path, fields, *, overwrite=false, level=None, dict_size=None, batch_bytes=None, key_buffer_bytes=None, format_version=None, dictionary=None, _every_id=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -618,6 +618,7 @@ impl Writer {
         key_buffer_bytes: Option<&Bound<'_, PyAny>>,
         format_version: Option<&Bound<'_, PyAny>>,
         dictionary: Option<&[u8]>,
+        _every_id: bool,
     ) -> PyResult<Self> {
         let schema = schema_of(py, fields)?;
         let options = options_of(
@@ -629,7 +630,11 @@ impl Writer {
             format_version,
             dictionary,
         )?;
-        let state = State::create(py, path.clone(), schema, options)?;
+        let mut state = State::create(py, path.clone(), schema, options)?;
+        if _every_id {
+            // `on_duplicate="first"/"last"` asks `position_of` of every id.
+            state.inner(py)?.track_every_id();
+        }
         Ok(Writer {
             path,
             state: Mutex::new(state),

@@ -130,3 +130,22 @@ def test_an_int_key_points_to_positions(tmp_path):
     with pytest.raises(KeyError) as error:
         store["zz"]
     assert error.value.args == ("zz",)
+
+
+def test_the_table_of_ids_is_bounded_unless_one_of_each_is_kept(tmp_path):
+    """With "error" the writer holds the first key_buffer_bytes / 128 ids (bounded memory): a
+    repeat of a later one is still refused, by the key sort at finish; "first" holds them all."""
+    w = docstore.Writer(tmp_path / "s", FIELDS, key_buffer_bytes=256)  # 2 ids held
+    for doc_id in "abc":
+        w.add(doc_id, text="x", n=0)
+    with pytest.raises(docstore.DuplicateKeyError) as error:
+        w.add("a", text="y", n=1)  # held: refused at once
+    assert error.value.positions == (0, 3)
+    w.add("c", text="y", n=1)  # not held: taken, then refused at finish
+    with pytest.raises(docstore.DuplicateKeyError, match='"c"'):
+        w.finish()
+    assert not (tmp_path / "s").exists()
+    with docstore.Writer(tmp_path / "f", FIELDS, key_buffer_bytes=256, on_duplicate="first") as w:
+        for doc_id, text in zip("abcc", "1234"):
+            w.add(doc_id, text=text, n=0)
+    assert [d.text for d in docstore.open(tmp_path / "f").values()] == ["1", "2", "3"]

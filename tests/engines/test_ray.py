@@ -395,6 +395,7 @@ def test_docstore_errors_reach_ray_as_user_errors(tmp_path):
             docstore_ray.write(ds, tmp_path / where, shard_bytes=None)
         assert isinstance(error.value, UserCodeException), (where, type(error.value).__mro__)
         assert "'a'" in str(error.value) or '"a"' in str(error.value)
+        assert "write task" in str(error.value)  # where: the task, or both tasks at the seal
     with pytest.raises(docstore.InvalidArgumentError, match="append"):
         docstore_ray.write(within, tmp_path / "x", append=True, on_duplicate="last")
     with pytest.raises(docstore.InvalidArgumentError, match="on_duplicate"):

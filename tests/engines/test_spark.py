@@ -280,8 +280,8 @@ def test_on_duplicate_within_and_across_partitions(spark, tmp_path, policy):
         assert got == [("a", "0"), ("b", "2"), ("c", "3")]
     else:
         assert got == [("c", "3"), ("b", "4"), ("a", "5")]
-    with pytest.raises(docstore.DuplicateKeyError):
-        docstore_spark.write(df, tmp_path / "e")
+    with pytest.raises(docstore.DuplicateKeyError, match="partition 0: duplicate doc id"):
+        docstore_spark.write(df, tmp_path / "e")  # "a" twice in the first partition
     with pytest.raises(docstore.InvalidArgumentError, match="append"):
         docstore_spark.write(df, tmp_path / "c", mode="append", on_duplicate="last")
     only(tmp_path, "c")

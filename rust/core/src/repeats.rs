@@ -101,13 +101,33 @@ impl std::hash::Hash for Hash128 {
 /// found when it is added, not when the keys are sorted at the end, so that a build reports it
 /// at once. An id is known by its 128-bit hash (24 bytes a slot, ~30-60 bytes an id, whatever
 /// its length): two different ids of a billion share one with a chance under 1e-20, and the key
-/// sort at the end still compares the bytes of every id it is given.
-#[derive(Default)]
+/// sort still compares the bytes of every id it is given. It holds the first `limit` ids only
+/// (a writer's memory stays bounded); a repeat of a later one is found by the key sort, when a
+/// run of keys is spilled or at the end.
 pub struct IdTable {
     positions: HashMap<Hash128, u32, BuildHasherDefault<Prehashed>>,
+    limit: usize,
+}
+
+impl Default for IdTable {
+    fn default() -> Self {
+        IdTable::with_limit(usize::MAX)
+    }
 }
 
 impl IdTable {
+    pub fn with_limit(limit: usize) -> IdTable {
+        IdTable {
+            positions: HashMap::default(),
+            limit,
+        }
+    }
+
+    /// Holds every id from now on, however many (what keeping one document of each needs).
+    pub fn unlimited(&mut self) {
+        self.limit = usize::MAX;
+    }
+
     pub fn hash(key: &[u8]) -> Hash128 {
         let h = xxh3_128(key);
         Hash128(h as u64, (h >> 64) as u64)
@@ -121,6 +141,9 @@ impl IdTable {
     /// Records the id of hash `id` at `position`, unless it is there already: then its earlier
     /// position.
     pub fn insert(&mut self, id: Hash128, position: u32) -> Option<u32> {
+        if self.positions.len() >= self.limit {
+            return self.get(id);
+        }
         match self.positions.entry(id) {
             std::collections::hash_map::Entry::Occupied(slot) => Some(*slot.get()),
             std::collections::hash_map::Entry::Vacant(slot) => {
@@ -256,6 +279,14 @@ mod tests {
         assert_eq!(ids.insert(h(b"a"), 2), Some(0));
         assert_eq!(ids.insert(h(b"a"), 3), Some(0));
         assert_eq!((ids.get(h(b"b")), ids.get(h(b"c"))), (Some(1), None));
+        // Past its limit it holds no more, and finds repeats of those it holds.
+        let mut ids = IdTable::with_limit(2);
+        for (k, key) in [b"a", b"b", b"c"].iter().enumerate() {
+            assert_eq!(ids.insert(h(*key), k as u32), None);
+        }
+        assert_eq!((ids.get(h(b"a")), ids.get(h(b"c"))), (Some(0), None));
+        ids.unlimited();
+        assert_eq!((ids.insert(h(b"c"), 3), ids.get(h(b"c"))), (None, Some(3)));
     }
 
     #[test]

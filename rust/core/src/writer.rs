@@ -29,6 +29,10 @@ use std::thread::JoinHandle;
 use tempfile::TempDir;
 use xxhash_rust::xxh3::xxh3_64;
 
+/// Bytes of `key_buffer_bytes` counted per id that the table of ids added holds (its slots are
+/// ~30-60 bytes an id): the default 64 MiB holds the first 512Ki ids, found repeated at once.
+const ID_TABLE_COST: usize = 128;
+
 /// The largest `WriterOptions::batch_bytes`: a writer allocates a batch of that size up front.
 pub const MAX_BATCH_BYTES: usize = 1 << 30;
 
@@ -217,7 +221,8 @@ impl Writer {
                 .name("docstore-writer".into())
                 .spawn(move || write_data(file, offsets, &schema, &options, receiver.into_iter()))?
         };
-        let keys = KeySorter::new(scratch.path().to_path_buf(), options.key_buffer_bytes);
+        let key_buffer_bytes = options.key_buffer_bytes;
+        let keys = KeySorter::new(scratch.path().to_path_buf(), key_buffer_bytes);
         let batch_bytes = options.batch_bytes;
         Ok(Writer {
             schema,
@@ -228,7 +233,7 @@ impl Writer {
             raw_bytes: 0,
             batch: Batch::with_capacity(batch_bytes),
             keys,
-            ids: IdTable::default(),
+            ids: IdTable::with_limit(key_buffer_bytes / ID_TABLE_COST),
             sender: Some(sender),
             worker: Some(worker),
             pid: crate::process::instance(),
@@ -333,7 +338,14 @@ impl Writer {
         Ok(())
     }
 
-    /// The position of the document added with id `key`, if any.
+    /// Keeps every id in the table of those added (see `IdTable`), so that `position_of` knows
+    /// them all, at ~30-60 bytes an id; by default it holds as many as `key_buffer_bytes / 128`.
+    pub fn track_every_id(&mut self) {
+        self.ids.unlimited();
+    }
+
+    /// The position of the document added with id `key`, if any (of those the table holds:
+    /// every one after `track_every_id`).
     pub fn position_of(&self, key: &str) -> Option<u64> {
         self.ids.get(IdTable::hash(key.as_bytes())).map(u64::from)
     }
