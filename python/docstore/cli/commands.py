@@ -128,13 +128,14 @@ def _build_one(
     first`` or ``last``) and where the first few were."""
     sizes = {path: os.path.getsize(path) for path in args.inputs if path != "-"}
     total = None if "-" in args.inputs else sum(sizes[p] for p in args.inputs)
+    unit = "B" if total is not None else "docs"  # stdin: a count of documents
     count = 0
     examples: list[str] = []
     with (
         Writer(
             args.output, fields, overwrite=args.overwrite, level=args.level, on_duplicate=args.on_duplicate
         ) as writer,
-        _progress.bar(total, "B", False if args.quiet else None, desc="build") as shown,
+        _progress.bar(total, unit, False if args.quiet else None, desc="build") as shown,
     ):
         add = writer.add_record
         reading, before = None, 0  # the input being read, and the bytes of those before it
@@ -153,7 +154,9 @@ def _build_one(
             if writer.duplicates != repeats and len(examples) < 5:
                 examples.append(f"{record.get(args.id_field)!r} at {where(path, fmt, position)}")
             count += 1
-            if count % 8192 == 0 and total is not None:
+            if count % 8192 == 0 and total is None:  # stdin: no size to count against
+                shown.update(8192)
+            elif count % 8192 == 0:
                 if path != reading:
                     before += sizes.get(reading, 0) if reading is not None else 0
                     reading = path
