@@ -65,14 +65,17 @@ def test_build_counts_every_repeat_and_says_where_the_first_few_are(tmp_path):
     write_jsonl(tmp_path / "in.jsonl", RECORDS)
     result = cli("build", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "s"))
     assert result.returncode == 1
-    err = result.stderr
-    # At once: the first repeat, where it is; then the whole count, each with both places.
-    assert f"{tmp_path / 'in.jsonl'}:3: duplicate doc id 'a'" in err.splitlines()[0]
+    (err,) = result.stderr.splitlines()  # one line, as every mistake
+    # The whole count, the first few with both places.
+    path = tmp_path / "in.jsonl"
     assert "3 documents repeat the id of an earlier one" in err
-    assert f"'a': {tmp_path / 'in.jsonl'}:3, first at {tmp_path / 'in.jsonl'}:1" in err
-    assert f"'b': {tmp_path / 'in.jsonl'}:5, first at {tmp_path / 'in.jsonl'}:2" in err
+    assert f"'a' at {path}:3 (first at {path}:1), 'b' at {path}:5 (first at {path}:2)" in err
     assert "--on-duplicate first" in err
     assert not (tmp_path / "s").exists()
+    # On a terminal, the first repeat is said at once, before the ids are read again.
+    rc, err = cli_on_a_terminal("build", str(path), "-o", str(tmp_path / "s"))
+    assert rc == 1
+    assert err.index(f"{path}:3: duplicate doc id 'a'; reading the ids again") < err.index("3 documents")
 
 
 @pytest.mark.parametrize(
@@ -108,7 +111,7 @@ def test_build_shards_applies_the_policy_within_and_across_shards(tmp_path, poli
     if kept is None:
         assert result.returncode == 1
         assert "3 documents repeat the id of an earlier one" in result.stderr
-        assert f"'b': {inputs[1]}:3, first at {inputs[0]}:3" in result.stderr
+        assert f"'b' at {inputs[1]}:3 (first at {inputs[0]}:3)" in result.stderr
         assert sorted(os.listdir(tmp_path)) == ["in0.tsv", "in1.tsv", "in2.tsv"]
         return
     assert result.returncode == 0, result.stderr

@@ -193,7 +193,8 @@ def _repeats_found(
     first = f"{place}: duplicate doc id {exc.doc_id!r}" if place else str(exc)
     if "-" in args.inputs:  # stdin cannot be read again
         return UsageError(f"{first}; {hint}")
-    print(f"docstore build: {first}; reading the ids again to count the repeats", file=sys.stderr)
+    if sys.stderr.isatty():  # at once, as a progress bar would (a log gets the one line below)
+        print(f"docstore build: {first}; reading the ids again to count the repeats", file=sys.stderr)
     seen: dict[Any, str] = {}
     count, shown = 0, []
     keep_ids = [args.id_field] if keep is not None or "parquet" in formats else None
@@ -206,18 +207,18 @@ def _repeats_found(
                 if doc_id in seen:
                     count += 1
                     if len(shown) < REPEATS_SHOWN:
-                        shown.append(f"  {doc_id!r}: {where(path, fmt, position)}, first at {seen[doc_id]}")
+                        shown.append(f"{doc_id!r} at {where(path, fmt, position)} (first at {seen[doc_id]})")
                 else:
                     seen[doc_id] = where(path, fmt, position)
         except (*GZIP_ERRORS, csv.Error, UnicodeDecodeError) as error:
             raise UsageError(unreadable(path, fmt, 0, error)) from None
     if not count:  # found by the build alone (a --shards seal that the ids read here do not repeat)
         return UsageError(f"{first}; {hint}")
-    more = f"\n  ... and {count - len(shown):,} more" if count > len(shown) else ""
+    more = f", and {count - len(shown):,} more" if count > len(shown) else ""
+    # One line, as every mistake the command reports.
     return UsageError(
-        f"{count:,} documents repeat the id of an earlier one; nothing was written ({hint}):\n"
-        + "\n".join(shown)
-        + more
+        f"{count:,} documents repeat the id of an earlier one, so nothing was written: "
+        f"{', '.join(shown)}{more}; {hint}"
     )
 
 
