@@ -68,14 +68,15 @@ def test_build_counts_every_repeat_and_says_where_the_first_few_are(tmp_path):
     (err,) = result.stderr.splitlines()  # one line, as every mistake
     # The whole count, the first few with both places.
     path = tmp_path / "in.jsonl"
-    assert "3 documents repeat the id of an earlier one" in err
+    assert "3 duplicate doc ids (a document with the id of an earlier one)" in err
     assert f"'a' at {path}:3 (first at {path}:1), 'b' at {path}:5 (first at {path}:2)" in err
     assert "--on-duplicate first" in err
     assert not (tmp_path / "s").exists()
     # On a terminal, the first repeat is said at once, before the ids are read again.
     rc, err = cli_on_a_terminal("build", str(path), "-o", str(tmp_path / "s"))
     assert rc == 1
-    assert err.index(f"{path}:3: duplicate doc id 'a'; reading the ids again") < err.index("3 documents")
+    first = err.index(f"{path}:3: duplicate doc id 'a'; reading the ids again")
+    assert first < err.index("3 duplicate doc ids")
 
 
 @pytest.mark.parametrize(
@@ -110,7 +111,7 @@ def test_build_shards_applies_the_policy_within_and_across_shards(tmp_path, poli
     result = cli("build", *inputs, "-o", str(out), "--shards", "3", "--on-duplicate", policy)
     if kept is None:
         assert result.returncode == 1
-        assert "3 documents repeat the id of an earlier one" in result.stderr
+        assert "3 duplicate doc ids (a document with the id of an earlier one)" in result.stderr
         assert f"'b' at {inputs[1]}:3 (first at {inputs[0]}:3)" in result.stderr
         assert sorted(os.listdir(tmp_path)) == ["in0.tsv", "in1.tsv", "in2.tsv"]
         return

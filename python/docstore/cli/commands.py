@@ -217,7 +217,8 @@ def _repeats_found(
     more = f", and {count - len(shown):,} more" if count > len(shown) else ""
     # One line, as every mistake the command reports.
     return UsageError(
-        f"{count:,} documents repeat the id of an earlier one, so nothing was written: "
+        f"{count:,} duplicate doc id{'s' if count > 1 else ''} (a document with the id of an earlier "
+        "one), so nothing was written: "
         f"{', '.join(shown)}{more}; {hint}"
     )
 
