@@ -211,8 +211,9 @@ def write_shard(
     except BaseException as error:
         if writer is not None and not writer.closed:
             writer.abort()
-        if where is not None and isinstance(error, errors.DuplicateKeyError) and error.positions:
-            error.args = (f"{where}: {error}, counting the rows of {where} from 0",)
+        if where is not None and isinstance(error, errors.DuplicateKeyError):
+            within = f" (positions within {where})" if error.positions else ""
+            error.args = (f"{where}: {error}{within}",)
         raise
 
 
