@@ -19,6 +19,7 @@ def seal(
     overwrite: bool = False,
     append: bool = False,
     read: str = "mmap",
+    on_duplicate: str = "error",
 ) -> DocStore:
     """Seals ``shards`` (store files written by ``docstore.Writer``, one schema, format 2 or 3) into a
     collection at ``target``, and opens it.
@@ -38,10 +39,22 @@ def seal(
     sealing both into a collection that replaces it in one step, or seals them alone where
     nothing is there. Appends (and other docstore writers) to one target run one after the
     other: none loses another's documents.
+
+    ``on_duplicate="first"`` or ``"last"`` keeps one document of an id that several shards hold
+    (the first or the last in position order) instead of raising: the shards that lose some are
+    rewritten without them first, beside ``target`` (the files given are left as they are);
+    this reads every id of every shard, and holds them in memory (about 100 bytes an id).
+    With ``append=True``, ``"first"`` also drops new documents whose id the collection already
+    holds; ``"last"`` is refused there (it would rewrite the shards sealed before).
     """
     if isinstance(shards, (str, bytes, os.PathLike)):
         raise TypeError("shards must be a list of paths, not one path")
     paths = [os.fsdecode(s) if isinstance(s, bytes) else os.fspath(s) for s in shards]
     target = os.fsdecode(target) if isinstance(target, bytes) else os.fspath(target)
-    _docstore.seal(target, paths, overwrite=overwrite, append=append)
+    if on_duplicate == "error":
+        _docstore.seal(target, paths, overwrite=overwrite, append=append)
+        return open(target, read=read)
+    from ._writer import seal_without_repeats
+
+    seal_without_repeats(target, paths, on_duplicate, overwrite=overwrite, append=append)
     return open(target, read=read)

@@ -25,13 +25,13 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from . import _docstore, errors
+from . import _docstore, _progress, errors
 from ._arrow import prepare, schema_fields
 from ._staging import Staging
 from ._store import DocStore
 from ._store import open as open_store
-from ._writer import Writer
-from .errors import DocstoreError, SchemaError, StoreExistsError, StoreNotFoundError
+from ._writer import Writer, check_on_duplicate
+from .errors import DocstoreError, InvalidArgumentError, SchemaError, StoreExistsError, StoreNotFoundError
 
 # What a job does when something is at the target already: refuse, replace it, add to it.
 MODES = ("errorifexists", "overwrite", "append")
@@ -40,6 +40,8 @@ MODES = ("errorifexists", "overwrite", "append")
 # `dictionary` (bytes, e.g. from docstore.train_dictionary on the driver): every shard compresses
 # with it, and readers of the collection keep one copy (docs/collections.md).
 WRITER_OPTIONS = ("level", "dict_size", "batch_bytes", "key_buffer_bytes", "format_version", "dictionary")
+# What a repeated id does (`Writer(on_duplicate=...)`, then `seal(on_duplicate=...)` across shards).
+POLICY_OPTION = "on_duplicate"
 
 
 def check_mode(mode: str) -> str:
@@ -104,7 +106,19 @@ def check_staging(target: str, staging: str) -> None:
 
 def check_writer(fields: Mapping[str, str] | None, options: Mapping[str, Any]) -> None:
     """Raises what ``Writer(path, fields, **options)`` would raise for them, creating nothing."""
+    options = dict(options)
+    check_on_duplicate(options.pop("on_duplicate", "error"))
     _docstore.check_writer(dict(fields or {"text": "str"}), **options)
+
+
+def check_policy(mode: str, options: Mapping[str, Any]) -> None:
+    """Refuses, before the job, an ``on_duplicate`` that the commit would refuse."""
+    check_writer(None, options)
+    if mode == "append" and options.get("on_duplicate") == "last":
+        raise InvalidArgumentError(
+            "on_duplicate='last' cannot be used to append: it would drop documents of the shards "
+            "sealed before; use 'first' (new repeats are dropped) or write everything again"
+        )
 
 
 def remove_staging(staging: Staging | str | None) -> None:
@@ -163,6 +177,7 @@ def write_shard(
     id_field: str,
     fields: Mapping[str, str] | None,
     options: Mapping[str, Any],
+    where: str | None = None,
 ) -> tuple[str | None, int, dict[str, str] | None]:
     """Writes the Arrow ``batches`` (Tables or RecordBatches) of one task attempt into the shard
     ``staging/name``; returns its path (None when the batches held no rows: no shard), its count
@@ -170,7 +185,8 @@ def write_shard(
 
     The staging directory is never created here: an attempt that outlives its job (a straggler
     after the commit or abort removed the directory) fails instead of leaving files behind, and
-    a worker that does not share the driver's file system says so."""
+    a worker that does not share the driver's file system says so. A repeated id is named with
+    ``where`` the shard's rows come from ("write task 3", "partition 3")."""
     if not os.path.isdir(staging):
         raise StoreNotFoundError(
             f"staging directory {staging} does not exist: the target must be on a file system that "
@@ -192,9 +208,12 @@ def write_shard(
             return None, 0, dict(fields) if fields is not None else None
         count = writer.finish()["count"]
         return path, count, dict(fields) if fields is not None else None
-    except BaseException:
+    except BaseException as error:
         if writer is not None and not writer.closed:
             writer.abort()
+        if where is not None and isinstance(error, errors.DuplicateKeyError):
+            within = f" (positions within {where})" if error.positions else ""
+            error.args = (f"{where}: {error}{within}",)
         raise
 
 
@@ -243,9 +262,15 @@ def _seal(
         empty = os.path.join(staging, "empty.docstore")
         Writer(empty, dict(fields), **options).finish()
         shards = [empty]
-    if mode == "append":  # what is there is read under the lock that publishes the result
-        return seal(target, shards, append=True)
-    return seal(target, shards, overwrite=mode == "overwrite")
+    # Ids that several shards hold meet here: each task's writer kept one within its shard.
+    policy = options.get("on_duplicate", "error")
+    with _progress.bar(len(shards), "shards", None, desc="seal") as shown:
+        if mode == "append":  # what is there is read under the lock that publishes the result
+            store = seal(target, shards, append=True, on_duplicate=policy)
+        else:
+            store = seal(target, shards, overwrite=mode == "overwrite", on_duplicate=policy)
+        shown.update(len(shards))
+    return store
 
 
 def report_error(report: str | None, error: BaseException) -> None:

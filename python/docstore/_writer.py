@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _docstore
+from . import _docstore, _progress
 from ._arrow import field_type, prepare, unsupported
 from ._arrow import writer_columns as _arrow_columns
 from ._collection import seal
@@ -45,7 +45,154 @@ class Writer(_Writer):
     dictionary instead of training one, e.g. ``other_store.dictionary``, so that the shards of
     one collection share one).
     Leaving the ``with`` block by an exception, or calling ``abort()``, leaves no store behind.
+
+    ``on_duplicate`` says what a document whose id was added before does: ``"error"`` (the
+    default) raises ``DuplicateKeyError`` at once, naming the id and the positions of both
+    documents (``.positions``), and leaves the writer as it was; ``"first"`` keeps the earlier
+    document and drops the repeat; ``"last"`` keeps the repeat, at its own position, and drops
+    the earlier one (the store is then written twice: once as given, then without the dropped
+    documents). ``duplicates`` counts the repeats met, ``repeated_ids`` holds the first few.
+    With "first" or "last" the writer holds every id's 128-bit hash (about 30-60 bytes of
+    memory an id); with "error", those of the first ``key_buffer_bytes / 128`` documents (512Ki
+    by default), and a repeat of a later one is found when the ids are sorted (as each 64 MiB
+    run of them is spilled, or at ``finish``), then without the positions.
     """
+
+    def __new__(
+        cls,
+        path: str | os.PathLike[str],
+        fields: Mapping[str, str] | Sequence[tuple[str, str]],
+        *,
+        on_duplicate: str = "error",
+        **options: Any,
+    ) -> Writer:
+        check_on_duplicate(on_duplicate)
+        staging = None
+        if on_duplicate == "last":
+            # Written beside the target first; finish() writes the target without the documents
+            # a repeat replaced (or moves the file there when none was).
+            if not options.get("overwrite") and os.path.lexists(path):
+                raise StoreExistsError(
+                    f"{os.fspath(path)} already exists (pass overwrite=True to replace it)"
+                )
+            check_replaceable(path)
+            target = os.path.abspath(path)
+            name = hashlib.sha1(os.fsencode(os.path.basename(target))).hexdigest()[:12]
+            staging = Staging(os.path.dirname(target), f".docstore-last-{name}-")
+            inner = os.path.join(staging.path, "store.docstore")
+            try:
+                self = super().__new__(cls, inner, fields, **{**options, "overwrite": False}, _every_id=True)
+            except BaseException:
+                staging.remove()
+                raise
+            self._target = path
+            self._options = options
+        else:
+            self = super().__new__(cls, path, fields, **options, _every_id=on_duplicate != "error")
+        self.on_duplicate = on_duplicate
+        self._staging = staging
+        self.duplicates = 0
+        self.repeated_ids: list[str] = []
+        if on_duplicate != "error":
+            # Instance attributes: the default path keeps the core's methods, with no Python call
+            # per document.
+            self._latest: dict[str, int] = {}  # "last": the position a repeated id lives at now
+            self._dropped: set[int] = set()  # "last": positions a repeat replaced
+            self._renamed: dict[int, str] = {}  # "last": position -> id written under a stand-in
+            self._stand_in = f"\x00docstore-last-{os.urandom(8).hex()}\x00"
+            self.add = self._add_resolved
+            self.add_record = self._add_record_resolved
+            self._add_columns = self._add_columns_resolved
+        return self
+
+    @property
+    def path(self) -> Any:
+        from pathlib import Path
+
+        target = getattr(self, "_target", None)
+        return super().path if target is None else Path(target)
+
+    def _resolve(self, doc_ids: Sequence[Any]) -> tuple[list[int], list[Any]]:
+        """The rows of ``doc_ids`` to add, and the id to add each under, by ``on_duplicate``:
+        "first" leaves out a repeat; "last" adds it under a stand-in id (renamed at finish) and
+        drops the document it repeats."""
+        count = self.count
+        rows: list[int] = []
+        out: list[Any] = []
+        here: dict[Any, int] = {}  # ids of this batch: the position of their live document
+        last = self.on_duplicate == "last"
+        for row, doc_id in enumerate(doc_ids):
+            position = count + len(out)
+            earlier = here.get(doc_id)
+            if earlier is None:
+                earlier = self._latest.get(doc_id) if last else None
+                if earlier is None:
+                    earlier = super().position_of(doc_id)
+            if earlier is None:
+                here[doc_id] = position
+                rows.append(row)
+                out.append(doc_id)
+                continue
+            self.duplicates += 1
+            if len(self.repeated_ids) < 5:
+                self.repeated_ids.append(doc_id)
+            if last:
+                self._dropped.add(earlier)
+                self._latest[doc_id] = here[doc_id] = position
+                self._renamed[position] = doc_id
+                rows.append(row)
+                out.append(f"{self._stand_in}{position}")
+        return rows, out
+
+    def _add_resolved(self, doc_id: Any, fields: Any = None, /, **kwargs: Any) -> None:
+        rows, ids = self._resolve([doc_id])
+        if rows:
+            if fields is None:
+                super().add(ids[0], **kwargs)
+            else:
+                super().add(ids[0], fields, **kwargs)
+
+    def _add_record_resolved(self, record: dict[str, Any], id_field: str) -> None:
+        if id_field not in record:
+            super().add_record(record, id_field)  # the core's error
+        rows, ids = self._resolve([record[id_field]])
+        if rows:
+            super().add_record(
+                {**record, id_field: ids[0]} if ids[0] is not record[id_field] else record, id_field
+            )
+
+    def _add_columns_resolved(self, doc_ids: list[Any], columns: list[list[Any]]) -> None:
+        rows, ids = self._resolve(doc_ids)
+        if len(rows) < len(doc_ids):
+            columns = [[column[r] for r in rows] for column in columns]
+        super()._add_columns(ids, columns)
+
+    def finish(self) -> dict[str, int]:
+        summary = super().finish()
+        summary["duplicates"] = self.duplicates
+        if self._staging is None:
+            return summary
+        try:
+            inner = os.path.join(self._staging.path, "store.docstore")
+            overwrite = bool(self._options.get("overwrite"))
+            if not self._dropped and not os.path.isdir(self._target):
+                os.replace(inner, self._target)  # nothing to drop: the file as written
+            else:
+                with open_store(inner) as store:
+                    options = {k: v for k, v in self._options.items() if k != "overwrite"}
+                    _rewrite(
+                        store, self._target, {**options, "overwrite": overwrite}, self._dropped, self._renamed
+                    )
+                summary["count"] -= len(self._dropped)
+        finally:
+            self._staging.remove()
+        return summary
+
+    def abort(self) -> None:
+        super().abort()
+        staging = getattr(self, "_staging", None)
+        if staging is not None:
+            staging.remove()
 
     def __enter__(self) -> Writer:
         return self
@@ -131,11 +278,16 @@ class Writer(_Writer):
             data = [columns[n] for n in names]
         else:
             raise SchemaError("columns must be a dict of field name -> sequence, or a pyarrow Table")
+        if self.on_duplicate != "error":  # the rows to add, and their ids, in Python
+            rows, ids = self._resolve(_as_list(doc_ids))
+            data = [_take(column, rows) for column in data] if len(rows) < len(doc_ids) else data
+            doc_ids = _like(doc_ids, ids)
         arrow = _arrow_columns(doc_ids, data, self.fields)
         if arrow is not None:  # straight from Arrow's buffers, no Python object per value
             self._add_arrow_columns(*arrow)
             return
-        self._add_columns(_as_list(doc_ids), [_as_list(c) for c in data])
+        # The core's method: the ids are resolved already.
+        _Writer._add_columns(self, _as_list(doc_ids), [_as_list(c) for c in data])
 
     def _add_arrow_batch(self, table: Any, id_field: str | None) -> None:
         """Adds a pyarrow table whose ids are the ``id_field`` column (strings, or integers
@@ -161,6 +313,30 @@ class Writer(_Writer):
             raise SchemaError(f"the data has no column for field(s) {missing} (columns: {names})")
         # Only the id and the fields, with dictionaries, views and fixed-size lists made plain.
         self.add_many(prepare(table, id_field, self.fields), id_field=id_field)
+
+
+ON_DUPLICATE = ("error", "first", "last")
+
+
+def check_on_duplicate(on_duplicate: str) -> None:
+    if on_duplicate not in ON_DUPLICATE:
+        raise InvalidArgumentError(f"on_duplicate must be one of {ON_DUPLICATE}, got {on_duplicate!r}")
+
+
+def _take(column: Any, rows: list[int]) -> Any:
+    """The values of ``column`` (a list, numpy or pyarrow array) at ``rows``."""
+    if isinstance(column, np.ndarray) or hasattr(column, "take"):
+        return column.take(rows)
+    return [column[r] for r in rows]
+
+
+def _like(doc_ids: Any, ids: list[Any]) -> Any:
+    """``ids`` as the kind of array ``doc_ids`` is, so that Arrow input stays on Arrow's path."""
+    if hasattr(doc_ids, "type") and hasattr(doc_ids, "to_pylist"):
+        import pyarrow as pa
+
+        return pa.array(ids, pa.string())
+    return ids
 
 
 # The id column of a table whose rows are numbered (a name no field may have).
@@ -333,6 +509,7 @@ def build(
     fields: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
     *,
     batch_size: int = ARROW_BATCH_ROWS,
+    progress: bool | None = None,
     **options: Any,
 ) -> DocStore:
     """Builds a store from an iterable of dicts, namedtuples or dataclasses; returns it opened.
@@ -348,12 +525,40 @@ def build(
     arrays such as ``int32[]``), every column but the ids becomes a field unless ``fields``
     names the ones to keep, and ``id_field`` names the id column (integer ids become decimal
     strings; ``None`` numbers the rows 0, 1, 2 ...).
+
+    ``on_duplicate`` (``"error"``, ``"first"``, ``"last"``) goes to the ``Writer``. A progress
+    bar with the total and an ETA goes to stderr when the input has a length (a list, a table,
+    a ``datasets.Dataset``) and stderr is a terminal; ``progress=False`` hides it, ``True``
+    shows it always.
     """
+    total = _length(records)
+    shown = _progress.bar(total, "docs", progress if total is not None or progress else False, desc="build")
+    with shown:
+        return _build(path, records, id_field, fields, batch_size, options, shown)
+
+
+def _length(records: Any) -> int | None:
+    """The number of records, when the input knows it."""
+    try:
+        return int(records.num_rows) if _is_arrow_table(records) else len(records)
+    except TypeError:
+        return None
+
+
+def _build(
+    path: str | os.PathLike[str],
+    records: Iterable[Any],
+    id_field: str | None,
+    fields: Mapping[str, str] | Sequence[tuple[str, str]] | None,
+    batch_size: int,
+    options: dict[str, Any],
+    shown: Any,
+) -> DocStore:
     kind = _hf_kind(records)
     if isinstance(records, Mapping):
         raise TypeError("build() takes an iterable of records, not a mapping; pass its .values()")
     if kind is not None or _is_arrow_table(records):
-        return _build_from_arrow(path, records, kind, id_field, fields, batch_size, options)
+        return _build_from_arrow(path, records, kind, id_field, fields, batch_size, options, shown)
     if id_field is None:
         raise SchemaError("id_field=None (rows numbered by position) is for a table or a dataset")
     iterator = iter(records)
@@ -374,8 +579,12 @@ def build(
     with Writer(path, dict(fields), **options) as writer:
         if first is not _NONE:
             add = writer.add_record
-            for record in itertools.chain([first], iterator):
+            n = 0
+            for n, record in enumerate(itertools.chain([first], iterator), 1):
                 add(record if type(record) is dict else _as_dict(record), id_field)
+                if n % 8192 == 0:
+                    shown.update(8192)
+            shown.update(n - shown.n)
     return open_store(path)
 
 
@@ -390,6 +599,7 @@ def _build_from_arrow(
     fields: Mapping[str, str] | Sequence[tuple[str, str]] | None,
     batch_size: int,
     options: dict[str, Any],
+    shown: Any,
 ) -> DocStore:
     """``build`` from a Hugging Face dataset (``kind``) or a pyarrow table."""
     if fields is not None:
@@ -425,6 +635,7 @@ def _build_from_arrow(
         if first is not None:
             for batch in itertools.chain([first], batches):
                 writer._add_arrow_batch(batch, id_field)
+                shown.update(batch.num_rows)
     return open_store(path)
 
 
@@ -520,7 +731,11 @@ _UPGRADE_CHUNK = 4096
 
 
 def upgrade(
-    source: str | os.PathLike[str], target: str | os.PathLike[str] | None = None, **options: Any
+    source: str | os.PathLike[str],
+    target: str | os.PathLike[str] | None = None,
+    *,
+    progress: bool | None = None,
+    **options: Any,
 ) -> DocStore:
     """Rewrites the store or collection at ``source`` in the current format (version 3: checked
     reads, and lookups by id located by the key index) at ``target``, or in place when ``target``
@@ -532,7 +747,8 @@ def upgrade(
     otherwise. A collection's shards of an older format are rewritten and every shard is sealed
     again with a new global id index; shards already current are linked, not copied. In place,
     the new store replaces the old one atomically when complete: a process that has the old one
-    open keeps reading it.
+    open keeps reading it. ``progress``: bars of the check and the rewrite on stderr (default:
+    when it is a terminal).
     """
     store = open_store(source)
     if target is None:
@@ -556,9 +772,9 @@ def upgrade(
         raise InvalidArgumentError(
             f"{store.url}: upgrade a collection where its files are (download it, upgrade it, upload it)"
         )
-    store.verify()
+    _progress.verify(store, progress)
     if "shards" not in info:
-        _rewrite(store, target, options)
+        _rewrite(store, target, options, progress=progress)
         store.close()
         return open_store(target)
     store.close()
@@ -575,22 +791,104 @@ def upgrade(
                 continue
             new = os.path.join(scratch.path, f"part-{i:05d}.docstore")
             with open_store(shard["path"]) as old:
-                _rewrite(old, new, {k: v for k, v in options.items() if k != "overwrite"})
+                _rewrite(old, new, {k: v for k, v in options.items() if k != "overwrite"}, progress=progress)
             shards.append(new)
         return seal(target, shards, overwrite=options.get("overwrite", False))
 
 
-def _rewrite(store: DocStore, target: str | os.PathLike[str], options: dict[str, Any]) -> None:
+def seal_without_repeats(
+    target: str,
+    shards: list[str],
+    on_duplicate: str,
+    *,
+    overwrite: bool,
+    append: bool,
+    progress: bool | None = False,
+) -> int:
+    """``seal(target, shards, on_duplicate=...)`` for "first" and "last": the shards that hold a
+    document another keeps are rewritten without it (in a staging directory beside ``target``),
+    then sealed. Returns the number of documents dropped."""
+    check_on_duplicate(on_duplicate)
+    if append and on_duplicate == "last":
+        raise InvalidArgumentError(
+            "on_duplicate='last' with append=True would drop documents of the shards sealed before; "
+            "use 'first' (new repeats are dropped) or seal all shards again"
+        )
+    winner: dict[str, tuple[int, int]] = {}  # id -> (shard, position) of the document kept
+    dropped: list[set[int]] = [set() for _ in shards]
+    if append and os.path.exists(target):
+        with open_store(target) as existing:
+            for position, doc_id in enumerate(existing):
+                winner[doc_id] = (-1, position)
+    with _progress.bar(len(shards), "shards", progress, desc="read ids") as shown:
+        for k, path in enumerate(shards):
+            shown.update(1)
+            _note_repeats(path, k, on_duplicate, winner, dropped)
+    del winner
+    count = sum(map(len, dropped))
+    if not count:
+        seal(target, shards, overwrite=overwrite, append=append)
+        return 0
+    name = hashlib.sha1(os.fsencode(os.path.basename(os.path.abspath(target)))).hexdigest()[:12]
+    with Staging(os.path.dirname(os.path.abspath(target)), f".docstore-dedup-{name}-") as scratch:
+        kept = []
+        for k, path in enumerate(shards):
+            if not dropped[k]:
+                kept.append(path)
+                continue
+            new = os.path.join(scratch.path, f"part-{k:05d}.docstore")
+            with open_store(path) as store:
+                if len(store) > len(dropped[k]):
+                    _rewrite(store, new, {}, dropped[k], progress=progress)
+                    kept.append(new)
+        seal(target, kept, overwrite=overwrite, append=append)
+    return count
+
+
+def _note_repeats(
+    path: str, k: int, on_duplicate: str, winner: dict[str, tuple[int, int]], dropped: list[set[int]]
+) -> None:
+    """Reads the ids of shard ``k`` (at ``path``) into ``winner`` (id -> the shard and position
+    of the document kept), adding the positions of those that lose to ``dropped``."""
+    with open_store(path) as store:
+        for position, doc_id in enumerate(store):
+            earlier = winner.get(doc_id)
+            if earlier is None:
+                winner[doc_id] = (k, position)
+            elif on_duplicate == "first":
+                dropped[k].add(position)
+            else:
+                dropped[earlier[0]].add(earlier[1])
+                winner[doc_id] = (k, position)
+
+
+def _rewrite(
+    store: DocStore,
+    target: str | os.PathLike[str],
+    options: dict[str, Any],
+    dropped: set[int] | None = None,
+    renamed: Mapping[int, str] | None = None,
+    progress: bool | None = False,
+) -> None:
     """Writes the documents of ``store`` (verified) to a new store at ``target``, with its level and
-    dictionary unless ``options`` say otherwise."""
+    dictionary unless ``options`` say otherwise; without the positions ``dropped``, and with the
+    ids ``renamed`` gives by position."""
     options = dict(options)
     options.setdefault("level", store._info()["level"])
     if store.dictionary and "dict_size" not in options:
         options.setdefault("dictionary", store.dictionary)
-    with Writer(target, store.fields, **options) as writer:
+    with (
+        Writer(target, store.fields, **options) as writer,
+        _progress.bar(len(store), "docs", progress, desc="rewrite") as shown,
+    ):
         names = list(store.fields)
         for start in range(0, len(store), _UPGRADE_CHUNK):
-            chunk = store.take(range(start, min(start + _UPGRADE_CHUNK, len(store))))
-            writer._add_columns(
-                [doc.doc_id for doc in chunk], [[getattr(doc, n) for doc in chunk] for n in names]
-            )
+            shown.update(min(_UPGRADE_CHUNK, len(store) - start))
+            positions = range(start, min(start + _UPGRADE_CHUNK, len(store)))
+            if dropped:
+                positions = [p for p in positions if p not in dropped]
+            chunk = store.take(positions)
+            ids = [doc.doc_id for doc in chunk]
+            if renamed:
+                ids = [renamed.get(p, i) for p, i in zip(positions, ids)]
+            writer._add_columns(ids, [[getattr(doc, n) for doc in chunk] for n in names])

@@ -37,11 +37,16 @@ class InvalidArgumentError(DocstoreError, ValueError):
 
 
 class DuplicateKeyError(DocstoreError, ValueError):
-    """Two documents share a doc id. ``doc_id`` holds the culprit."""
+    """Two documents share a doc id. ``doc_id`` holds the culprit; ``positions``, when a writer
+    refused it as it was added, the positions (in the store being written) of the document
+    that has it and of the one refused."""
 
-    def __init__(self, message: str, doc_id: str | None = None) -> None:
+    def __init__(
+        self, message: str, doc_id: str | None = None, positions: tuple[int, int] | None = None
+    ) -> None:
         super().__init__(message)
         self.doc_id = doc_id
+        self.positions = positions
 
 
 class StoreExistsError(DocstoreError, FileExistsError):

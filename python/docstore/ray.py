@@ -15,9 +15,10 @@ order when ``DataContext.execution_options.preserve_order`` is set. See docs/eng
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import ray
@@ -28,6 +29,7 @@ from ._arrow import schema_fields
 from ._engines import (
     DICTIONARY_SAMPLE_ROWS,
     check_mode,
+    check_policy,
     check_target,
     check_writer_options,
     make_staging,
@@ -38,9 +40,13 @@ from ._engines import (
 )
 from ._staging import Staging
 from ._store import DocStore
-from .errors import SchemaError
+from .errors import DocstoreError, SchemaError
 
-__all__ = ["DEFAULT_RAY_REMOTE_ARGS", "DocstoreDatasink", "write"]
+__all__ = ["DEFAULT_RAY_REMOTE_ARGS", "DEFAULT_SHARD_BYTES", "DocstoreDatasink", "write"]
+
+# The Arrow bytes Ray Data gathers for one write task (one shard): blocks as they come made 200
+# shards of 75 KB for 5,000 rows from ray.data.from_items (23.6 s, against 1.6 s for 4 shards).
+DEFAULT_SHARD_BYTES = 128 << 20
 
 # Write tasks that fail are retried (an exception or a lost worker), up to 3 times: Ray Data
 # itself retries only system failures. A retried attempt writes a new shard; only the attempt
@@ -59,6 +65,12 @@ class DocstoreDatasink(Datasink):
     collection's shards and the new ones into a new collection that replaces it atomically; ids
     stay unique). ``writer_options`` go to each shard's ``docstore.Writer`` (``level``,
     ``dict_size``, ...). After the write, ``store`` is the collection, opened.
+
+    ``on_duplicate``: what an id that several rows hold does: ``"error"`` (the default,
+    ``DuplicateKeyError``), or keep the ``"first"`` or ``"last"`` row in the dataset's order
+    (within a task by its ``Writer``, across tasks when the shards are sealed).
+    ``shard_bytes``: the Arrow bytes Ray Data gathers into one write task, so one shard
+    (default ``DEFAULT_SHARD_BYTES``, 128 MiB; ``None``: one task per block as Ray makes them).
     """
 
     def __init__(
@@ -68,6 +80,8 @@ class DocstoreDatasink(Datasink):
         id_field: str = "doc_id",
         fields: Mapping[str, str] | None = None,
         mode: str = "errorifexists",
+        on_duplicate: str = "error",
+        shard_bytes: int | None = DEFAULT_SHARD_BYTES,
         **writer_options: Any,
     ) -> None:
         self.path = os.path.abspath(os.fspath(path))
@@ -75,6 +89,12 @@ class DocstoreDatasink(Datasink):
         self.fields = dict(fields) if fields is not None else None
         self.mode = check_mode(mode)
         self.writer_options = check_writer_options(writer_options)
+        if on_duplicate != "error":
+            self.writer_options["on_duplicate"] = on_duplicate
+        check_policy(self.mode, self.writer_options)
+        if shard_bytes is not None and (isinstance(shard_bytes, bool) or int(shard_bytes) < 1):
+            raise ValueError(f"shard_bytes must be a positive number of bytes or None, got {shard_bytes!r}")
+        self.shard_bytes = None if shard_bytes is None else int(shard_bytes)
         self.store: DocStore | None = None
         self._staging: str | None = None  # its path, which the tasks get
         self._staging_lock: Staging | None = None  # driver only: held for the job's life
@@ -88,6 +108,11 @@ class DocstoreDatasink(Datasink):
 
     def get_name(self) -> str:
         return "Docstore"
+
+    @property
+    def min_bytes_per_write(self) -> int | None:
+        """Ray Data gathers blocks of about this many bytes into one write task (Ray >= 2.50)."""
+        return self.shard_bytes
 
     def on_write_start(self, schema: Any = None) -> None:
         """On the driver, before the first write task: checks the target and the options, and
@@ -108,14 +133,16 @@ class DocstoreDatasink(Datasink):
         if self._staging is None:
             raise RuntimeError("DocstoreDatasink.write before on_write_start: this Ray is too old")
         task = int(ctx.task_idx)
-        path, count, fields = write_shard(
-            self._staging,
-            f"part-{task:05d}-{uuid.uuid4().hex}.docstore",
-            (BlockAccessor.for_block(block).to_arrow() for block in blocks),
-            self.id_field,
-            self.fields,
-            self.writer_options,
-        )
+        with _user_errors():
+            path, count, fields = write_shard(
+                self._staging,
+                f"part-{task:05d}-{uuid.uuid4().hex}.docstore",
+                (BlockAccessor.for_block(block).to_arrow() for block in blocks),
+                self.id_field,
+                self.fields,
+                self.writer_options,
+                where=f"write task {task}",
+            )
         return {"task_idx": task, "path": path, "count": count, "fields": fields}
 
     def on_write_complete(self, write_result: Any) -> None:
@@ -133,7 +160,10 @@ class DocstoreDatasink(Datasink):
                 if schema is not None and len(schema.names):
                     fields = schema_fields(_arrow_schema(schema), self.id_field)
             shards = {r["path"]: f"write task {r['task_idx']}" for r in returns if r["path"] is not None}
-            self.store = seal_shards(self.path, shards, self.mode, self._staging, fields, self.writer_options)
+            with _user_errors():
+                self.store = seal_shards(
+                    self.path, shards, self.mode, self._staging, fields, self.writer_options
+                )
         finally:
             self._release_staging()
 
@@ -146,6 +176,33 @@ class DocstoreDatasink(Datasink):
         """Removes the staging directory, then lets its lock go."""
         remove_staging(self._staging_lock or self._staging)
         self._staging = self._staging_lock = None
+
+
+@contextlib.contextmanager
+def _user_errors() -> Iterator[None]:
+    """Raises a docstore error as one of the user's (a repeated id, a bad value), which Ray Data
+    reports as such, not as "Exception occurred in Ray Data or Ray Core internal code" with a
+    request to file a Ray bug: its class becomes a subclass that is also Ray's
+    ``UserCodeException`` (still caught as the docstore class it was)."""
+    try:
+        yield
+    except DocstoreError as error:
+        error.__class__ = _user_class(type(error))
+        raise
+
+
+_USER_CLASSES: dict[type, type] = {}
+
+
+def _user_class(cls: type) -> type:
+    from ray.exceptions import UserCodeException
+
+    if issubclass(cls, UserCodeException):
+        return cls
+    if cls not in _USER_CLASSES:
+        # Named as the docstore class, so that the report reads "DuplicateKeyError: ...".
+        _USER_CLASSES[cls] = type(cls.__name__, (cls, UserCodeException), {"__module__": cls.__module__})
+    return _USER_CLASSES[cls]
 
 
 def _first_rows(ds: ray.data.Dataset) -> Any:
@@ -177,6 +234,8 @@ def write(
     append: bool = False,
     ray_remote_args: Mapping[str, Any] | None = None,
     concurrency: int | None = None,
+    on_duplicate: str = "error",
+    shard_bytes: int | None = DEFAULT_SHARD_BYTES,
     **writer_options: Any,
 ) -> DocStore:
     """Writes the Ray Dataset ``ds`` as a docstore collection at ``path``; returns it opened.
@@ -187,7 +246,8 @@ def write(
     ``append=True`` adds the documents to the collection there (ids stay unique). Write tasks are
     retried as ``ray_remote_args`` say (default ``DEFAULT_RAY_REMOTE_ARGS``: 3 retries, on any
     exception); a retried task never duplicates documents. See ``DocstoreDatasink`` for
-    ``fields`` and ``writer_options``.
+    ``fields``, ``on_duplicate`` (``"error"``, ``"first"``, ``"last"``), ``shard_bytes`` (the
+    Arrow bytes of one shard: 128 MiB unless given) and ``writer_options``.
 
     Every shard is compressed with one dictionary, so that readers keep one copy of it: the
     ``dictionary`` writer option, else (unless ``level=-1``) one trained on the driver on the
@@ -197,7 +257,15 @@ def write(
     if overwrite and append:
         raise ValueError("overwrite and append exclude each other")
     mode = "overwrite" if overwrite else "append" if append else "errorifexists"
-    sink = DocstoreDatasink(path, id_field=id_field, fields=fields, mode=mode, **writer_options)
+    sink = DocstoreDatasink(
+        path,
+        id_field=id_field,
+        fields=fields,
+        mode=mode,
+        on_duplicate=on_duplicate,
+        shard_bytes=shard_bytes,
+        **writer_options,
+    )
     check_target(sink.path, sink.mode)  # before any work: a dataset's own tasks may be costly
     dictionary = shared_dictionary(
         sink.path,

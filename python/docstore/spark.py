@@ -33,8 +33,10 @@ from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterComm
 from ._arrow import schema_fields
 from ._engines import (
     DICTIONARY_SAMPLE_ROWS,
+    POLICY_OPTION,
     WRITER_OPTIONS,
     check_mode,
+    check_policy,
     check_staging,
     check_target,
     check_writer,
@@ -57,7 +59,7 @@ __all__ = ["DocstoreDataSource", "DocstoreWriter", "ShardMessage", "register", "
 # The data source's options (case-insensitive, as Spark passes them): Spark's "path", then
 # docstore's own. "mode" is docstore's save mode, as Spark tells a Python data source only
 # whether it overwrites (see DocstoreWriter); "report" and "staging" are internal to write().
-OPTIONS = ("path", "id_field", "fields", "mode", "report", "staging", *WRITER_OPTIONS)
+OPTIONS = ("path", "id_field", "fields", "mode", "report", "staging", POLICY_OPTION, *WRITER_OPTIONS)
 
 
 @dataclass
@@ -118,6 +120,9 @@ class DocstoreWriter(DataSourceArrowWriter):
                 for k in WRITER_OPTIONS
                 if k in options
             }
+            if options.get(POLICY_OPTION, "error") != "error":
+                self.writer_options[POLICY_OPTION] = options[POLICY_OPTION]
+            check_policy(self.mode, self.writer_options)
             given = parse_fields(options["fields"]) if options.get("fields") else None
             needed = None if given is None else {self.id_field, *given}
             self.fields = schema_fields(_arrow_schema(schema, needed), self.id_field, given)
@@ -143,7 +148,13 @@ class DocstoreWriter(DataSourceArrowWriter):
         name = f"part-{partition:05d}-{attempt}-{uuid.uuid4().hex}"
         try:
             path, count, _ = write_shard(
-                self.staging, f"{name}.docstore", iterator, self.id_field, self.fields, self.writer_options
+                self.staging,
+                f"{name}.docstore",
+                iterator,
+                self.id_field,
+                self.fields,
+                self.writer_options,
+                where=f"partition {partition}",
             )
         except Exception as error:
             # The staging directory is shared with the driver: abort() hands this on to write().
@@ -230,8 +241,27 @@ def parse_fields(option: str) -> dict[str, str]:
 
 
 def register(spark: Any) -> None:
-    """Registers the ``"docstore"`` format in the SparkSession ``spark``."""
-    spark.dataSource.register(DocstoreDataSource)
+    """Registers the ``"docstore"`` format in the SparkSession ``spark``.
+
+    Its tasks run the driver's Python (``sys.executable``) unless ``PYSPARK_PYTHON`` or
+    ``spark.pyspark.python`` names one: Spark's default, ``python3`` on the ``PATH``, is another
+    interpreter when the driver runs from a virtual environment that is not activated, and
+    fails with "No module named 'docstore'"."""
+    import sys
+
+    context = spark.sparkContext
+    chosen = os.environ.get("PYSPARK_PYTHON") or context.getConf().get("spark.pyspark.python")
+    if chosen or not sys.executable:
+        spark.dataSource.register(DocstoreDataSource)
+        return
+    # The data source's workers run the interpreter its wrapped function names, taken from the
+    # context when registered: set for this registration only, the user's UDFs keep theirs.
+    saved = context.pythonExec
+    context.pythonExec = sys.executable
+    try:
+        spark.dataSource.register(DocstoreDataSource)
+    finally:
+        context.pythonExec = saved
 
 
 def write(
@@ -241,6 +271,7 @@ def write(
     id_field: str = "doc_id",
     fields: Mapping[str, str] | None = None,
     mode: str = "errorifexists",
+    on_duplicate: str = "error",
     **writer_options: Any,
 ) -> DocStore | None:
     """Writes the PySpark DataFrame ``df`` as a docstore collection at ``path``; returns it opened
@@ -257,8 +288,14 @@ def write(
     ``dictionary`` writer option, else (unless ``level=-1``) one trained on the driver on the
     DataFrame's first 10,000 rows (one more Spark job), or for an append the existing
     collection's.
+    ``on_duplicate``: what an id that several rows hold does: ``"error"`` (the default,
+    ``DuplicateKeyError``), or keep the ``"first"`` or ``"last"`` row in partition order
+    (within a partition by its ``Writer``, across partitions when the shards are sealed).
     A docstore error of the job (``DuplicateKeyError`` across partitions, ``SchemaError`` ...)
-    is raised as itself, from Spark's exception.
+    is raised as itself, from Spark's exception. The tasks run the driver's Python unless
+    ``PYSPARK_PYTHON`` or ``spark.pyspark.python`` says otherwise (``register``). One shard is
+    written per partition: ``df.repartition(n)`` or ``df.coalesce(n)`` sets their number
+    (tens to hundreds of MB each read well; docs/engines.md).
     """
     path = os.path.abspath(os.fspath(path))
     if mode.lower() == "ignore":
@@ -270,6 +307,9 @@ def write(
     register(df.sparkSession)
     writer = df.write.format("docstore").mode("overwrite" if mode == "overwrite" else "append")
     writer = writer.option("id_field", id_field).option("mode", mode)
+    check_policy(mode, {POLICY_OPTION: on_duplicate})
+    if on_duplicate != "error":
+        writer = writer.option(POLICY_OPTION, on_duplicate)
     if fields is not None:
         writer = writer.option("fields", format_fields(fields))
     for name in writer_options:

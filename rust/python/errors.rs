@@ -93,6 +93,12 @@ pub fn to_pyerr(py: Python<'_>, err: Error) -> PyErr {
                 Err(err) => err,
             }
         }
+        Error::DuplicateKeyAt { key, first, second } => {
+            return match exception_class(py, Exc::DuplicateKey) {
+                Ok(cls) => PyErr::from_type(cls, (message, key, (first, second))),
+                Err(err) => err,
+            }
+        }
         Error::InvalidArgument(_) => Exc::InvalidArgument,
         Error::InvalidKey(_) => Exc::InvalidKey,
         Error::Schema(_) => Exc::Schema,

@@ -373,6 +373,12 @@ impl Reader {
     ) -> PyResult<Bound<'py, PyAny>> {
         match self.get_impl(py, key, &Select::Doc)? {
             Some(doc) => Ok(doc),
+            // Ids are strings: an int is most likely a position.
+            None if key.is_instance_of::<pyo3::types::PyInt>() => {
+                Err(pyo3::exceptions::PyKeyError::new_err(format!(
+                    "{key}: ids are strings; for the document at position {key}, use store.at({key})"
+                )))
+            }
             None => Err(key_error(key)),
         }
     }
@@ -693,9 +699,34 @@ impl Reader {
     }
 
     /// Reads and checks every byte (checksums, index, every document); raises CorruptStoreError.
-    fn verify(&self, py: Python<'_>) -> PyResult<()> {
+    /// `progress(done, total)` is called now and then (every 0.1 s) while it runs.
+    #[pyo3(signature = (progress=None))]
+    fn verify(&self, py: Python<'_>, progress: Option<Bound<'_, PyAny>>) -> PyResult<()> {
         let store = self.store(py)?;
-        guard(py, || py.detach(|| store.verify()).py_err(py))
+        let Some(progress) = progress else {
+            return guard(py, || py.detach(|| store.verify()).py_err(py));
+        };
+        let total = store.verify_steps();
+        let done = std::sync::atomic::AtomicU64::new(0);
+        guard(py, || {
+            // The check runs on a thread of its own; this one reports, Python held only to call.
+            let (checked, reported) = std::thread::scope(|scope| {
+                let worker = scope.spawn(|| store.verify_counting(&done));
+                let mut reported = Ok(());
+                while !worker.is_finished() {
+                    py.detach(|| std::thread::sleep(std::time::Duration::from_millis(100)));
+                    if reported.is_ok() {
+                        let now = done.load(std::sync::atomic::Ordering::Relaxed).min(total);
+                        reported = progress.call1((now, total)).map(drop);
+                    }
+                }
+                (worker.join(), reported)
+            });
+            let checked = checked.unwrap_or_else(|payload| std::panic::resume_unwind(payload));
+            checked.py_err(py)?;
+            reported?;
+            progress.call1((total, total)).map(drop)
+        })
     }
 }
 

@@ -127,8 +127,27 @@ impl State {
         // between this check and the adding.
         match first_repeat(&keys) {
             Some(row) => Err(docstore_core::Error::DuplicateKey(keys[row].to_owned())).py_err(py),
-            None => checked,
+            None => checked.and_then(|()| self.check_new(py, keys.iter().copied())),
         }
+    }
+
+    /// Fails on the first of `keys` that a document added before has: the core would refuse
+    /// it mid-batch, where a batch is added whole or not at all.
+    fn check_new<'k>(
+        &mut self,
+        py: Python<'_>,
+        keys: impl Iterator<Item = &'k str>,
+    ) -> PyResult<()> {
+        let writer = self.inner(py)?;
+        let count = writer.len();
+        for (row, key) in keys.enumerate() {
+            if let Some(first) = writer.position_of(key) {
+                let second = count + row as u64;
+                let key = key.to_owned();
+                return Err(docstore_core::Error::DuplicateKeyAt { key, first, second }).py_err(py);
+            }
+        }
+        Ok(())
     }
 
     /// Fails unless `rows` more documents fit in the store.
@@ -405,6 +424,7 @@ impl State {
                 .detach(|| Columns::new(schema, ids, borrowed))
                 .py_err(py)?;
             self.check_room(py, batch.len())?;
+            self.check_new(py, (0..batch.len()).map(|row| batch.key(row)))?;
             let mut row = 0;
             while row < batch.len() {
                 let writer = self.inner(py)?;
@@ -428,6 +448,11 @@ impl State {
         out.set_item("raw_bytes", summary.raw_bytes)?;
         out.set_item("stored_bytes", summary.file_bytes)?;
         Ok(out)
+    }
+
+    fn position_of(&mut self, py: Python<'_>, doc_id: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
+        let key = key_of(py, doc_id)?;
+        Ok(self.inner(py)?.position_of(key))
     }
 
     fn abort(&mut self, py: Python<'_>) {
@@ -580,7 +605,7 @@ fn quoted(obj: &Bound<'_, PyAny>) -> String {
 #[pymethods]
 impl Writer {
     #[new]
-    #[pyo3(signature = (path, fields, *, overwrite=false, level=None, dict_size=None, batch_bytes=None, key_buffer_bytes=None, format_version=None, dictionary=None))]
+    #[pyo3(signature = (path, fields, *, overwrite=false, level=None, dict_size=None, batch_bytes=None, key_buffer_bytes=None, format_version=None, dictionary=None, _every_id=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -593,6 +618,7 @@ impl Writer {
         key_buffer_bytes: Option<&Bound<'_, PyAny>>,
         format_version: Option<&Bound<'_, PyAny>>,
         dictionary: Option<&[u8]>,
+        _every_id: bool,
     ) -> PyResult<Self> {
         let schema = schema_of(py, fields)?;
         let options = options_of(
@@ -604,7 +630,11 @@ impl Writer {
             format_version,
             dictionary,
         )?;
-        let state = State::create(py, path.clone(), schema, options)?;
+        let mut state = State::create(py, path.clone(), schema, options)?;
+        if _every_id {
+            // `on_duplicate="first"/"last"` asks `position_of` of every id.
+            state.inner(py)?.track_every_id();
+        }
         Ok(Writer {
             path,
             state: Mutex::new(state),
@@ -685,6 +715,11 @@ impl Writer {
         columns: Vec<Bound<'py, PyAny>>,
     ) -> PyResult<()> {
         self.lock(py)?.add_arrow_columns(py, doc_ids, columns)
+    }
+
+    /// The position of the document added with id `doc_id`, or None (for `on_duplicate`).
+    fn position_of(&self, py: Python<'_>, doc_id: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
+        self.lock(py)?.position_of(py, doc_id)
     }
 
     /// Completes the store and moves it into place. Returns a summary dict.

@@ -50,10 +50,15 @@ def dataset(docs: dict[str, dict], blocks: int = 4) -> ray.data.Dataset:
     return ray.data.from_arrow([table.slice(i, step) for i in range(0, max(len(docs), 1), step)])
 
 
+def write_blocks(*args, **options):
+    """``docstore.ray.write`` with one write task per block, as the datasets here are cut."""
+    return docstore_ray.write(*args, shard_bytes=None, **options)
+
+
 def test_every_document_by_id_and_position(tmp_path, oracle):
     docs = dict(list(oracle.items())[:1000])
     ds = dataset(docs, blocks=3).repartition(5, shuffle=False)  # more tasks than blocks, in order
-    store = docstore_ray.write(ds, tmp_path / "c.docstore", level=0)
+    store = write_blocks(ds, tmp_path / "c.docstore", level=0)
     only(tmp_path, "c.docstore")
     assert len(store) == len(docs) and store.fields == FIELDS
     shards = store.info()["shards"]
@@ -71,9 +76,9 @@ def test_shards_share_a_dictionary_trained_on_the_driver(tmp_path, oracle):
     docs = dict(list(oracle.items())[:600])
     ds = dataset(docs, blocks=3)
     dictionary = docstore.train_dictionary(ds.take(200), fields=FIELDS)
-    store = docstore_ray.write(ds, tmp_path / "c.docstore", dictionary=dictionary)
+    store = write_blocks(ds, tmp_path / "c.docstore", dictionary=dictionary)
     shards = [docstore.open(s["path"]) for s in store.info()["shards"]]
-    uncompressed = docstore_ray.write(ds, tmp_path / "none.docstore", level=-1)
+    uncompressed = write_blocks(ds, tmp_path / "none.docstore", level=-1)
     assert dictionaries(uncompressed) == {b""}
     assert len(shards) >= 2 and all(s.dictionary == dictionary for s in shards)
     for doc_id, expected in list(docs.items())[::13]:
@@ -92,7 +97,7 @@ def test_read_parquet(tmp_path, remote_args):
     for i in range(4):
         pq.write_table(table.slice(i * 50, 50), tmp_path / "in" / f"{i}.parquet")
     ds = ray.data.read_parquet(str(tmp_path / "in"))
-    store = docstore_ray.write(ds, tmp_path / "c", ray_remote_args=remote_args)
+    store = write_blocks(ds, tmp_path / "c", ray_remote_args=remote_args)
     assert store.fields == FIELDS and sorted(store.keys()) == sorted(docs)
     for doc_id, expected in docs.items():
         assert_doc_equal(store[doc_id], doc_id, expected)
@@ -101,7 +106,9 @@ def test_read_parquet(tmp_path, remote_args):
 
 def test_datasink_with_write_datasink(tmp_path):
     docs = make_docs(50)
-    sink = docstore_ray.DocstoreDatasink(tmp_path / "c", fields={"text": "str", "label": "int64"})
+    sink = docstore_ray.DocstoreDatasink(
+        tmp_path / "c", fields={"text": "str", "label": "int64"}, shard_bytes=None
+    )
     dataset(docs, blocks=2).write_datasink(sink)
     assert sink.store is not None and sink.store.fields == {"text": "str", "label": "int64"}
     assert [d.text for d in sink.store.take(range(50))] == [d["text"] for d in docs.values()]
@@ -114,7 +121,7 @@ def test_id_repeated_across_tasks(tmp_path):
     repeated = table.slice(30, 1).to_pylist()[0]["doc_id"]
     ds = ray.data.from_arrow([table.slice(0, 20), table.slice(20, 20), table.slice(30, 1)])
     with pytest.raises(docstore.DuplicateKeyError) as error:
-        docstore_ray.write(ds, tmp_path / "c")
+        write_blocks(ds, tmp_path / "c")
     assert error.value.doc_id == repeated and repeated in str(error.value)
     only(tmp_path)
 
@@ -144,7 +151,7 @@ def test_task_that_fails_once_after_writing_part_of_its_shard(tmp_path, how):
     docs = make_docs(300)
     table = arrow_table(docs)
     ds = ray.data.from_arrow([table.slice(0, 100), table.slice(100, 100), table.slice(200, 100)])
-    sink = FlakySink(tmp_path / "out" / "c")
+    sink = FlakySink(tmp_path / "out" / "c", shard_bytes=None)
     ds.write_datasink(sink, ray_remote_args=docstore_ray.DEFAULT_RAY_REMOTE_ARGS)
     assert marker.exists()
     store = docstore.open(tmp_path / "out" / "c")
@@ -168,7 +175,7 @@ def test_udf_that_fails_once_is_retried(tmp_path):
     # The map's retry options are the write's: Ray fuses the two into one task, retried as one.
     retries = docstore_ray.DEFAULT_RAY_REMOTE_ARGS
     ds = dataset(docs).map_batches(fail_once, batch_format="pyarrow", batch_size=None, **retries)
-    store = docstore_ray.write(ds, tmp_path / "out" / "c")
+    store = write_blocks(ds, tmp_path / "out" / "c")
     assert marker.exists() and list(store.keys()) == list(docs)
     only(tmp_path / "out", "c")
 
@@ -184,38 +191,38 @@ def test_failed_job_leaves_nothing(tmp_path):
 
     ds = dataset(docs).map_batches(always_fail, batch_format="pyarrow", batch_size=None)
     with pytest.raises(Exception, match="injected failure"):
-        docstore_ray.write(ds, tmp_path / "c", ray_remote_args={"max_retries": 0})
+        write_blocks(ds, tmp_path / "c", ray_remote_args={"max_retries": 0})
     only(tmp_path)
 
 
 def test_overwrite_and_append(tmp_path):
     path = tmp_path / "c"
     a, b, c = named(30, "a-"), named(30, "b-"), named(30, "c-")
-    docstore_ray.write(dataset(a, 2), path)
+    write_blocks(dataset(a, 2), path)
     with pytest.raises(docstore.StoreExistsError):
-        docstore_ray.write(dataset(b, 2), path)
-    store = docstore_ray.write(dataset(b, 2), path, overwrite=True)
+        write_blocks(dataset(b, 2), path)
+    store = write_blocks(dataset(b, 2), path, overwrite=True)
     assert list(store.keys()) == list(b)
-    appended = docstore_ray.write(dataset(c, 3), path, append=True)
+    appended = write_blocks(dataset(c, 3), path, append=True)
     assert list(appended.keys()) == list(b) + list(c)
     assert len(appended.info()["shards"]) == len(store.info()["shards"]) + 3
     assert list(store.keys()) == list(b)  # the replaced collection still reads
     assert dictionaries(appended) == dictionaries(store)  # the appended shards take the collection's
     with pytest.raises(docstore.DuplicateKeyError):
-        docstore_ray.write(dataset(c, 1), path, append=True)
+        write_blocks(dataset(c, 1), path, append=True)
     assert list(docstore.open(path).keys()) == list(b) + list(c)
     only(tmp_path, "c")
 
 
 def test_empty_dataset(tmp_path):
     empty = ray.data.from_arrow(arrow_table(make_docs(5)).slice(0, 0))
-    store = docstore_ray.write(empty, tmp_path / "a")
+    store = write_blocks(empty, tmp_path / "a")
     assert len(store) == 0 and store.fields == FIELDS
     filtered = dataset(make_docs(20)).filter(lambda row: False)
-    store = docstore_ray.write(filtered, tmp_path / "b", fields={"text": "str"})
+    store = write_blocks(filtered, tmp_path / "b", fields={"text": "str"})
     assert len(store) == 0 and store.fields == {"text": "str"}
     with pytest.raises(docstore.SchemaError, match="pass fields"):
-        docstore_ray.write(ray.data.from_items([]), tmp_path / "c")
+        write_blocks(ray.data.from_items([]), tmp_path / "c")
     only(tmp_path, "a", "b")
 
 
@@ -232,15 +239,15 @@ def test_empty_dataset(tmp_path):
 def test_bad_input(tmp_path, columns, error, message):
     ds = ray.data.from_arrow(pa.table(columns))
     with pytest.raises(error, match=message):
-        docstore_ray.write(ds, tmp_path / "c", ray_remote_args={"max_retries": 0})
+        write_blocks(ds, tmp_path / "c", ray_remote_args={"max_retries": 0})
     only(tmp_path)
 
 
 def test_bad_writer_option_fails_on_the_driver(tmp_path):
     with pytest.raises(docstore.InvalidArgumentError, match="compression level"):
-        docstore_ray.write(dataset(make_docs(10)), tmp_path / "c", level=99)
+        write_blocks(dataset(make_docs(10)), tmp_path / "c", level=99)
     with pytest.raises(TypeError, match="unknown writer option"):
-        docstore_ray.write(dataset(make_docs(10)), tmp_path / "c", levle=3)
+        write_blocks(dataset(make_docs(10)), tmp_path / "c", levle=3)
     only(tmp_path)
 
 
@@ -283,7 +290,7 @@ class StalledSink(docstore.ray.DocstoreDatasink):
 
 
 rows = [{"doc_id": f"k{i}", "text": "killed"} for i in range(100)]
-ray.data.from_items(rows, override_num_blocks=2).write_datasink(StalledSink(target))
+ray.data.from_items(rows, override_num_blocks=2).write_datasink(StalledSink(target, shard_bytes=None))
 """
 
 
@@ -343,3 +350,54 @@ def test_write_keeps_a_live_jobs_staging(tmp_path):
         live.remove()
         _engines.remove_staging(unlocked)
     only(tmp_path, "c")
+
+
+def test_small_rows_are_gathered_into_few_shards(tmp_path):
+    """5,000 rows of ray.data.from_items made 200 shards of 75 KB; by default a shard gathers up
+    to DEFAULT_SHARD_BYTES, and shard_bytes sets the target."""
+    items = [{"doc_id": f"d{i}", "text": "x" * 100} for i in range(5000)]
+    ds = ray.data.from_items(items, override_num_blocks=200)
+    store = docstore_ray.write(ds, tmp_path / "few")
+    assert len(store) == 5000 and len(store.info()["shards"]) <= 2
+    store = docstore_ray.write(ds, tmp_path / "many", shard_bytes=50_000)
+    shards = len(store.info()["shards"])
+    assert 5 <= shards < 200, shards
+    store = docstore_ray.write(ds, tmp_path / "blocks", shard_bytes=None)
+    assert len(store.info()["shards"]) == 200
+    with pytest.raises(ValueError, match="shard_bytes"):
+        docstore_ray.write(ds, tmp_path / "bad", shard_bytes=0)
+
+
+@pytest.mark.parametrize("policy", ["first", "last"])
+def test_on_duplicate_within_and_across_tasks(tmp_path, policy):
+    rows = [("a", "1"), ("b", "1"), ("a", "2"), ("c", "2"), ("b", "3"), ("a", "3")]
+    table = pa.table({"doc_id": [r[0] for r in rows], "text": [r[1] for r in rows]})
+    # Three blocks, one task each: "a" repeats within the first and across all three.
+    ds = ray.data.from_arrow([table.slice(0, 3), table.slice(3, 2), table.slice(5, 1)])
+    store = docstore_ray.write(ds, tmp_path / "c", on_duplicate=policy, shard_bytes=None)
+    got = [(d.doc_id, d.text) for d in store.values()]
+    if policy == "first":
+        assert got == [("a", "1"), ("b", "1"), ("c", "2")]
+    else:
+        assert got == [("c", "2"), ("b", "3"), ("a", "3")]
+    only(tmp_path, "c")
+
+
+def test_docstore_errors_reach_ray_as_user_errors(tmp_path):
+    """Ray Data reports an exception that is not its UserCodeException as a bug of Ray's own."""
+    from ray.exceptions import UserCodeException
+
+    table = pa.table({"doc_id": ["a", "b", "a"], "text": ["1", "2", "3"]})
+    within = ray.data.from_arrow([table])
+    across = ray.data.from_arrow([table.slice(0, 2), table.slice(2, 1)])
+    for ds, where in ((within, "task"), (across, "seal")):
+        with pytest.raises(docstore.DuplicateKeyError) as error:
+            docstore_ray.write(ds, tmp_path / where, shard_bytes=None)
+        assert isinstance(error.value, UserCodeException), (where, type(error.value).__mro__)
+        assert "'a'" in str(error.value) or '"a"' in str(error.value)
+        assert "write task" in str(error.value)  # where: the task, or both tasks at the seal
+    with pytest.raises(docstore.InvalidArgumentError, match="append"):
+        docstore_ray.write(within, tmp_path / "x", append=True, on_duplicate="last")
+    with pytest.raises(docstore.InvalidArgumentError, match="on_duplicate"):
+        docstore_ray.write(within, tmp_path / "x", on_duplicate="keep")
+    only(tmp_path)

@@ -261,3 +261,40 @@ def test_write_removes_a_killed_drivers_staging_and_keeps_live_ones(spark, tmp_p
         live.remove()
         _engines.remove_staging(unlocked)
     only(tmp_path, "c")
+
+
+def _ids_frame(spark, ids: list[str], partitions: int):
+    """Rows (doc_id, text=row number) in contiguous partitions, made in the JVM alone."""
+    array = ",".join(f"'{i}'" for i in ids)
+    return spark.range(0, len(ids), 1, numPartitions=partitions).selectExpr(
+        f"element_at(array({array}), cast(id as int) + 1) as doc_id", "cast(id as string) as text"
+    )
+
+
+@pytest.mark.parametrize("policy", ["first", "last"])
+def test_on_duplicate_within_and_across_partitions(spark, tmp_path, policy):
+    df = _ids_frame(spark, ["a", "a", "b", "c", "b", "a"], partitions=3)
+    store = docstore_spark.write(df, tmp_path / "c", on_duplicate=policy)
+    got = [(d.doc_id, d.text) for d in store.values()]
+    if policy == "first":
+        assert got == [("a", "0"), ("b", "2"), ("c", "3")]
+    else:
+        assert got == [("c", "3"), ("b", "4"), ("a", "5")]
+    with pytest.raises(docstore.DuplicateKeyError, match="partition 0: duplicate doc id"):
+        docstore_spark.write(df, tmp_path / "e")  # "a" twice in the first partition
+    with pytest.raises(docstore.InvalidArgumentError, match="append"):
+        docstore_spark.write(df, tmp_path / "c", mode="append", on_duplicate="last")
+    only(tmp_path, "c")
+
+
+def test_tasks_run_the_drivers_python_unless_told(spark, tmp_path, monkeypatch):
+    """Spark's default worker Python is python3 on the PATH: from a venv that is not activated,
+    another interpreter, without docstore. The data source's tasks run the driver's."""
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    monkeypatch.setattr(spark.sparkContext, "pythonExec", str(tmp_path / "no-such-python"))
+    df = _ids_frame(spark, ["a", "b", "c"], partitions=2)
+    assert len(docstore_spark.write(df, tmp_path / "c")) == 3
+    assert spark.sparkContext.pythonExec == str(tmp_path / "no-such-python")  # the user's, as it was
+    monkeypatch.setenv("PYSPARK_PYTHON", str(tmp_path / "no-such-python"))  # the user's choice wins
+    with pytest.raises(Exception, match="no-such-python"):
+        docstore_spark.write(df, tmp_path / "d")

@@ -352,3 +352,25 @@ def test_a_remote_manifest_cannot_name_a_file_outside_its_prefix_s3(crafted, tmp
             )
     finally:
         server.stop()
+
+
+def test_an_http_endpoint_without_allow_http_says_what_to_set(tmp_path, monkeypatch):
+    """Without it, the first request failed with only "HTTP error: builder error"."""
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "k",
+        "AWS_SECRET_ACCESS_KEY": "s",
+        "AWS_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ALLOW_HTTP", raising=False)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    options = {"endpoint": "http://127.0.0.1:9"}  # nothing listens: the error comes first
+    with pytest.raises(docstore.InvalidArgumentError, match="set AWS_ALLOW_HTTP=true") as error:
+        docstore.open("s3://bucket/x.docstore", cache_dir=tmp_path, storage_options=options)
+    assert "builder error" not in str(error.value)
+    monkeypatch.setenv("AWS_ALLOW_HTTP", "true")  # then the request is made (and refused)
+    with pytest.raises(docstore.DocstoreError) as error:
+        docstore.open(
+            "s3://bucket/x.docstore", cache_dir=tmp_path, storage_options={**options, "max_retries": "0"}
+        )
+    assert "AWS_ALLOW_HTTP" not in str(error.value)

@@ -11,6 +11,7 @@ import sys
 
 from .. import DocstoreError
 from .._docstore import DEFAULT_LEVEL, _redact_urls
+from .._writer import ON_DUPLICATE
 from .commands import (
     cmd_build,
     cmd_demo,
@@ -29,6 +30,12 @@ def _positive(text: str) -> int:
     if n < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
     return n
+
+
+def _quiet(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress bar (there is none unless stderr is a TTY)"
+    )
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -72,7 +79,14 @@ def make_parser() -> argparse.ArgumentParser:
         help="build N shards in N processes, sealed into one collection (a directory) in input order; "
         "uncompressed JSON lines files are split between lines, other files go whole to one shard",
     )
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--on-duplicate",
+        choices=ON_DUPLICATE,
+        default="error",
+        help="a record whose id came before: error (the default: stop, then count the repeats and "
+        "say where the first few are), first (keep the earlier record), last (keep the later one)",
+    )
+    _quiet(p)
     p.set_defaults(func=cmd_build, subparser=p)
 
     p = sub.add_parser("info", help="count, fields, sizes and codec of a store")
@@ -93,6 +107,7 @@ def make_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("verify", help="check every checksum and every document")
     p.add_argument("store")
+    _quiet(p)
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser(
@@ -103,6 +118,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("store")
     p.add_argument("-o", "--output", help="write to a file instead of stdout")
     p.add_argument("--id-field", default="doc_id", help="name of the id in each record (default: doc_id)")
+    _quiet(p)
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser(
@@ -113,6 +129,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("store")
     p.add_argument("output", nargs="?", help="where to write it (default: replace STORE atomically)")
     p.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
+    _quiet(p)
     p.set_defaults(func=cmd_upgrade)
 
     p = sub.add_parser(
@@ -132,6 +149,14 @@ def make_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="add the shards after those of the collection OUT (one append at a time)",
     )
+    p.add_argument(
+        "--on-duplicate",
+        choices=ON_DUPLICATE,
+        default="error",
+        help="an id that several shards hold: error (the default), first or last (keep the "
+        "document of the first or last shard; the others' shards are copied without it)",
+    )
+    _quiet(p)
     p.set_defaults(func=cmd_seal)
 
     p = sub.add_parser("demo", help="build a sample corpus and compare lookups with a dict and ir_datasets")
@@ -164,9 +189,26 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except (DocstoreError, UsageError, OSError, ValueError, KeyError, MemoryError) as exc:
         message = f"not found: {exc}" if isinstance(exc, KeyError) else str(exc) or type(exc).__name__
+        message = _in_cli_terms(args, message)
         # A URL given on the command line may hold credentials: never echo them.
         print(f"docstore {args.command}: error: {_redact_urls(message)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _in_cli_terms(args: argparse.Namespace, message: str) -> str:
+    """An error of the Python API said as a command line user acts on it."""
+    # The library's advice names its keyword argument; the command has a flag.
+    if hasattr(args, "overwrite"):
+        message = message.replace("pass overwrite=True", "pass --overwrite")
+    if getattr(args, "on_duplicate", None) == "error" and message.startswith("duplicate doc id"):
+        message += "; pass --on-duplicate first or --on-duplicate last to keep one document of each"
+    # A file that is not a store at all is not "corrupt": the user gave the wrong file.
+    if message.startswith("corrupt store: not a docstore file") and hasattr(args, "store"):
+        message = (
+            f"{args.store} is not a docstore file: it does not start as a store does "
+            "(give a store file, or a collection directory)"
+        )
+    return message

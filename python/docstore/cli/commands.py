@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import bisect
 import csv
 import hashlib
 import json
@@ -13,21 +12,21 @@ import os
 import sys
 import time
 from collections.abc import Iterable, Iterator
-from fractions import Fraction
 from typing import Any, Optional
 
 import numpy as np
 
-from .. import Writer, seal, set_num_threads, upgrade
+from .. import Writer, _progress, seal, set_num_threads, upgrade
 from .. import open as open_store
 from .._docstore import FORMAT_VERSION, _redact_urls, check_replaceable, train_dictionary
 from .._staging import Staging
 from .._store import is_url
-from .._writer import infer_type
-from ..errors import DocstoreError, InvalidKeyError, SchemaError
+from .._writer import infer_type, seal_without_repeats
+from ..errors import DocstoreError, DuplicateKeyError, InvalidKeyError, SchemaError
 from .inputs import (
     GZIP_ERRORS,
     UsageError,
+    bytes_read,
     coerce_record,
     detect_format,
     first_repeated,
@@ -97,83 +96,161 @@ def cmd_build(args: argparse.Namespace) -> int:
     if not args.overwrite and os.path.lexists(args.output):
         raise UsageError(f"{args.output} already exists (pass --overwrite to replace it)")
     check_replaceable(args.output)  # refused now, not once every shard is built
-    if args.shards > 1:
-        iterator.close()  # the first record told the fields; each shard reads its own piece
-        shard_args = (fields, args.id_field, columns, keep, args.level, coerce)
-        _build_shards(args.output, args.inputs, formats, args.shards, shard_args, args.overwrite)
-    else:
-        _build_one(args, fields, coerce, first, iterator)
+    try:
+        if args.shards > 1:
+            iterator.close()  # the first record told the fields; each shard reads its own piece
+            shard_args = (fields, args.id_field, columns, keep, args.level, coerce, args.on_duplicate)
+            dropped = _build_shards(
+                args.output, args.inputs, formats, args.shards, shard_args, args.overwrite, not args.quiet
+            )
+            examples: list[str] = []
+        else:
+            dropped, examples = _build_one(args, fields, coerce, first, iterator, formats)
+    except DuplicateKeyError as exc:
+        raise _repeats_found(args, formats, columns, keep, exc) from None
     _report_build(args.output, start)
+    if dropped:
+        kept = "first" if args.on_duplicate == "first" else "last"
+        shown = f": {', '.join(examples)}{' ...' if dropped > len(examples) else ''}" if examples else ""
+        print(f"dropped {dropped:,} documents whose id came again (--on-duplicate {kept}){shown}")
     return 0
 
 
 def _build_one(
-    args: argparse.Namespace, fields: dict[str, str], coerce: dict, first: Any, iterator: Any
-) -> None:
-    from tqdm import tqdm
-
+    args: argparse.Namespace,
+    fields: dict[str, str],
+    coerce: dict,
+    first: Any,
+    iterator: Any,
+    formats: list[str],
+) -> tuple[int, list[str]]:
+    """Builds the single store; returns the number of repeats dropped (by ``--on-duplicate
+    first`` or ``last``) and where the first few were."""
+    sizes = {path: os.path.getsize(path) for path in args.inputs if path != "-"}
+    total = None if "-" in args.inputs else sum(sizes[p] for p in args.inputs)
+    unit = "B" if total is not None else "docs"  # stdin: a count of documents
     count = 0
-    with Writer(args.output, fields, overwrite=args.overwrite, level=args.level) as writer:
-        bar = tqdm(unit=" docs", unit_scale=True, disable=args.quiet or None, file=sys.stderr)
+    examples: list[str] = []
+    with (
+        Writer(
+            args.output, fields, overwrite=args.overwrite, level=args.level, on_duplicate=args.on_duplicate
+        ) as writer,
+        _progress.bar(total, unit, False if args.quiet else None, desc="build") as shown,
+    ):
         add = writer.add_record
+        reading, before = None, 0  # the input being read, and the bytes of those before it
+        parquet_rows = 0
         for position, record, path, fmt in _chain(first, iterator):
             try:
                 if coerce[fmt]:
                     coerce_record(record, coerce[fmt], args.id_field)
+                repeats = writer.duplicates
                 add(record, args.id_field)
             except (SchemaError, InvalidKeyError) as exc:  # a bad record: say where it is
                 raise UsageError(f"{where(path, fmt, position)}: {exc}") from None
+            except DuplicateKeyError as exc:
+                exc.place = where(path, fmt, position)  # type: ignore[attr-defined]
+                raise
+            if writer.duplicates != repeats and len(examples) < 5:
+                examples.append(f"{record.get(args.id_field)!r} at {where(path, fmt, position)}")
             count += 1
-            if count % 8192 == 0:
-                bar.update(8192)
-        bar.update(count % 8192)
-        bar.close()
+            if count % 8192 == 0 and total is None:  # stdin: no size to count against
+                shown.update(8192)
+            elif count % 8192 == 0:
+                if path != reading:
+                    before += sizes.get(reading, 0) if reading is not None else 0
+                    reading = path
+                    parquet_rows = _parquet_rows(path) if fmt == "parquet" else 0
+                within = sizes[path] * position // parquet_rows if parquet_rows else bytes_read()
+                shown.update(min(total, before + within) - shown.n)
+        if total is not None:
+            shown.update(total - shown.n)
+    return writer.duplicates, examples
+
+
+def _parquet_rows(path: str) -> int:
+    import pyarrow.parquet as pq
+
+    return int(pq.ParquetFile(path).metadata.num_rows) or 1
+
+
+# Repeated ids a failed build names, with where they are.
+REPEATS_SHOWN = 5
+
+
+def _repeats_found(
+    args: argparse.Namespace,
+    formats: list[str],
+    columns: list[str] | None,
+    keep: list[str] | None,
+    exc: DuplicateKeyError,
+) -> UsageError:
+    """The error for a build that met a repeated id (``--on-duplicate error``): the build stops
+    at the first, says so at once, then reads the ids of the inputs again (nothing else) to
+    count them all and say where the first few are, so that they can be fixed in one go."""
+    hint = "pass --on-duplicate first or --on-duplicate last to keep one document of each"
+    place = getattr(exc, "place", None)
+    first = f"{place}: duplicate doc id {exc.doc_id!r}" if place else str(exc)
+    if "-" in args.inputs:  # stdin cannot be read again
+        return UsageError(f"{first}; {hint}")
+    if sys.stderr.isatty():  # at once, as a progress bar would (a log gets the one line below)
+        print(f"docstore build: {first}; reading the ids again to count the repeats", file=sys.stderr)
+    seen: dict[Any, str] = {}
+    count, shown = 0, []
+    keep_ids = [args.id_field] if keep is not None or "parquet" in formats else None
+    for path, fmt in zip(args.inputs, formats):
+        try:
+            for position, record in read_records(path, fmt, columns, keep_ids):
+                doc_id = record.get(args.id_field)
+                if not isinstance(doc_id, str):
+                    continue
+                if doc_id in seen:
+                    count += 1
+                    if len(shown) < REPEATS_SHOWN:
+                        shown.append(f"{doc_id!r} at {where(path, fmt, position)} (first at {seen[doc_id]})")
+                else:
+                    seen[doc_id] = where(path, fmt, position)
+        except (*GZIP_ERRORS, csv.Error, UnicodeDecodeError) as error:
+            raise UsageError(unreadable(path, fmt, 0, error)) from None
+    if not count:  # found by the build alone (a --shards seal that the ids read here do not repeat)
+        return UsageError(f"{first}; {hint}")
+    more = f", and {count - len(shown):,} more" if count > len(shown) else ""
+    # One line, as every mistake the command reports.
+    return UsageError(
+        f"{count:,} duplicate doc id{'s' if count > 1 else ''} (a document with the id of an earlier "
+        "one), so nothing was written: "
+        f"{', '.join(shown)}{more}; {hint}"
+    )
 
 
 Piece = tuple[str, str, Optional[tuple[int, int]]]  # path, format, byte range (None: all of it)
 
 
-def shard_plan(
-    inputs: list[str], formats: list[str], n: int, start: int = 0, workers: int | None = None
-) -> list[list[Piece]]:
-    """The inputs cut into ``n`` runs, in input order: uncompressed JSON lines split between lines
-    (a piece holds the lines that start in its byte range), any other file whole, in the run
-    where it starts. Runs can be empty (fewer files than shards). ``start``: where in the first
-    input (uncompressed JSON lines) to begin.
-
-    The runs hold about equal bytes, or with ``workers`` (each to build a consecutive group of
-    runs, ``balanced_groups``), each group holds about equal bytes, its runs equal parts of it:
-    7 shards on 2 workers are 4 eighths and 3 sixths, not 7 sevenths of which one worker builds 4.
-    """
+def shard_plan(inputs: list[str], formats: list[str], n: int) -> list[list[Piece]]:
+    """The inputs cut into ``n`` runs of about equal bytes, in input order: uncompressed JSON
+    lines split between lines (a piece holds the lines that start in its byte range), any other
+    file whole, in the run where it starts. Runs can be empty (fewer files than shards)."""
     sizes = [os.path.getsize(p) for p in inputs]
-    total = max(sum(sizes) - start, 1)
-    ends = [Fraction(k + 1, n) for k in range(n)]
-    if workers is not None and n % workers:
-        groups = balanced_groups(n, workers)
-        ends = [
-            Fraction(w, len(groups)) + Fraction(j + 1, len(g) * len(groups))
-            for w, g in enumerate(groups)
-            for j in range(len(g))
-        ]
+    total = max(sum(sizes), 1)
 
-    def run_end(k: int) -> int:  # the byte (from `start`) where run k ends, rounded up
-        return math.ceil(ends[k] * total)
+    def run_end(k: int) -> int:  # the byte where run k ends, rounded up
+        return -(-(k + 1) * total // n)
 
     def run_of(at: int) -> int:  # the run holding byte `at`
-        return min(n - 1, bisect.bisect_right(ends, Fraction(at, total)))
+        return min(n - 1, at * n // total)
 
     plan: list[list[Piece]] = [[] for _ in range(n)]
-    offset = -start  # where each input begins, counted from `start`
+    offset = 0  # where each input begins
     for path, fmt, size in zip(inputs, formats, sizes):
         if fmt == "jsonl" and not is_gzip(path):
-            at = max(offset, 0)
+            at = offset
             while at < offset + size:
                 k = run_of(at)
                 end = min(offset + size, max(run_end(k), at + 1))
                 plan[k].append((path, fmt, (at - offset, end - offset)))
                 at = end
         else:
-            plan[run_of(max(offset, 0))].append((path, fmt, None))
+            plan[run_of(offset)].append((path, fmt, None))
         offset += size
     return plan
 
@@ -189,11 +266,18 @@ def balanced_groups(n: int, workers: int) -> list[range]:
 
 
 def _build_shards(
-    output: str, inputs: list[str], formats: list[str], n: int, shard_args: tuple, overwrite: bool
-) -> None:
+    output: str,
+    inputs: list[str],
+    formats: list[str],
+    n: int,
+    shard_args: tuple,
+    overwrite: bool,
+    progress: bool,
+) -> int:
     """Builds the input into ``n`` shards in worker processes (one per core at most), then seals
-    them in order into the collection ``output``. A failure leaves nothing (the shards are
-    scratch files)."""
+    them in order into the collection ``output``; returns the number of repeats dropped (by
+    ``--on-duplicate first`` or ``last``). A failure leaves nothing (the shards are scratch
+    files)."""
     import concurrent.futures
     import multiprocessing
 
@@ -204,35 +288,22 @@ def _build_shards(
     try:
         # One dictionary for every shard, trained once, on the input's first 4 MiB of text (about
         # a single-file build's first batch, which it trains on): shards compress alike, and
-        # readers keep one copy of it. Those records become a shard of their own when the first
-        # input can be resumed after them (uncompressed JSON lines), so that they are read once.
-        fields, id_field, columns, keep, level, coerce = shard_args
-        splittable = formats[0] == "jsonl" and not is_gzip(inputs[0])
-        first = (inputs[0], formats[0], (0, os.path.getsize(inputs[0])) if splittable else None)
-        end: list[int] = []
-        head = list(read_pieces([first], columns, keep, coerce, id_field, limit_bytes=4 << 20, end=end))
-        resume_at = end[0] if end else None
+        # readers keep one copy of it. The first shard's worker reads those records again (a few
+        # hundredths of a second), so that every shard holds about equal bytes.
+        fields, id_field, columns, keep, level, coerce, on_duplicate = shard_args
+        first = (inputs[0], formats[0], None)
+        head = read_pieces([first], columns, keep, coerce, id_field, limit_bytes=4 << 20)
         dictionary = _shared_dictionary([record for record, _ in head], fields, level)
-        shards = []
-        if splittable:
-            shards = [os.path.join(staging, "head.docstore")]
-            with Writer(shards[0], fields, level=level, dictionary=dictionary) as writer:
-                add_all(writer, head, id_field)
-        del head
-        # One worker process per core at most, each building a consecutive group of shards in
-        # turn and compressing on its share of the cores: more processes than cores only contend
-        # for them (8 workers on 2 cores cost 1.2x the single build's CPU, measured); the groups
-        # hold equal bytes, so that no worker is left building alone at the end.
+        dropped = 0
+        # N shards of about equal bytes, built by one worker process per core at most: each
+        # builds a consecutive group of shards in turn, compressing on its share of the cores.
+        # More processes than cores only contend for them (8 workers on 2 cores cost 1.2x the
+        # single build's CPU, measured); N not a multiple of the cores leaves some workers a
+        # shard more to build than others.
         cores = len(os.sched_getaffinity(0))
-        runs = n - len(shards)
-        workers = max(1, min(runs, cores))
+        workers = max(1, min(n, cores))
         threads = max(1, cores // workers)
-        if not splittable:
-            plan = shard_plan(inputs, formats, runs, workers=workers)
-        elif resume_at is not None:
-            plan = shard_plan(inputs, formats, runs, start=resume_at, workers=workers)
-        else:  # the first input fitted in the first batch
-            plan = shard_plan(inputs[1:], formats[1:], runs, workers=workers) if len(inputs) > 1 else []
+        plan = shard_plan(inputs, formats, n)
         paths = [os.path.join(staging, f"part-{k:05d}.docstore") for k in range(len(plan))]
         groups = balanced_groups(len(plan), workers)
         # fork: the workers need nothing but their arguments, and spawn or forkserver would first
@@ -245,22 +316,47 @@ def _build_shards(
         # A shared word, not an Event: a worker killed while holding an Event's lock would
         # leave everyone else waiting on it.
         failed = context.RawValue("q", len(groups))
-        with concurrent.futures.ProcessPoolExecutor(
-            max(1, len(groups)), mp_context=context, initializer=_watch, initargs=(failed, os.getpid())
-        ) as pool:
+        done = context.RawArray("q", max(1, len(groups)))  # bytes of input each worker has read
+        sizes = sum(os.path.getsize(p) for p in inputs)
+        with (
+            concurrent.futures.ProcessPoolExecutor(
+                max(1, len(groups)),
+                mp_context=context,
+                initializer=_watch,
+                initargs=(failed, os.getpid(), done),
+            ) as pool,
+            _progress.bar(sizes, "B", None if progress else False, desc="build") as shown,
+        ):
             jobs = [
                 pool.submit(
                     build_shards, g, [(paths[k], plan[k]) for k in group], *shard_args, dictionary, threads
                 )
                 for g, group in enumerate(groups)
             ]
+            waiting = set(jobs)
+            while True:
+                shown.update(min(sizes, sum(done)) - shown.n)
+                if not waiting:
+                    break
+                _, waiting = concurrent.futures.wait(waiting, timeout=0.2)
             failures = [job.exception() for job in jobs]
         for failure in failures:
             if failure is not None and not isinstance(failure, _Stopped):
                 raise failure
-        seal(output, shards + paths, overwrite=overwrite)
+        dropped += sum(job.result() for job in jobs)
+        if on_duplicate == "error":
+            seal(output, paths, overwrite=overwrite)
+        else:  # ids that several shards hold meet here
+            dropped += seal_without_repeats(output, paths, on_duplicate, overwrite=overwrite, append=False)
+        return dropped
     finally:
         locked.remove()
+
+
+def _piece_bytes(piece: Piece) -> int:
+    """The bytes of input a piece of a ``--shards`` build reads."""
+    path, _, byte_range = piece
+    return os.path.getsize(path) if byte_range is None else byte_range[1] - byte_range[0]
 
 
 def _staging_prefix(output: str) -> str:
@@ -274,21 +370,24 @@ class _Stopped(Exception):
     """A worker of a ``--shards`` build stopped because an earlier group failed."""
 
 
-# In a worker of a ``--shards`` build: the first group that failed, and this worker's group.
+# In a worker of a ``--shards`` build: the first group that failed, this worker's group, the
+# bytes of input the workers have read (shared), and the repeats this worker's shards dropped.
 _FAILED: Any = None
 _GROUP = 0
+_DONE: Any = None
+_DROPPED = 0
 
 # Records between two looks at _FAILED.
 _LOOK_EVERY = 1024
 
 
-def _watch(failed: Any, parent: int) -> None:
+def _watch(failed: Any, parent: int, done: Any = None) -> None:
     """Initialises a worker of a ``--shards`` build (see `_build_shards`); ``parent`` is the
     build's pid. The worker dies with the build: a build killed (``kill -9``) would otherwise
     leave its workers blocked forever, holding the staging directory's lock (inherited), so that
     no later build could sweep it."""
-    global _FAILED
-    _FAILED = failed
+    global _FAILED, _DONE
+    _FAILED, _DONE = failed, done
     _die_with(parent)
 
 
@@ -323,11 +422,12 @@ def _look() -> None:
         raise _Stopped
 
 
-def build_shards(group: int, shards: list[tuple[str, list[Piece]]], *args: Any) -> None:
+def build_shards(group: int, shards: list[tuple[str, list[Piece]]], *args: Any) -> int:
     """Shards built in turn by one worker process, for group ``group``: ``build_shard(path,
     pieces, *args)`` each, where the last of ``args`` is the number of threads. A failure lowers
     the shared first failed group to ``group`` (a race between two failing workers may leave
-    the later one's: then fewer workers stop, which costs time, not the report)."""
+    the later one's: then fewer workers stop, which costs time, not the report). Returns the
+    number of repeated ids its shards dropped (``on_duplicate`` "first" or "last")."""
     global _GROUP
     _GROUP = group
     *rest, threads = args
@@ -335,6 +435,7 @@ def build_shards(group: int, shards: list[tuple[str, list[Piece]]], *args: Any) 
         for path, pieces in shards:
             _look()
             build_shard(path, pieces, *rest, threads=threads)
+        return _DROPPED
     except _Stopped:
         raise
     except BaseException:
@@ -352,15 +453,19 @@ def build_shard(
     keep: list[str] | None,
     level: int | None,
     coerce: dict[str, dict[str, str]],
+    on_duplicate: str = "error",
     dictionary: bytes | None = None,
     threads: int | None = None,
 ) -> int:
     """One shard of a ``--shards`` build (runs in a worker process): the records of ``pieces``;
-    returns their count."""
+    returns their count (repeats dropped by ``on_duplicate`` are added to ``_DROPPED``)."""
+    global _DROPPED
     if threads is not None:
         set_num_threads(threads)
-    with Writer(path, fields, level=level, dictionary=dictionary) as writer:
-        return add_all(writer, read_pieces(pieces, columns, keep, coerce, id_field), id_field)
+    with Writer(path, fields, level=level, dictionary=dictionary, on_duplicate=on_duplicate) as writer:
+        count = add_all(writer, read_pieces(pieces, columns, keep, coerce, id_field), id_field)
+    _DROPPED += writer.duplicates
+    return count
 
 
 # Where a record is: its input, format, position, and whether it was read from a byte range.
@@ -375,20 +480,21 @@ def read_pieces(
     id_field: str,
     *,
     limit_bytes: int | None = None,
-    end: list[int] | None = None,
 ) -> Iterator[tuple[dict[str, Any], Place]]:
     """The records of ``pieces`` (coerced to their fields' types) and where each is; an unreadable
     input or a bad value raises ``UsageError`` naming the place. With ``limit_bytes``, only the
-    first records of about that many bytes of text; then the position where the next record
-    starts is appended to ``end`` (nothing when every record was read)."""
+    first records of about that many bytes of text."""
     seen = 0  # bytes of the text and bytes values read, for limit_bytes
     for source, fmt, byte_range in pieces:
         position = 0
+        reported = 0  # bytes of this piece added to _DONE
         try:
-            for position, record in read_records(source, fmt, columns, keep, byte_range):
+            for n, (position, record) in enumerate(read_records(source, fmt, columns, keep, byte_range)):
+                if _DONE is not None and byte_range is not None and n % _LOOK_EVERY == 0:
+                    now = position - byte_range[0]
+                    _DONE[_GROUP] += now - reported  # one word per worker: no race
+                    reported = now
                 if limit_bytes is not None and seen >= limit_bytes:
-                    if end is not None:
-                        end.append(position)
                     return
                 place = (source, fmt, position, byte_range is not None)
                 if coerce[fmt]:
@@ -401,6 +507,8 @@ def read_pieces(
                     seen += sum(len(v) for v in record.values() if isinstance(v, (str, bytes)))
         except (*GZIP_ERRORS, csv.Error, UnicodeDecodeError) as exc:
             raise UsageError(unreadable(source, fmt, position, exc)) from None
+        if _DONE is not None:
+            _DONE[_GROUP] += _piece_bytes((source, fmt, byte_range)) - reported
 
 
 def add_all(writer: Writer, records: Iterable[tuple[dict[str, Any], Place]], id_field: str) -> int:
@@ -560,10 +668,23 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 def cmd_seal(args: argparse.Namespace) -> int:
     start = time.perf_counter()
-    store = seal(args.output, args.shards, overwrite=args.overwrite, append=args.append)
+    progress = False if args.quiet else None
+    if args.on_duplicate == "error":
+        with _progress.bar(len(args.shards), "shards", progress, desc="seal") as shown:
+            store = seal(args.output, args.shards, overwrite=args.overwrite, append=args.append)
+            shown.update(len(args.shards))
+        dropped = 0
+    else:
+        dropped = seal_without_repeats(
+            args.output, args.shards, args.on_duplicate, overwrite=args.overwrite, append=args.append,
+            progress=progress,
+        )  # fmt: skip
+        store = open_store(args.output)
     shards = len(store.info()["shards"])
+    kept = f", {dropped:,} repeats dropped (--on-duplicate {args.on_duplicate})" if dropped else ""
     print(
-        f"sealed {args.output}: {len(store):,} docs in {shards} shards ({time.perf_counter() - start:.2f}s)"
+        f"sealed {args.output}: {len(store):,} docs in {shards} shards{kept} "
+        f"({time.perf_counter() - start:.2f}s)"
     )
     return 0
 
@@ -585,7 +706,7 @@ def cmd_get(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     store = open_store(args.store)
     start = time.perf_counter()
-    store.verify()
+    _progress.verify(store, False if args.quiet else None)
     took = time.perf_counter() - start
     print(f"OK: {_redact_urls(args.store)} ({len(store):,} docs, every byte checked in {took:.2f}s)")
     return 0
@@ -599,7 +720,11 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
         print(f"{_redact_urls(args.store)} is already format {version}: nothing to do")
         return 0
     start = time.perf_counter()
-    new = upgrade(args.store, args.output, overwrite=args.overwrite) if args.output else upgrade(args.store)
+    progress = False if args.quiet else None
+    if args.output:
+        new = upgrade(args.store, args.output, overwrite=args.overwrite, progress=progress)
+    else:
+        new = upgrade(args.store, progress=progress)
     print(
         f"{_redact_urls(args.output or args.store)}: format {version} -> {new.info()['format_version']} "
         f"({len(new):,} docs, verified and rewritten in {time.perf_counter() - start:.2f}s)"
@@ -612,16 +737,17 @@ def cmd_export(args: argparse.Namespace) -> int:
     # Every check before the output is opened: opening it truncates it.
     if args.id_field in store.fields:
         raise UsageError(f"--id-field {args.id_field!r} is already a field of the store")
+    progress = False if args.quiet else None
     if not args.output:
-        _write_docs(store, sys.stdout, args.id_field)
+        _write_docs(store, sys.stdout, args.id_field, progress)
         return 0
     if not is_url(args.store) and os.path.exists(args.output) and os.path.samefile(args.output, args.store):
         raise UsageError(f"{args.output} is the store being exported: export to another file")
-    _export_to(store, args.output, args.id_field)
+    _export_to(store, args.output, args.id_field, progress)
     return 0
 
 
-def _export_to(store: Any, output: str, id_field: str) -> None:
+def _export_to(store: Any, output: str, id_field: str, progress: bool | None = False) -> None:
     """Writes ``store``'s documents to the file ``output`` in one step: into a temporary file
     beside it, renamed over it only once every document is written, so that a failure (a
     damaged store, a full disk) leaves the file as it was. Through a symbolic link, the file it
@@ -631,7 +757,7 @@ def _export_to(store: Any, output: str, id_field: str) -> None:
     real = os.path.realpath(output)
     if os.path.exists(real) and not os.path.isfile(real):
         with open(real, "w", encoding="utf-8") as out:
-            _write_docs(store, out, id_field)
+            _write_docs(store, out, id_field, progress)
         return
     if os.path.exists(real):
         mode = os.stat(real).st_mode & 0o7777
@@ -644,7 +770,7 @@ def _export_to(store: Any, output: str, id_field: str) -> None:
     )
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
-            _write_docs(store, out, id_field)
+            _write_docs(store, out, id_field, progress)
             out.flush()
             os.fchmod(out.fileno(), mode)
             os.fsync(out.fileno())
@@ -654,10 +780,14 @@ def _export_to(store: Any, output: str, id_field: str) -> None:
         raise
 
 
-def _write_docs(store: Any, out: Any, id_field: str) -> None:
-    for doc in store.values():
-        out.write(_doc_json(doc, id_field))
-        out.write("\n")
+def _write_docs(store: Any, out: Any, id_field: str, progress: bool | None = False) -> None:
+    with _progress.bar(len(store), "docs", progress, desc="export") as shown:
+        for n, doc in enumerate(store.values(), 1):
+            out.write(_doc_json(doc, id_field))
+            out.write("\n")
+            if n % 4096 == 0:
+                shown.update(4096)
+        shown.update(len(store) - shown.n)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

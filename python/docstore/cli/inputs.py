@@ -49,11 +49,29 @@ def _open_text(path: str) -> io.TextIOBase:
         if raw.peek(2)[:2] == _GZIP_MAGIC:
             raw = gzip.GzipFile(fileobj=raw, mode="rb")
         return io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
+    global _reading
     with open(path, "rb") as f:
         gzipped = f.read(2) == _GZIP_MAGIC
     if gzipped:
-        return gzip.open(path, "rt", encoding="utf-8-sig", newline="")  # type: ignore[return-value]
-    return open(path, encoding="utf-8-sig", newline="")
+        text: Any = gzip.open(path, "rt", encoding="utf-8-sig", newline="")  # noqa: SIM115
+        _reading = text.buffer.fileobj  # the compressed bytes, which the file's size counts
+        return text  # type: ignore[no-any-return]
+    text = open(path, encoding="utf-8-sig", newline="")  # noqa: SIM115 - the caller closes it
+    _reading = text.buffer.raw
+    return text  # type: ignore[no-any-return]
+
+
+# The binary file under the text being read now, for a progress bar (`bytes_read`).
+_reading: Any = None
+
+
+def bytes_read() -> int:
+    """Bytes of the file being read now that have been read (ahead of the records parsed by a
+    buffer at most): a progress bar's position within the file."""
+    try:
+        return int(_reading.tell()) if _reading is not None and not _reading.closed else 0
+    except (OSError, ValueError):
+        return 0
 
 
 def read_records(

@@ -18,6 +18,12 @@ pub enum Error {
     },
     /// Two documents share one key.
     DuplicateKey(String),
+    /// A document repeats the key of the document at position `first` (found when added).
+    DuplicateKeyAt {
+        key: String,
+        first: u64,
+        second: u64,
+    },
     /// Two shards sealed into one collection hold the same key.
     DuplicateKeyIn {
         key: String,
@@ -85,6 +91,10 @@ impl fmt::Display for Error {
                  ({min} to {max}); rebuild the store"
             ),
             Error::DuplicateKey(key) => write!(f, "duplicate doc id {key:?}"),
+            Error::DuplicateKeyAt { key, first, second } => write!(
+                f,
+                "duplicate doc id {key:?} at position {second} (first at position {first})"
+            ),
             Error::DuplicateKeyIn { key, first, second } => write!(
                 f,
                 "duplicate doc id {key:?}: in shard {} and in shard {}",

@@ -10,7 +10,7 @@ use crate::parallel;
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
-use xxhash_rust::xxh3::xxh3_64;
+use xxhash_rust::xxh3::{xxh3_128, xxh3_64};
 
 /// Batches smaller than this are checked on the calling thread.
 const PARALLEL_MIN: usize = 1 << 14;
@@ -84,6 +84,73 @@ impl std::hash::Hasher for Prehashed {
     }
     fn write_u64(&mut self, h: u64) {
         self.0 = h;
+    }
+}
+
+/// An id's 128-bit hash (`IdTable::hash`), which the table hashes by its low half.
+#[derive(PartialEq, Eq, Clone, Copy)]
+pub struct Hash128(u64, u64);
+
+impl std::hash::Hash for Hash128 {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.0);
+    }
+}
+
+/// The ids a writer has taken, each with its position, met one at a time: a repeated id is
+/// found when it is added, not when the keys are sorted at the end, so that a build reports it
+/// at once. An id is known by its 128-bit hash (24 bytes a slot, ~30-60 bytes an id, whatever
+/// its length): two different ids of a billion share one with a chance under 1e-20, and the key
+/// sort still compares the bytes of every id it is given. It holds the first `limit` ids only
+/// (a writer's memory stays bounded); a repeat of a later one is found by the key sort, when a
+/// run of keys is spilled or at the end.
+pub struct IdTable {
+    positions: HashMap<Hash128, u32, BuildHasherDefault<Prehashed>>,
+    limit: usize,
+}
+
+impl Default for IdTable {
+    fn default() -> Self {
+        IdTable::with_limit(usize::MAX)
+    }
+}
+
+impl IdTable {
+    pub fn with_limit(limit: usize) -> IdTable {
+        IdTable {
+            positions: HashMap::default(),
+            limit,
+        }
+    }
+
+    /// Holds every id from now on, however many (what keeping one document of each needs).
+    pub fn unlimited(&mut self) {
+        self.limit = usize::MAX;
+    }
+
+    pub fn hash(key: &[u8]) -> Hash128 {
+        let h = xxh3_128(key);
+        Hash128(h as u64, (h >> 64) as u64)
+    }
+
+    /// The position of the id of hash `id`, when it was inserted before.
+    pub fn get(&self, id: Hash128) -> Option<u32> {
+        self.positions.get(&id).copied()
+    }
+
+    /// Records the id of hash `id` at `position`, unless it is there already: then its earlier
+    /// position.
+    pub fn insert(&mut self, id: Hash128, position: u32) -> Option<u32> {
+        if self.positions.len() >= self.limit {
+            return self.get(id);
+        }
+        match self.positions.entry(id) {
+            std::collections::hash_map::Entry::Occupied(slot) => Some(*slot.get()),
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(position);
+                None
+            }
+        }
     }
 }
 
@@ -211,6 +278,25 @@ impl TryInsertNew for Table<usize> {
 mod tests {
     use super::*;
     use std::collections::HashSet;
+
+    #[test]
+    fn id_table_gives_the_earlier_position_of_a_repeated_id() {
+        let mut ids = IdTable::default();
+        let h = IdTable::hash;
+        assert_eq!(ids.insert(h(b"a"), 0), None);
+        assert_eq!(ids.insert(h(b"b"), 1), None);
+        assert_eq!(ids.insert(h(b"a"), 2), Some(0));
+        assert_eq!(ids.insert(h(b"a"), 3), Some(0));
+        assert_eq!((ids.get(h(b"b")), ids.get(h(b"c"))), (Some(1), None));
+        // Past its limit it holds no more, and finds repeats of those it holds.
+        let mut ids = IdTable::with_limit(2);
+        for (k, key) in [b"a", b"b", b"c"].iter().enumerate() {
+            assert_eq!(ids.insert(h(*key), k as u32), None);
+        }
+        assert_eq!((ids.get(h(b"a")), ids.get(h(b"c"))), (Some(0), None));
+        ids.unlimited();
+        assert_eq!((ids.insert(h(b"c"), 3), ids.get(h(b"c"))), (None, Some(3)));
+    }
 
     #[test]
     fn seen_numbers_distinct_items_and_tells_collisions_apart() {

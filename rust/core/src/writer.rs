@@ -15,6 +15,7 @@ use crate::keys::build::{self, BlobLocations};
 use crate::keys::sort::KeySorter;
 use crate::parallel;
 use crate::record::{self, Value};
+use crate::repeats::IdTable;
 use crate::schema::Schema;
 use crate::sections::SectionWriter;
 use rayon::prelude::*;
@@ -27,6 +28,10 @@ use std::sync::mpsc::{sync_channel, SyncSender};
 use std::thread::JoinHandle;
 use tempfile::TempDir;
 use xxhash_rust::xxh3::xxh3_64;
+
+/// Bytes of `key_buffer_bytes` counted per id that the table of ids added holds (its slots are
+/// ~30-60 bytes an id): the default 64 MiB holds the first 512Ki ids, found repeated at once.
+const ID_TABLE_COST: usize = 128;
 
 /// The largest `WriterOptions::batch_bytes`: a writer allocates a batch of that size up front.
 pub const MAX_BATCH_BYTES: usize = 1 << 30;
@@ -165,6 +170,8 @@ pub struct Writer {
     raw_bytes: u64,
     batch: Batch,
     keys: KeySorter,
+    /// Every id added, with its position: a repeat is refused when added (`Error::DuplicateKeyAt`).
+    ids: IdTable,
     sender: Option<SyncSender<Batch>>,
     worker: Option<JoinHandle<Result<DataWritten>>>,
     /// The process that created the writer: a forked child inherits the writer but not its
@@ -214,7 +221,8 @@ impl Writer {
                 .name("docstore-writer".into())
                 .spawn(move || write_data(file, offsets, &schema, &options, receiver.into_iter()))?
         };
-        let keys = KeySorter::new(scratch.path().to_path_buf(), options.key_buffer_bytes);
+        let key_buffer_bytes = options.key_buffer_bytes;
+        let keys = KeySorter::new(scratch.path().to_path_buf(), key_buffer_bytes);
         let batch_bytes = options.batch_bytes;
         Ok(Writer {
             schema,
@@ -225,6 +233,7 @@ impl Writer {
             raw_bytes: 0,
             batch: Batch::with_capacity(batch_bytes),
             keys,
+            ids: IdTable::with_limit(key_buffer_bytes / ID_TABLE_COST),
             sender: Some(sender),
             worker: Some(worker),
             pid: crate::process::instance(),
@@ -299,6 +308,16 @@ impl Writer {
         if key.len() > u32::MAX as usize {
             return Err(Error::InvalidKey("doc ids are at most 4 GiB long".into()));
         }
+        let id = IdTable::hash(key.as_bytes());
+        if index {
+            if let Some(first) = self.ids.get(id) {
+                return Err(Error::DuplicateKeyAt {
+                    key: key.to_owned(),
+                    first: first.into(),
+                    second: self.count,
+                });
+            }
+        }
         let start = self.batch.data.len();
         if let Err(err) = record::encode(&self.schema, values, &mut self.batch.data) {
             self.batch.data.truncate(start);
@@ -306,6 +325,7 @@ impl Writer {
         }
         if index {
             self.keys.push(key.as_bytes(), self.count as u32)?;
+            self.ids.insert(id, self.count as u32);
         }
         if self.options.format_version >= 2 {
             let binds_position = self.options.format_version >= 3;
@@ -316,6 +336,18 @@ impl Writer {
         self.raw_bytes += (self.batch.data.len() - start) as u64;
         self.count += 1;
         Ok(())
+    }
+
+    /// Keeps every id in the table of those added (see `IdTable`), so that `position_of` knows
+    /// them all, at ~30-60 bytes an id; by default it holds as many as `key_buffer_bytes / 128`.
+    pub fn track_every_id(&mut self) {
+        self.ids.unlimited();
+    }
+
+    /// The position of the document added with id `key`, if any (of those the table holds:
+    /// every one after `track_every_id`).
+    pub fn position_of(&self, key: &str) -> Option<u64> {
+        self.ids.get(IdTable::hash(key.as_bytes())).map(u64::from)
     }
 
     pub fn needs_flush(&self) -> bool {

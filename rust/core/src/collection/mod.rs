@@ -731,14 +731,24 @@ impl Collection {
     /// holds exactly the shards' ids at their global positions. A remote collection is read
     /// from a whole copy of each file.
     pub fn verify(&self) -> Result<()> {
+        self.verify_counting(&std::sync::atomic::AtomicU64::new(0))
+    }
+
+    /// The steps `verify_counting` counts (`Store::verify_steps` of every file).
+    pub fn verify_steps(&self) -> u64 {
+        self.files().map(Store::verify_steps).sum()
+    }
+
+    /// `verify`, adding to `done` as it goes (about `verify_steps()` in all), for a progress bar.
+    pub fn verify_counting(&self, done: &std::sync::atomic::AtomicU64) -> Result<()> {
         if let Some(copy) = self.local_copy()? {
-            return copy.verify();
+            return copy.verify_counting(done);
         }
         // Every file is read, and every damaged one named (when there are several), not only
         // the first.
         let mut damaged = Vec::new();
         for store in self.files() {
-            match store.verify() {
+            match store.verify_counting(done) {
                 Ok(()) => {}
                 Err(Error::Corrupt(msg)) if !self.is_collection() => {
                     return Err(Error::Corrupt(msg))

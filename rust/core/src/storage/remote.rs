@@ -509,13 +509,17 @@ impl Remote {
         // Each builder starts from the environment, then takes the options one by one: never
         // `with_client_options`, which would drop what came from the environment.
         macro_rules! build {
-            ($builder:expr, $key:ty, [$($locator:expr),*]) => {{
+            ($builder:expr, $key:ty, [$($locator:expr),*]) => {
+                build!($builder, $key, [$($locator),*], |_: &_| -> Result<()> { Ok(()) })
+            };
+            ($builder:expr, $key:ty, [$($locator:expr),*], $check:expr) => {{
                 let mut builder = $builder.with_url(url);
                 for (key, value) in options {
                     let parsed: $key =
                         key.to_ascii_lowercase().parse().map_err(|_| unknown(key))?;
                     builder = builder.with_config(parsed, value);
                 }
+                $check(&builder)?;
                 let values = [$(builder.get_config_value(&$locator)),*];
                 let _ = self.locator.set(format!("{values:?}"));
                 Arc::new(builder.with_retry(retry).build().map_err(built)?) as Arc<dyn ObjectStore>
@@ -524,6 +528,20 @@ impl Remote {
         Ok(match self.scheme {
             ObjectStoreScheme::AmazonS3 => {
                 use aws::AmazonS3ConfigKey as K;
+                // An http:// endpoint without consent fails at the first request with only
+                // "HTTP error: builder error": say what to set, now.
+                let check = |b: &aws::AmazonS3Builder| {
+                    let endpoint = b.get_config_value(&K::Endpoint).unwrap_or_default();
+                    let allowed = b.get_config_value(&K::Client(ClientConfigKey::AllowHttp));
+                    if endpoint.starts_with("http://") && allowed.as_deref() != Some("true") {
+                        return Err(invalid(super::url::redact_text(&format!(
+                            "{shown}: the endpoint {endpoint} is plain http://, which S3 clients \
+                             refuse unless told: set AWS_ALLOW_HTTP=true in the environment (or \
+                             storage_options={{\"allow_http\": \"true\"}}), or use https://"
+                        ))));
+                    }
+                    Ok(())
+                };
                 build!(
                     aws::AmazonS3Builder::from_env(),
                     aws::AmazonS3ConfigKey,
@@ -532,7 +550,8 @@ impl Remote {
                         K::S3Endpoint,
                         K::Bucket,
                         K::VirtualHostedStyleRequest
-                    ]
+                    ],
+                    check
                 )
             }
             ObjectStoreScheme::GoogleCloudStorage => {

@@ -9,12 +9,36 @@ use crate::parallel;
 use crate::record;
 use crate::storage::Storage;
 use rayon::prelude::*;
+use std::sync::atomic::{AtomicU64, Ordering};
 use xxhash_rust::xxh3::xxh3_64;
+
+/// Items checked between two additions to a verify's progress counter (one shared atomic).
+const PROGRESS_EVERY: u64 = 1024;
+
+/// Adds `PROGRESS_EVERY` to `done` on every `PROGRESS_EVERY`th item.
+fn tick(done: &AtomicU64, item: u64) {
+    if item % PROGRESS_EVERY == PROGRESS_EVERY - 1 {
+        done.fetch_add(PROGRESS_EVERY, Ordering::Relaxed);
+    }
+}
 
 impl<B: Storage> Store<B> {
     /// Reads every byte: section checksums, index consistency, and every record decoded against
     /// the schema. Runs in parallel on the docstore pool.
     pub fn verify(&self) -> Result<()>
+    where
+        B: Sync,
+    {
+        self.verify_counting(&AtomicU64::new(0))
+    }
+
+    /// The steps `verify_counting` counts: each key checked, then each record.
+    pub fn verify_steps(&self) -> u64 {
+        2 * self.len()
+    }
+
+    /// `verify`, adding to `done` as it goes (about `verify_steps()` in all), for a progress bar.
+    pub fn verify_counting(&self, done: &AtomicU64) -> Result<()>
     where
         B: Sync,
     {
@@ -47,6 +71,7 @@ impl<B: Storage> Store<B> {
             })?;
             let n = self.len();
             (0..n).into_par_iter().try_for_each(|rank| {
+                tick(done, rank);
                 let key = self.key_of_rank(rank)?;
                 if key.is_empty() || std::str::from_utf8(key).is_err() {
                     return Err(Error::corrupt("empty or non-UTF-8 key"));
@@ -93,6 +118,7 @@ impl<B: Storage> Store<B> {
             let raw_bytes = (0..n)
                 .into_par_iter()
                 .map(|pos| {
+                    tick(done, pos);
                     // Blobs tile the data section: each starts where the previous one ends.
                     if self.offset(Section::DocOffsets, pos)
                         > self.offset(Section::DocOffsets, pos + 1)

@@ -1,0 +1,42 @@
+"""Progress bars of long work (the CLI's commands, ``build()`` from a sized input, ``upgrade``,
+``seal`` across shards): tqdm, already a dependency (pure Python, nothing of its own to
+install; rich would bring pygments and markdown-it for one bar). A bar goes to stderr, shows its
+total and an ETA, and is drawn only on a terminal: ``progress=None`` (the default) means "when
+stderr is a TTY", ``False`` never, ``True`` always.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+
+def bar(total: int | None, unit: str, progress: bool | None = None, desc: str | None = None) -> Any:
+    """A tqdm bar of ``total`` units (``"B"``: bytes, shown in KB/MB; else items)."""
+    from tqdm import tqdm
+
+    return tqdm(
+        total=total,
+        unit=unit if unit == "B" else f" {unit}",
+        unit_scale=True,
+        unit_divisor=1024 if unit == "B" else 1000,
+        disable=None if progress is None else not progress,
+        file=sys.stderr,
+        desc=desc,
+        mininterval=0.2,
+        dynamic_ncols=True,
+    )
+
+
+def verify(store: Any, progress: bool | None = None) -> None:
+    """``store.verify()`` with a bar of its steps (each key, then each record, checked)."""
+    with bar(None, "checks", progress, desc="verify") as shown:
+        if shown.disable:
+            store.verify()
+            return
+
+        def report(done: int, total: int) -> None:
+            shown.total = total
+            shown.update(done - shown.n)
+
+        store.verify(report)
