@@ -373,6 +373,11 @@ impl<B: Storage> Store<B> {
         self.fingerprint
     }
 
+    /// Where the bytes come from (see `storage`).
+    pub fn storage(&self) -> &B {
+        &self.buf
+    }
+
     pub fn file_len(&self) -> u64 {
         self.buf.as_ref().len() as u64
     }
