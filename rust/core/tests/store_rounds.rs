@@ -182,7 +182,10 @@ fn a_cold_lookup_of_a_long_id_is_two_rounds() {
     let opened = store_counts(&store);
     let mut batch = RecordBatch::default();
     let key = long(1234);
-    assert_eq!(store.read_one(key.as_bytes(), &mut batch).unwrap(), Some(1234));
+    assert_eq!(
+        store.read_one(key.as_bytes(), &mut batch).unwrap(),
+        Some(1234)
+    );
     let (rounds, _, _) = minus(store_counts(&store), opened);
     eprintln!("COUNTS {:?}", minus(store_counts(&store), opened));
     // The block and its key offsets; then the keys of the run with the candidates' blobs.

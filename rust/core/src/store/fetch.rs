@@ -4,6 +4,7 @@
 //! `position_rounds`), and rent or buy for the index sections (`rent_or_buy`). A local store
 //! has nothing to fetch: `need`, `fetch_search` and the `prefetch_*` calls return at once.
 
+use super::plan::Reads;
 use super::search::lower_bound;
 use super::{Found, Store, GROUP};
 use crate::error::{Error, Result};
@@ -375,7 +376,8 @@ impl<B: Storage> Store<B> {
     /// positions too, which a read by position checks its document with).
     pub fn prefetch_reads(&self, found: &[Found], keys: bool) -> Result<()> {
         if self.buf.is_remote() {
-            self.fetch_positions(found.iter().copied(), true, keys)?;
+            let reads = Reads { blobs: true, keys };
+            self.fetch_reads(found.iter().copied(), reads)?;
         }
         Ok(())
     }
@@ -385,94 +387,54 @@ impl<B: Storage> Store<B> {
     /// that `key_at` then reads them from the cache. Nothing to do for a local store.
     pub fn prefetch_keys(&self, positions: Range<u64>) -> Result<()> {
         if self.buf.is_remote() {
-            self.fetch_positions(positions.map(Found::at), self.checked(), true)?;
+            let reads = Reads {
+                blobs: self.checked(),
+                keys: true,
+            };
+            self.fetch_reads(positions.map(Found::at), reads)?;
         }
         Ok(())
     }
 
-    /// What reading the records `found` reads, fetched in rounds of concurrent requests (a
-    /// remote store): the doc offsets of those the key index did not locate (and, with `keys`,
-    /// key ranks), then their blobs (and key offsets), then their keys.
+    /// The remote executor of the plan (`plan`): what reading the documents `found` touches,
+    /// each round's ranges fetched in one round of concurrent requests (`fetch`).
     #[cold]
-    pub(super) fn fetch_positions(
+    pub(super) fn fetch_reads(
         &self,
         found: impl Iterator<Item = Found> + Clone,
-        blobs: bool,
-        keys: bool,
+        reads: Reads,
     ) -> Result<()> {
-        self.position_rounds(found, blobs, keys, false).map(drop)
+        let mut wants = Vec::new();
+        for round in 0..reads.rounds() {
+            let before = self.buf.fetched_bytes();
+            self.each_touch(found.clone(), round, reads, |s, r| wants.push((s, r)));
+            self.fetch(wants.drain(..))?;
+            if round == 1 && reads == Reads::BLOBS {
+                self.buf
+                    .add_data_bytes(self.buf.fetched_bytes().saturating_sub(before));
+            }
+        }
+        Ok(())
     }
 
     /// Whether reading the records `found` (with `keys`, their keys too) would fetch anything
-    /// from a remote store: looked up in the cache's map, nothing fetched. A warm batch of a
-    /// collection asks this of each shard, so that only shards with bytes missing fetch.
+    /// from a remote store: the plan's rounds looked up in the cache's map, nothing fetched (the
+    /// first round with something missing answers, as the next rounds read what it fetches). A
+    /// warm batch of a collection asks this of each shard, so that only shards with bytes
+    /// missing fetch.
     pub(crate) fn needs_fetch(&self, found: &[Found], keys: bool) -> bool {
-        self.buf.is_remote()
-            && (self.position_rounds(found.iter().copied(), true, keys, true)).unwrap_or(true)
-    }
-
-    /// The rounds of `fetch_positions`; with `dry`, none is fetched: whether one would be (the
-    /// first round with something missing answers, as the next rounds read what it fetches).
-    fn position_rounds(
-        &self,
-        found: impl Iterator<Item = Found> + Clone,
-        blobs: bool,
-        keys: bool,
-        dry: bool,
-    ) -> Result<bool> {
-        let round = |wants: &mut dyn Iterator<Item = (Section, Range<usize>)>| -> Result<bool> {
-            match dry {
-                true => Ok(Iterator::any(&mut &mut *wants, |(s, r)| {
-                    let range = self.in_file(s, r);
-                    !range.is_empty() && !self.buf.is_present(range)
-                })),
-                false => self.fetch(wants).map(|()| false),
-            }
-        };
-        let n = self.len();
-        let found = found.filter(move |f| f.pos < n);
-        let first = round(&mut found.clone().flat_map(|f| {
-            let p = f.pos as usize;
-            let located = self.located(&f);
-            [
-                (blobs && !located).then_some((Section::DocOffsets, p * 8..p * 8 + 16)),
-                keys.then_some((Section::KeyRanks, p * 4..p * 4 + 4)),
-            ]
-            .into_iter()
-            .flatten()
-        }))?;
-        if first {
-            return Ok(true);
+        if !self.buf.is_remote() {
+            return false;
         }
-        let rank = |p: u64| self.index_u32(Section::KeyRanks, p).min(n);
-        let before = self.buf.fetched_bytes();
-        let second = round(&mut found.clone().flat_map(|f| {
-            let blob = blobs.then(|| self.blob_range(f).ok()).flatten();
-            let r = rank(f.pos) as usize;
-            [
-                blob.map(|b| (Section::Data, b)),
-                keys.then_some((Section::KeyOffsets, r * 8..r * 8 + 16)),
-            ]
-            .into_iter()
-            .flatten()
-        }))?;
-        if second {
-            return Ok(true);
-        }
-        if blobs && !keys {
-            self.buf
-                .add_data_bytes(self.buf.fetched_bytes().saturating_sub(before));
-        }
-        if !keys {
-            return Ok(false);
-        }
-        round(&mut found.filter_map(|f| {
-            let r = rank(f.pos);
-            (r < n)
-                .then(|| self.range_at(Section::KeyOffsets, Section::Keys, r).ok())
-                .flatten()
-                .map(|k| (Section::Keys, k))
-        }))
+        let reads = Reads { blobs: true, keys };
+        (0..reads.rounds()).any(|round| {
+            let mut missing = false;
+            self.each_touch(found.iter().copied(), round, reads, |s, r| {
+                let range = self.in_file(s, r);
+                missing |= !range.is_empty() && !self.buf.is_present(range);
+            });
+            missing
+        })
     }
 }
 

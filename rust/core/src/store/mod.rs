@@ -26,6 +26,7 @@
 mod fetch;
 mod layout;
 mod pipeline;
+mod plan;
 mod records;
 mod search;
 mod verify;
