@@ -50,7 +50,7 @@ impl<B: Storage> Store<B> {
         let Some(first) = found.clone().next() else {
             return;
         };
-        let [blob, _] = self.touches(first, 1, reads);
+        let [blob, _] = self.touches::<1, false>(first, reads);
         let data = self.section(Section::Data);
         if !self.cold.is_cold(|| {
             blob.is_none_or(|(_, r)| r.start >= data.len() || pagecache::resident(data, r.start))
@@ -109,20 +109,38 @@ pub(crate) fn read_pipelined<'s, B: Storage + 's, T>(
 ) -> Result<()> {
     let reads = Reads { blobs: true, keys };
     for group in items.chunks(GROUP) {
-        for round in 0..reads.rounds() {
-            for item in group {
-                let (store, found) = at(item);
-                for (s, range) in store.touches(found, round, reads).into_iter().flatten() {
-                    // A `pread` store's blobs are not in the map.
-                    if s != Section::Data || store.data_file.is_none() {
-                        store.prefetch(s, range.start);
-                    }
-                }
-            }
+        prefetch_round::<0, B, T>(group, &at, reads);
+        prefetch_round::<1, B, T>(group, &at, reads);
+        if reads.rounds() > 2 {
+            prefetch_round::<2, B, T>(group, &at, reads);
         }
         for item in group {
             read(item)?;
         }
     }
     Ok(())
+}
+
+/// Starts loading into the CPU cache where the reads of round `ROUND` of `group` begin.
+#[inline(always)]
+fn prefetch_round<'s, const ROUND: usize, B: Storage + 's, T>(
+    group: &[T],
+    at: &impl Fn(&T) -> (&'s Store<B>, Found),
+    reads: Reads,
+) {
+    for item in group {
+        let (store, found) = at(item);
+        // Each of the two touches on its own (not a loop over them): inlined, their sections
+        // are constants.
+        let [a, b] = store.touches::<ROUND, false>(found, reads);
+        if let Some((s, range)) = a {
+            // A `pread` store's blobs are not in the map.
+            if s != Section::Data || store.data_file.is_none() {
+                store.prefetch(s, range.start);
+            }
+        }
+        if let Some((s, range)) = b {
+            store.prefetch(s, range.start);
+        }
+    }
 }

@@ -59,18 +59,24 @@ pub(crate) const ROUNDS: usize = 3;
 pub(crate) type Touches = [Option<(Section, Range<usize>)>; 2];
 
 impl<B: Storage> Store<B> {
-    /// The ranges (of their sections) that reading `found` touches in `round` (`0..ROUNDS`),
-    /// computed from the bytes of the rounds before: the plan (see the module note). Positions
-    /// out of range touch nothing (their read fails).
+    /// The ranges (of their sections) that reading `found` touches in round `ROUND`
+    /// (`0..ROUNDS`), computed from the bytes of the rounds before: the plan (see the module
+    /// note). Without `ENDS`, each range is empty at its start: where the reads begin, all that
+    /// a CPU prefetch needs (the end of a blob or key costs a load more). Positions out of range
+    /// touch nothing (their read fails).
     #[inline(always)]
-    pub(crate) fn touches(&self, found: Found, round: usize, reads: Reads) -> Touches {
+    pub(crate) fn touches<const ROUND: usize, const ENDS: bool>(
+        &self,
+        found: Found,
+        reads: Reads,
+    ) -> Touches {
         let n = self.len();
         if found.pos >= n {
             return [None, None];
         }
         let pos = found.pos as usize;
         let rank = || self.index_u32(Section::KeyRanks, found.pos).min(n);
-        match round {
+        match ROUND {
             0 => [
                 (reads.blobs && !self.located(&found))
                     .then(|| (Section::DocOffsets, pos * 8..pos * 8 + 16)),
@@ -79,7 +85,9 @@ impl<B: Storage> Store<B> {
                     .then(|| (Section::KeyRanks, pos * 4..pos * 4 + 4)),
             ],
             1 => [
-                reads.blobs.then(|| (Section::Data, self.blob_span(found))),
+                reads
+                    .blobs
+                    .then(|| (Section::Data, self.blob_span::<ENDS>(found))),
                 reads.keys.then(|| {
                     let r = rank() as usize;
                     (Section::KeyOffsets, r * 8..r * 8 + 16)
@@ -90,7 +98,7 @@ impl<B: Storage> Store<B> {
                     .keys
                     .then(rank)
                     .filter(|&r| r < n)
-                    .map(|r| (Section::Keys, self.span(Section::KeyOffsets, r))),
+                    .map(|r| (Section::Keys, self.span::<ENDS>(Section::KeyOffsets, r))),
                 None,
             ],
         }
@@ -99,19 +107,24 @@ impl<B: Storage> Store<B> {
     /// Where the blob of `found` lies as far as a plan needs to know: not bounds-checked (see
     /// `blob_range` for the read's own).
     #[inline(always)]
-    fn blob_span(&self, found: Found) -> Range<usize> {
+    fn blob_span<const ENDS: bool>(&self, found: Found) -> Range<usize> {
         match found.blob {
             Some((offset, len)) if self.header.locates_blobs() => {
                 offset as usize..offset.saturating_add(len) as usize
             }
-            _ => self.span(Section::DocOffsets, found.pos),
+            _ => self.span::<ENDS>(Section::DocOffsets, found.pos),
         }
     }
 
-    /// Entry `i` of an offsets section, unchecked: `offsets[i]..offsets[i + 1]`.
+    /// Entry `i` of an offsets section, unchecked: `offsets[i]..offsets[i + 1]` (without
+    /// `ENDS`, empty at its start).
     #[inline(always)]
-    fn span(&self, offsets: Section, i: u64) -> Range<usize> {
-        self.offset(offsets, i) as usize..self.offset(offsets, i + 1) as usize
+    fn span<const ENDS: bool>(&self, offsets: Section, i: u64) -> Range<usize> {
+        let start = self.offset(offsets, i) as usize;
+        match ENDS {
+            true => start..self.offset(offsets, i + 1) as usize,
+            false => start..start,
+        }
     }
 
     /// Runs `each` on every range the documents `found` touch in `round`.
@@ -124,7 +137,12 @@ impl<B: Storage> Store<B> {
         mut each: impl FnMut(Section, Range<usize>),
     ) {
         for f in found {
-            for (s, range) in self.touches(f, round, reads).into_iter().flatten() {
+            let touches = match round {
+                0 => self.touches::<0, true>(f, reads),
+                1 => self.touches::<1, true>(f, reads),
+                _ => self.touches::<2, true>(f, reads),
+            };
+            for (s, range) in touches.into_iter().flatten() {
                 each(s, range);
             }
         }
