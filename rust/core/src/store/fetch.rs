@@ -1,23 +1,23 @@
-//! A remote `Store`'s plan: what a lookup or a batch will read, fetched into the cache before
-//! it is read, in as few rounds of concurrent requests as the reads' dependencies allow (the
-//! key index blocks a search reads, `fetch_blocks`; doc offsets, then blobs, then keys,
-//! `position_rounds`), and rent or buy for the index sections (`rent_or_buy`). A local store
-//! has nothing to fetch: `need`, `fetch_search` and the `prefetch_*` calls return at once.
+//! What a remote `Store` fetches into its cache before it reads, in as few rounds of concurrent
+//! requests as the reads' dependencies allow: a search resumed round by round with what it
+//! found lacking (`search_fetching`, over `search::Lack`), and the plan of a batch's reads run
+//! round by round (`fetch_reads`, over `plan`). Each round is one `fetch`: presence checks,
+//! then one `Storage::ensure`. A local store has nothing to fetch: `need` and the `prefetch_*`
+//! calls return at once.
 
 use super::plan::Reads;
-use super::search::lower_bound;
+use super::search::{Fetch, Lack};
 use super::{Found, Store, GROUP};
 use crate::error::{Error, Result};
 use crate::format::Section;
-use crate::keys::entry::KeyEntry;
 use crate::storage::Storage;
 use std::ops::Range;
 use std::sync::atomic;
 use xxhash_rust::xxh3::xxh3_64;
 
-/// The most blobs a lookup of a long key fetches before it knows which is its own (see
-/// `fetch_blocks`).
-const SPECULATE: usize = 4;
+/// The most rounds a remote search resumes in (`search_fetching`): past them, the cache evicts
+/// faster than a round fetches.
+const SEARCH_ROUNDS: usize = 64;
 
 impl<B: Storage> Store<B> {
     /// Makes bytes `range` of section `s` readable before they are read: nothing to do for a
@@ -39,13 +39,12 @@ impl<B: Storage> Store<B> {
         Ok(())
     }
 
-    /// Whether entries `range` (of `size` bytes each) of section `s` are readable (always, for a
-    /// local store).
-    fn present(&self, s: Section, range: Range<u64>, size: usize) -> bool {
-        let base = self.ranges[s as usize].start as u64;
-        let size = size as u64;
-        self.buf
-            .is_present(base + range.start * size..base + range.end * size)
+    /// Whether bytes `range` of section `s` are readable without fetching (and if so stamped
+    /// as used); always, for a local store.
+    #[inline]
+    pub(super) fn has(&self, s: Section, range: Range<usize>) -> bool {
+        let range = self.in_file(s, range);
+        range.is_empty() || self.buf.check(range)
     }
 
     /// Makes every range of `wants` readable, fetching what is missing in one round of
@@ -183,193 +182,65 @@ impl<B: Storage> Store<B> {
         present
     }
 
-    /// For a remote store, fetches what searching for `keys` reads that the cache lacks: nothing
-    /// when their key index blocks and the common prefix are cached; else, in as few rounds as
-    /// `fetch_blocks` can, the missing blocks (guessed from the keys past the prefix's length),
-    /// with the prefix (the first lookup after open), and what long keys read.
-    pub(super) fn fetch_search(&self, keys: &[&[u8]]) -> Result<()> {
-        if !self.buf.is_remote() || self.is_empty() {
+    /// The ranks of `keys` in a remote store, misses not confirmed: the search (`find`) runs
+    /// over what the cache holds and notes what it lacks (`Lack`); what the whole batch lacks
+    /// is fetched in one round of concurrent requests, and the searches that stopped resume. So
+    /// a batch's search costs the rounds of one key's: one (its block, with the common prefix
+    /// after open), or for a long key a second (its run's keys, with their blobs), and one more
+    /// each time a run goes past the blocks fetched so far.
+    #[cold]
+    pub(super) fn search_fetching(&self, keys: &[&[u8]], out: &mut [Option<u64>]) -> Result<()> {
+        if self.is_empty() {
             return Ok(());
         }
-        let n = self.len();
-        // Until the prefix is fetched, keys are searched for as if they had it (those without
-        // it fetch a block for nothing, once); then keys without it fetch nothing.
-        let prefix = self.prefix_present();
-        let target = |key: &[u8]| match prefix {
-            true => self.target(key),
-            false => self.guess(key),
-        };
-        let missing = |target: u64| {
-            let start = self.block_of(target) * self.block;
-            let block = start..(start + self.block).min(n);
-            !self.present(Section::KeyIndex, block, self.entry_size)
-        };
-        if prefix && !keys.iter().any(|k| target(k).is_some_and(missing)) {
-            return Ok(());
+        let mut pending: Vec<usize> = (0..keys.len()).collect();
+        let mut lack = Lack(Vec::new());
+        for _ in 0..SEARCH_ROUNDS {
+            // Until the common prefix is fetched, keys are searched for as if they had it (a key
+            // without it fetches a block for nothing, once), and none is settled.
+            let prefix = self.prefix_present();
+            if !prefix {
+                lack.0.push((Section::Keys, self.common_prefix.clone()));
+            }
+            let mut failed = None;
+            pending.retain(|&i| {
+                let key = keys[i];
+                let target = match prefix {
+                    true => self.target(key),
+                    false => self.guess(key),
+                };
+                let Some(target) = target else {
+                    return !prefix;
+                };
+                match self.find(key, target, &mut lack) {
+                    Ok(Some(rank)) if prefix => {
+                        out[i] = rank;
+                        false
+                    }
+                    Ok(_) => true,
+                    Err(e) => {
+                        failed.get_or_insert(e);
+                        true
+                    }
+                }
+            });
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            if pending.is_empty() {
+                return Ok(());
+            }
+            self.fetch(lack.0.drain(..))?;
         }
-        // In a batch that misses some blocks, the long keys too, whose keys and blobs the
-        // search of the others' blocks prefetches (their own blocks are cached, their runs'
-        // keys may not be).
-        let short = self.common_prefix.len() + 8;
-        self.fetch_blocks(keys.iter().filter_map(|k| {
-            let target = target(k)?;
-            (missing(target) || k.len() > short).then_some((target, k.len()))
-        }))?;
-        if !self.prefix_present() && keys.iter().any(|k| k.len() >= self.common_prefix.len()) {
-            // No key had a block to fetch the prefix with.
-            self.need(Section::Keys, self.common_prefix.clone())?;
+        // A cache that evicts what a round fetched before the search reads it: the rest
+        // searched fetching as they read.
+        for i in pending {
+            out[i] = match self.target(keys[i]) {
+                Some(target) => self.find(keys[i], target, &mut Fetch)?.flatten(),
+                None => None,
+            };
         }
         Ok(())
-    }
-
-    /// For a remote store, fetches what searching for keys (their targets and lengths) reads, in
-    /// as few rounds of concurrent requests as the search allows: the key index block where each
-    /// is searched and that block's key offsets (the fences say which: one round); then, for
-    /// keys longer than the common prefix plus 8 bytes (told apart by whole keys), the blocks
-    /// and keys that `settle` reads: the run of entries sharing the key's prefix, as far as its
-    /// gallop probes (more rounds only while a run goes past the blocks fetched so far).
-    #[cold]
-    fn fetch_blocks(&self, wanted: impl IntoIterator<Item = (u64, usize)>) -> Result<()> {
-        let n = self.len();
-        if n == 0 {
-            return Ok(());
-        }
-        let short = self.header.common_prefix as usize + 8;
-        let wanted: Vec<(u64, usize)> = wanted.into_iter().collect();
-        let span = |b: u64| (b * self.block) as usize..((b + 1) * self.block).min(n) as usize;
-        let mut fetched = std::collections::BTreeSet::new();
-        // A block's key offsets come with it only for long keys (short ones never read keys).
-        let mut with_offsets = std::collections::BTreeSet::new();
-        // The common prefix, which the search compares, comes with the first blocks after open.
-        let mut prefix = Some((Section::Keys, self.common_prefix.clone()));
-        let mut fetch_blocks = |fetched: &mut std::collections::BTreeSet<u64>,
-                                blocks: &mut dyn Iterator<Item = (u64, bool)>|
-         -> Result<()> {
-            let mut wants: Vec<_> = prefix.take().into_iter().collect();
-            for (b, long) in blocks {
-                let ranks = span(b);
-                if fetched.insert(b) {
-                    // And the next block's first two entries: a key past the block's last entry
-                    // is settled there, and a run that ends at the block's end is seen to end
-                    // (one request still, the ranges touch).
-                    wants.push((
-                        Section::KeyIndex,
-                        ranks.start * self.entry_size..(ranks.end + 2) * self.entry_size,
-                    ));
-                }
-                if long && with_offsets.insert(b) {
-                    wants.push((Section::KeyOffsets, ranks.start * 8..ranks.end * 8 + 8));
-                }
-            }
-            self.fetch(wants)
-        };
-        let first: Vec<(u64, bool)> = (wanted.iter())
-            .map(|&(t, len)| (self.block_of(t), len > short))
-            .collect();
-        fetch_blocks(&mut fetched, &mut first.into_iter())?;
-        // Long keys: where `settle` starts its gallop (past the short keys of the run), and how
-        // far the gallop probes; blocks it reads that are missing are fetched, and it tries again.
-        let index = self.section(Section::KeyIndex);
-        let mut long: Vec<(u64, usize, Option<Range<u64>>)> = (wanted.iter())
-            .filter(|&&(_, len)| len > short)
-            .map(|&(t, len)| (t, len, None))
-            .collect();
-        for _ in 0..64 {
-            let known = |rank: u64| {
-                let b = rank / self.block;
-                fetched.contains(&b)
-                    || (rank % self.block < 2 && b > 0 && fetched.contains(&(b - 1)))
-            };
-            let mut missing = std::collections::BTreeSet::new();
-            for (target, _, run) in long.iter_mut().filter(|(_, _, run)| run.is_none()) {
-                let block = self.block_of(*target);
-                let ranks = span(block);
-                let mut rank = lower_bound(
-                    index,
-                    self.entry_size,
-                    ranks.start as u64..ranks.end as u64,
-                    *target,
-                );
-                let entry = |r: u64| KeyEntry::at(index, r, self.entry_size);
-                let mut stuck = None;
-                while rank < n {
-                    if !known(rank) {
-                        stuck = Some(rank);
-                        break;
-                    }
-                    let e = entry(rank);
-                    if e.prefix != *target || e.key_len as usize > short {
-                        break;
-                    }
-                    rank += 1;
-                }
-                let (lo, mut hi, mut step) = (rank, rank, 1);
-                while stuck.is_none() && hi < n {
-                    if !known(hi) {
-                        stuck = Some(hi);
-                        break;
-                    }
-                    if entry(hi).prefix != *target {
-                        break;
-                    }
-                    hi = (lo + step).min(n);
-                    step *= 2;
-                }
-                match stuck {
-                    Some(rank) => {
-                        missing.insert(rank / self.block);
-                    }
-                    None => *run = Some(lo..hi),
-                }
-            }
-            if missing.is_empty() {
-                break;
-            }
-            fetch_blocks(&mut fetched, &mut missing.into_iter().map(|b| (b, true)))?;
-        }
-        // The binary search over whole keys reads the key offsets and keys of the whole run.
-        let runs: Vec<Range<u64>> = (long.iter())
-            .filter_map(|(_, _, run)| run.clone())
-            .collect();
-        fetch_blocks(
-            &mut fetched,
-            &mut runs
-                .iter()
-                .filter(|r| r.start < r.end)
-                // The run's last rank is `end - 1`; its block's key offsets end with `end`'s.
-                .flat_map(|r| r.start / self.block..=(r.end.min(n) - 1) / self.block)
-                .map(|b| (b, true)),
-        )?;
-        let keys = runs.iter().filter_map(|r| {
-            let start = self.offset(Section::KeyOffsets, r.start) as usize;
-            let end = self.offset(Section::KeyOffsets, r.end) as usize;
-            (start <= end).then_some((Section::Keys, start..end))
-        });
-        // Format 3: the blobs of the run's entries as long as the key asked for (at most
-        // `SPECULATE` of them, usually one) come in the same round as the keys, so that the
-        // lookup reads its document without a third round trip; a few blobs for nothing when
-        // the key is not among them. Located by the entries, checked when read.
-        let mut blobs = Vec::new();
-        if self.header.locates_blobs() {
-            for (_, len, run) in &long {
-                let Some(run) = run else { continue };
-                let candidates: Vec<KeyEntry> = (run.start..run.end.min(n))
-                    .map(|r| KeyEntry::at(index, r, self.entry_size))
-                    .filter(|e| e.key_len as usize == *len)
-                    .take(SPECULATE + 1)
-                    .collect();
-                if candidates.len() <= SPECULATE {
-                    // Clipped to the data section: a damaged location fetches nothing outside it.
-                    let data = self.section(Section::Data).len() as u64;
-                    blobs.extend(candidates.iter().map(|e| {
-                        let start = e.blob_offset.min(data) as usize;
-                        let end = e.blob_offset.saturating_add(e.blob_len).min(data) as usize;
-                        (Section::Data, start..end)
-                    }));
-                }
-            }
-        }
-        self.fetch(keys.chain(blobs))
     }
 
     /// For a remote store, fetches what reading `found` reads (with `keys`, the keys of their

@@ -325,7 +325,7 @@ impl<B: Storage> Store<B> {
             if common > store.section(Section::Keys).len() {
                 return Err(Error::corrupt("common key prefix longer than the keys"));
             }
-            // Pinned now, fetched with the first lookup (`fetch_search`).
+            // Pinned now, fetched with the first lookup (`search_fetching`).
             store.common_prefix = 0..common;
             store.buf.pin(&[store.in_file(Section::Keys, 0..common)]);
             return Ok(store);
