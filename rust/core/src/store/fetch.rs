@@ -8,12 +8,11 @@
 use super::plan::Reads;
 use super::search::{Fetch, Lack};
 use super::{Found, Store, GROUP};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::format::Section;
 use crate::storage::Storage;
 use std::ops::Range;
 use std::sync::atomic;
-use xxhash_rust::xxh3::xxh3_64;
 
 /// The most rounds a remote search resumes in (`search_fetching`): past them, the cache evicts
 /// faster than a round fetches.
@@ -44,11 +43,11 @@ impl<B: Storage> Store<B> {
     #[inline]
     pub(super) fn has(&self, s: Section, range: Range<usize>) -> bool {
         let range = self.in_file(s, range);
-        range.is_empty() || self.buf.check(range)
+        range.is_empty() || self.buf.present(range)
     }
 
     /// Makes every range of `wants` readable, fetching what is missing in one round of
-    /// concurrent requests (ranges are clipped to their sections).
+    /// concurrent requests (ranges are clipped to their sections): one `Storage::ensure`.
     #[cold]
     pub(super) fn fetch(
         &self,
@@ -58,21 +57,20 @@ impl<B: Storage> Store<B> {
         // groups, their presence bits loaded first, so that the cache misses of a batch overlap
         // rather than queue.
         let mut wants = (wants.into_iter())
-            .map(|(s, r)| (s, self.in_file(s, r)))
-            .filter(|(_, r)| !r.is_empty());
-        let mut group: [(Section, Range<u64>); GROUP] =
-            std::array::from_fn(|_| (Section::Data, 0..0));
-        let mut missing: Vec<(Section, Range<u64>)> = Vec::new();
+            .map(|(s, r)| self.in_file(s, r))
+            .filter(|r| !r.is_empty());
+        let mut group: [Range<u64>; GROUP] = std::array::from_fn(|_| 0..0);
+        let mut missing: Vec<Range<u64>> = Vec::new();
         loop {
             let len = (group.iter_mut())
                 .map_while(|slot| wants.next().map(|want| *slot = want))
                 .count();
-            for (_, range) in &group[..len] {
-                self.buf.prefetch_check(range);
+            for range in &group[..len] {
+                self.buf.prefetch_present(range);
             }
-            for (s, range) in &group[..len] {
-                if !self.buf.check(range.clone()) {
-                    missing.push((*s, range.clone()));
+            for range in &group[..len] {
+                if !self.buf.present(range.clone()) {
+                    missing.push(range.clone());
                 }
             }
             if len < GROUP {
@@ -82,86 +80,7 @@ impl<B: Storage> Store<B> {
         if missing.is_empty() {
             return Ok(());
         }
-        let _purchase = self.rent_or_buy(&mut missing);
-        let mut missing: Vec<Range<u64>> = missing.into_iter().map(|(_, r)| r).collect();
-        let asked = missing.clone();
-        self.buf.ensure(&mut missing)?;
-        // A section fetched whole is checked against its checksum (a small store's index).
-        for s in Section::ALL {
-            let r = &self.ranges[s as usize];
-            let whole = |a: &Range<u64>| a.start <= r.start as u64 && r.end as u64 <= a.end;
-            if r.start < r.end
-                && asked.iter().any(whole)
-                && xxh3_64(self.section(s)) != self.header.section(s).checksum
-            {
-                return Err(Error::corrupt(format!("{} checksum mismatch", s.name())));
-            }
-        }
-        Ok(())
-    }
-
-    /// Rent or buy, for the index sections of a remote store: each request for pieces of a
-    /// section is taken to cost `request_cost` bytes; once a section's requests have cost its
-    /// size, the section comes whole (in this round, in requests of `max_request_bytes`), and
-    /// every later read of it is free. So a run of random reads (a DataLoader's epoch) pays at
-    /// most twice the cheaper of the two, and a few lookups never download a section. Sections
-    /// of at most `MAX_PURCHASE` bytes, and what one `open` buys in all at most an eighth of the
-    /// cache's budget (`Storage::begin_purchase`): more would be evicted before it paid off.
-    ///
-    /// One purchase at a time per cached store, across the node's processes: DataLoader workers
-    /// reach the threshold together, and one of them buys while the others rent on.
-    fn rent_or_buy(&self, missing: &mut Vec<(Section, Range<u64>)>) -> Option<Purchase<'_, B>> {
-        let options = self.buf.remote_options()?;
-        if options.request_cost == 0 {
-            return None;
-        }
-        // The requests this round sends for each section: its missing ranges, merged as the
-        // remote file merges them (`merge_gap`), not each piece (consecutive positions are one
-        // request).
-        missing.sort_unstable_by_key(|(s, r)| (*s as usize, r.start));
-        let mut requests = [0u64; Section::COUNT];
-        let mut end = [0u64; Section::COUNT];
-        for (s, r) in missing.iter() {
-            let i = *s as usize;
-            if requests[i] == 0 || r.start > end[i] + options.merge_gap {
-                requests[i] += 1;
-            }
-            end[i] = end[i].max(r.end);
-        }
-        const INDEX: [Section; 5] = [
-            Section::DocOffsets,
-            Section::Keys,
-            Section::KeyOffsets,
-            Section::KeyIndex,
-            Section::KeyRanks,
-        ];
-        let mut buy = Vec::new();
-        for s in INDEX.into_iter().filter(|&s| requests[s as usize] > 0) {
-            let section = &self.ranges[s as usize];
-            let len = (section.end - section.start) as u64;
-            let n = requests[s as usize];
-            let rent = self.rent[s as usize].fetch_add(n, atomic::Ordering::Relaxed) + n;
-            if rent.saturating_mul(options.request_cost) >= len && len <= MAX_PURCHASE {
-                buy.push(s);
-            }
-        }
-        let bytes = buy
-            .iter()
-            .map(|&s| self.ranges[s as usize].len() as u64)
-            .sum();
-        let stamp = match buy.is_empty() {
-            true => return None,
-            false => self.buf.begin_purchase(bytes)?,
-        };
-        for s in buy {
-            // A purchase is earned again from nothing (a section evicted since is rented anew).
-            self.rent[s as usize].store(0, atomic::Ordering::Relaxed);
-            let section = &self.ranges[s as usize];
-            let whole = section.start as u64..section.end as u64;
-            missing.retain(|(_, r)| r.end <= whole.start || r.start >= whole.end);
-            missing.push((s, whole));
-        }
-        Some(Purchase(&self.buf, stamp))
+        self.buf.ensure(&mut missing)
     }
 
     /// Whether the common prefix is readable: always, but for a remote store before its first
@@ -174,8 +93,7 @@ impl<B: Storage> Store<B> {
         {
             return true;
         }
-        let present =
-            (self.buf).is_present(self.in_file(Section::Keys, self.common_prefix.clone()));
+        let present = (self.buf).present(self.in_file(Section::Keys, self.common_prefix.clone()));
         if present {
             self.prefix_fetched.store(true, atomic::Ordering::Release);
         }
@@ -277,13 +195,8 @@ impl<B: Storage> Store<B> {
     ) -> Result<()> {
         let mut wants = Vec::new();
         for round in 0..reads.rounds() {
-            let before = self.buf.fetched_bytes();
             self.each_touch(found.clone(), round, reads, |s, r| wants.push((s, r)));
             self.fetch(wants.drain(..))?;
-            if round == 1 && reads == Reads::BLOBS {
-                self.buf
-                    .add_data_bytes(self.buf.fetched_bytes().saturating_sub(before));
-            }
         }
         Ok(())
     }
@@ -302,23 +215,9 @@ impl<B: Storage> Store<B> {
             let mut missing = false;
             self.each_touch(found.iter().copied(), round, reads, |s, r| {
                 let range = self.in_file(s, r);
-                missing |= !range.is_empty() && !self.buf.is_present(range);
+                missing |= !range.is_empty() && !self.buf.present(range);
             });
             missing
         })
     }
 }
-
-/// A purchase of whole index sections under way (`Store::rent_or_buy`), ended when dropped.
-struct Purchase<'b, B: Storage>(&'b B, u64);
-
-impl<B: Storage> Drop for Purchase<'_, B> {
-    fn drop(&mut self) {
-        self.0.end_purchase(self.1);
-    }
-}
-
-/// The largest index section `rent_or_buy` fetches whole: a purchase's requests are all in
-/// flight at once, each response held whole until written (at most this much memory), and a
-/// larger section is rarely read through before the cache evicts it.
-const MAX_PURCHASE: u64 = 256 << 20;

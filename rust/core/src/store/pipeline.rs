@@ -19,7 +19,7 @@ impl<B: Storage> Store<B> {
         prefetch(self.section(s), at);
         if self.buf.is_remote() {
             self.buf
-                .prefetch_check(&self.in_file(s, at..at.saturating_add(1)));
+                .prefetch_present(&self.in_file(s, at..at.saturating_add(1)));
         }
     }
 
