@@ -36,12 +36,13 @@ class DocStore(Reader):
         return (functools.partial(open, read=self.read), (os.fspath(self.path),))
 
     def remote_stats(self) -> dict[str, int] | None:
-        """For a remote store: requests sent, bytes received (``data_bytes``: by rounds that
-        fetched documents only), round trips (waits on the network, each with its requests at
-        once: fetches of several files or threads under way together count once), retries,
-        ``heals`` (reads and opens that found cached bytes damaged and passed once they were
-        fetched again from the server), the peak of requests in flight, and the bytes its cache
-        and the whole cache directory hold; ``None`` for a local store."""
+        """For a remote store: requests sent, bytes received (``data_bytes``: of them, those
+        requested for documents, the rest being the index), round trips (waits on the network,
+        each with its requests at once: fetches of several files or threads under way together
+        count once), retries, ``heals`` (reads and opens that found cached bytes damaged and
+        passed once they were fetched again from the server), the peak of requests in flight,
+        and the bytes its cache and the whole cache directory hold; ``None`` for a local
+        store."""
         return self._remote_stats()
 
     def __enter__(self) -> DocStore:

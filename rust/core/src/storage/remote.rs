@@ -310,13 +310,13 @@ pub struct RemoteStats {
     pub requests: AtomicU64,
     /// Bytes received.
     pub bytes: AtomicU64,
-    /// Bytes received by rounds that fetched documents only (blobs of a batch read by key).
+    /// Bytes requested for documents (ranges of the data section; the rest is the index).
     pub data_bytes: AtomicU64,
     /// Sequential round trips: fetches that started while no other of this process was under
     /// way (those of a collection's shards, sent together from several threads, are one round).
     pub rounds: AtomicU64,
-    /// Bytes of whole index sections bought (see `Store::rent_or_buy`): at most an eighth of
-    /// the cache's budget.
+    /// Bytes of whole index sections bought (see `rent`): at most an eighth of the cache's
+    /// budget.
     pub bought: AtomicU64,
     /// Requests retried here after object_store's own retries (short or failed responses).
     pub retries: AtomicU64,
@@ -878,6 +878,17 @@ pub struct RemoteFile {
     pinned: std::sync::Mutex<Vec<Range<u64>>>,
     /// The millisecond (`guard`'s clock) the cache files' lengths were last found right.
     guarded: AtomicU64,
+    /// Requests for pieces of each index section so far (`rent`).
+    rent: super::rent::Rent,
+}
+
+/// A purchase of whole index sections under way (`RemoteFile::ensure`), ended when dropped.
+struct Purchase<'c>(&'c CacheFile, u64);
+
+impl Drop for Purchase<'_> {
+    fn drop(&mut self) {
+        self.0.end_purchase(self.1);
+    }
 }
 
 /// Milliseconds on a clock of this process (`RemoteFile::guard`).
@@ -918,6 +929,7 @@ impl RemoteFile {
             fingerprint,
             pinned: std::sync::Mutex::new(Vec::new()),
             guarded: AtomicU64::new(0),
+            rent: Default::default(),
         };
         // What the first request brought, whole units only (or all of it at the end of the file).
         let whole = if first.len() as u64 == size {
@@ -966,12 +978,92 @@ impl RemoteFile {
         self.cache.map_data()
     }
 
-    /// `ensure` of one range: when it is present (a warm cache), a presence check and a stamp.
+    /// `fetch` of one range: when it is present (a warm cache), a presence check and a stamp.
+    /// A piece read on its own: not counted as rent (`ensure`).
     pub fn ensure_one(&self, range: Range<u64>) -> Result<()> {
         if self.check(range.clone()) {
             return Ok(());
         }
-        self.ensure(&mut vec![range])
+        self.fetch(&mut vec![range])
+    }
+
+    /// Makes `ranges` present: what a reader's round asks for (`Storage::ensure`). Besides
+    /// `fetch`, rent or buy (`rent`): the index sections whose pieces' requests have cost their
+    /// size come whole in this round. A section fetched whole (bought, or a small store's) is
+    /// checked against its checksum. Empties `ranges`.
+    pub fn ensure(&self, ranges: &mut Vec<Range<u64>>) -> Result<()> {
+        use crate::format::Section;
+        ranges.retain(|r| !r.is_empty());
+        let mut missing: Vec<Range<u64>> = (ranges.iter())
+            .filter(|r| !self.cache.present(&self.cache.units(r)))
+            .cloned()
+            .collect();
+        let buy = (self.rent).buys(&self.header, &self.remote.options, &missing);
+        let whole = |s: Section| {
+            let e = self.header.section(s);
+            e.offset..e.offset + e.len
+        };
+        // One purchase at a time per cached store (ended when this round is).
+        let purchase = match buy.is_empty() {
+            true => None,
+            false => {
+                let bytes = buy.iter().map(|&s| self.header.section(s).len).sum();
+                self.begin_purchase(bytes)
+                    .map(|stamp| Purchase(&self.cache, stamp))
+            }
+        };
+        if purchase.is_some() {
+            self.rent.bought(&buy);
+            for &s in &buy {
+                let section = whole(s);
+                missing.retain(|r| r.end <= section.start || r.start >= section.end);
+                missing.push(section.clone());
+                ranges.push(section);
+            }
+        }
+        self.fetch(ranges)?;
+        // The sections a reader reads piece by piece, and the documents (a one-document store's).
+        const CHECKED: [Section; 6] = [
+            Section::Data,
+            Section::DocOffsets,
+            Section::Keys,
+            Section::KeyOffsets,
+            Section::KeyIndex,
+            Section::KeyRanks,
+        ];
+        for s in CHECKED {
+            let section = whole(s);
+            let covers = |r: &Range<u64>| r.start <= section.start && section.end <= r.end;
+            if !section.is_empty()
+                && missing.iter().any(covers)
+                && xxh3_64(&self.cache.read(section)?) != self.header.section(s).checksum
+            {
+                return Err(Error::corrupt(format!("{} checksum mismatch", s.name())));
+            }
+        }
+        drop(purchase);
+        Ok(())
+    }
+
+    /// Starts fetching `bytes` of whole sections: a stamp, or `None` when another process of the
+    /// node is at it (`cache::CacheFile::begin_purchase`) or this store has bought an eighth of
+    /// its cache's budget already (`Remote::claim_purchase`).
+    fn begin_purchase(&self, bytes: u64) -> Option<u64> {
+        let stamp = self.cache.begin_purchase()?;
+        if !self.remote.claim_purchase(bytes) {
+            self.cache.end_purchase(stamp);
+            return None;
+        }
+        Some(stamp)
+    }
+
+    /// Pinned bytes found damaged by `check`: fetched again from the server (`refetch_pinned`)
+    /// and checked again, a heal counted when they pass (`Storage::heal_pinned`).
+    pub fn heal_pinned(&self, check: &dyn Fn() -> Result<()>) -> Result<()> {
+        self.refetch_pinned()?;
+        check()?;
+        self.remote.stats.heals.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Whether `range` is present; if so, stamps its segments and remembers it as read.
@@ -993,7 +1085,7 @@ impl RemoteFile {
 
     /// Makes `ranges` present in the cache: what is missing is fetched in one round of
     /// concurrent requests (see the module note). Empties `ranges`.
-    pub fn ensure(&self, ranges: &mut Vec<Range<u64>>) -> Result<()> {
+    pub fn fetch(&self, ranges: &mut Vec<Range<u64>>) -> Result<()> {
         let me = self as *const RemoteFile as usize;
         READ.with(|r| {
             let mut read = r.borrow_mut();
@@ -1040,6 +1132,15 @@ impl RemoteFile {
             }
         }
         let requests = self.requests(merged, most);
+        // Bytes for documents: requests inside the data section (they merge only there).
+        let data: u64 = (requests.iter())
+            .filter(|r| self.documents.start <= r.start && r.end <= self.documents.end)
+            .map(|r| r.end - r.start)
+            .sum();
+        self.remote
+            .stats
+            .data_bytes
+            .fetch_add(data, Ordering::Relaxed);
         self.remote.fetch(
             &self.path,
             &self.url,

@@ -27,6 +27,12 @@ impl<B: Storage> Store<B> {
         found.blob.is_some() && self.header.locates_blobs()
     }
 
+    /// The ranks of block `block` of the key index.
+    pub(super) fn block_span(&self, block: u64) -> Range<usize> {
+        let start = block * self.block;
+        start as usize..(start + self.block).min(self.len()) as usize
+    }
+
     pub(super) fn offset(&self, s: Section, i: u64) -> u64 {
         u64_at(self.section(s), i as usize * 8)
     }

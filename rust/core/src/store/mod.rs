@@ -12,20 +12,33 @@
 //! - `layout`: the section views: a section's bytes, an entry of an offsets section, where a
 //!   blob or the key of a position lies; all bounds-checked.
 //! - `search`: the key search (the fences, then one block of the key index, then whole keys:
-//!   `locate`, `locate_many`, `ranks_into`, `settle`) and its proofs (`confirm`,
-//!   `confirm_absent`).
-//! - `fetch`: a remote store's plan: what a search or a batch will read, fetched in few rounds
-//!   of concurrent requests (`fetch_search`, `fetch_blocks`, `position_rounds`), and rent or
-//!   buy for its index sections. A local store has nothing to fetch.
-//! - `pipeline`: a batch's dependent reads overlapped: page-cache hints for a mapped file that
-//!   looks cold (`prepare_batch`), CPU-cache prefetch group by group (`read_pipelined`).
+//!   `locate`, `locate_many`, `find`, `settle`) and its proofs (`confirm`, `confirm_absent`).
+//!   It reads through a `Reach`: as it goes (`Fetch`), or over a remote cache noting what it
+//!   lacks and stopping there (`Lack`), to be resumed once that is fetched.
+//! - `plan`: what reading a batch's documents touches, round by round (doc offsets, then
+//!   blobs, then keys): written once, run by three executors.
+//! - `fetch`: a remote store's rounds: the search resumed (`search_fetching`) and the plan run
+//!   (`fetch_reads`), each round one `Storage::ensure`.
+//! - `pipeline`: the plan in the page cache (`hint_reads`) and the CPU cache
+//!   (`read_pipelined`); `prepare_batch` picks the executors a batch needs.
 //! - `records`: documents and keys read, each checked against its key (`with_record_of`,
 //!   `read_found`, `read_one`, `key_at`, `keys_in`); `RecordBatch`.
 //! - `verify`: every byte read and checked.
+//!
+//! What plans, what executes, and where bytes come from:
+//!
+//! ```text
+//!   search (Reach) ---- lacks ---> fetch::search_fetching --+
+//!   plan (touches) --+-> fetch::fetch_reads ----------------+--> Storage::ensure (storage/:
+//!                    +-> pipeline::hint_reads --> pagecache        a map: nothing to do; a
+//!                    +-> pipeline::read_pipelined --> CPU          remote cache: requests,
+//!                                                                  rent or buy, counters)
+//! ```
 
 mod fetch;
 mod layout;
 mod pipeline;
+mod plan;
 mod records;
 mod search;
 mod verify;
@@ -40,7 +53,7 @@ use std::fs::File;
 use std::ops::Range;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::AtomicBool;
 use xxhash_rust::xxh3::xxh3_64;
 
 pub(crate) use pipeline::read_pipelined;
@@ -108,8 +121,6 @@ pub struct Store<B> {
     block: u64,
     /// Whether batches find their pages cached (see `prefetch_index`).
     cold: pagecache::ColdCache,
-    /// A remote store's requests for pieces of each section so far (see `fetch`).
-    rent: [AtomicU64; Section::COUNT],
 }
 
 impl Store<Mmap> {
@@ -238,11 +249,7 @@ impl<B: Storage> Store<B> {
             if let Err(e) = check_open_ranges(bytes, &header) {
                 // Damaged in the cache (on its disk, or a bad response cached by any process of
                 // the node): fetched again from the server, and refused only if that fails too.
-                if !buf.refetch_pinned()? {
-                    return Err(e);
-                }
-                check_open_ranges(bytes, &header)?;
-                buf.healed();
+                buf.heal_pinned(e, &|| check_open_ranges(bytes, &header))?;
             }
         }
         let ranges = Section::ALL.map(|s| {
@@ -314,7 +321,6 @@ impl<B: Storage> Store<B> {
             common_prefix: 0..0,
             prefix_fetched: AtomicBool::new(false),
             cold: Default::default(),
-            rent: Default::default(),
         };
         let common = store.header.common_prefix as usize;
         if store.buf.is_remote() {
@@ -324,7 +330,7 @@ impl<B: Storage> Store<B> {
             if common > store.section(Section::Keys).len() {
                 return Err(Error::corrupt("common key prefix longer than the keys"));
             }
-            // Pinned now, fetched with the first lookup (`fetch_search`).
+            // Pinned now, fetched with the first lookup (`search_fetching`).
             store.common_prefix = 0..common;
             store.buf.pin(&[store.in_file(Section::Keys, 0..common)]);
             return Ok(store);
@@ -371,6 +377,11 @@ impl<B: Storage> Store<B> {
     /// Identifies the store's contents: its header checksum (see `format::header_checksum`).
     pub fn fingerprint(&self) -> u64 {
         self.fingerprint
+    }
+
+    /// Where the bytes come from (see `storage`).
+    pub fn storage(&self) -> &B {
+        &self.buf
     }
 
     pub fn file_len(&self) -> u64 {

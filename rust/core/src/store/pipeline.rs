@@ -1,8 +1,9 @@
-//! A batch's dependent reads (doc offsets, then blobs, then key ranks, key offsets and keys),
-//! overlapped rather than queued: page-cache hints when a mapped file looks cold
-//! (`prepare_batch`, `prefetch_index`), then CPU-cache prefetch group by group
-//! (`read_pipelined`).
+//! Two of the plan's executors (`plan`): a batch's dependent reads overlapped rather than
+//! queued, in the page cache (`hint_reads`, when a mapped file looks cold: `prepare_batch`;
+//! and the key index pages of a search, `prefetch_index`) and in the CPU cache, group by group
+//! (`read_pipelined`). `prepare_batch` also runs the third, a remote store's `fetch_reads`.
 
+use super::plan::Reads;
 use super::{Found, Store, GROUP, PREFETCH_MIN};
 use crate::error::Result;
 use crate::format::Section;
@@ -18,7 +19,7 @@ impl<B: Storage> Store<B> {
         prefetch(self.section(s), at);
         if self.buf.is_remote() {
             self.buf
-                .prefetch_check(&self.in_file(s, at..at.saturating_add(1)));
+                .prefetch_present(&self.in_file(s, at..at.saturating_add(1)));
         }
     }
 
@@ -41,34 +42,33 @@ impl<B: Storage> Store<B> {
         }
     }
 
-    /// When the blobs `found` look uncached (by a sample), asks for all their pages at once:
-    /// first the doc offsets of those the key index did not locate, then the blobs.
-    fn prefetch_records(&self, found: impl Iterator<Item = Found> + Clone) {
-        let n = self.len();
-        let data = self.section(Section::Data);
-        let blob = |f: Found| (f.pos < n).then(|| self.blob_range(f).ok()).flatten();
+    /// The page-cache executor of the plan (`plan`): when the blobs `found` look uncached (by a
+    /// sample), asks for all their pages at once, round by round: the doc offsets of those the
+    /// key index did not locate, then the blobs (a `pread` store's through its file).
+    fn hint_reads(&self, found: impl Iterator<Item = Found> + Clone) {
+        let reads = Reads::BLOBS;
         let Some(first) = found.clone().next() else {
             return;
         };
-        if !self
-            .cold
-            .is_cold(|| blob(first).is_none_or(|r| pagecache::resident(data, r.start)))
-        {
+        let [blob, _] = self.touches::<1, false>(first, reads);
+        let data = self.section(Section::Data);
+        if !self.cold.is_cold(|| {
+            blob.is_none_or(|(_, r)| r.start >= data.len() || pagecache::resident(data, r.start))
+        }) {
             return;
         }
-        let offsets = self.section(Section::DocOffsets);
-        for f in found.clone().filter(|f| f.pos < n && !self.located(f)) {
-            let pos = f.pos as usize;
-            pagecache::will_need(offsets, pos * 8..pos * 8 + 16);
-        }
         let data_start = self.ranges[Section::Data as usize].start as u64;
-        for range in found.filter_map(blob) {
-            match &self.data_file {
-                Some(file) => {
-                    pagecache::will_need_file(file, data_start + range.start as u64, range.len())
+        for round in 0..reads.rounds() {
+            self.each_touch(found.clone(), round, reads, |s, range| {
+                match (&self.data_file, s) {
+                    (Some(file), Section::Data) => pagecache::will_need_file(
+                        file,
+                        data_start + range.start as u64,
+                        range.len(),
+                    ),
+                    _ => pagecache::will_need(self.section(s), range),
                 }
-                None => pagecache::will_need(data, range),
-            }
+            });
         }
     }
 
@@ -87,67 +87,60 @@ impl<B: Storage> Store<B> {
         keys: bool,
     ) -> Result<()> {
         if self.mapped && len >= PREFETCH_MIN {
-            self.prefetch_records(found.clone());
+            self.hint_reads(found.clone());
         }
         if self.buf.is_remote() {
-            self.fetch_positions(found, true, keys)?;
+            self.fetch_reads(found, Reads { blobs: true, keys })?;
         }
         Ok(())
     }
 }
 
-/// Runs `read` on each item in order, each item naming its store (one store, or the shards of a
-/// collection) and its position there, in groups of `GROUP` whose doc offsets, blobs and (with
-/// `keys`) key ranks, key offsets and keys are prefetched into the CPU cache first: three
-/// dependent loads each, overlapped across a group rather than queued one after another.
+/// The CPU-cache executor of the plan (`plan`): runs `read` on each item in order, each item
+/// naming its store (one store, or the shards of a collection) and its position there, in
+/// groups of `GROUP` whose rounds are prefetched first (the blob and, with `keys`, the key of
+/// each: up to three dependent loads each), overlapped across a group rather than queued one
+/// after another.
 pub(crate) fn read_pipelined<'s, B: Storage + 's, T>(
     items: &[T],
     at: impl Fn(&T) -> (&'s Store<B>, Found),
     keys: bool,
     mut read: impl FnMut(&T) -> Result<()>,
 ) -> Result<()> {
-    // Where a blob starts, as far as a prefetch needs to know (checked when it is read).
-    let blob_start = |store: &Store<B>, found: Found| match found.blob {
-        Some((offset, _)) if store.header.locates_blobs() => offset as usize,
-        _ => store.offset(Section::DocOffsets, found.pos) as usize,
-    };
+    let reads = Reads { blobs: true, keys };
     for group in items.chunks(GROUP) {
-        for item in group {
-            let (store, found) = at(item);
-            let pos = found.pos as usize;
-            if !store.located(&found) {
-                store.prefetch(Section::DocOffsets, pos.saturating_mul(8));
-            }
-            if keys {
-                store.prefetch(Section::KeyRanks, pos.saturating_mul(4));
-            }
-        }
-        for item in group {
-            let (store, found) = at(item);
-            let pos = found.pos;
-            if pos < store.len() && store.data_file.is_none() {
-                store.prefetch(Section::Data, blob_start(store, found));
-            }
-            if keys && pos < store.len() {
-                let rank = store.index_u32(Section::KeyRanks, pos) as usize;
-                store.prefetch(Section::KeyOffsets, rank.saturating_mul(8));
-            }
-        }
-        if keys {
-            for item in group {
-                let (store, Found { pos, .. }) = at(item);
-                if pos < store.len() {
-                    let rank = store.index_u32(Section::KeyRanks, pos);
-                    if rank < store.len() {
-                        let key_at = store.offset(Section::KeyOffsets, rank) as usize;
-                        store.prefetch(Section::Keys, key_at);
-                    }
-                }
-            }
+        prefetch_round::<0, B, T>(group, &at, reads);
+        prefetch_round::<1, B, T>(group, &at, reads);
+        if reads.rounds() > 2 {
+            prefetch_round::<2, B, T>(group, &at, reads);
         }
         for item in group {
             read(item)?;
         }
     }
     Ok(())
+}
+
+/// Starts loading into the CPU cache where the reads of round `ROUND` of `group` begin.
+#[inline(always)]
+fn prefetch_round<'s, const ROUND: usize, B: Storage + 's, T>(
+    group: &[T],
+    at: &impl Fn(&T) -> (&'s Store<B>, Found),
+    reads: Reads,
+) {
+    for item in group {
+        let (store, found) = at(item);
+        // Each of the two touches on its own (not a loop over them): inlined, their sections
+        // are constants.
+        let [a, b] = store.touches::<ROUND, false>(found, reads);
+        if let Some((s, range)) = a {
+            // A `pread` store's blobs are not in the map.
+            if s != Section::Data || store.data_file.is_none() {
+                store.prefetch(s, range.start);
+            }
+        }
+        if let Some((s, range)) = b {
+            store.prefetch(s, range.start);
+        }
+    }
 }

@@ -105,19 +105,16 @@ impl<B: Storage> Store<B> {
     /// The rank of `key`: a binary search over the compact prefix array finds the first
     /// candidate, whole keys settle ties. A miss is confirmed in a checked store.
     fn rank_of(&self, key: &[u8]) -> Result<Option<u64>> {
-        self.fetch_search(&[key])?;
-        let found = match self.target(key) {
-            Some(target) => {
-                let start = self.block_of(target) * self.block;
-                let end = (start + self.block).min(self.len());
-                let index = self.section(Section::KeyIndex);
-                self.settle(
-                    key,
-                    target,
-                    lower_bound(index, self.entry_size, start..end, target),
-                )?
+        let found = match self.buf.is_remote() {
+            true => {
+                let mut out = [None];
+                self.search_fetching(&[key], &mut out)?;
+                out[0]
             }
-            None => None,
+            false => match self.target(key) {
+                Some(target) => self.find(key, target, &mut Fetch)?.flatten(),
+                None => None,
+            },
         };
         if found.is_none() {
             self.confirm_absent(key)?;
@@ -196,7 +193,7 @@ impl<B: Storage> Store<B> {
 
     /// What the search looks for: the 8 bytes of `key` after the common prefix, as in the key
     /// index. `None` when `key` lacks the common prefix (then it is absent). A remote store must
-    /// have the prefix fetched (`fetch_search`).
+    /// have the prefix fetched (`search_fetching`).
     pub(super) fn target(&self, key: &[u8]) -> Option<u64> {
         let common = &self.section(Section::Keys)[self.common_prefix.clone()];
         self.guess(key).filter(|_| key.starts_with(common))
@@ -239,10 +236,14 @@ impl<B: Storage> Store<B> {
         if self.mapped && keys.len() >= PREFETCH_MIN {
             self.prefetch_index(keys);
         }
-        self.fetch_search(keys)?;
         let mut out = vec![None; keys.len()];
-        for (keys, out) in keys.chunks(GROUP).zip(out.chunks_mut(GROUP)) {
-            self.ranks_into(keys, out)?;
+        match self.buf.is_remote() {
+            true => self.search_fetching(keys, &mut out)?,
+            false => {
+                for (keys, out) in keys.chunks(GROUP).zip(out.chunks_mut(GROUP)) {
+                    self.ranks_into(keys, out)?;
+                }
+            }
         }
         for (key, rank) in keys.iter().zip(&out) {
             if rank.is_none() {
@@ -262,7 +263,33 @@ impl<B: Storage> Store<B> {
         ))
     }
 
-    /// `ranks` for at most GROUP keys, misses not confirmed: the fences say which block (page)
+    /// The rank of `key` (its search target `target`), as `reach` can read the key index: `None`
+    /// when it lacks something (`Lack` noted what).
+    pub(super) fn find<R: Reach>(
+        &self,
+        key: &[u8],
+        target: u64,
+        reach: &mut R,
+    ) -> Result<Option<Option<u64>>> {
+        let block = self.block_of(target);
+        if !reach.block(self, block, self.long(key))? {
+            return Ok(None);
+        }
+        let start = block * self.block;
+        let end = (start + self.block).min(self.len());
+        let index = self.section(Section::KeyIndex);
+        let lo = lower_bound(index, self.entry_size, start..end, target);
+        self.settle(key, target, lo, reach)
+    }
+
+    /// Whether `key` is told apart from others by whole keys (longer than the common prefix
+    /// plus the 8 bytes an entry holds).
+    #[inline(always)]
+    pub(super) fn long(&self, key: &[u8]) -> bool {
+        key.len() > self.header.common_prefix as usize + 8
+    }
+
+    /// `ranks` for at most GROUP keys of a local store, misses not confirmed: the fences say which block (page)
     /// of the key index can hold a key, a search in that block finds its first candidate, and the
     /// entries settle it. Only keys longer than the common prefix plus 8 bytes are compared with
     /// the keys.
@@ -290,56 +317,65 @@ impl<B: Storage> Store<B> {
             *low = start;
             *size = self.block.min(n - start);
         }
-        if self.buf.is_remote() {
-            // Cached already (`fetch_search`): checked again just before they are read, so that
-            // a block evicted since (a long batch) is fetched again rather than read as zeros.
-            self.fetch(
-                (targets.iter().zip(lows.iter().zip(&sizes)))
-                    .filter(|(t, _)| t.is_some())
-                    .map(|(_, (&lo, &size))| {
-                        let lo = lo as usize * self.entry_size;
-                        (Section::KeyIndex, lo..lo + size as usize * self.entry_size)
-                    }),
-            )?;
-        }
         lower_bounds(&targets, &mut lows, &mut sizes, index, self.entry_size);
         for (i, target) in targets.iter().enumerate().take(keys.len()) {
             let Some(target) = *target else { continue };
-            out[i] = self.settle(keys[i], target, lows[i])?;
+            out[i] = self.settle(keys[i], target, lows[i], &mut Fetch)?.flatten();
         }
         Ok(())
     }
 
     /// Finds `key` among the run of entries whose prefix is `target`, starting at rank `lo`: its
-    /// rank.
-    fn settle(&self, key: &[u8], target: u64, lo: u64) -> Result<Option<u64>> {
+    /// rank (`None` inside when absent; `None` outside when `reach` lacks what it reads next).
+    fn settle<R: Reach>(
+        &self,
+        key: &[u8],
+        target: u64,
+        lo: u64,
+        reach: &mut R,
+    ) -> Result<Option<Option<u64>>> {
         let n = self.len();
         let short = self.header.common_prefix as usize + 8;
+        let long = key.len() > short;
+        let index = self.section(Section::KeyIndex);
+        let entry = |rank: u64| KeyEntry::at(index, rank, self.entry_size);
         // Keys that end within the prefix come first in the run, shortest first; for them the
         // prefix and the length are the whole key.
         let mut rank = lo;
         while rank < n {
-            let entry = self.entry(rank)?;
+            if !reach.entry(self, rank, long)? {
+                return Ok(None);
+            }
+            let entry = entry(rank);
             if entry.prefix != target || entry.key_len as usize > short {
                 break;
             }
             if entry.key_len as usize == key.len() {
-                return Ok(Some(rank));
+                return Ok(Some(Some(rank)));
             }
             rank += 1;
         }
-        if key.len() <= short {
-            return Ok(None);
+        if !long {
+            return Ok(Some(None));
         }
         // Longer keys: gallop to the end of the run, then compare whole keys.
         let lo = rank;
         let mut hi = lo;
         let mut step = 1;
-        while hi < n && self.entry(hi)?.prefix == target {
+        while hi < n {
+            if !reach.entry(self, hi, long)? {
+                return Ok(None);
+            }
+            if entry(hi).prefix != target {
+                break;
+            }
             hi = (lo + step).min(n);
             step *= 2;
         }
-        self.search_keys(key, lo, hi)
+        if !reach.run(self, key, lo..hi)? {
+            return Ok(None);
+        }
+        self.search_keys(key, lo, hi).map(Some)
     }
 
     /// Binary search for `key` among ranks `lo..hi` by whole-key comparison: its rank.
@@ -353,6 +389,139 @@ impl<B: Storage> Store<B> {
             }
         }
         Ok(None)
+    }
+}
+
+/// How a search reads the key index: fetching what it reads as it reads it (`Fetch`: a local
+/// store has nothing to fetch), or, over a remote store's cache, noting what is missing and
+/// stopping there (`Lack`), so that the caller fetches what a whole batch lacks in one round of
+/// concurrent requests and searches again (`Store::search_fetching`). One search either way:
+/// there is no second copy of it to predict what it reads.
+pub(super) trait Reach {
+    /// Whether block `block` of the key index, where a search starts, can be read.
+    fn block<B: Storage>(&mut self, store: &Store<B>, block: u64, long: bool) -> Result<bool>;
+    /// Whether the entry of `rank` can be read (for a `long` key: see `Store::long`).
+    fn entry<B: Storage>(&mut self, store: &Store<B>, rank: u64, long: bool) -> Result<bool>;
+    /// Whether the whole keys of ranks `run`, which `key` is compared with, can be read.
+    fn run<B: Storage>(&mut self, store: &Store<B>, key: &[u8], run: Range<u64>) -> Result<bool>;
+}
+
+/// Reads as it goes: `need` (nothing to do for a local store; a remote one fetches each miss).
+pub(super) struct Fetch;
+
+impl Reach for Fetch {
+    #[inline(always)]
+    fn block<B: Storage>(&mut self, store: &Store<B>, block: u64, _: bool) -> Result<bool> {
+        let span = store.block_span(block);
+        let size = store.entry_size;
+        store.need(Section::KeyIndex, span.start * size..span.end * size)?;
+        Ok(true)
+    }
+
+    #[inline(always)]
+    fn entry<B: Storage>(&mut self, store: &Store<B>, rank: u64, _: bool) -> Result<bool> {
+        let at = rank as usize * store.entry_size;
+        store.need(Section::KeyIndex, at..at + store.entry_size)?;
+        Ok(true)
+    }
+
+    #[inline(always)]
+    fn run<B: Storage>(&mut self, _: &Store<B>, _: &[u8], _: Range<u64>) -> Result<bool> {
+        // `key_of_rank` needs each key it compares.
+        Ok(true)
+    }
+}
+
+/// The most blobs a lookup of a long key fetches before it knows which is its own (see
+/// `Lack::run`).
+const SPECULATE: usize = 4;
+
+/// Notes what a remote store's cache lacks (ranges of sections) and stops the search there.
+pub(super) struct Lack(pub Vec<(Section, Range<usize>)>);
+
+impl Lack {
+    /// A block of the key index, fetched whole, with the next block's first two entries (a key
+    /// past the block's last entry is settled there, and a run that ends at the block's end is
+    /// seen to end: one request still, the ranges touch) and, for long keys, the block's key
+    /// offsets (which their comparison of whole keys reads).
+    fn add_block<B: Storage>(&mut self, store: &Store<B>, block: u64, long: bool) {
+        let span = store.block_span(block);
+        let size = store.entry_size;
+        self.0
+            .push((Section::KeyIndex, span.start * size..(span.end + 2) * size));
+        if long {
+            self.0
+                .push((Section::KeyOffsets, span.start * 8..span.end * 8 + 8));
+        }
+    }
+}
+
+impl Reach for Lack {
+    fn block<B: Storage>(&mut self, store: &Store<B>, block: u64, long: bool) -> Result<bool> {
+        let span = store.block_span(block);
+        let size = store.entry_size;
+        let mut present = store.has(Section::KeyIndex, span.start * size..span.end * size);
+        if long {
+            present &= store.has(Section::KeyOffsets, span.start * 8..span.end * 8 + 8);
+        }
+        if !present {
+            self.add_block(store, block, long);
+        }
+        Ok(present)
+    }
+
+    fn entry<B: Storage>(&mut self, store: &Store<B>, rank: u64, long: bool) -> Result<bool> {
+        let at = rank as usize * store.entry_size;
+        let present = store.has(Section::KeyIndex, at..at + store.entry_size);
+        if !present {
+            self.add_block(store, rank / store.block, long);
+        }
+        Ok(present)
+    }
+
+    /// The key offsets of the run, then its keys, with (format 3) the blobs of the run's
+    /// entries as long as `key` (at most `SPECULATE` of them, usually one): they come in the
+    /// same round as the keys, so that the lookup reads its document without a third round
+    /// trip; a few blobs for nothing when the key is not among them. Located by the entries,
+    /// checked when read.
+    fn run<B: Storage>(&mut self, store: &Store<B>, key: &[u8], run: Range<u64>) -> Result<bool> {
+        if run.is_empty() {
+            return Ok(true);
+        }
+        let offsets = run.start as usize * 8..run.end as usize * 8 + 8;
+        if !store.has(Section::KeyOffsets, offsets) {
+            let blocks = run.start / store.block..=(run.end - 1) / store.block;
+            for block in blocks {
+                let span = store.block_span(block);
+                self.0
+                    .push((Section::KeyOffsets, span.start * 8..span.end * 8 + 8));
+            }
+            return Ok(false);
+        }
+        let keys = store.offset(Section::KeyOffsets, run.start) as usize
+            ..store.offset(Section::KeyOffsets, run.end) as usize;
+        if store.has(Section::Keys, keys.clone()) {
+            return Ok(true);
+        }
+        self.0.push((Section::Keys, keys));
+        if store.header.locates_blobs() {
+            let index = store.section(Section::KeyIndex);
+            let candidates: Vec<KeyEntry> = run
+                .map(|r| KeyEntry::at(index, r, store.entry_size))
+                .filter(|e| e.key_len as usize == key.len())
+                .take(SPECULATE + 1)
+                .collect();
+            if candidates.len() <= SPECULATE {
+                self.0.extend(candidates.iter().map(|e| {
+                    let start = e.blob_offset as usize;
+                    (
+                        Section::Data,
+                        start..e.blob_offset.saturating_add(e.blob_len) as usize,
+                    )
+                }));
+            }
+        }
+        Ok(false)
     }
 }
 
