@@ -18,7 +18,6 @@ A read job goes like this (docs/engines.md):
 from __future__ import annotations
 
 import copy
-import math
 import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -155,17 +154,16 @@ def check_columns(store: DocStore, columns: Sequence[str] | str | None) -> list[
 
 def plan(bounds: Sequence[tuple[str, int, int]], parallelism: int) -> list[Split]:
     """Splits of about ``total / parallelism`` documents each, never across a shard: a shard of
-    ``n`` documents gives ``ceil(n / size)`` equal ranges, an empty one none. There are at least
-    ``parallelism`` splits when there are that many documents (so that every worker is busy),
-    and at most ``parallelism`` plus the number of shards."""
+    ``n`` documents gives ``ceil(n * parallelism / total)`` equal ranges (at most ``n``), an
+    empty one none. So there are at least ``parallelism`` splits when there are that many
+    documents (every worker is busy), and at most ``parallelism`` plus the number of shards."""
     total = sum(stop - start for _, start, stop in bounds)
-    size = max(1, math.ceil(total / max(1, parallelism)))
     splits: list[Split] = []
     for shard, (name, start, stop) in enumerate(bounds):
         n = stop - start
         if not n:
             continue
-        pieces = math.ceil(n / size)
+        pieces = min(n, -(-n * max(1, parallelism) // total))
         cuts = [start + (n * i) // pieces for i in range(pieces + 1)]
         for a, b in zip(cuts, cuts[1:]):
             splits.append(Split(len(splits), shard, name, a, b))

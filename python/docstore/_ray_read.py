@@ -89,7 +89,15 @@ class DocstoreDatasource(Datasource):
             metadata = BlockMetadata(num_rows=split.count, size_bytes=size, input_files=None, exec_stats=None)
             read = functools.partial(_read_task, self.spec, split, self.columns, self.block_rows)
             tasks.append(ReadTask(read, metadata, schema=self.schema, per_task_row_limit=per_task_row_limit))
+        if not tasks:  # an empty store: one task giving an empty block, so the schema is known
+            empty = functools.partial(_empty_task, self.schema)
+            metadata = BlockMetadata(num_rows=0, size_bytes=0, input_files=None, exec_stats=None)
+            tasks.append(ReadTask(empty, metadata, schema=self.schema))
         return tasks
+
+
+def _empty_task(schema: Any) -> Iterator[Any]:
+    yield schema.empty_table()
 
 
 def _read_task(spec: StoreSpec, split: Any, columns: list[str], block_rows: int) -> Iterator[Any]:
