@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -140,7 +141,10 @@ def read(
         kwargs["override_num_blocks"] = parallelism
     if concurrency is not None:
         kwargs["concurrency"] = concurrency
-    return ray.data.read_datasource(source, **kwargs)
+    with warnings.catch_warnings():
+        # Ray 2.5x deprecates ray_remote_args for reads, but has no named max_retries yet.
+        warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
+        return ray.data.read_datasource(source, **kwargs)
 
 
 class _Lookup:

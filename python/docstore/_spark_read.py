@@ -179,6 +179,8 @@ class DocstoreReader(DataSourceReader):
         return [SplitPartition(split) for split in plan(self.shards, self.parallelism)]
 
     def read(self, partition: SplitPartition) -> Iterator[Any]:
+        if getattr(partition, "split", None) is None:  # an empty store: Spark's one partition
+            return
         for batch in read_split(self.spec, partition.split, self.columns, self.block_rows):
             yield to_spark_batch(batch, self.schema)
 
@@ -216,7 +218,8 @@ def read(
         if isinstance(columns, str):
             raise InvalidArgumentError(f"columns must be a list of field names, got one str {columns!r}")
         strings["columns"] = ",".join(columns)
-    parse_options({**strings, "path": path})
+    parsed = parse_options({**strings, "path": path})
+    check_columns(parsed.spec.open(), parsed.columns)  # an unknown column: SchemaError, here
     return spark.read.format("docstore").options(**strings).load(path)
 
 
