@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 import docstore
 
 from ..support.remote_servers import RangeHTTPServer
-from .test_read_ray import DOCS, collection, damage, expected
+from .test_read_ray import collection, damage, expected
 from .test_spark import _java_ok
 
 pytest.importorskip("pyarrow")
