@@ -32,7 +32,7 @@ import ray
 import docstore
 import docstore.ray
 
-WORDS = ["the", "a", "model", "corpus", "passage", "query", "retrieval", "dense", "vector", "search", "index", "token", "document"]
+WORDS = ["the", "a", "model", "corpus", "passage", "query", "retrieval", "dense", "vector", "search", "index"]
 
 
 def load_model():
