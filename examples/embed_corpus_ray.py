@@ -87,7 +87,9 @@ def main(argv: list[str] | None = None) -> None:
     os.makedirs(workdir, exist_ok=True)
     # One CPU beside the actors: the read and write tasks need one while the pool holds its own.
     ray.init(num_cpus=args.actors + 1, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    ray.data.DataContext.get_current().enable_progress_bars = False
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = False
+    context.execution_options.preserve_order = True  # vectors.at(i) is the vector of corpus.at(i)
     try:
         corpus = make_corpus(os.path.join(workdir, "corpus.docstore"), args.docs)
         ds = docstore.ray.read(corpus.path, columns=["text"])
