@@ -109,7 +109,10 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         ray.shutdown()
 
-    assert len(vectors) == len(corpus) and set(vectors) == set(corpus), "every document embedded once"
+    missing = set(corpus) - set(vectors)
+    assert len(vectors) == len(corpus) and not missing, (
+        f"{len(vectors)} vectors for {len(corpus)} documents, {len(missing)} missing"
+    )
     sample = list(corpus)[:: max(1, len(corpus) // 5)]
     expected = load_model().encode(
         [corpus[d].text for d in sample], convert_to_numpy=True, normalize_embeddings=True
