@@ -1,4 +1,5 @@
-"""Writing a docstore collection from a Ray Dataset: one shard per write task, then sealed.
+"""Writing a docstore collection from a Ray Dataset: one shard per write task, then sealed;
+reading one as a Ray Dataset (``read``), and attaching documents to a Dataset of ids (``lookup``).
 
 >>> import ray, docstore, docstore.ray
 >>> ds = ray.data.read_parquet("corpus/")
@@ -285,3 +286,12 @@ def write(
         ds.write_datasink(sink, ray_remote_args=remote_args, concurrency=concurrency)
     assert sink.store is not None
     return sink.store
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading: docstore.ray.read (a Datasource with read tasks by shard and position range) and
+# docstore.ray.lookup (the lookup join on an actor pool); in docstore._ray_read, apart from the
+# write side above.
+from ._ray_read import DEFAULT_READ_REMOTE_ARGS, DocstoreDatasource, lookup, read  # noqa: E402
+
+__all__ += ["DEFAULT_READ_REMOTE_ARGS", "DocstoreDatasource", "lookup", "read"]

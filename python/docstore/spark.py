@@ -1,4 +1,5 @@
-"""Writing a docstore collection from a PySpark DataFrame: one shard per partition, then sealed.
+"""Writing a docstore collection from a PySpark DataFrame: one shard per partition, then sealed;
+reading one (``spark.read.format("docstore")``, ``read``) and joining documents to ids (``lookup``).
 
 >>> import docstore, docstore.spark
 >>> store = docstore.spark.write(df, "corpus.docstore", id_field="doc_id")
@@ -74,11 +75,23 @@ class ShardMessage(WriterCommitMessage):
 
 
 class DocstoreDataSource(DataSource):
-    """The ``"docstore"`` format: writes only (a collection is read with ``docstore.open``)."""
+    """The ``"docstore"`` format: ``df.write.format("docstore")`` writes a collection,
+    ``spark.read.format("docstore").load(path_or_url)`` reads a store or collection (its schema
+    from the store's fields; the reader is ``docstore._spark_read``'s)."""
 
     @classmethod
     def name(cls) -> str:
         return "docstore"
+
+    def schema(self) -> str:
+        from ._spark_read import schema
+
+        return schema(dict(self.options))
+
+    def reader(self, schema: Any) -> Any:
+        from ._spark_read import DocstoreReader
+
+        return DocstoreReader(dict(self.options), schema)
 
     def writer(self, schema: Any, overwrite: bool) -> DocstoreWriter:
         return DocstoreWriter(dict(self.options), schema, overwrite)
@@ -348,3 +361,12 @@ def write(
         with contextlib.suppress(OSError):
             os.remove(report)
     return open_store(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading: spark.read.format("docstore") (DocstoreDataSource.reader above), docstore.spark.read
+# and docstore.spark.lookup (a mapInArrow join); in docstore._spark_read, apart from the write
+# side above.
+from ._spark_read import DocstoreReader, lookup, read  # noqa: E402
+
+__all__ += ["DocstoreReader", "lookup", "read"]

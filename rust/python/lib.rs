@@ -2,6 +2,7 @@
 //! Everything users see is re-exported and documented by the `docstore` Python package.
 
 mod args;
+mod arrow_read;
 mod chunks;
 mod collection;
 mod columns;

@@ -626,6 +626,27 @@ impl Reader {
         })
     }
 
+    /// Doc ids and the fields `fields` of `positions` as flat buffers: `(ids, [columns])`,
+    /// each `(int64 offsets or None, uint8 data)`, the layout of Arrow arrays (`arrow_read`);
+    /// what `docstore.ray` and `docstore.spark` build their Arrow blocks from, with no Python
+    /// object per document.
+    fn _take_columns<'py>(
+        &self,
+        py: Python<'py>,
+        positions: &Bound<'py, PyAny>,
+        fields: Vec<String>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let store = self.store(py)?;
+        let indices = (fields.iter())
+            .map(|name| self.field_index(py, name))
+            .collect::<PyResult<Vec<_>>>()?;
+        let positions = positions_arg(positions)?
+            .into_iter()
+            .map(|i| Self::resolve_position(&store, i))
+            .collect::<PyResult<Vec<u64>>>()?;
+        crate::arrow_read::take_columns(py, &store, &positions, &indices)
+    }
+
     /// The store's identity: the checksum of its header, which holds every section's checksum.
     #[getter]
     fn fingerprint(&self, py: Python<'_>) -> PyResult<u64> {

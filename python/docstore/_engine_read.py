@@ -1,0 +1,337 @@
+"""What ``docstore.ray`` and ``docstore.spark`` share to READ a store or collection: the plan
+that splits it into tasks by shard and position range, the Arrow types of its fields, the
+reading of one split as Arrow record batches, and the lookup of ids' documents as Arrow.
+
+A read job goes like this (docs/engines.md):
+
+1. the driver opens the store (a file, a collection, a URL), checks the options (the columns,
+   the parallelism) and plans the splits: each a position range inside one shard, about
+   ``count / parallelism`` documents, so that every worker has one;
+2. every task opens the store once per process (``StoreSpec.open``, a small cache: a worker
+   running many tasks opens it once), checks that it is the store the driver planned
+   (its fingerprint), and reads its range in order, ``block_rows`` documents a batch, each
+   batch one ``Reader._take_columns`` call whose flat buffers become Arrow arrays as they are:
+   no Python object per document;
+3. an error inside a task names the store, the shard and the range, and keeps its class.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ._store import DocStore, is_url
+from ._store import open as open_store
+from .errors import DocstoreError, InvalidArgumentError, SchemaError, StoreChangedError
+
+# Documents per Arrow batch a read task yields: a few MiB of typical passages, few enough
+# batches that their overhead does not show (docs/engines.md, "Options").
+DEFAULT_BLOCK_ROWS = 8192
+
+# Ids looked up per get_many-style call in a lookup join.
+DEFAULT_LOOKUP_BATCH = 4096
+
+MISSING = ("error", "null", "drop")
+
+
+@dataclass(frozen=True)
+class StoreSpec:
+    """How a task reopens the store the driver planned: its path or URL, the options of
+    ``docstore.open``, and its fingerprint (a store replaced since is refused, not read)."""
+
+    path: str
+    open_options: Mapping[str, Any] = field(default_factory=dict)
+    fingerprint: int | None = None
+
+    @staticmethod
+    def of(path_or_url: Any, open_options: Mapping[str, Any] | None = None) -> StoreSpec:
+        path = path_or_url if is_url(path_or_url) else os.path.abspath(os.fspath(path_or_url))
+        return StoreSpec(path, dict(open_options or {}))
+
+    def open(self) -> DocStore:
+        """The store, opened once per process and spec (tasks of one worker share it)."""
+        key = (self.path, tuple(sorted((k, repr(v)) for k, v in self.open_options.items())))
+        with _OPEN_LOCK:
+            store = _OPEN.get(key)
+            if store is None or store.closed:
+                store = _OPEN[key] = open_store(self.path, **self.open_options)
+        if self.fingerprint is not None and store.fingerprint != self.fingerprint:
+            raise StoreChangedError(
+                f"{self.label()} changed since the job was planned (another store is there now); "
+                "start the job again"
+            )
+        return store
+
+    def label(self) -> str:
+        return f"store {_redact(self.path)}"
+
+
+_OPEN: dict[Any, DocStore] = {}
+_OPEN_LOCK = threading.Lock()
+
+
+def _redact(path: str) -> str:
+    from ._docstore import _redact_urls
+
+    return _redact_urls(path) if is_url(path) else path
+
+
+@dataclass(frozen=True)
+class Split:
+    """One read task's part: positions ``start..stop`` of the whole store, all inside shard
+    ``shard`` (named ``shard_name``: its path, or the store's for a single file)."""
+
+    index: int
+    shard: int
+    shard_name: str
+    start: int
+    stop: int
+
+    @property
+    def count(self) -> int:
+        return self.stop - self.start
+
+    def label(self) -> str:
+        return f"shard {self.shard} ({self.shard_name}), positions {self.start}..{self.stop}"
+
+
+def shards_of(store: DocStore) -> list[tuple[str, int, int]]:
+    """``(name, start, stop)`` of each shard in position order (one for a single file)."""
+    info = store.info()
+    shards = info.get("shards") or [{"path": info["path"], "count": info["count"]}]
+    bounds, start = [], 0
+    for shard in shards:
+        bounds.append((_redact(os.fspath(shard["path"])), start, start + shard["count"]))
+        start += shard["count"]
+    return bounds
+
+
+def check_parallelism(parallelism: Any, name: str = "parallelism") -> int | None:
+    """None (the engine decides) or a whole number >= 1; anything else is refused here, on the
+    driver, before the job starts."""
+    if parallelism is None:
+        return None
+    if isinstance(parallelism, bool) or not isinstance(parallelism, (int, np.integer)) or parallelism < 1:
+        raise InvalidArgumentError(
+            f"{name} must be a whole number >= 1 (or None: the engine decides), got {parallelism!r}"
+        )
+    return int(parallelism)
+
+
+def check_block_rows(block_rows: Any) -> int:
+    if isinstance(block_rows, bool) or not isinstance(block_rows, (int, np.integer)) or block_rows < 1:
+        raise InvalidArgumentError(f"block_rows must be a whole number >= 1, got {block_rows!r}")
+    return int(block_rows)
+
+
+def check_columns(store: DocStore, columns: Sequence[str] | str | None) -> list[str]:
+    """The fields to read for ``columns`` (None: all; ``doc_id`` is always read, and may be
+    named); an unknown or repeated column is refused naming the store's fields."""
+    if columns is None:
+        return list(store.fields)
+    if isinstance(columns, str):
+        raise InvalidArgumentError(
+            f"columns must be a list of field names, got one str {columns!r}: use [{columns!r}]"
+        )
+    names = [str(c) for c in columns]
+    unknown = [c for c in names if c != "doc_id" and c not in store.fields]
+    if unknown:
+        raise SchemaError(
+            f"{StoreSpec.of(os.fspath(store.path)).label()} has no field(s) {unknown}; its fields are "
+            f"{list(store.fields)} (and doc_id)"
+        )
+    repeated = sorted({c for c in names if names.count(c) > 1})
+    if repeated:
+        raise InvalidArgumentError(f"columns names {repeated} more than once")
+    return [c for c in names if c != "doc_id"]
+
+
+def plan(bounds: Sequence[tuple[str, int, int]], parallelism: int) -> list[Split]:
+    """Splits of about ``total / parallelism`` documents each, never across a shard: a shard of
+    ``n`` documents gives ``ceil(n * parallelism / total)`` equal ranges (at most ``n``), an
+    empty one none. So there are at least ``parallelism`` splits when there are that many
+    documents (every worker is busy), and at most ``parallelism`` plus the number of shards."""
+    total = sum(stop - start for _, start, stop in bounds)
+    splits: list[Split] = []
+    for shard, (name, start, stop) in enumerate(bounds):
+        n = stop - start
+        if not n:
+            continue
+        pieces = min(n, -(-n * max(1, parallelism) // total))
+        cuts = [start + (n * i) // pieces for i in range(pieces + 1)]
+        for a, b in zip(cuts, cuts[1:]):
+            splits.append(Split(len(splits), shard, name, a, b))
+    return splits
+
+
+def arrow_type(kind: str) -> Any:
+    """The Arrow type a field of docstore type ``kind`` is read as: ``large_string``,
+    ``large_binary``, ``int64``, ``float64``, ``large_list<dtype>``."""
+    import pyarrow as pa
+
+    if kind == "str":
+        return pa.large_string()
+    if kind == "bytes":
+        return pa.large_binary()
+    if kind == "int64":
+        return pa.int64()
+    if kind == "float64":
+        return pa.float64()
+    if kind.endswith("[]"):
+        return pa.large_list(pa.from_numpy_dtype(np.dtype(kind[:-2])))
+    raise SchemaError(f"field type {kind!r} has no Arrow type")
+
+
+def arrow_schema(fields: Mapping[str, str], columns: Sequence[str]) -> Any:
+    """The schema of what a read yields: ``doc_id`` first, then ``columns`` in that order."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [pa.field("doc_id", pa.large_string(), nullable=False)]
+        + [pa.field(c, arrow_type(fields[c])) for c in columns]
+    )
+
+
+def _array(kind: str, n: int, offsets: np.ndarray | None, data: np.ndarray) -> Any:
+    """An Arrow array over the buffers ``_take_columns`` made (no copy: the numpy arrays stay
+    alive as the Arrow buffers' owners)."""
+    import pyarrow as pa
+
+    t = arrow_type(kind)
+    values = pa.py_buffer(data)
+    if kind in ("str", "bytes"):
+        return pa.Array.from_buffers(t, n, [None, pa.py_buffer(offsets), values])
+    if kind in ("int64", "float64"):
+        return pa.Array.from_buffers(t, n, [None, values])
+    assert offsets is not None
+    element = t.value_type
+    child = pa.Array.from_buffers(element, int(offsets[-1]), [None, values])
+    return pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()), child)
+
+
+def take_batch(store: DocStore, positions: Any, fields: Mapping[str, str], columns: Sequence[str]) -> Any:
+    """The documents at ``positions`` as an Arrow RecordBatch (``doc_id`` then ``columns``)."""
+    import pyarrow as pa
+
+    (id_offsets, id_data), parts = store._take_columns(positions, list(columns))
+    n = len(id_offsets) - 1
+    arrays = [_array("str", n, id_offsets, id_data)]
+    arrays += [_array(fields[c], n, offsets, data) for c, (offsets, data) in zip(columns, parts)]
+    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(fields, columns))
+
+
+def read_split(spec: StoreSpec, split: Split, columns: Sequence[str], block_rows: int) -> Iterator[Any]:
+    """The documents of ``split`` in position order, ``block_rows`` at a time, as Arrow
+    RecordBatches; an error names the store, the shard and the range, and keeps its class."""
+    with named(spec, split):
+        store = spec.open()
+        fields = store.fields
+        for start in range(split.start, split.stop, block_rows):
+            positions = np.arange(start, min(start + block_rows, split.stop), dtype=np.int64)
+            with named(spec, split):
+                batch = take_batch(store, positions, fields, columns)
+            yield batch
+
+
+class named:
+    """Adds the store and the split to a docstore error's message, keeping its class (and its
+    attributes), so that the driver's error says where the task failed."""
+
+    def __init__(self, spec: StoreSpec, split: Split | None = None) -> None:
+        self.where = spec.label() + (f", {split.label()}" if split is not None else "")
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, error: BaseException | None, tb: Any) -> bool:
+        if isinstance(error, DocstoreError) and self.where not in str(error):
+            renamed = copy.copy(error)
+            renamed.args = (f"{self.where}: {error}",)
+            raise renamed from error
+        return False
+
+
+def check_missing(missing: str) -> str:
+    if missing not in MISSING:
+        raise InvalidArgumentError(f"missing must be one of {', '.join(MISSING)}, got {missing!r}")
+    return missing
+
+
+def check_lookup_names(input_names: Sequence[str], id_column: str, columns: Sequence[str]) -> None:
+    """The id column is there, and no store column would overwrite an input column."""
+    if id_column not in input_names:
+        raise SchemaError(f"the data has no id column {id_column!r} (columns: {list(input_names)})")
+    clash = [c for c in columns if c in input_names]
+    if clash:
+        raise SchemaError(
+            f"the data already has column(s) {clash}, which the lookup would add from the store; "
+            "rename them, or pass columns=[...] without them"
+        )
+
+
+def lookup_table(
+    store: DocStore,
+    table: Any,
+    id_column: str,
+    columns: Sequence[str],
+    missing: str,
+    spec: StoreSpec,
+    batch_ids: int = DEFAULT_LOOKUP_BATCH,
+) -> Any:
+    """``table`` (a pyarrow Table or RecordBatch) with the store's ``columns`` of the document
+    each row's ``id_column`` names appended, in row order: missing ids raise ``KeyError``
+    (``missing="error"``), get nulls (``"null"``) or lose their row (``"drop"``). The ids are
+    found with ``positions`` (batches of ``batch_ids``) and the documents read as Arrow."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    fields = store.fields
+    ids = table.column(id_column)
+    if isinstance(ids, pa.ChunkedArray):
+        ids = ids.combine_chunks()
+    if not (pa.types.is_string(ids.type) or pa.types.is_large_string(ids.type)):
+        if pa.types.is_null(ids.type) or len(ids) == 0:
+            ids = pa.array([None] * len(ids), pa.string())
+        else:
+            raise SchemaError(
+                f"id column {id_column!r} has Arrow type {ids.type}; doc ids are strings: cast it"
+            )
+    values = ids.to_pylist()  # one str per id (positions() takes strs); never one per document
+    positions = np.concatenate(
+        [
+            store.positions(["" if v is None else v for v in values[i : i + batch_ids]])
+            for i in range(0, len(values), batch_ids)
+        ]
+        or [np.zeros(0, np.int64)]
+    )
+    if ids.null_count:
+        positions[np.asarray(ids.is_null())] = -1
+    found = positions >= 0
+    if missing == "error" and not found.all():
+        absent = [values[i] for i in np.flatnonzero(~found)[:5]]
+        raise KeyError(
+            f"{spec.label()}: {int((~found).sum())} id(s) of column {id_column!r} not in the store, "
+            f"first {absent}; pass missing='null' or missing='drop' to keep going"
+        )
+    if missing == "drop" and not found.all():
+        keep = np.flatnonzero(found)
+        table = table.take(pa.array(keep))
+        positions = positions[keep]
+        found = found[keep]
+    docs = take_batch(store, positions[found], fields, columns)
+    if found.all():
+        added = [docs.column(i + 1) for i in range(len(columns))]
+    else:  # rows without a document: nulls, through a take with null indices
+        index = np.full(len(positions), 0, np.int64)
+        index[found] = np.arange(int(found.sum()))
+        take = pa.array(index, mask=~found)
+        added = [pc.take(docs.column(i + 1), take) for i in range(len(columns))]
+    for name, column in zip(columns, added):
+        table = table.append_column(pa.field(name, column.type), column)
+    return table

@@ -1,0 +1,261 @@
+"""Reading a docstore store or collection from PySpark 4 (the ``"docstore"`` format's reader),
+and the lookup join as a ``mapInArrow`` helper. ``docstore.spark`` re-exports ``read``,
+``lookup`` and ``DocstoreReader``; its ``DocstoreDataSource`` delegates ``schema()`` and
+``reader()`` here. The planning and the Arrow batches are ``_engine_read``'s, shared with Ray.
+
+Options of ``spark.read.format("docstore")`` (case-insensitive, all strings): ``path`` (what
+``load`` takes: a file, a collection, a URL), ``columns`` (``"text,label"``: the fields to read;
+default all), ``parallelism`` (partitions to aim at; default the planner's CPU count),
+``block_rows`` (documents per Arrow batch), ``read`` (``mmap`` / ``pread``), ``cache_dir``,
+``cache_bytes``, and ``storage.NAME`` for each of ``docstore.open``'s ``storage_options``.
+
+Column pruning: Spark 4.3 hands a Python data source no pruned column list (it has no
+``pruneColumns``; only filters are pushed, through ``pushFilters``), so ``df.select("text")``
+reads every field, then drops the others. The fields read are the ``columns`` option's, or
+those of a schema given with ``spark.read.schema("doc_id string, text string")``: the reader is
+handed that schema and reads only its fields.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+
+from ._engine_read import (
+    DEFAULT_BLOCK_ROWS,
+    DEFAULT_LOOKUP_BATCH,
+    Split,
+    StoreSpec,
+    check_block_rows,
+    check_columns,
+    check_lookup_names,
+    check_missing,
+    check_parallelism,
+    lookup_table,
+    named,
+    plan,
+    read_split,
+    shards_of,
+)
+from .errors import InvalidArgumentError, SchemaError
+
+READ_OPTIONS = ("path", "columns", "parallelism", "block_rows", "read", "cache_dir", "cache_bytes")
+
+# Spark's types for docstore's fields (Spark has no unsigned integers: each unsigned element
+# goes to the next wider signed type; uint64 to long, refused by value beyond its range).
+_ELEMENTS = {
+    "int8": "Byte",
+    "uint8": "Short",
+    "int16": "Short",
+    "uint16": "Integer",
+    "int32": "Integer",
+    "uint32": "Long",
+    "int64": "Long",
+    "uint64": "Long",
+    "float32": "Float",
+    "float64": "Double",
+}
+_SCALARS = {"str": "String", "bytes": "Binary", "int64": "Long", "float64": "Double"}
+
+
+def spark_type(kind: str) -> Any:
+    """The Spark type a field of docstore type ``kind`` is read as."""
+    from pyspark.sql import types
+
+    if kind in _SCALARS:
+        return getattr(types, f"{_SCALARS[kind]}Type")()
+    return types.ArrayType(getattr(types, f"{_ELEMENTS[kind[:-2]]}Type")())
+
+
+def spark_schema(fields: Mapping[str, str], columns: Sequence[str]) -> Any:
+    """The schema of a read: ``doc_id`` (a string) then each column's Spark type."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    return StructType(
+        [StructField("doc_id", StringType(), nullable=False)]
+        + [StructField(c, spark_type(fields[c])) for c in columns]
+    )
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    spec: StoreSpec
+    columns: list[str] | None
+    parallelism: int
+    block_rows: int
+
+
+def parse_options(options: Mapping[str, str]) -> ReadOptions:
+    """The read options, checked: an unknown option, a bad number, a missing path are refused
+    on the driver before any task runs."""
+    options = {k.lower(): v for k, v in options.items()}
+    unknown = sorted(k for k in options if k not in READ_OPTIONS and not k.startswith("storage."))
+    if unknown:
+        raise InvalidArgumentError(
+            f"unknown docstore read option(s) {unknown}; the reader takes {list(READ_OPTIONS)}, storage.NAME"
+        )
+    path = options.get("path")
+    if not path:
+        raise InvalidArgumentError('no path: spark.read.format("docstore").load(path_or_url)')
+    open_options: dict[str, Any] = {}
+    if "read" in options:
+        open_options["read"] = options["read"]
+    if "cache_dir" in options:
+        open_options["cache_dir"] = options["cache_dir"]
+    if "cache_bytes" in options:
+        open_options["cache_bytes"] = _int(options, "cache_bytes")
+    storage = {k[len("storage.") :]: v for k, v in options.items() if k.startswith("storage.")}
+    if storage:
+        open_options["storage_options"] = storage
+    columns = None
+    if options.get("columns"):
+        columns = [c.strip() for c in options["columns"].split(",") if c.strip()]
+    parallelism = check_parallelism(_int(options, "parallelism") if "parallelism" in options else None)
+    block_rows = check_block_rows(
+        _int(options, "block_rows") if "block_rows" in options else DEFAULT_BLOCK_ROWS
+    )
+    return ReadOptions(
+        StoreSpec.of(path, open_options), columns, parallelism or (os.cpu_count() or 1), block_rows
+    )
+
+
+def _int(options: Mapping[str, str], name: str) -> int:
+    try:
+        return int(options[name])
+    except ValueError:
+        raise InvalidArgumentError(
+            f"docstore option {name} must be an integer, got {options[name]!r}"
+        ) from None
+
+
+def schema(options: Mapping[str, str]) -> Any:
+    """``DocstoreDataSource.schema()``: the store's fields (or the ``columns`` option's)."""
+    parsed = parse_options(options)
+    store = parsed.spec.open()
+    with named(parsed.spec):
+        return spark_schema(store.fields, check_columns(store, parsed.columns))
+
+
+@dataclass
+class SplitPartition(InputPartition):
+    """A partition: one split (a position range of one shard)."""
+
+    split: Split
+
+
+class DocstoreReader(DataSourceReader):
+    """Made on the driver for the schema Spark resolved (the store's, or the user's own: only
+    its fields are read); pickled to the tasks, each of which reads one partition's split as
+    Arrow record batches."""
+
+    def __init__(self, options: Mapping[str, str], schema: Any) -> None:
+        parsed = parse_options(options)
+        store = parsed.spec.open()
+        self.spec = StoreSpec(parsed.spec.path, parsed.spec.open_options, store.fingerprint)
+        names = [f.name for f in schema.fields]
+        if "doc_id" not in names:
+            raise SchemaError(
+                f"the schema {schema.simpleString()} has no doc_id column; docstore reads always give doc_id"
+            )
+        self.columns = check_columns(store, [n for n in names if n != "doc_id"])
+        self.schema = schema  # what the batches must match, in its column order
+        self.fields = dict(store.fields)
+        self.shards = shards_of(store)
+        self.parallelism = parsed.parallelism
+        self.block_rows = parsed.block_rows
+        expected = {f.name: f.dataType for f in spark_schema(self.fields, self.columns).fields}
+        for f in schema.fields:
+            if f.dataType != expected[f.name]:
+                raise SchemaError(
+                    f"column {f.name!r} is {f.dataType.simpleString()} in the schema given, but "
+                    f"{self.spec.label()} reads it as {expected[f.name].simpleString()}"
+                )
+
+    def partitions(self) -> list[SplitPartition]:
+        return [SplitPartition(split) for split in plan(self.shards, self.parallelism)]
+
+    def read(self, partition: SplitPartition) -> Iterator[Any]:
+        if getattr(partition, "split", None) is None:  # an empty store: Spark's one partition
+            return
+        for batch in read_split(self.spec, partition.split, self.columns, self.block_rows):
+            yield to_spark_batch(batch, self.schema)
+
+
+def to_spark_batch(batch: Any, schema: Any) -> Any:
+    """A batch as Spark takes it for its ``schema`` (a StructType): the Arrow schema Spark
+    expects (32-bit offsets, lists' child named ``element``, signed element types), columns in
+    its order."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    target = to_arrow_schema(schema)
+    arrays = [batch.column(f.name).cast(f.type) for f in target]
+    return pa.RecordBatch.from_arrays(arrays, schema=target)
+
+
+def read(
+    spark: Any, path_or_url: str | os.PathLike[str], columns: Sequence[str] | None = None, **options: Any
+) -> Any:
+    """``spark.read.format("docstore")`` with the options given (``parallelism``,
+    ``block_rows``, ``read``, ``cache_dir``, ``storage_options={...}`` ...) and the ``columns``
+    to read, after registering the format in ``spark``; the options are checked here, before
+    Spark plans anything."""
+    from .spark import register
+
+    register(spark)
+    strings: dict[str, str] = {}
+    for name, value in options.items():
+        if name == "storage_options":
+            strings.update({f"storage.{k}": str(v) for k, v in (value or {}).items()})
+        else:
+            strings[name] = str(value)
+    path = os.fspath(path_or_url)
+    if columns is not None:
+        if isinstance(columns, str):
+            raise InvalidArgumentError(f"columns must be a list of field names, got one str {columns!r}")
+        strings["columns"] = ",".join(columns)
+    parsed = parse_options({**strings, "path": path})
+    check_columns(parsed.spec.open(), parsed.columns)  # an unknown column: SchemaError, here
+    return spark.read.format("docstore").options(**strings).load(path)
+
+
+def lookup(
+    df: Any,
+    store: str | os.PathLike[str],
+    *,
+    id_column: str = "doc_id",
+    columns: Sequence[str] | None = None,
+    missing: str = "error",
+    batch_size: int = DEFAULT_LOOKUP_BATCH,
+    **open_options: Any,
+) -> Any:
+    """``df`` with the fields ``columns`` (default: all) of the document that each row's
+    ``id_column`` names appended, through ``df.mapInArrow``: each task opens the store once (per
+    Python worker) and looks up its Arrow batches ``batch_size`` ids at a time. ``missing`` as
+    for ``docstore.ray.lookup``: ``"error"``, ``"null"`` or ``"drop"``. Checked before the job:
+    an unknown column, a missing id column, an input column a store column would overwrite."""
+    from pyspark.sql.types import StructType
+
+    check_missing(missing)
+    spec = StoreSpec.of(store, open_options)
+    opened = spec.open()
+    spec = StoreSpec(spec.path, spec.open_options, opened.fingerprint)
+    columns = check_columns(opened, columns)
+    check_lookup_names(df.columns, id_column, columns)
+    added = spark_schema(opened.fields, columns).fields[1:]
+    out = StructType(df.schema.fields + added)
+    batch_ids = check_block_rows(batch_size)
+
+    def join(batches: Iterator[Any]) -> Iterator[Any]:
+        with named(spec):
+            handle = spec.open()
+            for batch in batches:
+                table = lookup_table(handle, batch, id_column, columns, missing, spec, batch_ids)
+                for part in table.to_batches() if hasattr(table, "to_batches") else [table]:
+                    yield to_spark_batch(part, out)
+
+    return df.mapInArrow(join, out)
