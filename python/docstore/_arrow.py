@@ -16,9 +16,11 @@ def field_type(arrow_type: Any) -> str | None:
     """The docstore field type that holds values of ``arrow_type``, or None if there is none.
 
     Strings are ``str``, binary ``bytes``, every integer type ``int64`` (a ``uint64`` beyond the
-    int64 range is refused by value), every float type ``float64``, and a list of numbers the
-    array of its element type (``list<float32>`` is ``float32[]``; ``float16`` elements go to
-    ``float32[]``, the narrowest float field). A dictionary-encoded column has its values' type.
+    int64 range is refused by value), every float type ``float64``, ``bool`` ``bool``, a list of
+    strings ``list[str]``, of binaries ``list[bytes]``, and a list of numbers the array of its
+    element type (``list<float32>`` is ``float32[]``, ``list<halffloat>`` ``float16[]``). A
+    dictionary-encoded column has its values' type. Whether the field is nullable is not the
+    type's: see ``nullable``.
     """
     import pyarrow as pa
 
@@ -32,6 +34,8 @@ def field_type(arrow_type: Any) -> str | None:
         or _is_view(t, "binary")
     ):
         return "bytes"
+    if pa.types.is_boolean(t):
+        return "bool"
     if pa.types.is_integer(t):
         return "int64"
     if pa.types.is_floating(t):
@@ -42,17 +46,22 @@ def field_type(arrow_type: Any) -> str | None:
             dtype = np.dtype(element.to_pandas_dtype()).name
             if dtype in ARRAY_DTYPES:
                 return f"{dtype}[]"
-            if dtype == "float16":  # the narrowest float field, as build() infers
-                return "float32[]"
+        inner = field_type(element) if not pa.types.is_dictionary(element) else None
+        if inner in ("str", "bytes"):
+            return f"list[{inner}]"
     return None
+
+
+def nullable(kind: str, column: Any) -> str:
+    """``kind`` made nullable (``str?``) when the Arrow ``column`` (the rows a schema is inferred
+    from) holds a null: a store's fields are nullable only where the data asks for it, since a
+    nullable field costs a byte a document and a store with one needs docstore 0.4 to read."""
+    return f"{kind}?" if column is not None and column.null_count else kind
 
 
 def unsupported(name: str, arrow_type: Any) -> str:
     """Why column ``name`` of ``arrow_type`` has no field type (``field_type`` gave None)."""
-    import pyarrow as pa
 
-    if pa.types.is_boolean(arrow_type):
-        return f"column {name!r} is bool, which docstore has no type for"
     return f"column {name!r} has Arrow type {arrow_type}, which docstore has no field type for"
 
 
@@ -159,9 +168,10 @@ def _is_arrow(obj: Any) -> bool:
     return type(obj).__module__.split(".")[0] == "pyarrow"
 
 
-def _buffers(column: Any, kind: str) -> Any:
+def _buffers(column: Any, kind: str, nulls: bool = False) -> Any:
     """One column's argument of ``Writer._add_arrow_columns`` for a field of type ``kind`` (see
-    ``writer_columns``), or None."""
+    ``writer_columns``), or None. ``nulls``: the column's nulls are told apart by a validity
+    given beside it (the slots they leave in text and list buffers are skipped)."""
     import pyarrow as pa
 
     if isinstance(column, pa.ChunkedArray):
@@ -170,7 +180,15 @@ def _buffers(column: Any, kind: str) -> Any:
         return None
     if pa.types.is_dictionary(column.type):
         column = column.dictionary_decode()
-    if column.null_count:  # no field holds a None: the row path names the row
+    if kind.endswith("?"):  # a nullable field: (validity or None, the values' buffers)
+        valid = None
+        if column.null_count:
+            valid = column.is_valid().to_numpy(zero_copy_only=False).astype(np.uint8)
+            if kind in ("int64?", "float64?", "bool?"):  # values in the slots of nulls
+                column = column.fill_null(False if kind == "bool?" else 0)
+        part = _buffers(column, kind[:-1], nulls=True)
+        return None if part is None else (valid, part)
+    if column.null_count and not nulls:  # a field that is not nullable: the row path names the row
         return None
     if kind in ("str", "bytes"):
         return _text(column, kind)
@@ -180,7 +198,52 @@ def _buffers(column: Any, kind: str) -> Any:
         return _floats(column)
     if kind.endswith("[]"):
         return _arrays(column, kind[:-2])
+    if kind == "bool":
+        return _bools(column)
+    if kind in ("list[str]", "list[bytes]"):
+        return _lists(column, kind[5:-1])
     return None
+
+
+def _bools(column: Any) -> np.ndarray | None:
+    """A ``bool`` field's values (uint8 0 and 1) from a bool column, or an integer one holding
+    only 0 and 1 (as ``add`` takes them)."""
+    import pyarrow as pa
+
+    t = column.type
+    if pa.types.is_boolean(t):
+        return column.to_numpy(zero_copy_only=False).astype(np.uint8)
+    if pa.types.is_integer(t):
+        values = column.to_numpy()
+        if values.size and (values.min() < 0 or values.max() > 1):
+            return None  # the row path names the row
+        return values.astype(np.uint8)
+    return None
+
+
+def _lists(column: Any, item: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(int64 offsets counting items, int64 item offsets, uint8 data) of a list column of
+    strings (for ``list[str]``) or binaries (``list[bytes]``); None for one holding a null
+    item, which the row path refuses by name."""
+    import pyarrow as pa
+
+    t = column.type
+    if pa.types.is_fixed_size_list(t):
+        column = column.cast(pa.list_(t.value_type))
+    elif not (pa.types.is_list(t) or pa.types.is_large_list(t)):
+        return None
+    if len(column) == 0:
+        return np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(0, np.uint8)
+    offsets = column.offsets.to_numpy().astype(np.int64)  # this slice's, into .values
+    items = column.values
+    start, stop = int(offsets[0]), int(offsets[-1])
+    if items.null_count and items.slice(start, stop - start).null_count:
+        return None
+    text = _text(items, item)
+    if text is None:
+        return None
+    item_offsets, data = text
+    return offsets, item_offsets, data
 
 
 def _text(column: Any, kind: str) -> tuple[np.ndarray, np.ndarray] | None:

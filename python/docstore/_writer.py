@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from . import _docstore
-from ._arrow import field_type, prepare, unsupported
+from ._arrow import field_type, nullable, prepare, unsupported
 from ._arrow import writer_columns as _arrow_columns
 from ._collection import seal
 from ._docstore import ARRAY_DTYPES, FORMAT_VERSION, check_replaceable
@@ -246,21 +246,17 @@ def _string_ids(column: Any, id_field: str) -> Any:
     raise SchemaError(f"the id column {id_field!r} is {kind}; ids must be strings or integers")
 
 
-def arrow_field_type(name: str, arrow_type: Any) -> str:
+def arrow_field_type(name: str, arrow_type: Any, column: Any = None) -> str:
     """The field type for a column of ``arrow_type`` (``build`` from a table or dataset): the
-    mapping of ``_arrow.field_type``, and bools as ``int64`` 0/1, as ``build`` infers them from
-    Python values."""
-    import pyarrow as pa
-
+    mapping of ``_arrow.field_type``, nullable when ``column`` (its rows in the first batch)
+    holds a null."""
     kind = field_type(arrow_type)
-    if kind is None and pa.types.is_boolean(arrow_type):
-        kind = "int64"
     if kind is None:
         raise SchemaError(
             f"{unsupported(name, arrow_type)}; pass fields={{...}} naming the columns to keep (and "
             "their types), or drop it first"
         )
-    return kind
+    return nullable(kind, column)
 
 
 def _is_arrow_table(obj: Any) -> bool:
@@ -293,19 +289,28 @@ def infer_type(name: str, value: Any) -> str:
         return "str"
     if isinstance(value, (bytes, bytearray)):
         return "bytes"
-    if isinstance(value, (bool, int, np.integer)):
+    if isinstance(value, (bool, np.bool_)):
+        return "bool"
+    if isinstance(value, (int, np.integer)):
         return "int64"
     if isinstance(value, (float, np.floating)):
         return "float64"
     if isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype.name in ARRAY_DTYPES:
         return f"{value.dtype.name}[]"
-    if isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype == np.float16:
-        return "float32[]"  # the narrowest float field; every float16 converts exactly
     if isinstance(value, (list, tuple)) and value:
+        if all(isinstance(v, str) for v in value):
+            return "list[str]"
+        if all(isinstance(v, (bytes, bytearray)) for v in value):
+            return "list[bytes]"
         if all(isinstance(v, (bool, int, np.integer)) for v in value):
             return "int64[]"
         if all(isinstance(v, (bool, int, float, np.integer, np.floating)) for v in value):
             return "float64[]"
+    if value is None:
+        raise SchemaError(
+            f"cannot infer the type of field {name!r} from None; pass fields={{...}} naming its type, "
+            f"nullable: {{{name!r}: 'str?'}}"
+        )
     raise SchemaError(
         f"cannot infer the type of field {name!r} from {type(value).__name__} value {value!r:.60}; "
         "pass fields={...} explicitly"
@@ -420,7 +425,7 @@ def _build_from_arrow(
                 f"the data has a 'doc_id' column beside the id column {id_field!r}; 'doc_id' is the "
                 "name docstore gives the key, so rename or drop that column, or use it as id_field"
             )
-        fields = {f.name: arrow_field_type(f.name, f.type) for f in schema if f.name != id_field}
+        fields = {f.name: _inferred(f, first) for f in schema if f.name != id_field}
     with Writer(path, fields, **options) as writer:
         if first is not None:
             for batch in itertools.chain([first], batches):
@@ -494,7 +499,7 @@ def _arrow_rows(
         schema = first.schema if first is not None else _hf_schema(source)
         if schema is None:
             raise SchemaError("no rows and no features to infer fields from; pass fields={...}")
-        fields = {f.name: arrow_field_type(f.name, f.type) for f in schema if f.name != id_field}
+        fields = {f.name: _inferred(f, first) for f in schema if f.name != id_field}
     fields = dict(fields)
 
     def rows() -> Iterator[list[Any]]:
@@ -507,6 +512,14 @@ def _arrow_rows(
             yield from map(list, zip(*(batch.column(n).to_pylist() for n in fields)))
 
     return fields, rows()
+
+
+def _inferred(field: Any, first: Any) -> str:
+    """The type ``build`` infers for Arrow ``field``: nullable when the first batch holds a null
+    in its column (a later null in a field that is not is refused, naming it: pass
+    ``fields={name: "type?"}`` for a column whose nulls come later)."""
+    column = None if first is None else first.column(field.name)
+    return arrow_field_type(field.name, field.type, column)
 
 
 def _hf_schema(dataset: Any) -> Any:
