@@ -203,8 +203,8 @@ impl<'py> Holder<'py> {
     }
 }
 
-/// A `list[str]` or `list[bytes]` value (a list or tuple of `str`s, or of `bytes` or
-/// `bytearray`s) as a record stores it (`Value::List`).
+/// A `list[str]` or `list[bytes]` value (a list, tuple or 1-D numpy array of `str`s, or of
+/// `bytes` or `bytearray`s) as a record stores it (`Value::List`).
 fn encode_list(
     obj: &Bound<'_, PyAny>,
     ty: FieldType,
@@ -212,6 +212,11 @@ fn encode_list(
     field: &str,
 ) -> PyResult<Vec<u8>> {
     let py = obj.py();
+    if let Ok(array) = obj.cast::<PyUntypedArray>() {
+        if array.ndim() == 1 {
+            return encode_list(&obj.call_method0("tolist")?, ty, doc_id, field);
+        }
+    }
     let items: Vec<Bound<'_, PyAny>> = if let Ok(list) = obj.cast::<PyList>() {
         list.iter().collect()
     } else if let Ok(tuple) = obj.cast::<PyTuple>() {

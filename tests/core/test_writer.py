@@ -611,9 +611,21 @@ def test_a_table_of_every_field_type_goes_through_buffers_together(tmp_path, mon
 def _refusals():
     pa = pytest.importorskip("pyarrow")
     return [
-        ("int64", pa.array([1, None, 3]), 'doc "b": field "c" is int64, got None; declare the field int64\\? to store None'),
-        ("float64", pa.array([1.0, 2.0, None]), 'doc "c": field "c" is float64, got None; declare the field float64\\? to store None'),
-        ("str", pa.array(["x", None, "z"]), 'doc "b": field "c" is str, got None; declare the field str\\? to store None'),
+        (
+            "int64",
+            pa.array([1, None, 3]),
+            'doc "b": field "c" is int64, got None; declare the field int64\\? to store None',
+        ),
+        (
+            "float64",
+            pa.array([1.0, 2.0, None]),
+            'doc "c": field "c" is float64, got None; declare the field float64\\? to store None',
+        ),
+        (
+            "str",
+            pa.array(["x", None, "z"]),
+            'doc "b": field "c" is str, got None; declare the field str\\? to store None',
+        ),
         (
             "int64",
             pa.array([1, 2**64 - 1, 3], pa.uint64()),
