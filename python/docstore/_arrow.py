@@ -55,7 +55,8 @@ def field_type(arrow_type: Any) -> str | None:
 def nullable(kind: str, column: Any) -> str:
     """``kind`` made nullable (``str?``) when the Arrow ``column`` (the rows a schema is inferred
     from) holds a null: a store's fields are nullable only where the data asks for it, since a
-    nullable field costs a byte a document and a store with one needs docstore 0.4 to read."""
+    nullable field costs a byte a document and makes the store format version 4, which older
+    docstore releases do not read."""
     return f"{kind}?" if column is not None and column.null_count else kind
 
 

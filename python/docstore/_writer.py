@@ -33,8 +33,10 @@ class Writer(_Writer):
     >>> with docstore.Writer("corpus.docstore", fields={"text": "str"}) as w:
     ...     w.add("d1", text="hello")
 
-    ``fields`` maps names to types: ``str``, ``bytes``, ``int64``, ``float64`` or a 1-D array
-    ``int8[]`` ... ``uint64[]``, ``float32[]``, ``float64[]``. Options: ``overwrite`` (replace an
+    ``fields`` maps names to types: ``str``, ``bytes``, ``int64``, ``float64``, ``bool``,
+    ``list[str]``, ``list[bytes]`` or a 1-D array ``int8[]`` ... ``uint64[]``, ``float16[]``,
+    ``bfloat16[]``, ``float32[]``, ``float64[]``; ``str?`` (any type and ``?``) is nullable: it
+    takes and gives back ``None`` (docs/format.md §5.3). Options: ``overwrite`` (replace an
     existing store), ``level`` (0 = lz4 fast, 1-12 = lz4 HC; default 3; -1 = no compression: the
     largest file, and lookups that decode nothing), ``dict_size`` (bytes of shared dictionary,
     0 = none, default and most 64 KiB), ``batch_bytes`` (raw bytes per compression batch),

@@ -225,7 +225,6 @@ def test_empty_dataset(tmp_path):
         ({"doc_id": pa.array([1, 2], pa.int64())}, docstore.InvalidKeyError, "must be strings"),
         ({"doc_id": ["a", None]}, docstore.InvalidKeyError, "null"),
         ({"key": ["a", "b"]}, docstore.SchemaError, "no id column 'doc_id'"),
-        ({"doc_id": ["a", "b"], "flag": [True, False]}, docstore.SchemaError, "'flag' is bool"),
         ({"doc_id": ["a", "b"], "m": [{"x": 1}, {"x": 2}]}, docstore.SchemaError, "Arrow type struct"),
     ],
 )
