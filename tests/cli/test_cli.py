@@ -607,8 +607,13 @@ def test_version_4_types_from_json_lines_csv_and_parquet_and_back(capsys, tmp_pa
         {"id": 10**15, "title": None, "flag": False, "tags": [], "raw": None, "emb": [], "n": -3},
     ]
     write_jsonl(tmp_path / "in.jsonl", records)
-    assert cli_here(capsys, "build", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "j"), "--id-field", "id",
-                    "-q", "--fields", fields)[0] == 0  # fmt: skip
+    args = ["-q", "--id-field", "id"]
+    assert (
+        cli_here(
+            capsys, "build", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "j"), *args, "--fields", fields
+        )[0]
+        == 0
+    )
     store = docstore.open(tmp_path / "j")
     assert list(store) == ["7", "1000000000000000"] and store.info()["format_version"] == 4
     a, b = store.values()
@@ -631,8 +636,7 @@ def test_version_4_types_from_json_lines_csv_and_parquet_and_back(capsys, tmp_pa
     # Parquet: a column holding a null is nullable, integer ids are decimal text
     table = pa.table({"id": [1, 2], "t": ["x", None], "f": [True, False], "l": [["p"], []]})
     pq.write_table(table, tmp_path / "in.parquet", row_group_size=1)
-    assert cli_here(capsys, "build", str(tmp_path / "in.parquet"), "-o", str(tmp_path / "p"), "--id-field", "id",
-                    "-q")[0] == 0  # fmt: skip
+    assert cli_here(capsys, "build", str(tmp_path / "in.parquet"), "-o", str(tmp_path / "p"), *args)[0] == 0
     store = docstore.open(tmp_path / "p")
     assert store.fields == {"t": "str?", "f": "bool", "l": "list[str]"}
     assert list(store.values()) == [("1", "x", True, ["p"]), ("2", None, False, [])]
