@@ -81,9 +81,10 @@ def schema_fields(schema: Any, id_field: str, fields: Mapping[str, str] | None =
     if id_field not in names:
         raise SchemaError(f"the data has no id column {id_field!r} (columns: {names})")
     id_type = schema.field(id_field).type
-    if field_type(id_type) != "str":
+    if field_type(id_type) not in ("str", "int64"):
         raise InvalidKeyError(
-            f"id column {id_field!r} has Arrow type {id_type}; doc ids must be strings: cast the column"
+            f"id column {id_field!r} has Arrow type {id_type}; doc ids must be strings (or integers, "
+            "stored as their decimal text): cast the column"
         )
     if fields is not None:
         fields = dict(fields)
@@ -113,7 +114,8 @@ def schema_fields(schema: Any, id_field: str, fields: Mapping[str, str] | None =
 def prepare(batch: Any, id_field: str, fields: Mapping[str, str]) -> Any:
     """``batch`` (a pyarrow Table or RecordBatch) cut to the id column and ``fields``, with
     dictionaries, string/binary views, fixed-size lists and binaries cast to plain encodings
-    (one layout for every shard of an engine's write); its id column checked for nulls."""
+    (one layout for every shard of an engine's write); its id column checked for nulls, and
+    integer ids made their decimal text."""
     import pyarrow as pa
 
     names = [id_field, *fields]
@@ -133,6 +135,8 @@ def prepare(batch: Any, id_field: str, fields: Mapping[str, str]) -> Any:
             column = column.cast(pa.large_binary())
         elif pa.types.is_fixed_size_list(kind):
             column = column.cast(pa.list_(kind.value_type))
+        if name == id_field and pa.types.is_integer(column.type):
+            column = column.cast(pa.string())  # the id 7 is "7", as every input takes it
         columns.append(column)
     nulls = columns[0].null_count
     if nulls:

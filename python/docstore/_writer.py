@@ -21,7 +21,7 @@ from ._docstore import Writer as _Writer
 from ._staging import Staging
 from ._store import DocStore
 from ._store import open as open_store
-from .errors import InvalidArgumentError, SchemaError, StoreExistsError
+from .errors import InvalidArgumentError, InvalidKeyError, SchemaError, StoreExistsError
 
 # Rows per Arrow batch read from a Hugging Face dataset or a pyarrow table.
 ARROW_BATCH_ROWS = 8192
@@ -345,7 +345,8 @@ def build(
     """Builds a store from an iterable of dicts, namedtuples or dataclasses; returns it opened.
 
     Field types are inferred from the first record when ``fields`` is not given. ``options`` go to
-    :class:`Writer` (``overwrite``, ``level``, ``dict_size`` ...).
+    :class:`Writer` (``overwrite``, ``level``, ``dict_size`` ...). An integer id is stored as its
+    decimal text (the id ``7`` is ``"7"``), from records as from every other input.
 
     ``records`` may also be a Hugging Face ``datasets.Dataset``, a streaming
     ``datasets.IterableDataset`` or a pyarrow ``Table``/``RecordBatch``: they are read as Arrow
@@ -382,7 +383,13 @@ def build(
         if first is not _NONE:
             add = writer.add_record
             for record in itertools.chain([first], iterator):
-                add(record if type(record) is dict else _as_dict(record), id_field)
+                record = record if type(record) is dict else _as_dict(record)
+                try:
+                    add(record, id_field)
+                except InvalidKeyError:
+                    if type(record.get(id_field)) is not int:
+                        raise
+                    add({**record, id_field: str(record[id_field])}, id_field)  # the id 7 is "7"
     return open_store(path)
 
 

@@ -163,6 +163,16 @@ def test_values_that_do_not_fit_are_refused_naming_field_and_doc(
 def test_integer_ids_become_their_decimal_text(tmp_path):
     import datasets
 
+    from docstore._arrow import prepare, schema_fields
+
     ds = datasets.Dataset.from_dict({"id": [7, 10**15], "t": ["a", "b"]})
     store = docstore.build(tmp_path / "hf", ds, id_field="id")
     assert list(store) == ["7", "1000000000000000"] and store["7"].t == "a"
+    store = docstore.build(tmp_path / "py", [{"doc_id": 7, "t": "a"}, {"doc_id": "x", "t": "b"}])
+    assert list(store) == ["7", "x"]
+    with pytest.raises(docstore.InvalidKeyError, match="doc ids must be str, got float"):
+        docstore.build(tmp_path / "f", [{"doc_id": 7.0, "t": "a"}])
+    # The engines' path (docstore.ray, docstore.spark): an integer id column is taken.
+    table = pa.table({"id": pa.array([3, 4], pa.int32()), "t": ["a", "b"]})
+    fields = schema_fields(table.schema, "id")
+    assert prepare(table, "id", fields).column("id").to_pylist() == ["3", "4"]
