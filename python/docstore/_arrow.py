@@ -25,6 +25,9 @@ def field_type(arrow_type: Any) -> str | None:
     import pyarrow as pa
 
     t = arrow_type.value_type if pa.types.is_dictionary(arrow_type) else arrow_type
+    tensor = _tensor_type(t)
+    if tensor is not None:
+        return tensor
     if pa.types.is_string(t) or pa.types.is_large_string(t) or _is_view(t, "string"):
         return "str"
     if (
@@ -50,6 +53,29 @@ def field_type(arrow_type: Any) -> str | None:
         if inner in ("str", "bytes"):
             return f"list[{inner}]"
     return None
+
+
+def _tensor_type(t: Any) -> str | None:
+    """``T[d1,d2,...]`` for a fixed-shape array type: an extension type with a shape (Arrow's
+    ``fixed_shape_tensor``, HF's ``Array2D`` ... of a fixed shape) around lists of numbers, or
+    fixed-size lists nested at least twice around numbers."""
+    import pyarrow as pa
+
+    shape = list(getattr(t, "shape", None) or []) if isinstance(t, pa.BaseExtensionType) else []
+    if any(not isinstance(d, int) or d < 1 for d in shape):
+        return None  # a dimension of no fixed size (HF's None)
+    storage = t.storage_type if isinstance(t, pa.BaseExtensionType) else t
+    dims = []
+    while pa.types.is_fixed_size_list(storage) or (shape and pa.types.is_list(storage)):
+        dims.append(getattr(storage, "list_size", 0))
+        storage = storage.value_type
+    if not (pa.types.is_integer(storage) or pa.types.is_floating(storage)):
+        return None
+    if not shape and len(dims) < 2:  # one fixed-size list is a 1-D array field
+        return None
+    dtype = np.dtype(storage.to_pandas_dtype()).name
+    shape = shape or dims
+    return f"{dtype}[{','.join(map(str, shape))}]" if dtype in ARRAY_DTYPES and shape else None
 
 
 def nullable(kind: str, column: Any) -> str:
@@ -133,7 +159,7 @@ def prepare(batch: Any, id_field: str, fields: Mapping[str, str]) -> Any:
             column = column.cast(pa.large_string())
         elif _is_view(kind, "binary") or pa.types.is_fixed_size_binary(kind):
             column = column.cast(pa.large_binary())
-        elif pa.types.is_fixed_size_list(kind):
+        elif pa.types.is_fixed_size_list(kind) and _tensor_type(kind) is None:
             column = column.cast(pa.list_(kind.value_type))
         if name == id_field and pa.types.is_integer(column.type):
             column = column.cast(pa.string())  # the id 7 is "7", as every input takes it
@@ -203,11 +229,42 @@ def _buffers(column: Any, kind: str, nulls: bool = False) -> Any:
         return _floats(column)
     if kind.endswith("[]"):
         return _arrays(column, kind[:-2])
+    if kind.endswith("]") and kind.partition("[")[2][:1].isdigit():  # a fixed shape: T[2,3]
+        return _tensors(column, kind)
     if kind == "bool":
         return _bools(column)
     if kind in ("list[str]", "list[bytes]"):
         return _lists(column, kind[5:-1])
     return None
+
+
+def _tensors(column: Any, kind: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """(int64 offsets, values) of a fixed-shape array field ``kind`` (``float32[2,3]``) from a
+    column of its type (``_tensor_type``): its elements flat, every row holding as many."""
+    import pyarrow as pa
+
+    from ._convert import as_array
+
+    dtype, dims = kind[:-1].split("[")
+    size = int(np.prod([int(d) for d in dims.split(",")]))
+    if isinstance(column.type, pa.BaseExtensionType) and _tensor_type(column.type) != kind:
+        return None
+    if isinstance(column.type, pa.BaseExtensionType):
+        column = column.storage
+    flat = column
+    while pa.types.is_fixed_size_list(flat.type) or pa.types.is_list(flat.type):
+        if pa.types.is_fixed_size_list(flat.type):  # the slots of null rows too
+            width = flat.type.list_size
+            flat = flat.values.slice(flat.offset * width, len(flat) * width)
+        else:
+            flat = flat.flatten()  # this slice's elements
+    if flat.null_count or len(flat) != len(column) * size:
+        return None  # the row path names the row
+    try:
+        values = as_array(flat.to_numpy(zero_copy_only=False), dtype, "", "")
+    except FieldTypeError:
+        return None
+    return np.arange(len(column) + 1, dtype=np.int64) * size, values
 
 
 def _bools(column: Any) -> np.ndarray | None:

@@ -15,7 +15,24 @@ import numpy as np
 from .errors import FieldTypeError
 
 
-def as_array(value: Any, dtype: str, doc_id: str, field: str) -> np.ndarray:
+def as_array(
+    value: Any, dtype: str, doc_id: str, field: str, shape: tuple[int, ...] | None = None
+) -> np.ndarray:
+    """``value`` as a C-contiguous array of ``dtype``: 1-D, or of ``shape`` (a fixed-shape field,
+    whose value has that shape, or is flat with as many elements, as Arrow's fixed-size lists
+    give it), converted by the rules above element by element."""
+    if shape is not None:
+        name = f"{dtype}[{','.join(map(str, shape))}]"
+        where = f"doc {doc_id!r}: field {field!r} is {name}"
+        if value is None:
+            raise FieldTypeError(f"{where}, got None; declare the field {name}? to store None")
+        try:
+            array = np.asarray(_from_torch(value))
+        except (ValueError, TypeError) as exc:
+            raise FieldTypeError(f"{where}, got a value numpy cannot read: {exc}") from None
+        if array.shape != shape and not (array.ndim == 1 and array.size == int(np.prod(shape))):
+            raise FieldTypeError(f"{where}, got an array of shape {array.shape}")
+        return as_array(array.reshape(-1), dtype, doc_id, field).reshape(shape)
     target = bfloat16() if dtype == "bfloat16" else np.dtype(dtype)
     where = f"doc {doc_id!r}: field {field!r} is {dtype}[]"
     value = _from_torch(value)

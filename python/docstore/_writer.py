@@ -35,8 +35,9 @@ class Writer(_Writer):
 
     ``fields`` maps names to types: ``str``, ``bytes``, ``int64``, ``float64``, ``bool``,
     ``list[str]``, ``list[bytes]`` or a 1-D array ``int8[]`` ... ``uint64[]``, ``float16[]``,
-    ``bfloat16[]``, ``float32[]``, ``float64[]``; ``str?`` (any type and ``?``) is nullable: it
-    takes and gives back ``None`` (docs/format.md §5.3). Options: ``overwrite`` (replace an
+    ``bfloat16[]``, ``float32[]``, ``float64[]``, or of a fixed N-D shape: ``float32[2,3]``;
+    ``str?`` (any type and ``?``) is nullable: it takes and gives back ``None`` (docs/format.md
+    §5.3). Options: ``overwrite`` (replace an
     existing store), ``level`` (0 = lz4 fast, 1-12 = lz4 HC; default 3; -1 = no compression: the
     largest file, and lookups that decode nothing), ``dict_size`` (bytes of shared dictionary,
     0 = none, default and most 64 KiB), ``batch_bytes`` (raw bytes per compression batch),
@@ -273,7 +274,8 @@ def _as_list(column: Any) -> list[Any]:
     if type(column).__module__.startswith("pyarrow"):
         import pyarrow as pa
 
-        if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
+        nested = pa.types.is_fixed_size_list(getattr(column.type, "value_type", None) or pa.null())
+        if (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)) and not nested:
             import pyarrow.compute as pc
 
             # One numpy array per row instead of lists of Python ints; but numpy turns null
@@ -299,6 +301,8 @@ def infer_type(name: str, value: Any) -> str:
         return "float64"
     if isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype.name in ARRAY_DTYPES:
         return f"{value.dtype.name}[]"
+    if isinstance(value, np.ndarray) and value.ndim > 1 and value.size and value.dtype.name in ARRAY_DTYPES:
+        return f"{value.dtype.name}[{','.join(map(str, value.shape))}]"  # a fixed shape
     if isinstance(value, (list, tuple)) and value:
         if all(isinstance(v, str) for v in value):
             return "list[str]"

@@ -167,6 +167,20 @@ def _feature(field_type: str) -> Any:
     import datasets
 
     field_type = field_type.removesuffix("?")
+    if field_type.endswith("]") and field_type.partition("[")[2][:1].isdigit():
+        element, dims = field_type[:-1].split("[")  # a fixed shape: Array2D ... Array5D
+        shape = tuple(int(d) for d in dims.split(","))
+        element = element.replace("bfloat16", "float32")
+        if 2 <= len(shape) <= 5:
+            return getattr(datasets, f"Array{len(shape)}D")(shape, element)
+        value = datasets.Value(element)
+        for size in reversed(shape):  # 1-D, or more than 5: fixed-length lists
+            value = (
+                datasets.List(value, length=size)
+                if hasattr(datasets, "List")
+                else datasets.Sequence(value, size)
+            )
+        return value
     if field_type.endswith("[]") or field_type.startswith("list["):
         element = field_type[:-2] if field_type.endswith("[]") else field_type[5:-1]
         value = _feature(element.replace("bfloat16", "float32"))

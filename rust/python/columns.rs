@@ -70,7 +70,7 @@ impl<'py> Buffers<'py> {
             FieldType::Float64 => {
                 Buffers::Float64(obj.extract().map_err(wrong("a float64 array"))?)
             }
-            FieldType::Array(elem) => {
+            FieldType::Array(elem) | FieldType::Tensor(elem, _) => {
                 let (offsets, values) = obj
                     .extract()
                     .map_err(wrong("(int64 offsets, values of the field's dtype)"))?;

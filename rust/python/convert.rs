@@ -1,7 +1,7 @@
 //! Field values between Python objects and `docstore_core::Value`.
 
 use crate::errors::{new_error, Exc};
-use docstore_core::{ElemType, FieldType, Value};
+use docstore_core::{ElemType, FieldType, Shape, Value};
 use numpy::npyffi::{self, NpyTypes, PY_ARRAY_API};
 use numpy::{Element, PyArrayDescr, PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
@@ -51,6 +51,17 @@ pub fn to_python<'py>(py: Python<'py>, value: Value<'_>) -> PyResult<Bound<'py, 
         Value::Float64(v) => PyFloat::new(py, v).into_any(),
         Value::Array(elem, bytes) => new_array(py, elem, bytes, false)?,
         Value::Planes(elem, bytes) => new_array(py, elem, bytes, true)?,
+        Value::Tensor(elem, shape, bytes) => {
+            let dims: Vec<npyffi::npy_intp> = shape.dims().iter().map(|&d| d as _).collect();
+            array_from(
+                py,
+                dtype_of(py, elem)?,
+                elem.size(),
+                bytes,
+                true,
+                Some(&dims),
+            )?
+        }
     })
 }
 
@@ -101,18 +112,19 @@ fn new_array<'py>(
     bytes: &[u8],
     planes: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
-    array_from(py, dtype_of(py, elem)?, elem.size(), bytes, planes)
+    array_from(py, dtype_of(py, elem)?, elem.size(), bytes, planes, None)
 }
 
 /// A new numpy array of `dtype` (elements of `size` bytes) holding the elements in `bytes`:
 /// little-endian elements (the host is little-endian) or, with `planes`, their byte planes,
-/// joined straight into the array.
+/// joined straight into the array; of `shape` (whose elements are those of `bytes`), or 1-D.
 fn array_from<'py>(
     py: Python<'py>,
     dtype: Bound<'py, PyArrayDescr>,
     size: usize,
     bytes: &[u8],
     planes: bool,
+    shape: Option<&[npyffi::npy_intp]>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let len = bytes.len() / size;
     let bytes = &bytes[..len * size];
@@ -122,12 +134,12 @@ fn array_from<'py>(
     // `MaybeUninit`), all written here before the array is shared. Writing them needs no
     // alignment of `bytes`.
     unsafe {
-        let mut dims = [len as npyffi::npy_intp];
+        let mut dims = shape.map_or_else(|| vec![len as npyffi::npy_intp], <[_]>::to_vec);
         let ptr = PY_ARRAY_API.PyArray_NewFromDescr(
             py,
             npyffi::get_type_object(py, NpyTypes::PyArray_Type),
             dtype.into_dtype_ptr(),
-            1,
+            dims.len() as std::ffi::c_int,
             dims.as_mut_ptr(),
             std::ptr::null_mut(),
             std::ptr::null_mut(),
@@ -178,6 +190,17 @@ impl<'py> Holder<'py> {
         field: &str,
     ) -> PyResult<()> {
         match ty {
+            FieldType::Tensor(elem, shape) if exact_tensor(obj, elem, shape).is_none() => {
+                let shape: Vec<u32> = shape.dims().to_vec();
+                let converted = as_array(obj.py())?.call1((
+                    obj,
+                    elem.name(),
+                    doc_id,
+                    field,
+                    PyTuple::new(obj.py(), shape)?,
+                ))?;
+                *slot(&mut self.converted, index) = Some(converted);
+            }
             FieldType::Array(elem) if exact_array(obj, elem).is_none() => {
                 let converted = as_array(obj.py())?.call1((obj, elem.name(), doc_id, field))?;
                 if exact_array(&converted, elem).is_none() {
@@ -365,6 +388,13 @@ pub fn from_python<'a, 'py>(
             };
             Value::Array(elem, exact_array(source, elem).ok_or_else(wrong)?)
         }
+        FieldType::Tensor(elem, shape) => {
+            let source = match holder.converted.get(index) {
+                Some(Some(converted)) => converted,
+                _ => obj,
+            };
+            Value::Array(elem, exact_tensor(source, elem, shape).ok_or_else(wrong)?)
+        }
         FieldType::Bool => {
             // True and False, numpy's bools, and the ints 0 and 1: nothing else is a bool
             // without losing what it was.
@@ -419,6 +449,21 @@ fn equals_exactly(obj: &Bound<'_, PyAny>, x: f64) -> PyResult<bool> {
 /// The bytes of `obj` if it is a 1-D, C-contiguous, little-endian numpy array of exactly `elem`.
 /// Not of a subclass: a masked array's data holds its masked slots too, and `as_array` refuses it.
 pub(crate) fn exact_array<'a>(obj: &'a Bound<'_, PyAny>, elem: ElemType) -> Option<&'a [u8]> {
+    exact_elements(obj, elem, None)
+}
+
+/// The bytes of `obj` if it is a C-contiguous, little-endian numpy array of exactly `elem` and
+/// of `shape` (as `exact_array`).
+fn exact_tensor<'a>(obj: &'a Bound<'_, PyAny>, elem: ElemType, shape: Shape) -> Option<&'a [u8]> {
+    exact_elements(obj, elem, Some(shape))
+}
+
+/// `exact_array` (`shape` None: 1-D) or `exact_tensor`.
+fn exact_elements<'a>(
+    obj: &'a Bound<'_, PyAny>,
+    elem: ElemType,
+    shape: Option<Shape>,
+) -> Option<&'a [u8]> {
     if !obj.is_exact_instance_of::<PyUntypedArray>() {
         return None;
     }
@@ -431,7 +476,15 @@ pub(crate) fn exact_array<'a>(obj: &'a Bound<'_, PyAny>, elem: ElemType) -> Opti
         ElemType::BF16 => b'b',
     };
     let native = dtype.is_native_byteorder().unwrap_or(true);
-    if array.ndim() != 1 || !array.is_c_contiguous() || dtype.itemsize() != elem.size() || !native {
+    let shaped = match shape {
+        None => array.ndim() == 1,
+        Some(shape) => array
+            .shape()
+            .iter()
+            .copied()
+            .eq(shape.dims().iter().map(|&d| d as usize)),
+    };
+    if !shaped || !array.is_c_contiguous() || dtype.itemsize() != elem.size() || !native {
         return None;
     }
     let exact = match kind {

@@ -176,3 +176,52 @@ def test_integer_ids_become_their_decimal_text(tmp_path):
     table = pa.table({"id": pa.array([3, 4], pa.int32()), "t": ["a", "b"]})
     fields = schema_fields(table.schema, "id")
     assert prepare(table, "id", fields).column("id").to_pylist() == ["3", "4"]
+
+
+def test_fixed_shape_arrays(tmp_path, monkeypatch):
+    """``float32[2,3]``: N-D arrays of one shape, from numpy, nested lists, Arrow's nested
+    fixed-size lists, its fixed_shape_tensor and HF's Array2D; rows and buffers byte-identical."""
+    import datasets
+
+    from docstore import _writer
+
+    fields = {"m": "float32[2,3]", "i": "uint8[2,2,2]?"}
+    values = [np.arange(6, dtype=np.float32).reshape(2, 3) + k for k in range(20)]
+    images = [None if k % 3 == 1 else np.full((2, 2, 2), k, np.uint8) for k in range(20)]
+    nested = pa.array([v.tolist() for v in values], pa.list_(pa.list_(pa.float32(), 3), 2))
+    flat_images = [None if v is None else v.reshape(-1).tolist() for v in images]
+    tensor = pa.ExtensionArray.from_storage(
+        pa.fixed_shape_tensor(pa.uint8(), [2, 2, 2]), pa.array(flat_images, pa.list_(pa.uint8(), 8))
+    )
+    table = pa.table({"doc_id": [f"d{k}" for k in range(20)], "m": nested, "i": tensor})
+    assert _writer._arrow_columns(table.column("doc_id"), [table.column("m")], {"m": fields["m"]})
+    with docstore.Writer(tmp_path / "rows", fields, batch_bytes=100) as w:
+        for k in range(20):
+            w.add(f"d{k}", m=values[k].tolist() if k % 2 else values[k], i=images[k])
+    docstore.build(tmp_path / "arrow", table, batch_bytes=100, fields=fields)
+    assert (tmp_path / "rows").read_bytes() == (tmp_path / "arrow").read_bytes()
+    store = docstore.open(tmp_path / "rows")
+    assert store.fields == fields and store.info()["format_version"] == 4
+    assert all(_same(d.m, values[k]) and _same(d.i, images[k]) for k, d in enumerate(store.values()))
+    assert docstore.build(tmp_path / "inferred", table).fields == {"m": "float32[2,3]", "i": "uint8[2,2,2]?"}
+    with docstore.Writer(tmp_path / "bad", fields) as w:
+        with pytest.raises(
+            docstore.FieldTypeError,
+            match="doc 'x': field 'm' is float32\\[2,3\\], got an array of shape \\(3, 2\\)",
+        ):
+            w.add("x", m=np.zeros((3, 2)), i=None)
+        bad = pa.table(
+            {"doc_id": ["y"], "m": pa.array([[[1.0] * 3] * 3], pa.list_(pa.list_(pa.float32(), 3)))}
+        )
+        with pytest.raises(
+            docstore.FieldTypeError,
+            match="doc 'y': field 'm' is float32\\[2,3\\], got an array of shape \\(3, 3\\)",
+        ):
+            w.add_many(bad.append_column("i", pa.array([None], pa.list_(pa.uint8(), 8))))
+    # Hugging Face's Array2D in, and out with its feature
+    features = datasets.Features({"id": datasets.Value("string"), "img": datasets.Array2D((2, 3), "uint8")})
+    ds = datasets.Dataset.from_dict(
+        {"id": ["a", "b"], "img": [np.zeros((2, 3), np.uint8)] * 2}, features=features
+    )
+    store = docstore.build(tmp_path / "hf", ds, id_field="id")
+    assert store.fields == {"img": "uint8[2,3]"} and store["b"].img.shape == (2, 3)

@@ -71,11 +71,12 @@ ARRAY_TYPES = {
 V4_SCALAR_TYPES = {5: "bool", 6: "list[str]", 7: "list[bytes]"}
 V4_ARRAY_TYPES = {26: ("float16", "<f2"), 27: ("bfloat16", "<u2")}  # bfloat16: the high half of a binary32
 NULLABLE = 0x80
+FIXED_SHAPE = 0x40  # bit 6 of an array code: a fixed shape, its u8 ndim and u32 dims after the name
 MAX_COMPRESSED_RAW_LEN = 0x7E000000
 # §4.1 and §9: the most fields a schema has, its longest name, its longest section; §4.2: the
 # longest dictionary.
 MAX_FIELDS, MAX_NAME_LEN, MAX_DICTIONARY = 1024, 255, 65536
-MAX_SCHEMA_BYTES = 2 + MAX_FIELDS * (3 + MAX_NAME_LEN)
+MAX_SCHEMA_BYTES = 2 + MAX_FIELDS * (3 + MAX_NAME_LEN + 1 + 4 * 8)
 
 
 class SpecError(Exception):
@@ -231,10 +232,12 @@ class SpecStore:
             for name in ("schema", "dictionary"):
                 if xxh3(self.sections[name]) != self.checksum(name):
                     raise SpecError(f"{name} checksum mismatch")
-        self.fields = self._parse_schema(self.sections["schema"])
+        self.shapes: dict[str, tuple[int, ...]] = {}  # §4.1: the fixed shapes, by field
+        self.fields = self._parse_schema(self.sections["schema"], self.shapes)
         # §4.1, §8 check 9: the version 4 types only in a version 4 store.
         if self.version < 4 and any(
-            code & NULLABLE or code in V4_SCALAR_TYPES or code in V4_ARRAY_TYPES for _, code in self.fields
+            code & (NULLABLE | FIXED_SHAPE) or code in V4_SCALAR_TYPES or code in V4_ARRAY_TYPES
+            for _, code in self.fields
         ):
             raise SpecError(
                 f"bad schema: a version {self.version} store with a field of a type version 4 added"
@@ -294,8 +297,8 @@ class SpecStore:
         return self.entries[SECTIONS.index(name)][2]
 
     @staticmethod
-    def _parse_schema(buf: bytes) -> list[tuple[str, int]]:
-        """§4.1, with the field name rules."""
+    def _parse_schema(buf: bytes, shapes: dict[str, tuple[int, ...]]) -> list[tuple[str, int]]:
+        """§4.1, with the field name rules; the fixed shapes go to ``shapes``."""
         try:
             (count,) = struct.unpack_from("<H", buf, 0)
             if count > MAX_FIELDS:
@@ -304,10 +307,10 @@ class SpecStore:
             for _ in range(count):
                 code, name_len = struct.unpack_from("<BH", buf, pos)
                 pos += 3
-                base = code & ~NULLABLE
-                if all(
-                    base not in types
-                    for types in (SCALAR_TYPES, ARRAY_TYPES, V4_SCALAR_TYPES, V4_ARRAY_TYPES)
+                base = code & ~(NULLABLE | FIXED_SHAPE)
+                arrays = ARRAY_TYPES | V4_ARRAY_TYPES
+                if all(base not in types for types in (SCALAR_TYPES, arrays, V4_SCALAR_TYPES)) or (
+                    code & FIXED_SHAPE and base not in arrays
                 ):
                     raise SpecError(f"unknown field type code {code}")
                 if pos + name_len > len(buf):
@@ -321,6 +324,13 @@ class SpecStore:
                     or name in dict(fields)
                 ):
                     raise SpecError(f"bad schema: field name {name!r}")
+                if code & FIXED_SHAPE:  # u8 ndim (1 to 8), then each dimension (>= 1) as u32
+                    (ndim,) = struct.unpack_from("<B", buf, pos)
+                    shape = struct.unpack_from(f"<{ndim}I", buf, pos + 1)
+                    pos += 1 + 4 * ndim
+                    if not 1 <= ndim <= 8 or 0 in shape or math.prod(shape) * 8 > 2**32 - 1:
+                        raise SpecError(f"bad schema: field {name!r}: shape {shape}")
+                    shapes[name] = shape
                 fields.append((name, code))
         except (struct.error, UnicodeDecodeError) as e:
             raise SpecError(f"truncated schema or bad field name: {e}") from None
@@ -332,8 +342,9 @@ class SpecStore:
         scalars, arrays = SCALAR_TYPES | V4_SCALAR_TYPES, ARRAY_TYPES | V4_ARRAY_TYPES
         names = {}
         for name, code in self.fields:
-            base = code & ~NULLABLE
-            names[name] = scalars[base] if base in scalars else f"{arrays[base][0]}[]"
+            base = code & ~(NULLABLE | FIXED_SHAPE)
+            shape = ",".join(map(str, self.shapes.get(name, ())))
+            names[name] = scalars[base] if base in scalars else f"{arrays[base][0]}[{shape}]"
             names[name] += "?" if code & NULLABLE else ""
         return names
 
@@ -495,13 +506,19 @@ class SpecStore:
             elif code == 4:
                 (values[name],) = struct.unpack("<d", take(8))
             else:
-                dtype = np.dtype((ARRAY_TYPES | V4_ARRAY_TYPES)[code][1])
-                n, at = read_varint(raw, at)
+                dtype = np.dtype((ARRAY_TYPES | V4_ARRAY_TYPES)[code & ~FIXED_SHAPE][1])
+                shape = self.shapes.get(name)
+                if shape is None:
+                    n, at = read_varint(raw, at)
+                else:  # §5: a fixed shape's elements, no count
+                    n = math.prod(shape)
                 # Byte planes: byte b of element i is at b * n + i.
                 planes = np.frombuffer(take(n * dtype.itemsize), dtype=np.uint8)
                 values[name] = planes.reshape(dtype.itemsize, n).T.copy().view(dtype).reshape(n)
-                if code == 27:  # bfloat16 bits as the float32 they are the high half of
+                if code & ~FIXED_SHAPE == 27:  # bfloat16 bits as the float32 they are the high half of
                     values[name] = (values[name].astype(np.uint32) << 16).view(np.float32)
+                if shape is not None:
+                    values[name] = values[name].reshape(shape)
         if at != len(raw):
             raise SpecError("trailing bytes after the last field of a record")
         return values
@@ -854,6 +871,8 @@ V4_FIELDS = {
     "brain": "bfloat16[]?",
     "n": "int64?",
     "tokens": "int32[]?",
+    "m": "float32[2,3]",
+    "img": "uint8[2,2,2]?",
 }
 
 
@@ -883,6 +902,8 @@ def test_version_4_types(tmp_path: Path, level: int) -> None:
                     else np.array([rng.uniform(-1e30, 1e30) for _ in range(i % 3)], np.float32),
                     "n": None if null else rng.randint(-(2**63), 2**63 - 1),
                     "tokens": None if null else np.arange(i % 7, dtype=np.int32) * 70000,
+                    "m": np.arange(6, dtype=np.float32).reshape(2, 3) * i,
+                    "img": None if null else np.full((2, 2, 2), i, np.uint8),
                 },
             )
         )
@@ -893,7 +914,12 @@ def test_version_4_types(tmp_path: Path, level: int) -> None:
     expected = struct.pack("<H", len(V4_FIELDS))
     for name, type_name in V4_FIELDS.items():
         nullable = NULLABLE if type_name.endswith("?") else 0
-        expected += struct.pack("<BH", codes[type_name.rstrip("?")] | nullable, len(name)) + name.encode()
+        base, _, dims = type_name.rstrip("?").rstrip("]").partition("[")
+        shape = [int(d) for d in dims.split(",")] if dims[:1].isdigit() else []
+        code = codes[f"{base}[]" if shape else type_name.rstrip("?")] | (FIXED_SHAPE if shape else 0)
+        expected += struct.pack("<BH", code | nullable, len(name)) + name.encode()
+        if shape:
+            expected += struct.pack(f"<B{len(shape)}I", len(shape), *shape)
     assert spec.sections["schema"] == expected
 
 
@@ -1336,7 +1362,7 @@ def test_schema_and_dictionary_limits(tmp_path: Path) -> None:
 
     # The largest schema allowed, written by docstore: read by both readers, opened fast.
     names = long_names(1024, 255)
-    assert len(schema_of(names)) == MAX_SCHEMA_BYTES
+    assert len(schema_of(names)) == MAX_SCHEMA_BYTES - 1024 * 33  # no shapes: 33 bytes a field less
     doc = dict.fromkeys(names, 7)
     path = write(tmp_path / "widest.docstore", dict.fromkeys(names, "int64"), [("a", doc)])
     start = time.perf_counter()

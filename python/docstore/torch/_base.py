@@ -19,6 +19,7 @@ from .._store import DocStore, _pickled_url, _remote_kwargs, is_url
 NUMERIC_ARRAY: tuple[str, ...] = ("int8[]", "uint8[]", "int16[]", "uint16[]", "int32[]", "uint32[]")
 NUMERIC_ARRAY += ("int64[]", "uint64[]", "float16[]", "bfloat16[]", "float32[]", "float64[]")
 NUMERIC_SCALAR = ("int64", "float64", "bool")
+NUMERIC_ARRAY_OR_SCALAR = NUMERIC_ARRAY + NUMERIC_SCALAR  # ArrayDataset's, fixed shapes too
 
 
 def bfloat16_tensor(value: Any) -> torch.Tensor:
@@ -184,6 +185,9 @@ class StoreDataset(Dataset):
         fields = self.store.fields
         if name not in fields:
             raise docstore.SchemaError(f"no field {name!r}; the store's fields are {list(fields)}")
+        kind = fields[name]
+        if allowed is NUMERIC_ARRAY_OR_SCALAR and kind.endswith("]") and kind.split("[")[0] + "[]" in allowed:
+            return name  # a fixed shape: N-D tensors
         if allowed is not None and fields[name] not in allowed:
             raise docstore.SchemaError(
                 f"field {name!r} is {fields[name]}; {type(self).__name__} needs one of {list(allowed)}"
@@ -282,7 +286,7 @@ def check_dtype_fits(
     if wanted is None:
         return
     # Every bfloat16 is a float32 (its top 16 bits): what holds one holds the other.
-    stored = np.dtype(field_type.removesuffix("[]").replace("bfloat16", "float32"))
+    stored = np.dtype(field_type.split("[")[0].replace("bfloat16", "float32"))  # T[] or T[d1,...]
     if _fits(stored, wanted) or (float_rounds and wanted.kind == "f"):
         return
     ints, floats = (torch.int64, torch.int32, torch.int16), (torch.float32, torch.float64)

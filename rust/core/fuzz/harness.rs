@@ -162,6 +162,7 @@ pub fn seed_stores(dir: &Path) -> Vec<Vec<u8>> {
             nullable: true,
             ..field("brain", FieldType::Array(ElemType::BF16))
         },
+        field("grid", "uint8[3,1]".parse().unwrap()),
     ])
     .unwrap();
     let text_only = Schema::new(vec![field("text", FieldType::Str)]).unwrap();
@@ -228,6 +229,7 @@ pub fn seed_stores(dir: &Path) -> Vec<Vec<u8>> {
                         }
                         FieldType::Array(_) => Value::Array(ElemType::F32, &weights),
                         FieldType::Bool => Value::Bool(i.is_multiple_of(2)),
+                        FieldType::Tensor(elem, _) => Value::Array(elem, &blob),
                         FieldType::StrList | FieldType::BytesList => Value::List {
                             utf8: f.ty == FieldType::StrList,
                             raw: &list,

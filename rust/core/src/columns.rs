@@ -120,7 +120,9 @@ impl<'a> Column<'a> {
             (Column::Text { .. }, FieldType::Str | FieldType::Bytes) => true,
             (Column::Int64(_), FieldType::Int64) => true,
             (Column::Float64(_), FieldType::Float64) => true,
-            (Column::Array { elem, .. }, FieldType::Array(want)) => *elem == want,
+            (Column::Array { elem, .. }, FieldType::Array(want) | FieldType::Tensor(want, _)) => {
+                *elem == want
+            }
             (Column::Bool(_), FieldType::Bool) => true,
             (Column::List { .. }, FieldType::StrList | FieldType::BytesList) => true,
             _ => false,
@@ -252,6 +254,20 @@ impl<'a> Columns<'a> {
                 match self.columns[i] {
                     Column::Text { offsets, data } if self.is_str[i] => {
                         Column::str(offsets, data, row, &field.name)?;
+                    }
+                    Column::Array { offsets, .. } => {
+                        if let FieldType::Tensor(_, shape) = field.ty {
+                            let count = (offsets[row + 1] - offsets[row]) as usize;
+                            if count != shape.elements() {
+                                return Err(Error::FieldType(format!(
+                                    "doc {key:?}: field {:?} is {}, got {count} elements (its \
+                                     shape holds {})",
+                                    field.name,
+                                    field.ty,
+                                    shape.elements()
+                                )));
+                            }
+                        }
                     }
                     Column::Bool(values) if values[row] > 1 => {
                         return Err(Error::FieldType(format!(

@@ -8,7 +8,7 @@
 
 use crate::error::{Error, Result};
 use crate::planes;
-use crate::schema::{ElemType, Field, FieldType, Schema};
+use crate::schema::{ElemType, Field, FieldType, Schema, Shape};
 use crate::varint;
 
 #[cfg(target_endian = "big")]
@@ -38,6 +38,9 @@ pub enum Value<'a> {
         utf8: bool,
         raw: &'a [u8],
     },
+    /// A fixed-shape array as a record stores it: its elements' byte planes, and its shape
+    /// (what reading a fixed-shape field gives; written from an `Array` of as many elements).
+    Tensor(ElemType, Shape, &'a [u8]),
     /// A list value as columns hold it: item `i` is `data[offsets[i]..offsets[i + 1]]`
     /// (`offsets` non-empty, non-decreasing and within `data`).
     Items {
@@ -51,7 +54,7 @@ impl Value<'_> {
     pub fn to_elements(&self) -> Option<(ElemType, Vec<u8>)> {
         match *self {
             Value::Array(elem, bytes) => Some((elem, bytes.to_vec())),
-            Value::Planes(elem, bytes) => {
+            Value::Planes(elem, bytes) | Value::Tensor(elem, _, bytes) => {
                 let mut elements = vec![0; bytes.len()];
                 planes::join(bytes, elem.size(), &mut elements);
                 Some((elem, elements))
@@ -68,9 +71,10 @@ impl PartialEq for Value<'_> {
             (Value::Bytes(a), Value::Bytes(b)) => a == b,
             (Value::Int64(a), Value::Int64(b)) => a == b,
             (Value::Float64(a), Value::Float64(b)) => a == b,
-            (Value::Array(..) | Value::Planes(..), Value::Array(..) | Value::Planes(..)) => {
-                self.to_elements() == other.to_elements()
-            }
+            (
+                Value::Array(..) | Value::Planes(..) | Value::Tensor(..),
+                Value::Array(..) | Value::Planes(..) | Value::Tensor(..),
+            ) => self.to_elements() == other.to_elements(),
             (Value::Null, Value::Null) => true,
             (Value::Bool(a), Value::Bool(b)) => a == b,
             (
@@ -90,6 +94,7 @@ impl Value<'_> {
             Value::Int64(_) => "int64".into(),
             Value::Float64(_) => "float64".into(),
             Value::Array(elem, _) | Value::Planes(elem, _) => format!("{}[]", elem.name()),
+            Value::Tensor(elem, shape, _) => format!("{}[{shape}]", elem.name()),
             Value::Null => "None".into(),
             Value::Bool(_) => "bool".into(),
             Value::List { .. } | Value::Items { .. } => "list".into(),
@@ -198,6 +203,27 @@ pub fn encode(schema: &Schema, values: &[Value<'_>], out: &mut Vec<u8>) -> Resul
                 match value {
                     Value::Planes(..) => out.extend_from_slice(bytes),
                     _ => planes::split(bytes, elem.size(), out),
+                }
+            }
+            (
+                FieldType::Tensor(want, shape),
+                Value::Array(elem, bytes)
+                | Value::Planes(elem, bytes)
+                | Value::Tensor(elem, _, bytes),
+            ) if want == *elem => {
+                // No count: the shape says how many elements there are.
+                if bytes.len() != shape.elements() * elem.size() {
+                    return Err(Error::FieldType(format!(
+                        "field {:?} is {}, got {} elements (its shape holds {})",
+                        field.name,
+                        field.ty,
+                        bytes.len() / elem.size(),
+                        shape.elements()
+                    )));
+                }
+                match value {
+                    Value::Array(..) => planes::split(bytes, elem.size(), out),
+                    _ => out.extend_from_slice(bytes),
                 }
             }
             (FieldType::Bool, Value::Bool(b)) => out.push(u8::from(*b)),
@@ -376,6 +402,11 @@ fn read_value<'a>(field: &Field, raw: &'a [u8], pos: &mut usize) -> Result<Value
             let len = array_len(elem, raw, pos)?;
             Value::Planes(elem, take(raw, pos, len)?)
         }
+        FieldType::Tensor(elem, shape) => Value::Tensor(
+            elem,
+            shape,
+            take(raw, pos, (shape.elements() * elem.size()) as u64)?,
+        ),
         FieldType::Bool => match take(raw, pos, 1)?[0] {
             0 => Value::Bool(false),
             1 => Value::Bool(true),
@@ -412,6 +443,7 @@ fn skip_value(field: &Field, raw: &[u8], pos: &mut usize) -> Result<()> {
         }
         FieldType::Float64 => 8,
         FieldType::Array(elem) => array_len(elem, raw, pos)?,
+        FieldType::Tensor(elem, shape) => (shape.elements() * elem.size()) as u64,
         FieldType::Bool | FieldType::StrList | FieldType::BytesList => {
             return read_value(field, raw, pos).map(drop)
         }

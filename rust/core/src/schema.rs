@@ -67,6 +67,57 @@ impl ElemType {
     }
 }
 
+/// The most dimensions of a fixed-shape array field.
+pub const MAX_DIMS: usize = 8;
+
+/// The shape of a fixed-shape array field: 1 to `MAX_DIMS` dimensions of at least 1, whose
+/// elements number at most `u32::MAX` bytes' worth of the largest element.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Shape {
+    ndim: u8,
+    dims: [u32; MAX_DIMS],
+}
+
+impl Shape {
+    pub fn new(dims: &[u32]) -> Result<Shape> {
+        let elements = dims
+            .iter()
+            .try_fold(1u64, |n, &d| n.checked_mul(u64::from(d)));
+        if dims.is_empty()
+            || dims.len() > MAX_DIMS
+            || dims.contains(&0)
+            || elements.is_none_or(|n| n * 8 > u64::from(u32::MAX))
+        {
+            return Err(Error::Schema(format!(
+                "a fixed shape has 1 to {MAX_DIMS} dimensions of at least 1, and at most \
+                 536,870,911 elements; got {dims:?}"
+            )));
+        }
+        let mut shape = Shape {
+            ndim: dims.len() as u8,
+            dims: [0; MAX_DIMS],
+        };
+        shape.dims[..dims.len()].copy_from_slice(dims);
+        Ok(shape)
+    }
+
+    pub fn dims(&self) -> &[u32] {
+        &self.dims[..usize::from(self.ndim)]
+    }
+
+    /// Elements in an array of this shape.
+    pub fn elements(&self) -> usize {
+        self.dims().iter().map(|&d| d as usize).product()
+    }
+}
+
+impl fmt::Display for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let dims: Vec<String> = self.dims().iter().map(u32::to_string).collect();
+        f.write_str(&dims.join(","))
+    }
+}
+
 /// The type of one field (whether it may be null is the field's `nullable`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FieldType {
@@ -81,6 +132,8 @@ pub enum FieldType {
     StrList,
     /// A list of byte strings (version 4).
     BytesList,
+    /// A numeric array of a fixed shape, N-D (version 4).
+    Tensor(ElemType, Shape),
 }
 
 impl FieldType {
@@ -97,6 +150,7 @@ impl FieldType {
             FieldType::Array(elem) => {
                 16 + ElemType::ALL.iter().position(|e| *e == elem).unwrap() as u8
             }
+            FieldType::Tensor(elem, _) => FieldType::Array(elem).code() | FIXED_SHAPE_BIT,
         }
     }
 
@@ -119,6 +173,7 @@ impl FieldType {
         match self {
             FieldType::Bool | FieldType::StrList | FieldType::BytesList => 4,
             FieldType::Array(ElemType::F16 | ElemType::BF16) => 4,
+            FieldType::Tensor(..) => 4,
             _ => 1,
         }
     }
@@ -135,6 +190,7 @@ impl fmt::Display for FieldType {
             FieldType::StrList => f.write_str("list[str]"),
             FieldType::BytesList => f.write_str("list[bytes]"),
             FieldType::Array(elem) => write!(f, "{}[]", elem.name()),
+            FieldType::Tensor(elem, shape) => write!(f, "{}[{shape}]", elem.name()),
         }
     }
 }
@@ -156,17 +212,26 @@ impl FromStr for FieldType {
             "list[str]" | "list<string>" => FieldType::StrList,
             "list[bytes]" | "list<binary>" => FieldType::BytesList,
             _ => {
-                let elem = s
-                    .strip_suffix("[]")
-                    .and_then(|name| ElemType::ALL.into_iter().find(|e| e.name() == name));
-                match elem {
-                    Some(elem) => FieldType::Array(elem),
-                    None => {
+                // `<elem>[]`, or `<elem>[d1,d2,...]` for a fixed shape
+                let parts = s.strip_suffix(']').and_then(|s| s.split_once('['));
+                let elem = parts
+                    .and_then(|(name, _)| ElemType::ALL.into_iter().find(|e| e.name() == name));
+                let dims = parts.map(|(_, dims)| {
+                    dims.split(',')
+                        .map(|d| d.trim().parse::<u32>().ok())
+                        .collect::<Option<Vec<u32>>>()
+                });
+                match (elem, parts, dims) {
+                    (Some(elem), Some((_, "")), _) => FieldType::Array(elem),
+                    (Some(elem), _, Some(Some(dims))) => {
+                        FieldType::Tensor(elem, Shape::new(&dims)?)
+                    }
+                    _ => {
                         return Err(Error::Schema(format!(
                             "unknown field type {s:?}; expected one of str, bytes, int64, float64, \
                              bool, list[str], list[bytes] or an array type such as int32[], \
-                             uint16[], float16[], bfloat16[], float32[], float64[] (a trailing ? \
-                             makes a field nullable: str?)"
+                             uint16[], float16[], bfloat16[], float32[], float64[], or of a fixed \
+                             shape: float32[2,3] (a trailing ? makes a field nullable: str?)"
                         )))
                     }
                 }
@@ -186,6 +251,8 @@ pub struct Field {
 
 /// On disk, bit 7 of a field's type code says it is nullable (docs/format.md §4.1).
 pub const NULLABLE_BIT: u8 = 0x80;
+/// Bit 6 of an array type code: a fixed shape, whose dimensions follow the field's name.
+pub const FIXED_SHAPE_BIT: u8 = 0x40;
 
 impl Field {
     /// A field that every document has a value for.
@@ -243,8 +310,9 @@ pub struct Schema {
 pub const MAX_FIELDS: usize = 1024;
 /// The longest field name, in bytes (the format's `u16` length could say more).
 pub const MAX_NAME_LEN: usize = 255;
-/// The longest schema section: `MAX_FIELDS` fields with names of `MAX_NAME_LEN` bytes.
-pub const MAX_SCHEMA_BYTES: usize = 2 + MAX_FIELDS * (3 + MAX_NAME_LEN);
+/// The longest schema section: `MAX_FIELDS` fields with names of `MAX_NAME_LEN` bytes and
+/// shapes of `MAX_DIMS` dimensions.
+pub const MAX_SCHEMA_BYTES: usize = 2 + MAX_FIELDS * (3 + MAX_NAME_LEN + 1 + 4 * MAX_DIMS);
 
 const PYTHON_KEYWORDS: [&str; 35] = [
     "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue",
@@ -321,6 +389,12 @@ impl Schema {
             out.push(field.ty.code() | nullable);
             out.extend_from_slice(&(field.name.len() as u16).to_le_bytes());
             out.extend_from_slice(field.name.as_bytes());
+            if let FieldType::Tensor(_, shape) = field.ty {
+                out.push(shape.ndim);
+                for dim in shape.dims() {
+                    out.extend_from_slice(&dim.to_le_bytes());
+                }
+            }
         }
     }
 
@@ -342,7 +416,9 @@ impl Schema {
         let mut fields = Vec::with_capacity(usize::from(count));
         for _ in 0..count {
             let code = take(1)?[0];
-            let ty = FieldType::from_code(code & !NULLABLE_BIT)
+            let fixed = code & FIXED_SHAPE_BIT != 0;
+            let ty = FieldType::from_code(code & !(NULLABLE_BIT | FIXED_SHAPE_BIT))
+                .filter(|ty| !fixed || matches!(ty, FieldType::Array(_)))
                 .ok_or_else(|| Error::corrupt(format!("unknown field type code {code}")))?;
             let nullable = code & NULLABLE_BIT != 0;
             let len = u16::from_le_bytes(take(2)?.try_into().unwrap());
@@ -353,6 +429,18 @@ impl Schema {
             }
             let name = std::str::from_utf8(take(usize::from(len))?)
                 .map_err(|_| Error::corrupt("field name is not UTF-8"))?;
+            let ty = match ty {
+                FieldType::Array(elem) if fixed => {
+                    let ndim = take(1)?[0];
+                    let dims = (0..ndim)
+                        .map(|_| Ok(u32::from_le_bytes(take(4)?.try_into().unwrap())))
+                        .collect::<Result<Vec<u32>>>()?;
+                    let shape = Shape::new(&dims)
+                        .map_err(|e| Error::corrupt(format!("bad schema: field {name:?}: {e}")))?;
+                    FieldType::Tensor(elem, shape)
+                }
+                ty => ty,
+            };
             fields.push(Field {
                 name: name.to_owned(),
                 ty,
@@ -459,8 +547,16 @@ mod tests {
 
     #[test]
     fn schemas_are_bounded_in_fields_and_name_lengths() {
-        let widest = Schema::new(fields(MAX_FIELDS, MAX_NAME_LEN)).unwrap();
+        let mut widest = Schema::new(fields(MAX_FIELDS, MAX_NAME_LEN)).unwrap();
         let mut buf = Vec::new();
+        widest.encode(&mut buf);
+        assert_eq!(buf.len(), 2 + MAX_FIELDS * (3 + MAX_NAME_LEN));
+        assert_eq!(Schema::decode(&buf).unwrap(), widest);
+        let shape = Shape::new(&[1; MAX_DIMS]).unwrap();
+        for field in &mut widest.fields {
+            field.ty = FieldType::Tensor(ElemType::U8, shape);
+        }
+        buf.clear();
         widest.encode(&mut buf);
         assert_eq!(buf.len(), MAX_SCHEMA_BYTES);
         assert_eq!(Schema::decode(&buf).unwrap(), widest);

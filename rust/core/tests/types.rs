@@ -321,3 +321,60 @@ fn version_4_types_are_refused_where_the_version_cannot_hold_them() {
         .to_string()
         .contains("version 3 store with a field of a type version 4 added"));
 }
+
+#[test]
+fn fixed_shape_arrays_store_no_count_and_check_their_element_count() {
+    use docstore_core::Shape;
+    let shape = Shape::new(&[2, 3]).unwrap();
+    let ty: FieldType = "float32[2,3]".parse().unwrap();
+    assert_eq!(ty, FieldType::Tensor(ElemType::F32, shape));
+    assert_eq!(ty.to_string(), "float32[2,3]");
+    assert!("float32[2,0]".parse::<FieldType>().is_err());
+    assert!("float32[1,1,1,1,1,1,1,1,1]".parse::<FieldType>().is_err());
+    let schema = Schema::new(vec![Field::new("m", ty)]).unwrap();
+    let mut encoded = Vec::new();
+    schema.encode(&mut encoded);
+    // code 24 | 0x40, name, then ndim and the dimensions as u32
+    assert_eq!(
+        encoded,
+        b"\x01\x00\x58\x01\x00m\x02\x02\x00\x00\x00\x03\x00\x00\x00"
+    );
+    assert_eq!(Schema::decode(&encoded).unwrap(), schema);
+    let elements: Vec<u8> = (0..6).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    let mut raw = Vec::new();
+    record::encode(&schema, &[Value::Array(ElemType::F32, &elements)], &mut raw).unwrap();
+    assert_eq!(raw.len(), 24); // the planes alone: the shape gives the count
+    let decoded = record::decode(&schema, &raw).unwrap();
+    assert!(matches!(decoded[0], Value::Tensor(ElemType::F32, s, _) if s == shape));
+    assert_eq!(decoded[0], Value::Array(ElemType::F32, &elements));
+    let err = record::encode(
+        &schema,
+        &[Value::Array(ElemType::F32, &elements[..20])],
+        &mut raw,
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("got 5 elements (its shape holds 6)"),
+        "{err}"
+    );
+    // Columns: a row of another element count is refused naming the document.
+    let ids = (vec![0i64, 1, 2], b"ab".to_vec());
+    let offsets = [0i64, 6, 11];
+    let values: Vec<u8> = (0..11).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    let column = Column::Array {
+        elem: ElemType::F32,
+        offsets: &offsets,
+        values: &values,
+    };
+    let ids = Column::Text {
+        offsets: &ids.0,
+        data: &ids.1,
+    };
+    let err = Columns::new(&schema, ids, vec![column]).err().unwrap();
+    assert!(
+        err.to_string()
+            .contains("doc \"b\": field \"m\" is float32[2,3], got 5 elements"),
+        "{err}"
+    );
+}
