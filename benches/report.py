@@ -140,6 +140,71 @@ WHY_NOT_SMALLEST = {
     ),
 }
 
+# Not measured by the suite: the instruction profile of `benches/instructions.py` (load-independent),
+# kept beside the timed figures it explains; re-measure it with that script when the hot paths change.
+WHERE_TIME_GOES = """
+## Where the time goes
+
+Counted in instructions, which the machine's load does not move (`python -m benches.instructions
+STORE`: each operation under callgrind on the real interpreter, N times against 0 times, one
+decoding thread, split by function). Stores of the suite's `msmarco_like` (30,000 passages, ~330
+bytes) and `long_docs` (3,000 documents, ~6 KB) built at the default level; format 2 is a build of
+9483221 with its own store of the same passages. Measured at the `fix-perf` branch, 2026-11-27.
+
+Instructions per document:
+
+| operation | main (3a4f87d) | now | format 2 (9483221) | long_docs, now |
+|---|--:|--:|--:|--:|
+| `store[id].text` in a Python loop | 6,104 | 6,104 | 6,219 | 41,034 |
+| the same loop over a dict of the Docs (Python alone) | 844 | 844 | - | - |
+| `get_many(1024 ids, field="text")` | 5,450 | 5,110 | 4,787 | 34,459 |
+| `take(1024 positions, field="text")` | 4,199 | 4,193 | 3,504 | 32,616 |
+| build (`docstore.build` of the 30,000 passages, one thread) | 58,269 | 58,269 | - | - |
+
+What a single passage lookup (6,104) is made of:
+
+| part | instructions | share |
+|---|--:|--:|
+| liblz4 decoding (`LZ4_decompress_*`): floor | 1,656 | 27% |
+| key search (`rank_of`, `found_at`: fences, block, entry): floor | 635 | 10% |
+| the `str` (`PyUnicode_New`, the copy): floor | ~190 | 3% |
+| the per-read check (xxh3 of key and body, `checked_body`) | 310 | 5.1% |
+| releasing and retaking the GIL around the read (pyo3 `detach`) | 457 | 7% |
+| the Doc: field walk, `DocBuilder`, its deallocation | ~600 | 10% |
+| the call: pyo3 trampoline, argument, `ArcSwap`, `with_single`, collection layers | ~700 | 11% |
+| Python's loop, the `.text` attribute | 844 | 14% |
+| the rest, by subtraction (allocator, decoder set-up, `RecordBatch`) | ~715 | 12% |
+
+- **Single lookups.** The floor's parts are ~2,480 of 5,260 instructions in docstore's call (0.47;
+  0.54 with Python's loop on both sides), so the 0.7 target is not reached. No single part is
+  large: the GIL's release (457) is kept, as format 2 kept it, because a lookup that faults a page
+  in from disk must not stop every other Python thread; the check (310, 5.1%; 5.3% of a long
+  document's 41,034) is kept. A passage lookup already runs fewer instructions than format 2's
+  (6,104 against 6,219), which did no per-read check.
+- **Batches.** Per document a `get_many(1024)` runs 0.84x the instructions of a single lookup in
+  its loop (0.97x of the lookup's own 5,260), `take` 0.69x (0.80x): the 1.5x target is not reached
+  on one thread. What a batch still does per document beyond the floor: the batch search (~810,
+  more than the single search's 635 a key: 16 searches in lockstep trade instructions for
+  overlapped cache misses; it was ~1,100 before `lower_bounds` shared one size per group),
+  `Texts::prepare` (~400: the `str` layouts computed off the GIL, so that a second thread can make
+  them in parallel), the id dedup (`Seen`, ~130) and the result dict (~200). Against format 2,
+  `get_many` runs 7% more instructions and `take` 20% more: the per-read check (~310-330, 6-7% of
+  a batch's document, which format 2 did not do), `take`'s dedup of repeated positions
+  (`distinct`, ~140) and the checked read's key lookup.
+- **Two threads of batches.** The decoding runs with the GIL released (`in_chunks_then`); the part
+  of a `get_many(1024)` that holds it (making the values, the dict, the id dedup) is ~1,000 of
+  5,110 instructions a document (those functions' own costs), ~20%: Amdahl's law caps two threads
+  at ~1.7x one, short of the 1.8x target.
+- **Build.** Of 58,269 instructions a passage: docstore's encoder 37,494 (64%; the floors
+  program times it at 0.82x liblz4 HC's time on the same records and dictionary), dictionary
+  training 11,768 (20%; trained on the first 8 MiB, nearly all of this 10 MB corpus, so it shrinks
+  per document on larger ones), the round-trip decode of every compressed record 1,800 (3%),
+  copies ~1,100, taking the records from Python ~2,000, sorting the keys ~280. Training and taking
+  records run on one thread, before and beside the pool's compression: on two cores that serial
+  ~15,000 a document stands against ~19,600 of compression per core, which bounds the build at
+  ~0.6 of "cores x liblz4 HC" even on an idle machine.
+"""
+
 NOTES = """
 ## Notes on the method
 
@@ -1607,6 +1672,7 @@ def render(runs: list[dict], res: dict, data: dict, img_dir: Path, md_path: Path
     L += plots_section(res, corpora, img_dir, md_path)
     L += collections_section(res, corpora)
     L += standings_section(res, corpora, all_lost)
+    L.append(WHERE_TIME_GOES)
     L.append(NOTES)
     return "\n".join(L)
 

@@ -9,7 +9,8 @@ documents cross DataLoader worker queues and process boundaries.
 from __future__ import annotations
 
 import collections
-import functools
+import os
+import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -39,11 +40,34 @@ class Doc:
         return (_rebuild, (self._fields, tuple(self)))
 
 
-@functools.cache
+# One class per field list, made under a lock: threads opening stores of the same fields at once
+# (free-threaded CPython runs them in parallel) must get the same class, which functools.cache
+# does not promise (it may call the function twice and return both results).
+_CLASSES: dict[tuple[str, ...], type] = {}
+_CLASSES_LOCK = threading.Lock()
+
+
+def _new_lock_in_child() -> None:
+    # A thread of the parent may have held the lock at the fork; it does not exist in the child.
+    global _CLASSES_LOCK
+    _CLASSES_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows
+    os.register_at_fork(after_in_child=_new_lock_in_child)
+
+
 def doc_class(fields: tuple[str, ...]) -> type:
     """The Doc class with fields ``("doc_id", *fields)``."""
-    base = collections.namedtuple("Doc", ("doc_id", *fields))  # type: ignore[misc]
-    return type("Doc", (Doc, base), {"__slots__": (), "__module__": __name__})
+    cls = _CLASSES.get(fields)
+    if cls is None:
+        with _CLASSES_LOCK:
+            cls = _CLASSES.get(fields)
+            if cls is None:
+                base = collections.namedtuple("Doc", ("doc_id", *fields))  # type: ignore[misc]
+                cls = type("Doc", (Doc, base), {"__slots__": (), "__module__": __name__})
+                _CLASSES[fields] = cls
+    return cls
 
 
 def _rebuild(fields: tuple[str, ...], values: tuple[Any, ...]) -> Doc:

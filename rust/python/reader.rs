@@ -11,6 +11,7 @@ use crate::text::{RecordTexts, Wants};
 use arc_swap::ArcSwapOption;
 use docstore_core::record;
 use docstore_core::repeats::{distinct, hash_key, Seen};
+use docstore_core::storage::Source;
 use docstore_core::{Collection, DataAccess, Located, RemoteOptions};
 use numpy::PyArray1;
 use pyo3::exceptions::{PyIndexError, PyValueError};
@@ -167,9 +168,9 @@ impl Reader {
         pos: u64,
     ) -> PyResult<Bound<'py, PyAny>> {
         // A remote store may fetch (its bytes evicted since, or healed): with Python released.
-        let key = match store.remote() {
-            Some(_) => py.detach(|| store.key_at_after_read(pos)),
-            None => store.key_at_after_read(pos),
+        let key = match store.source().fetches() {
+            true => py.detach(|| store.key_at_after_read(pos)),
+            false => store.key_at_after_read(pos),
         };
         Ok(PyString::new(py, key.py_err(py)?).into_any())
     }
@@ -223,7 +224,8 @@ impl Reader {
                 let store = py
                     .detach(|| {
                         RemoteOptions::new(options, cache_dir, cache_bytes)
-                            .and_then(|o| Collection::open_remote(&url, o))
+                            .and_then(|o| Source::remote(&url, o))
+                            .and_then(|source| Collection::open_source(&url, source))
                     })
                     .py_err(py)?;
                 let shown = docstore_core::storage::url::redact(&url);
@@ -287,10 +289,9 @@ impl Reader {
     /// one.
     fn _remote_stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
         let store = self.store(py)?;
-        let Some(remote) = store.remote() else {
+        let Some(stats) = store.source().stats() else {
             return Ok(None);
         };
-        let stats = &remote.stats;
         let dict = PyDict::new(py);
         dict.set_item("requests", stats.requests.load(Ordering::Relaxed))?;
         dict.set_item("bytes", stats.bytes.load(Ordering::Relaxed))?;
@@ -458,8 +459,11 @@ impl Reader {
         fn text<'a>(id: &'a Bound<'_, PyString>) -> &'a [u8] {
             id.to_str().map_or(&b""[..], str::as_bytes)
         }
-        let mut objects: Vec<Bound<'py, PyString>> = Vec::new();
-        let mut seen = Seen::new();
+        // Sized for the ids given (when they have a length), at most 64k ahead: a generator
+        // or a huge list of repeats still grows with the distinct ids only.
+        let hint = doc_ids.len().unwrap_or(0).min(1 << 16);
+        let mut objects: Vec<Bound<'py, PyString>> = Vec::with_capacity(hint);
+        let mut seen = Seen::with_capacity(hint);
         for id in ids_of(doc_ids)? {
             let Ok(id) = id?.cast_into::<PyString>().map(plain_str) else {
                 continue;
@@ -777,7 +781,7 @@ fn locate<'k>(
     store: &Collection,
     keys: &[&'k [u8]],
 ) -> docstore_core::Result<Vec<(&'k [u8], Option<Located>)>> {
-    if store.remote().is_some() {
+    if store.source().fetches() {
         return store.locate_batch(keys);
     }
     let mut parts = in_chunks(keys, &mut Vec::<()>::new(), |chunk, _| {

@@ -7,9 +7,12 @@
 //! position; the shard's document check (format v2) then proves that the document read is the
 //! one asked for, so a damaged index can fail a lookup but never answer it with another document.
 //!
-//! A single store file opens as a collection of one shard without an index, so the bindings hold
-//! one type whatever was opened. A remote store or collection (a URL: `storage::remote`) opens
-//! as the same type over remote files: the same lookups, over another storage.
+//! A single store file opens as a collection of one shard whose own key index maps its ids
+//! (`Ids::Own`): its positions are the collection's, so every lookup takes the same route as a
+//! collection's, and the bindings hold one type whatever was opened. A remote store or
+//! collection (a URL) opens as the same type over remote files: the same lookups, over another
+//! storage, whose `Source` decides what a remote read needs besides (retries, fetching a batch
+//! at once, a whole copy to verify).
 
 mod dir;
 mod manifest;
@@ -22,13 +25,11 @@ use dir::CollectionDir;
 
 use crate::error::{Error, Result};
 use crate::schema::Schema;
-use crate::storage::remote::{self, Remote, RemoteFile, RemoteOptions};
+use crate::storage::source::{self, Source};
 use crate::storage::StoreFile;
 use crate::store::{self, DataAccess, Found, RecordBatch, Store};
 use rayon::prelude::*;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use xxhash_rust::xxh3::xxh3_64;
 
 pub struct Collection {
@@ -36,13 +37,27 @@ pub struct Collection {
     paths: Vec<PathBuf>,
     /// The global position of each shard's first document, then the total.
     starts: Vec<u64>,
-    /// The global id index; `None` for a single store file (its own key index serves).
-    index: Option<Store<StoreFile>>,
-    /// Where the global id index was opened from (what `verify` names).
-    index_path: Option<PathBuf>,
+    /// The key index that maps ids to global positions.
+    ids: Ids,
+    /// Whether what `ids` finds locates the blob in the shard (see `indexed`).
+    locates_blobs: bool,
     fingerprint: u64,
-    /// The client of a remote store or collection (`None`: local files).
-    remote: Option<Arc<Remote>>,
+    /// Where the files come from (local, or a remote location and its client).
+    source: Source,
+}
+
+/// Where a collection looks its ids up. A single store file is a collection of one shard: its
+/// own key index gives its positions, which are the collection's, so it needs no index of its
+/// own, and every lookup goes the same way as through a global index. (A second store for
+/// it, or an `Option` to test at every lookup, is what this replaces.)
+// One per collection, never moved once opened: a box would cost every lookup a pointer chase.
+#[allow(clippy::large_enum_variant)]
+enum Ids {
+    /// The only shard's own key index.
+    Own,
+    /// A global id index (a store without fields) over the shards, and where it was opened
+    /// from (what `verify` names).
+    Global(Store<StoreFile>, PathBuf),
 }
 
 /// Where `Collection::locate_batch` found a key: the global position, and the shard and the
@@ -53,14 +68,6 @@ pub struct Located {
     shard: usize,
     local: Found,
 }
-
-/// A damaged read of a remote store is tried this many times in all, its bytes fetched anew:
-/// the cache may have been evicted under it, the network may have handed over bad bytes that
-/// passed as the right length, or the cache's disk may have damaged them. The second attempt
-/// fetches again what the first read (`remote::invalidate_read`); the third also what every
-/// read relies on unasked (the pinned ranges: `RemoteFile::refetch_pinned`). Only a read that
-/// fails on bytes the server has just sent raises.
-const REMOTE_ATTEMPTS: u32 = 3;
 
 /// Opens of a collection directory in a row that may fail because the directory was replaced
 /// (by `seal(..., overwrite=True)`) while each ran; the last failure is the error.
@@ -74,90 +81,64 @@ impl Collection {
             Collection::open_dir(path, access)
         } else {
             let store = Store::open_local(path, access)?;
-            Ok(Collection::single(store, path.to_path_buf(), None))
+            Ok(Collection::single(
+                store,
+                path.to_path_buf(),
+                Source::local(),
+            ))
         }
     }
 
-    fn single(store: Store<StoreFile>, path: PathBuf, remote: Option<Arc<Remote>>) -> Collection {
+    /// A single store file: a collection of one shard, its ids in its own key index.
+    fn single(store: Store<StoreFile>, path: PathBuf, source: Source) -> Collection {
         let fingerprint = store.fingerprint();
         Collection {
             starts: vec![0, store.len()],
             shards: vec![store],
             paths: vec![path],
-            index: None,
-            index_path: None,
+            ids: Ids::Own,
+            // A store's own key index locates its own blobs (format v3; `None` before).
+            locates_blobs: true,
             fingerprint,
-            remote,
+            source,
         }
     }
 
     /// Opens a remote store (`s3://bucket/corpus.docstore`) or collection (the prefix holding
-    /// `docstore-collection.json`, `index.docstore` and the shards). A URL ending in `/` is a
-    /// collection; otherwise the object is tried first, then the manifest under it.
-    pub fn open_remote(url: &str, options: RemoteOptions) -> Result<Collection> {
-        let remote = Remote::new(url, options)?;
-        // The credentials a URL may carry stay with the client (`Remote`): the files' URLs, kept
-        // and shown from here on, are without them (`storage::url`).
+    /// `docstore-collection.json`, `index.docstore` and the shards) through `source`, the
+    /// remote location of `url` (`Source::remote`). A URL ending in `/` is a collection;
+    /// otherwise the object is tried first, then the manifest under it.
+    pub fn open_source(url: &str, source: Source) -> Result<Collection> {
+        // The credentials a URL may carry stay with the client: the files' URLs, kept and shown
+        // from here on, are without them (`storage::url`).
         let shown = crate::storage::url::redact(url);
         let url = crate::storage::url::without_credentials(url)
             .ok_or_else(|| Error::InvalidArgument(format!("{shown}: not a URL")))?;
         if !url.ends_with('/') {
-            match RemoteFile::open(&remote, &url) {
-                Ok(file) => {
-                    let store = Store::open_remote(file)?;
-                    return Ok(Collection::single(store, PathBuf::from(url), Some(remote)));
-                }
-                Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
+            if let Some(file) = source.open_file(&url)? {
+                let store = Store::from_bytes(file)?;
+                return Ok(Collection::single(store, PathBuf::from(url), source));
             }
         }
         let base = url.trim_end_matches('/');
         let manifest_url = format!("{base}/{MANIFEST}");
-        let bytes = remote
-            .get_all(&remote.path_of(&manifest_url)?, &manifest_url)
-            .map_err(|e| match e {
-                Error::Io(io) if io.kind() == std::io::ErrorKind::NotFound => {
-                    Error::Io(std::io::Error::new(
-                        io.kind(),
-                        format!("no store or collection at {shown} ({io})"),
-                    ))
-                }
-                e => e,
-            })?;
+        let bytes = source.read_object(&manifest_url).map_err(|e| match e {
+            Error::Io(io) if io.kind() == std::io::ErrorKind::NotFound => {
+                Error::Io(std::io::Error::new(
+                    io.kind(),
+                    format!("no store or collection at {shown} ({io})"),
+                ))
+            }
+            e => e,
+        })?;
         let manifest = Manifest::parse(&bytes, &manifest_url)?;
-        let mut urls = Vec::with_capacity(manifest.shards.len() + 1);
-        for entry in std::iter::once(&manifest.index).chain(&manifest.shards) {
-            // Checked first (nothing outside the collection is asked for), then one path segment
-            // per component, escaped: the object named is the manifest's name, whatever it holds.
-            let relative = entry.relative()?.to_string_lossy().into_owned();
-            let mut file = ::url::Url::parse(base)
-                .map_err(|e| Error::InvalidArgument(format!("{shown}: {e}")))?;
-            file.path_segments_mut()
-                .map_err(|_| Error::InvalidArgument(format!("{shown}: not a URL with a path")))?
-                .pop_if_empty()
-                .extend(relative.split('/'));
-            urls.push(String::from(file));
-        }
-        // Every file at once: each open is one or two round trips.
-        let opened: Vec<Result<Store<StoreFile>>> = std::thread::scope(|scope| {
-            let remote = &remote;
-            let handles: Vec<_> = urls
-                .chunks(urls.len().div_ceil(32).max(1))
-                .map(|chunk| {
-                    scope.spawn(move || {
-                        chunk
-                            .iter()
-                            .map(|u| RemoteFile::open(remote, u).and_then(Store::open_remote))
-                            .collect::<Vec<_>>()
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .flat_map(|h| h.join().expect("a thread opening a remote file panicked"))
-                .collect()
-        });
-        let mut opened = opened.into_iter();
+        let urls = (std::iter::once(&manifest.index).chain(&manifest.shards))
+            .map(|entry| {
+                let relative = entry.relative()?.to_string_lossy().into_owned();
+                Source::file_url(base, &relative, &shown)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut opened = source.open_files(&urls, Store::from_bytes).into_iter();
         let index = (
             opened.next().expect("the index comes first")?,
             PathBuf::from(&urls[0]),
@@ -166,7 +147,7 @@ impl Collection {
             .zip(&urls[1..])
             .map(|(store, url)| store.map(|s| (s, PathBuf::from(url))))
             .collect::<Result<Vec<_>>>()?;
-        Collection::assemble(&manifest, &url, index, shards, Some(remote))
+        Collection::assemble(&manifest, &url, index, shards, source)
     }
 
     /// Opens every file the manifest names and checks that each is the one sealed there, all
@@ -197,7 +178,7 @@ impl Collection {
             .map(|entry| open(entry, access))
             .collect::<Result<Vec<_>>>()?;
         let name = dir.path().display().to_string();
-        Collection::assemble(&manifest, &name, index, shards, None)
+        Collection::assemble(&manifest, &name, index, shards, Source::local())
     }
 
     /// A collection from its opened files, once each is checked to be the one the manifest
@@ -207,7 +188,7 @@ impl Collection {
         name: &str,
         (index, index_path): (Store<StoreFile>, PathBuf),
         opened: Vec<(Store<StoreFile>, PathBuf)>,
-        remote: Option<Arc<Remote>>,
+        source: Source,
     ) -> Result<Collection> {
         let pinned = |store: &Store<StoreFile>, entry: &FileEntry| -> Result<()> {
             if store.fingerprint() != entry.fingerprint()? || store.len() != entry.count {
@@ -253,59 +234,48 @@ impl Collection {
             shards,
             paths,
             starts,
-            index: Some(index),
-            index_path: Some(index_path),
+            locates_blobs: index.header().locates_shard_blobs(),
+            ids: Ids::Global(index, index_path),
             fingerprint: xxh3_64(&ids),
-            remote,
+            source,
         })
     }
 
-    /// The client of a remote store or collection (its counters), `None` for local files.
-    pub fn remote(&self) -> Option<&Arc<Remote>> {
-        self.remote.as_ref()
+    /// Where the files come from: local, or a remote location (its counters: `stats`).
+    pub fn source(&self) -> &Source {
+        &self.source
     }
 
-    /// Runs a read; for a remote store, a read that finds damage is run again after evicting
-    /// what it read from the cache (see `REMOTE_ATTEMPTS`).
-    fn retrying<R>(&self, mut op: impl FnMut() -> Result<R>) -> Result<R> {
-        self.retrying_from(|_| op())
+    /// Every file read: the global id index, if any, then the shards.
+    fn files(&self) -> impl Iterator<Item = &Store<StoreFile>> + Clone {
+        self.index().into_iter().chain(&self.shards)
     }
 
-    /// `retrying`, `op` told which attempt it is (1 first).
-    fn retrying_from<R>(&self, mut op: impl FnMut(u32) -> Result<R>) -> Result<R> {
-        if self.remote.is_none() {
-            return op(1);
-        }
-        let now = remote::guard_clock();
-        for file in self.index.iter().chain(&self.shards) {
-            file.remote_file().map_or(Ok(()), |f| f.guard(now))?;
-        }
-        let mut attempt = 1;
-        loop {
-            remote::begin_read();
-            match op(attempt) {
-                Err(Error::Corrupt(_)) if attempt < REMOTE_ATTEMPTS => {
-                    attempt += 1;
-                    let files = self.index.iter().chain(&self.shards);
-                    remote::invalidate_read(
-                        files.filter_map(Store::remote_file),
-                        attempt == REMOTE_ATTEMPTS,
-                    )?;
-                }
-                Err(e @ Error::Corrupt(_)) => {
-                    // Damaged as the server sent it: not left in the cache for the next read.
-                    let files = self.index.iter().chain(&self.shards);
-                    remote::invalidate_read(files.filter_map(Store::remote_file), false)?;
-                    return Err(e);
-                }
-                Ok(found) if attempt > 1 => {
-                    if let Some(remote) = &self.remote {
-                        remote.stats.heals.fetch_add(1, Ordering::Relaxed);
-                    }
-                    return Ok(found);
-                }
-                other => return other,
-            }
+    /// Runs a read of the files (`op` told which attempt it is, 1 first): once, or for a remote
+    /// store once more on bytes fetched anew each time it finds damage (`Source::run`).
+    fn retrying<R>(&self, op: impl FnMut(u32) -> Result<R>) -> Result<R> {
+        self.source.run(|| self.files().map(Store::remote_file), op)
+    }
+
+    /// `retrying` of a read that appends records to `batch`: each attempt starts from what
+    /// `batch` held before.
+    fn retrying_into<R>(
+        &self,
+        batch: &mut RecordBatch,
+        mut op: impl FnMut(u32, &mut RecordBatch) -> Result<R>,
+    ) -> Result<R> {
+        let base = batch.len();
+        self.retrying(|attempt| {
+            batch.truncate(base);
+            op(attempt, batch)
+        })
+    }
+
+    /// The key index ids are looked up in: the global one, or the only shard's own.
+    fn id_index(&self) -> &Store<StoreFile> {
+        match &self.ids {
+            Ids::Global(index, _) => index,
+            Ids::Own => &self.shards[0],
         }
     }
 
@@ -333,12 +303,15 @@ impl Collection {
 
     /// The global id index (`None` for a single store file).
     pub fn index(&self) -> Option<&Store<StoreFile>> {
-        self.index.as_ref()
+        match &self.ids {
+            Ids::Global(index, _) => Some(index),
+            Ids::Own => None,
+        }
     }
 
     /// Whether this is a collection directory rather than one store file.
     pub fn is_collection(&self) -> bool {
-        self.index.is_some()
+        matches!(self.ids, Ids::Global(..))
     }
 
     /// Whether every document read is checked against its key (always, in a collection).
@@ -353,47 +326,44 @@ impl Collection {
 
     /// Bytes on disk, every file counted.
     pub fn file_len(&self) -> u64 {
-        let shards: u64 = self.shards.iter().map(Store::file_len).sum();
-        shards + self.index.as_ref().map_or(0, Store::file_len)
+        self.files().map(Store::file_len).sum()
     }
 
     /// The shard holding global position `pos`, and the position inside it.
+    #[inline(always)]
     fn shard_of(&self, pos: u64) -> Result<(usize, u64)> {
-        if pos >= self.len() {
-            return Err(Error::OutOfRange {
-                index: pos,
-                len: self.len(),
-            });
+        let len = self.len();
+        if pos >= len {
+            return Err(Error::OutOfRange { index: pos, len });
         }
-        // Shards may be empty: the last shard whose start is <= pos holds it.
-        let shard = self.starts.partition_point(|&start| start <= pos) - 1;
+        let shard = match self.starts.len() {
+            // One shard (a single store file, say): its positions are the collection's. Not
+            // searched: this is on every lookup's path.
+            2 => return Ok((0, pos)),
+            // Shards may be empty: the last shard whose start is <= pos holds it.
+            _ => self.starts.partition_point(|&start| start <= pos) - 1,
+        };
         Ok((shard, pos - self.starts[shard]))
     }
 
-    /// The shard of a document the global index found, and the document in it: its position
+    /// The shard of a document the id index found, and the document in it: its position
     /// there and, where the index locates the shards' blobs (format v3), where its blob lies.
-    /// Out of range means a damaged index.
+    /// Out of range means a damaged index. (Inlined: it is on every lookup's path.)
+    #[inline(always)]
     fn indexed(&self, found: Found) -> Result<(usize, Found)> {
         let (shard, local) = (self.shard_of(found.pos))
             .map_err(|_| Error::corrupt("the global id index gives a position out of range"))?;
-        let located = self
-            .index
-            .as_ref()
-            .is_some_and(|i| i.header().locates_shard_blobs());
-        let blob = found.blob.filter(|_| located);
+        let blob = found.blob.filter(|_| self.locates_blobs);
         Ok((shard, Found { pos: local, blob }))
     }
 
     /// The position of `key`, confirmed by its document's check.
     pub fn position(&self, key: &[u8]) -> Result<Option<u64>> {
-        self.retrying(|| self.position_once(key))
+        self.retrying(|_| self.position_once(key))
     }
 
     fn position_once(&self, key: &[u8]) -> Result<Option<u64>> {
-        let Some(index) = &self.index else {
-            return self.shards[0].position(key);
-        };
-        let Some(found) = index.locate(key)? else {
+        let Some(found) = self.id_index().locate(key)? else {
             return Ok(None);
         };
         let (shard, local) = self.indexed(found)?;
@@ -403,14 +373,11 @@ impl Collection {
 
     /// `position` of many keys.
     pub fn positions(&self, keys: &[&[u8]]) -> Result<Vec<Option<u64>>> {
-        self.retrying(|| self.positions_once(keys))
+        self.retrying(|_| self.positions_once(keys))
     }
 
     fn positions_once(&self, keys: &[&[u8]]) -> Result<Vec<Option<u64>>> {
-        let Some(index) = &self.index else {
-            return self.shards[0].positions(keys);
-        };
-        let found = index.locate_many(keys)?;
+        let found = self.id_index().locate_many(keys)?;
         for (found, key) in found.iter().zip(keys) {
             if let Some(found) = *found {
                 let (shard, local) = self.indexed(found)?;
@@ -422,7 +389,7 @@ impl Collection {
 
     /// The key of the document at `pos`.
     pub fn key_at(&self, pos: u64) -> Result<&str> {
-        self.retrying(|| {
+        self.retrying(|_| {
             let (shard, local) = self.shard_of(pos)?;
             self.shards[shard].key_at(local)
         })
@@ -430,7 +397,7 @@ impl Collection {
 
     /// `key_at` of a position whose record has just been read (`Store::key_at_after_read`).
     pub fn key_at_after_read(&self, pos: u64) -> Result<&str> {
-        self.retrying(|| {
+        self.retrying(|_| {
             let (shard, local) = self.shard_of(pos)?;
             self.shards[shard].key_at_after_read(local)
         })
@@ -451,7 +418,7 @@ impl Collection {
             let (start, base) = (pos, self.starts[shard]);
             // A retried read (remote) calls `each` again from the shard's part's first key.
             let mut done = start;
-            self.retrying(|| {
+            self.retrying(|_| {
                 self.shards[shard].keys_in(local + (done - start)..local + take, |p, key| {
                     each(base + p, key)?;
                     done = base + p + 1;
@@ -467,10 +434,10 @@ impl Collection {
     /// reading it in chunks (on several threads, `read_prefetched`) waits on nothing: a batch is
     /// a few rounds of concurrent requests, not a few per chunk. Nothing to do for local files.
     pub fn prefetch_records(&self, positions: &[u64]) -> Result<()> {
-        if self.remote.is_none() {
+        if !self.source.fetches() {
             return Ok(());
         }
-        self.retrying(|| {
+        self.retrying(|_| {
             let mut by_shard: Vec<Vec<Found>> = vec![Vec::new(); self.shards.len()];
             for &pos in positions {
                 if let Ok((shard, local)) = self.shard_of(pos) {
@@ -492,18 +459,7 @@ impl Collection {
             .filter(|(shard, part)| !part.is_empty() && shard.needs_fetch(part, keys))
             .map(|(shard, part)| (shard, part.as_slice()))
             .collect();
-        match cold.as_slice() {
-            [] => Ok(()),
-            [(shard, part)] => shard.prefetch_reads(part, keys),
-            _ => std::thread::scope(|scope| {
-                let handles: Vec<_> = (cold.iter())
-                    .map(|&(shard, part)| scope.spawn(move || shard.prefetch_reads(part, keys)))
-                    .collect();
-                handles
-                    .into_iter()
-                    .try_for_each(|h| h.join().expect("a prefetching thread panicked"))
-            }),
-        }
+        source::at_once(&cold, |&(shard, part)| shard.prefetch_reads(part, keys))
     }
 
     /// Finds many keys for reading, the batch searched once: for a remote store, what reading
@@ -513,10 +469,10 @@ impl Collection {
     /// waiting on the network. Nothing is confirmed here: those check each document. Each key
     /// comes back with what was found for it, in order: what those take.
     pub fn locate_batch<'k>(&self, keys: &[&'k [u8]]) -> Result<Vec<(&'k [u8], Option<Located>)>> {
-        if self.remote.is_none() {
+        if !self.source.fetches() {
             return self.locate_once(keys);
         }
-        self.retrying(|| {
+        self.retrying(|_| {
             let located = self.locate_once(keys)?;
             let mut by_shard: Vec<Vec<Found>> = vec![Vec::new(); self.shards.len()];
             for (_, l) in located.iter() {
@@ -530,20 +486,7 @@ impl Collection {
     }
 
     fn locate_once<'k>(&self, keys: &[&'k [u8]]) -> Result<Vec<(&'k [u8], Option<Located>)>> {
-        let Some(index) = &self.index else {
-            let found = self.shards[0].locate_many(keys)?;
-            let at = |local: Found| Located {
-                pos: local.pos,
-                shard: 0,
-                local,
-            };
-            return Ok(keys
-                .iter()
-                .zip(found)
-                .map(|(&k, f)| (k, f.map(at)))
-                .collect());
-        };
-        let found = index.locate_many(keys)?;
+        let found = self.id_index().locate_many(keys)?;
         let mut located = Vec::with_capacity(keys.len());
         for (&key, found) in keys.iter().zip(found) {
             let at = found.map(|found| {
@@ -567,9 +510,7 @@ impl Collection {
         items: &[(&[u8], Option<Located>)],
         batch: &mut RecordBatch,
     ) -> Result<Vec<Option<u64>>> {
-        let base = batch.len();
-        self.retrying_from(|attempt| {
-            batch.truncate(base);
+        self.retrying_into(batch, |attempt, batch| {
             if attempt > 1 {
                 return self.read_many_once(&keys_of(items), batch);
             }
@@ -578,7 +519,7 @@ impl Collection {
             self.read_across(
                 &found,
                 false,
-                self.remote.is_some(),
+                self.source.fetches(),
                 |&(_, l)| (l.shard, l.local),
                 |&(key, l)| self.shards[l.shard].with_record_of(l.local, key, |r| batch.push(r))?,
             )?;
@@ -589,7 +530,7 @@ impl Collection {
     /// `positions` of keys that `locate_batch` found (see `read_located`): each confirmed by
     /// its document's check, without a second search.
     pub fn confirm_located(&self, items: &[(&[u8], Option<Located>)]) -> Result<Vec<Option<u64>>> {
-        self.retrying_from(|attempt| {
+        self.retrying(|attempt| {
             if attempt > 1 {
                 return self.positions_once(&keys_of(items));
             }
@@ -605,7 +546,7 @@ impl Collection {
     /// For a remote store, fetches the keys of positions `range` at once (see
     /// `Store::prefetch_keys`), so that `key_at` over them waits on nothing.
     pub fn prefetch_keys(&self, range: std::ops::Range<u64>) -> Result<()> {
-        if self.remote.is_none() || range.is_empty() {
+        if !self.source.fetches() || range.is_empty() {
             return Ok(());
         }
         let end = range.end.min(self.len());
@@ -621,9 +562,7 @@ impl Collection {
 
     /// Appends the raw records of `positions` to `batch`, in request order.
     pub fn read_records(&self, positions: &[u64], batch: &mut RecordBatch) -> Result<()> {
-        let base = batch.len();
-        self.retrying(|| {
-            batch.truncate(base);
+        self.retrying_into(batch, |_, batch| {
             self.read_records_once(positions, batch, false)
         })
     }
@@ -632,10 +571,8 @@ impl Collection {
     /// attempt does not look for missing bytes again (any the cache lost meanwhile are fetched
     /// as read); one that finds damage fetches anew.
     pub fn read_prefetched(&self, positions: &[u64], batch: &mut RecordBatch) -> Result<()> {
-        let base = batch.len();
-        let fetched = self.remote.is_some();
-        self.retrying_from(|attempt| {
-            batch.truncate(base);
+        let fetched = self.source.fetches();
+        self.retrying_into(batch, |attempt, batch| {
             self.read_records_once(positions, batch, fetched && attempt == 1)
         })
     }
@@ -646,9 +583,6 @@ impl Collection {
         batch: &mut RecordBatch,
         fetched: bool,
     ) -> Result<()> {
-        if self.index.is_none() && !fetched {
-            return self.shards[0].read_records(positions, batch);
-        }
         let items = (positions.iter())
             .map(|&pos| self.shard_of(pos).map(|(s, local)| (s, Found::at(local))))
             .collect::<Result<Vec<_>>>()?;
@@ -667,18 +601,11 @@ impl Collection {
     /// Positions of many keys (`None` when absent), the records of those found appended to
     /// `batch` in request order, each checked against the key it was asked by.
     pub fn read_many(&self, keys: &[&[u8]], batch: &mut RecordBatch) -> Result<Vec<Option<u64>>> {
-        let base = batch.len();
-        self.retrying(|| {
-            batch.truncate(base);
-            self.read_many_once(keys, batch)
-        })
+        self.retrying_into(batch, |_, batch| self.read_many_once(keys, batch))
     }
 
     fn read_many_once(&self, keys: &[&[u8]], batch: &mut RecordBatch) -> Result<Vec<Option<u64>>> {
-        let Some(index) = &self.index else {
-            return self.shards[0].read_many(keys, batch);
-        };
-        let found = index.locate_many(keys)?;
+        let found = self.id_index().locate_many(keys)?;
         let items = (found.iter().zip(keys))
             .filter_map(|(found, &key)| found.map(|found| (found, key)))
             .map(|(found, key)| self.indexed(found).map(|(s, local)| (s, local, key)))
@@ -695,22 +622,15 @@ impl Collection {
 
     /// Position of `key` (`None` when absent), its record appended to `batch`, checked against it.
     pub fn read_one(&self, key: &[u8], batch: &mut RecordBatch) -> Result<Option<u64>> {
-        let base = batch.len();
-        self.retrying(|| {
-            batch.truncate(base);
-            self.read_one_once(key, batch)
-        })
+        self.retrying_into(batch, |_, batch| self.read_one_once(key, batch))
     }
 
     fn read_one_once(&self, key: &[u8], batch: &mut RecordBatch) -> Result<Option<u64>> {
-        let Some(index) = &self.index else {
-            return self.shards[0].read_one(key, batch);
-        };
-        let Some(found) = index.locate(key)? else {
+        let Some(found) = self.id_index().locate(key)? else {
             return Ok(None);
         };
         let (shard, local) = self.indexed(found)?;
-        self.shards[shard].read_found(&[(local, key)], batch)?;
+        self.shards[shard].with_record_of(local, key, |raw| batch.push(raw))??;
         Ok(Some(found.pos))
     }
 
@@ -728,7 +648,7 @@ impl Collection {
         at: impl Fn(&T) -> (usize, Found),
         read: impl FnMut(&T) -> Result<()>,
     ) -> Result<()> {
-        if let ([shard], false) = (self.shards.as_slice(), fetched || self.remote.is_some()) {
+        if let ([shard], false) = (self.shards.as_slice(), fetched || self.source.fetches()) {
             // One local file: its hints straight from the batch, without a copy per shard.
             if shard.prepares_batch(items.len()) {
                 shard.prepare_batch(items.iter().map(|i| at(i).1), items.len(), keys)?;
@@ -739,7 +659,7 @@ impl Collection {
                 by_shard[shard].push(local);
             }
             // Remote shards fetch at once (one round for them all); local ones only hint.
-            match self.remote.is_some() {
+            match self.source.fetches() {
                 true => self.fetch_shards(&by_shard, keys)?,
                 false => (self.shards.iter().zip(&by_shard))
                     .filter(|(_, part)| !part.is_empty())
@@ -755,57 +675,77 @@ impl Collection {
         store::read_pipelined(items, at, keys, read)
     }
 
-    /// A remote collection's files downloaded whole into temporary files, each checked to be
-    /// the file opened (its fingerprint): what `verify` reads.
-    fn downloaded(&self) -> Result<Collection> {
-        let load = |store: &Store<StoreFile>| -> Result<Store<StoreFile>> {
-            let file = store
-                .remote_file()
-                .expect("a remote collection's files are remote");
-            let copy = Store::from_bytes(StoreFile::local(file.download()?))?;
+    /// The collection over a whole local copy of each file, each checked to be the file
+    /// opened (its fingerprint); `None` when the files are local already.
+    fn local_copy(&self) -> Result<Option<Collection>> {
+        let copy = |store: &Store<StoreFile>| -> Result<Option<Store<StoreFile>>> {
+            let Some(file) = self.source.local_copy(store.remote_file())? else {
+                return Ok(None);
+            };
+            let copy = Store::from_bytes(file)?;
             if copy.fingerprint() != store.fingerprint() {
                 return Err(Error::corrupt(format!(
                     "{} changed since it was opened",
-                    file.url()
+                    self.name_of(store).display()
                 )));
             }
-            Ok(copy)
+            Ok(Some(copy))
         };
-        Ok(Collection {
-            shards: self.shards.iter().map(load).collect::<Result<_>>()?,
+        let Some(shards) = self
+            .shards
+            .iter()
+            .map(copy)
+            .collect::<Result<Option<_>>>()?
+        else {
+            return Ok(None);
+        };
+        let ids = match &self.ids {
+            Ids::Global(index, path) => Ids::Global(
+                copy(index)?.expect("the index is where the shards are"),
+                path.clone(),
+            ),
+            Ids::Own => Ids::Own,
+        };
+        Ok(Some(Collection {
+            shards,
             paths: self.paths.clone(),
             starts: self.starts.clone(),
-            index: self.index.as_ref().map(load).transpose()?,
-            index_path: self.index_path.clone(),
+            ids,
+            locates_blobs: self.locates_blobs,
             fingerprint: self.fingerprint,
-            remote: None,
-        })
+            source: Source::local(),
+        }))
+    }
+
+    /// The path or URL `store` (one of the files) was opened from.
+    fn name_of(&self, store: &Store<StoreFile>) -> &Path {
+        let at = (self.shards.iter()).position(|s| std::ptr::eq(s, store));
+        match (at, &self.ids) {
+            (Some(at), _) => &self.paths[at],
+            (None, Ids::Global(_, path)) => path,
+            (None, Ids::Own) => &self.paths[0],
+        }
     }
 
     /// Reads every byte of every file (see `Store::verify`), and checks that the global index
-    /// holds exactly the shards' ids at their global positions.
+    /// holds exactly the shards' ids at their global positions. A remote collection is read
+    /// from a whole copy of each file.
     pub fn verify(&self) -> Result<()> {
-        if self.remote.is_some() {
-            return self.downloaded()?.verify();
+        if let Some(copy) = self.local_copy()? {
+            return copy.verify();
         }
-        let Some(index) = &self.index else {
-            return self.shards[0].verify();
-        };
-        // Every file is read, and every damaged one named, not only the first.
-        let index_path = self
-            .index_path
-            .as_deref()
-            .unwrap_or(Path::new("the global id index"));
-        let files = std::iter::once((index, index_path)).chain(
-            self.shards
-                .iter()
-                .zip(self.paths.iter().map(PathBuf::as_path)),
-        );
+        // Every file is read, and every damaged one named (when there are several), not only
+        // the first.
         let mut damaged = Vec::new();
-        for (store, path) in files {
+        for store in self.files() {
             match store.verify() {
                 Ok(()) => {}
-                Err(Error::Corrupt(msg)) => damaged.push(format!("{}: {msg}", path.display())),
+                Err(Error::Corrupt(msg)) if !self.is_collection() => {
+                    return Err(Error::Corrupt(msg))
+                }
+                Err(Error::Corrupt(msg)) => {
+                    damaged.push(format!("{}: {msg}", self.name_of(store).display()))
+                }
                 Err(other) => return Err(other),
             }
         }
@@ -819,6 +759,16 @@ impl Collection {
                 )))
             }
         }
+        match &self.ids {
+            Ids::Global(index, _) => self.verify_index(index),
+            // The only shard's key index was checked against its keys with the shard.
+            Ids::Own => Ok(()),
+        }
+    }
+
+    /// That the global id `index` holds exactly the shards' ids at their global positions, and
+    /// (format v3) locates each document's blob where its shard holds it.
+    fn verify_index(&self, index: &Store<StoreFile>) -> Result<()> {
         if index.len() != self.len() {
             return Err(Error::corrupt(
                 "the global id index and the shards count different documents",

@@ -10,6 +10,7 @@
 
 pub mod cache;
 pub mod remote;
+pub mod source;
 pub mod url;
 
 use crate::error::Result;
@@ -17,6 +18,7 @@ use memmap2::Mmap;
 use std::ops::Range;
 
 pub use remote::{Remote, RemoteOptions, RemoteStats};
+pub use source::Source;
 
 /// The bytes of a store file, as one slice, and a way to make ranges of them readable.
 pub trait Storage: AsRef<[u8]> {

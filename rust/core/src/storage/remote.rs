@@ -353,6 +353,8 @@ pub struct Remote {
     /// account, bucket as configured): part of every cache entry's key (`cache_key`).
     locator: std::sync::OnceLock<String>,
     conn: PerProcess<Conn>,
+    /// The client to use instead of one built from the URL (`Remote::over`: tests).
+    given: Option<Arc<dyn ObjectStore>>,
     pub stats: RemoteStats,
 }
 
@@ -397,6 +399,25 @@ impl Remote {
     /// A client for `url` (its scheme and bucket or host; the path is the caller's), made at once
     /// so that bad options fail here.
     pub fn new(url: &str, options: RemoteOptions) -> Result<Arc<Remote>> {
+        Remote::with(url, options, None)
+    }
+
+    /// `new` over `store` instead of the client the URL names: what the core's tests read
+    /// through (an in-memory store that counts requests). Not reachable from Python.
+    #[doc(hidden)]
+    pub fn over(
+        url: &str,
+        options: RemoteOptions,
+        store: Arc<dyn ObjectStore>,
+    ) -> Result<Arc<Remote>> {
+        Remote::with(url, options, Some(store))
+    }
+
+    fn with(
+        url: &str,
+        options: RemoteOptions,
+        given: Option<Arc<dyn ObjectStore>>,
+    ) -> Result<Arc<Remote>> {
         let shown = super::url::redact(url);
         let bad =
             |e: &dyn std::fmt::Display| invalid(super::url::redact_text(&format!("{shown}: {e}")));
@@ -414,6 +435,7 @@ impl Remote {
             options,
             locator: std::sync::OnceLock::new(),
             conn: PerProcess::new(),
+            given,
             stats: RemoteStats::default(),
         });
         remote.conn()?;
@@ -561,10 +583,13 @@ impl Remote {
                 .enable_all()
                 .build()
                 .map_err(Error::Io)?;
-            let store = {
-                // Builders may look at the runtime (credential providers): build inside it.
-                let _entered = runtime.enter();
-                self.build()?
+            let store = match &self.given {
+                Some(store) => store.clone(),
+                None => {
+                    // Builders may look at the runtime (credential providers): build inside it.
+                    let _entered = runtime.enter();
+                    self.build()?
+                }
             };
             Ok(Conn {
                 runtime: ManuallyDrop::new(runtime),

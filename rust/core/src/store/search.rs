@@ -39,6 +39,26 @@ fn lower_bounds(
     stride: usize,
 ) {
     let value = |j: u64| u64_at(bytes, j as usize * stride);
+    // Common case: every search of the group spans as many entries (the step over the fences
+    // always does; the step in the blocks does unless a key falls in the short last block). One
+    // shared size then makes each step a load, a compare and a conditional move per key, with
+    // no per-key bookkeeping: about half the instructions of the general loop below, which a
+    // batch lookup spent ~650 instructions a key in (callgrind, 30k passages, 1024 ids).
+    // A missing target searches as 0: its low never moves, and its answer is not used.
+    if sizes.iter().all(|&size| size == sizes[0]) {
+        let targets = targets.map(|t| t.unwrap_or(0));
+        let mut size = sizes[0];
+        while size > 1 {
+            let half = size / 2;
+            for (&target, low) in targets.iter().zip(lows.iter_mut()) {
+                let probe = *low + half;
+                *low = if value(probe) < target { probe } else { *low };
+                prefetch(bytes, (*low + (size - half) / 2) as usize * stride);
+            }
+            size -= half;
+        }
+        sizes.fill(size);
+    }
     loop {
         let mut active = false;
         for ((target, low), size) in targets.iter().zip(lows.iter_mut()).zip(sizes.iter_mut()) {
@@ -333,5 +353,57 @@ impl<B: Storage> Store<B> {
             }
         }
         Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `lower_bounds` agrees with `lower_bound` key by key, in groups whose ranges are all as
+    /// long (its shared-size path), of different lengths (its general loop), with missing
+    /// targets, and at both ends of the values. Ranges are never empty (`ranks_into`).
+    #[test]
+    fn lower_bounds_agrees_with_lower_bound() {
+        let stride = 16;
+        // Runs of equal values: a search must land on the first of a run.
+        let values: Vec<u64> = (0..1000u64).map(|i| (i / 3) * 10).collect();
+        let mut bytes = vec![0u8; values.len() * stride];
+        for (i, v) in values.iter().enumerate() {
+            bytes[i * stride..i * stride + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for round in 0..400 {
+            let equal = round % 2 == 0;
+            let mut targets = [None; GROUP];
+            let mut lows = [0u64; GROUP];
+            let mut sizes = [0u64; GROUP];
+            let shared = 1 + next() % 300;
+            for i in 0..GROUP {
+                let size = if equal { shared } else { 1 + next() % 300 };
+                lows[i] = next() % (values.len() as u64 - size);
+                sizes[i] = size;
+                targets[i] = match next() % 8 {
+                    0 => None,
+                    1 => Some(0),
+                    2 => Some(u64::MAX),
+                    _ => Some(next() % 3400),
+                };
+            }
+            let expected: Vec<Option<u64>> = (0..GROUP)
+                .map(|i| {
+                    targets[i].map(|t| lower_bound(&bytes, stride, lows[i]..lows[i] + sizes[i], t))
+                })
+                .collect();
+            lower_bounds(&targets, &mut lows, &mut sizes, &bytes, stride);
+            let got: Vec<Option<u64>> = (0..GROUP).map(|i| targets[i].map(|_| lows[i])).collect();
+            assert_eq!(got, expected, "round {round}");
+        }
     }
 }

@@ -1,0 +1,196 @@
+//! Where a reader's files come from: local files, or a remote location (a bucket, a server)
+//! whose objects are read through the node cache (`remote`, `cache`).
+//!
+//! A collection reads its files through one `Source` and names no remote type: it asks its
+//! shards' storage for ranges and gets errors back. What a remote read needs besides is decided
+//! here, once for every read of a collection:
+//! - `open_files`: a collection's files opened at once (each open is a round trip or two);
+//! - `run`: a read that finds damage run again on bytes fetched anew (`REMOTE_ATTEMPTS`);
+//! - `at_once`: the shards of a batch fetched together, one round for them all;
+//! - `local_copy`: a whole copy of a remote file, what `verify` reads.
+
+use super::remote::{self, Remote, RemoteFile, RemoteOptions, RemoteStats};
+use super::StoreFile;
+use crate::error::{Error, Result};
+use bytes::Bytes;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// A damaged read of a remote store is tried this many times in all, its bytes fetched anew:
+/// the cache may have been evicted under it, the network may have handed over bad bytes that
+/// passed as the right length, or the cache's disk may have damaged them. The second attempt
+/// fetches again what the first read (`remote::invalidate_read`); the third also what every
+/// read relies on unasked (the pinned ranges: `RemoteFile::refetch_pinned`). Only a read that
+/// fails on bytes the server has just sent raises.
+const REMOTE_ATTEMPTS: u32 = 3;
+
+/// Local files, or a remote location and its client (counters included).
+#[derive(Clone, Default)]
+pub struct Source {
+    remote: Option<Arc<Remote>>,
+}
+
+impl Source {
+    /// Local files: every byte is where it is read.
+    pub fn local() -> Source {
+        Source { remote: None }
+    }
+
+    /// The remote location of `url` (its scheme and bucket or host), its client made at once so
+    /// that bad options fail here.
+    pub fn remote(url: &str, options: RemoteOptions) -> Result<Source> {
+        Ok(Source {
+            remote: Some(Remote::new(url, options)?),
+        })
+    }
+
+    /// `remote` over `store` instead of the client the URL names: what the core's tests read
+    /// through (an in-memory store that counts what it is asked). Not reachable from Python.
+    #[doc(hidden)]
+    pub fn over(
+        url: &str,
+        options: RemoteOptions,
+        store: Arc<dyn object_store::ObjectStore>,
+    ) -> Result<Source> {
+        Ok(Source {
+            remote: Some(Remote::over(url, options, store)?),
+        })
+    }
+
+    /// Whether reads fetch what they read (a remote location): a batch then fetches what it
+    /// will read first, all at once, so that it is a few rounds of requests, not a few per chunk.
+    #[inline(always)]
+    pub fn fetches(&self) -> bool {
+        self.remote.is_some()
+    }
+
+    /// The remote client's counters (`None` for local files).
+    pub fn stats(&self) -> Option<&RemoteStats> {
+        self.remote.as_ref().map(|r| &r.stats)
+    }
+
+    fn client(&self) -> Result<&Arc<Remote>> {
+        (self.remote.as_ref())
+            .ok_or_else(|| Error::InvalidArgument("not a remote location: give a URL".into()))
+    }
+
+    /// The object at `url` (under this source's location) opened as a store file: its first
+    /// bytes fetched (header, schema, dictionary); `None` when there is no such object.
+    pub fn open_file(&self, url: &str) -> Result<Option<StoreFile>> {
+        match self.opened(url) {
+            Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            other => other.map(Some),
+        }
+    }
+
+    fn opened(&self, url: &str) -> Result<StoreFile> {
+        StoreFile::remote(RemoteFile::open(self.client()?, url)?)
+    }
+
+    /// `open_file` of every URL at once, each then made what `open` makes of it (a store, which
+    /// fetches its key fences): one or two round trips for them all, not per file.
+    pub fn open_files<T: Send>(
+        &self,
+        urls: &[String],
+        open: impl Fn(StoreFile) -> Result<T> + Sync,
+    ) -> Vec<Result<T>> {
+        let open = |url: &String| self.opened(url).and_then(&open);
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = urls
+                .chunks(urls.len().div_ceil(32).max(1))
+                .map(|chunk| scope.spawn(|| chunk.iter().map(open).collect::<Vec<_>>()))
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().expect("a thread opening a remote file panicked"))
+                .collect()
+        })
+    }
+
+    /// The whole (small) object at `url`: a collection's manifest.
+    pub fn read_object(&self, url: &str) -> Result<Bytes> {
+        let remote = self.client()?;
+        remote.get_all(&remote.path_of(url)?, url)
+    }
+
+    /// Runs a read of `files` (each one's remote file, `None` for a local one, listed only for
+    /// a remote read; `op` told which attempt it is, 1 first). A local read runs once. A remote
+    /// one first checks that the cache files are whole (`RemoteFile::guard`), and one that finds
+    /// damage is run again after evicting what it read from the cache (`REMOTE_ATTEMPTS`).
+    #[inline]
+    pub fn run<'a, I, R>(
+        &self,
+        files: impl FnOnce() -> I,
+        mut op: impl FnMut(u32) -> Result<R>,
+    ) -> Result<R>
+    where
+        I: Iterator<Item = Option<&'a RemoteFile>> + Clone,
+    {
+        let Some(remote) = &self.remote else {
+            return op(1);
+        };
+        let files = files().flatten();
+        let now = remote::guard_clock();
+        for file in files.clone() {
+            file.guard(now)?;
+        }
+        let mut attempt = 1;
+        loop {
+            remote::begin_read();
+            match op(attempt) {
+                Err(Error::Corrupt(_)) if attempt < REMOTE_ATTEMPTS => {
+                    attempt += 1;
+                    remote::invalidate_read(files.clone(), attempt == REMOTE_ATTEMPTS)?;
+                }
+                Err(e @ Error::Corrupt(_)) => {
+                    // Damaged as the server sent it: not left in the cache for the next read.
+                    remote::invalidate_read(files.clone(), false)?;
+                    return Err(e);
+                }
+                Ok(found) if attempt > 1 => {
+                    remote.stats.heals.fetch_add(1, Ordering::Relaxed);
+                    return Ok(found);
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// A whole copy of `file` (`None`: a local file, read where it is), downloaded into a
+    /// temporary file: what `verify` reads, whatever the cache's budget.
+    pub fn local_copy(&self, file: Option<&RemoteFile>) -> Result<Option<StoreFile>> {
+        file.map(|f| Ok(StoreFile::local(f.download()?)))
+            .transpose()
+    }
+
+    /// `url` of the file `relative` to the location `base` (a URL without credentials; `shown`
+    /// names it in errors): checked first (nothing outside it is asked for), then one path
+    /// segment per component, escaped, so that the object named is `relative`, whatever it holds.
+    pub fn file_url(base: &str, relative: &str, shown: &str) -> Result<String> {
+        let mut file =
+            ::url::Url::parse(base).map_err(|e| Error::InvalidArgument(format!("{shown}: {e}")))?;
+        file.path_segments_mut()
+            .map_err(|_| Error::InvalidArgument(format!("{shown}: not a URL with a path")))?
+            .pop_if_empty()
+            .extend(relative.split('/'));
+        Ok(String::from(file))
+    }
+}
+
+/// Runs `each` on every part at once, a thread each (just this one for a single part): fetches
+/// of several files sent together are one round of requests, not one per file.
+pub fn at_once<T: Sync>(parts: &[T], each: impl Fn(&T) -> Result<()> + Sync) -> Result<()> {
+    match parts {
+        [] => Ok(()),
+        [part] => each(part),
+        _ => std::thread::scope(|scope| {
+            let each = &each;
+            let handles: Vec<_> = (parts.iter())
+                .map(|part| scope.spawn(move || each(part)))
+                .collect();
+            handles
+                .into_iter()
+                .try_for_each(|h| h.join().expect("a fetching thread panicked"))
+        }),
+    }
+}
