@@ -395,9 +395,9 @@ BUILD_REFUSALS = [
     ),
     (
         "id.jsonl",
-        '{"doc_id": 1, "t": "x"}\n',
+        '{"doc_id": 1.5, "t": "x"}\n',  # an integer id is its decimal text; a float is refused
         ["--fields", "t:str"],
-        "id.jsonl:1: doc ids must be str, got int 1",
+        "id.jsonl:1: doc ids must be str, got float 1.5",
     ),
     (
         "empty.jsonl",
