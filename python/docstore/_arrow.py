@@ -16,13 +16,18 @@ def field_type(arrow_type: Any) -> str | None:
     """The docstore field type that holds values of ``arrow_type``, or None if there is none.
 
     Strings are ``str``, binary ``bytes``, every integer type ``int64`` (a ``uint64`` beyond the
-    int64 range is refused by value), every float type ``float64``, and a list of numbers the
-    array of its element type (``list<float32>`` is ``float32[]``; ``float16`` elements go to
-    ``float32[]``, the narrowest float field). A dictionary-encoded column has its values' type.
+    int64 range is refused by value), every float type ``float64``, ``bool`` ``bool``, a list of
+    strings ``list[str]``, of binaries ``list[bytes]``, and a list of numbers the array of its
+    element type (``list<float32>`` is ``float32[]``, ``list<halffloat>`` ``float16[]``). A
+    dictionary-encoded column has its values' type. Whether the field is nullable is not the
+    type's: see ``nullable``.
     """
     import pyarrow as pa
 
     t = arrow_type.value_type if pa.types.is_dictionary(arrow_type) else arrow_type
+    tensor = _tensor_type(t)
+    if tensor is not None:
+        return tensor
     if pa.types.is_string(t) or pa.types.is_large_string(t) or _is_view(t, "string"):
         return "str"
     if (
@@ -32,6 +37,8 @@ def field_type(arrow_type: Any) -> str | None:
         or _is_view(t, "binary")
     ):
         return "bytes"
+    if pa.types.is_boolean(t):
+        return "bool"
     if pa.types.is_integer(t):
         return "int64"
     if pa.types.is_floating(t):
@@ -42,17 +49,46 @@ def field_type(arrow_type: Any) -> str | None:
             dtype = np.dtype(element.to_pandas_dtype()).name
             if dtype in ARRAY_DTYPES:
                 return f"{dtype}[]"
-            if dtype == "float16":  # the narrowest float field, as build() infers
-                return "float32[]"
+        inner = field_type(element) if not pa.types.is_dictionary(element) else None
+        if inner in ("str", "bytes"):
+            return f"list[{inner}]"
     return None
+
+
+def _tensor_type(t: Any) -> str | None:
+    """``T[d1,d2,...]`` for a fixed-shape array type: an extension type with a shape (Arrow's
+    ``fixed_shape_tensor``, HF's ``Array2D`` ... of a fixed shape) around lists of numbers, or
+    fixed-size lists nested at least twice around numbers."""
+    import pyarrow as pa
+
+    shape = list(getattr(t, "shape", None) or []) if isinstance(t, pa.BaseExtensionType) else []
+    if any(not isinstance(d, int) or d < 1 for d in shape):
+        return None  # a dimension of no fixed size (HF's None)
+    storage = t.storage_type if isinstance(t, pa.BaseExtensionType) else t
+    dims = []
+    while pa.types.is_fixed_size_list(storage) or (shape and pa.types.is_list(storage)):
+        dims.append(getattr(storage, "list_size", 0))
+        storage = storage.value_type
+    if not (pa.types.is_integer(storage) or pa.types.is_floating(storage)):
+        return None
+    if not shape and len(dims) < 2:  # one fixed-size list is a 1-D array field
+        return None
+    dtype = np.dtype(storage.to_pandas_dtype()).name
+    shape = shape or dims
+    return f"{dtype}[{','.join(map(str, shape))}]" if dtype in ARRAY_DTYPES and shape else None
+
+
+def nullable(kind: str, column: Any) -> str:
+    """``kind`` made nullable (``str?``) when the Arrow ``column`` (the rows a schema is inferred
+    from) holds a null: a store's fields are nullable only where the data asks for it, since a
+    nullable field costs a byte a document and makes the store format version 4, which older
+    docstore releases do not read."""
+    return f"{kind}?" if column is not None and column.null_count else kind
 
 
 def unsupported(name: str, arrow_type: Any) -> str:
     """Why column ``name`` of ``arrow_type`` has no field type (``field_type`` gave None)."""
-    import pyarrow as pa
 
-    if pa.types.is_boolean(arrow_type):
-        return f"column {name!r} is bool, which docstore has no type for"
     return f"column {name!r} has Arrow type {arrow_type}, which docstore has no field type for"
 
 
@@ -71,9 +107,10 @@ def schema_fields(schema: Any, id_field: str, fields: Mapping[str, str] | None =
     if id_field not in names:
         raise SchemaError(f"the data has no id column {id_field!r} (columns: {names})")
     id_type = schema.field(id_field).type
-    if field_type(id_type) != "str":
+    if field_type(id_type) not in ("str", "int64"):
         raise InvalidKeyError(
-            f"id column {id_field!r} has Arrow type {id_type}; doc ids must be strings: cast the column"
+            f"id column {id_field!r} has Arrow type {id_type}; doc ids must be strings (or integers, "
+            "stored as their decimal text): cast the column"
         )
     if fields is not None:
         fields = dict(fields)
@@ -103,7 +140,8 @@ def schema_fields(schema: Any, id_field: str, fields: Mapping[str, str] | None =
 def prepare(batch: Any, id_field: str, fields: Mapping[str, str]) -> Any:
     """``batch`` (a pyarrow Table or RecordBatch) cut to the id column and ``fields``, with
     dictionaries, string/binary views, fixed-size lists and binaries cast to plain encodings
-    (one layout for every shard of an engine's write); its id column checked for nulls."""
+    (one layout for every shard of an engine's write); its id column checked for nulls, and
+    integer ids made their decimal text."""
     import pyarrow as pa
 
     names = [id_field, *fields]
@@ -121,8 +159,10 @@ def prepare(batch: Any, id_field: str, fields: Mapping[str, str]) -> Any:
             column = column.cast(pa.large_string())
         elif _is_view(kind, "binary") or pa.types.is_fixed_size_binary(kind):
             column = column.cast(pa.large_binary())
-        elif pa.types.is_fixed_size_list(kind):
+        elif pa.types.is_fixed_size_list(kind) and _tensor_type(kind) is None:
             column = column.cast(pa.list_(kind.value_type))
+        if name == id_field and pa.types.is_integer(column.type):
+            column = column.cast(pa.string())  # the id 7 is "7", as every input takes it
         columns.append(column)
     nulls = columns[0].null_count
     if nulls:
@@ -159,9 +199,10 @@ def _is_arrow(obj: Any) -> bool:
     return type(obj).__module__.split(".")[0] == "pyarrow"
 
 
-def _buffers(column: Any, kind: str) -> Any:
+def _buffers(column: Any, kind: str, nulls: bool = False) -> Any:
     """One column's argument of ``Writer._add_arrow_columns`` for a field of type ``kind`` (see
-    ``writer_columns``), or None."""
+    ``writer_columns``), or None. ``nulls``: the column's nulls are told apart by a validity
+    given beside it (the slots they leave in text and list buffers are skipped)."""
     import pyarrow as pa
 
     if isinstance(column, pa.ChunkedArray):
@@ -170,7 +211,15 @@ def _buffers(column: Any, kind: str) -> Any:
         return None
     if pa.types.is_dictionary(column.type):
         column = column.dictionary_decode()
-    if column.null_count:  # no field holds a None: the row path names the row
+    if kind.endswith("?"):  # a nullable field: (validity or None, the values' buffers)
+        valid = None
+        if column.null_count:
+            valid = column.is_valid().to_numpy(zero_copy_only=False).astype(np.uint8)
+            if kind in ("int64?", "float64?", "bool?"):  # values in the slots of nulls
+                column = column.fill_null(False if kind == "bool?" else 0)
+        part = _buffers(column, kind[:-1], nulls=True)
+        return None if part is None else (valid, part)
+    if column.null_count and not nulls:  # a field that is not nullable: the row path names the row
         return None
     if kind in ("str", "bytes"):
         return _text(column, kind)
@@ -180,7 +229,83 @@ def _buffers(column: Any, kind: str) -> Any:
         return _floats(column)
     if kind.endswith("[]"):
         return _arrays(column, kind[:-2])
+    if kind.endswith("]") and kind.partition("[")[2][:1].isdigit():  # a fixed shape: T[2,3]
+        return _tensors(column, kind)
+    if kind == "bool":
+        return _bools(column)
+    if kind in ("list[str]", "list[bytes]"):
+        return _lists(column, kind[5:-1])
     return None
+
+
+def _tensors(column: Any, kind: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """(int64 offsets, values) of a fixed-shape array field ``kind`` (``float32[2,3]``) from a
+    column of its type (``_tensor_type``): its elements flat, every row holding as many."""
+    import pyarrow as pa
+
+    from ._convert import as_array
+
+    dtype, dims = kind[:-1].split("[")
+    size = int(np.prod([int(d) for d in dims.split(",")]))
+    if isinstance(column.type, pa.BaseExtensionType) and _tensor_type(column.type) != kind:
+        return None
+    if isinstance(column.type, pa.BaseExtensionType):
+        column = column.storage
+    flat = column
+    while pa.types.is_fixed_size_list(flat.type) or pa.types.is_list(flat.type):
+        if pa.types.is_fixed_size_list(flat.type):  # the slots of null rows too
+            width = flat.type.list_size
+            flat = flat.values.slice(flat.offset * width, len(flat) * width)
+        else:
+            flat = flat.flatten()  # this slice's elements
+    if flat.null_count or len(flat) != len(column) * size:
+        return None  # the row path names the row
+    try:
+        values = as_array(flat.to_numpy(zero_copy_only=False), dtype, "", "")
+    except FieldTypeError:
+        return None
+    return np.arange(len(column) + 1, dtype=np.int64) * size, values
+
+
+def _bools(column: Any) -> np.ndarray | None:
+    """A ``bool`` field's values (uint8 0 and 1) from a bool column, or an integer one holding
+    only 0 and 1 (as ``add`` takes them)."""
+    import pyarrow as pa
+
+    t = column.type
+    if pa.types.is_boolean(t):
+        return column.to_numpy(zero_copy_only=False).astype(np.uint8)
+    if pa.types.is_integer(t):
+        values = column.to_numpy()
+        if values.size and (values.min() < 0 or values.max() > 1):
+            return None  # the row path names the row
+        return values.astype(np.uint8)
+    return None
+
+
+def _lists(column: Any, item: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(int64 offsets counting items, int64 item offsets, uint8 data) of a list column of
+    strings (for ``list[str]``) or binaries (``list[bytes]``); None for one holding a null
+    item, which the row path refuses by name."""
+    import pyarrow as pa
+
+    t = column.type
+    if pa.types.is_fixed_size_list(t):
+        column = column.cast(pa.list_(t.value_type))
+    elif not (pa.types.is_list(t) or pa.types.is_large_list(t)):
+        return None
+    if len(column) == 0:
+        return np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(0, np.uint8)
+    offsets = column.offsets.to_numpy().astype(np.int64)  # this slice's, into .values
+    items = column.values
+    start, stop = int(offsets[0]), int(offsets[-1])
+    if items.null_count and items.slice(start, stop - start).null_count:
+        return None
+    text = _text(items, item)
+    if text is None:
+        return None
+    item_offsets, data = text
+    return offsets, item_offsets, data
 
 
 def _text(column: Any, kind: str) -> tuple[np.ndarray, np.ndarray] | None:

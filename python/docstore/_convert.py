@@ -15,9 +15,29 @@ import numpy as np
 from .errors import FieldTypeError
 
 
-def as_array(value: Any, dtype: str, doc_id: str, field: str) -> np.ndarray:
-    target = np.dtype(dtype)
+def as_array(
+    value: Any, dtype: str, doc_id: str, field: str, shape: tuple[int, ...] | None = None
+) -> np.ndarray:
+    """``value`` as a C-contiguous array of ``dtype``: 1-D, or of ``shape`` (a fixed-shape field,
+    whose value has that shape, or is flat with as many elements, as Arrow's fixed-size lists
+    give it), converted by the rules above element by element."""
+    if shape is not None:
+        name = f"{dtype}[{','.join(map(str, shape))}]"
+        where = f"doc {doc_id!r}: field {field!r} is {name}"
+        if value is None:
+            raise FieldTypeError(f"{where}, got None; declare the field {name}? to store None")
+        try:
+            array = np.asarray(_from_torch(value))
+        except (ValueError, TypeError) as exc:
+            raise FieldTypeError(f"{where}, got a value numpy cannot read: {exc}") from None
+        if array.shape != shape and not (array.ndim == 1 and array.size == int(np.prod(shape))):
+            raise FieldTypeError(f"{where}, got an array of shape {array.shape}")
+        return as_array(array.reshape(-1), dtype, doc_id, field).reshape(shape)
+    target = bfloat16() if dtype == "bfloat16" else np.dtype(dtype)
     where = f"doc {doc_id!r}: field {field!r} is {dtype}[]"
+    value = _from_torch(value)
+    if value is None:
+        raise FieldTypeError(f"{where}, got None; declare the field {dtype}[]? to store None")
     if isinstance(value, (str, bytes, bytearray, dict)):
         raise FieldTypeError(f"{where}, got {type(value).__name__}")
     if isinstance(value, np.ma.MaskedArray) and np.ma.is_masked(value):
@@ -64,6 +84,19 @@ def as_array(value: Any, dtype: str, doc_id: str, field: str) -> np.ndarray:
     return converted
 
 
+def _from_torch(value: Any) -> Any:
+    """A torch tensor of bfloat16, which numpy cannot read, as ml_dtypes' bfloat16 array (the
+    same bits); any other value as it is."""
+    if (
+        type(value).__module__.split(".")[0] != "torch"
+        or str(getattr(value, "dtype", "")) != "torch.bfloat16"
+    ):
+        return value
+    import torch
+
+    return value.detach().cpu().contiguous().view(torch.int16).numpy().view(bfloat16())
+
+
 def _is_int(v: Any) -> bool:
     return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
 
@@ -84,3 +117,17 @@ def _from_ints(ints: list[int] | tuple[int, ...], target: np.dtype, where: str) 
     if not np.isfinite(converted).all() or any(int(c) != v for c, v in zip(converted.tolist(), ints)):
         raise FieldTypeError(f"{where}, got integers that {target} cannot hold exactly")
     return converted
+
+
+def bfloat16() -> np.dtype:
+    """numpy's dtype for ``bfloat16[]`` elements, which numpy itself lacks: ``ml_dtypes.bfloat16``,
+    the one JAX, TensorFlow and ONNX use, that ``torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)``
+    takes without a copy (``docstore.torch`` does that)."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        raise FieldTypeError(
+            "bfloat16[] values are numpy arrays of ml_dtypes.bfloat16, and ml_dtypes is not installed: "
+            "pip install ml_dtypes (or docstore[bfloat16])"
+        ) from None
+    return np.dtype(ml_dtypes.bfloat16)

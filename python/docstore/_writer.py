@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from . import _docstore, _progress
-from ._arrow import field_type, prepare, unsupported
+from ._arrow import field_type, nullable, prepare, unsupported
 from ._arrow import writer_columns as _arrow_columns
 from ._collection import seal
 from ._docstore import ARRAY_DTYPES, FORMAT_VERSION, check_replaceable
@@ -21,7 +21,7 @@ from ._docstore import Writer as _Writer
 from ._staging import Staging
 from ._store import DocStore
 from ._store import open as open_store
-from .errors import InvalidArgumentError, SchemaError, StoreExistsError
+from .errors import InvalidArgumentError, InvalidKeyError, SchemaError, StoreExistsError
 
 # Rows per Arrow batch read from a Hugging Face dataset or a pyarrow table.
 ARROW_BATCH_ROWS = 8192
@@ -33,8 +33,11 @@ class Writer(_Writer):
     >>> with docstore.Writer("corpus.docstore", fields={"text": "str"}) as w:
     ...     w.add("d1", text="hello")
 
-    ``fields`` maps names to types: ``str``, ``bytes``, ``int64``, ``float64`` or a 1-D array
-    ``int8[]`` ... ``uint64[]``, ``float32[]``, ``float64[]``. Options: ``overwrite`` (replace an
+    ``fields`` maps names to types: ``str``, ``bytes``, ``int64``, ``float64``, ``bool``,
+    ``list[str]``, ``list[bytes]`` or a 1-D array ``int8[]`` ... ``uint64[]``, ``float16[]``,
+    ``bfloat16[]``, ``float32[]``, ``float64[]``, or of a fixed N-D shape: ``float32[2,3]``;
+    ``str?`` (any type and ``?``) is nullable: it takes and gives back ``None`` (docs/format.md
+    §5.3). Options: ``overwrite`` (replace an
     existing store), ``level`` (0 = lz4 fast, 1-12 = lz4 HC; default 3; -1 = no compression: the
     largest file, and lookups that decode nothing), ``dict_size`` (bytes of shared dictionary,
     0 = none, default and most 64 KiB), ``batch_bytes`` (raw bytes per compression batch),
@@ -422,21 +425,17 @@ def _string_ids(column: Any, id_field: str) -> Any:
     raise SchemaError(f"the id column {id_field!r} is {kind}; ids must be strings or integers")
 
 
-def arrow_field_type(name: str, arrow_type: Any) -> str:
+def arrow_field_type(name: str, arrow_type: Any, column: Any = None) -> str:
     """The field type for a column of ``arrow_type`` (``build`` from a table or dataset): the
-    mapping of ``_arrow.field_type``, and bools as ``int64`` 0/1, as ``build`` infers them from
-    Python values."""
-    import pyarrow as pa
-
+    mapping of ``_arrow.field_type``, nullable when ``column`` (its rows in the first batch)
+    holds a null."""
     kind = field_type(arrow_type)
-    if kind is None and pa.types.is_boolean(arrow_type):
-        kind = "int64"
     if kind is None:
         raise SchemaError(
             f"{unsupported(name, arrow_type)}; pass fields={{...}} naming the columns to keep (and "
             "their types), or drop it first"
         )
-    return kind
+    return nullable(kind, column)
 
 
 def _is_arrow_table(obj: Any) -> bool:
@@ -451,7 +450,8 @@ def _as_list(column: Any) -> list[Any]:
     if type(column).__module__.startswith("pyarrow"):
         import pyarrow as pa
 
-        if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
+        nested = pa.types.is_fixed_size_list(getattr(column.type, "value_type", None) or pa.null())
+        if (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)) and not nested:
             import pyarrow.compute as pc
 
             # One numpy array per row instead of lists of Python ints; but numpy turns null
@@ -469,19 +469,30 @@ def infer_type(name: str, value: Any) -> str:
         return "str"
     if isinstance(value, (bytes, bytearray)):
         return "bytes"
-    if isinstance(value, (bool, int, np.integer)):
+    if isinstance(value, (bool, np.bool_)):
+        return "bool"
+    if isinstance(value, (int, np.integer)):
         return "int64"
     if isinstance(value, (float, np.floating)):
         return "float64"
     if isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype.name in ARRAY_DTYPES:
         return f"{value.dtype.name}[]"
-    if isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype == np.float16:
-        return "float32[]"  # the narrowest float field; every float16 converts exactly
+    if isinstance(value, np.ndarray) and value.ndim > 1 and value.size and value.dtype.name in ARRAY_DTYPES:
+        return f"{value.dtype.name}[{','.join(map(str, value.shape))}]"  # a fixed shape
     if isinstance(value, (list, tuple)) and value:
+        if all(isinstance(v, str) for v in value):
+            return "list[str]"
+        if all(isinstance(v, (bytes, bytearray)) for v in value):
+            return "list[bytes]"
         if all(isinstance(v, (bool, int, np.integer)) for v in value):
             return "int64[]"
         if all(isinstance(v, (bool, int, float, np.integer, np.floating)) for v in value):
             return "float64[]"
+    if value is None:
+        raise SchemaError(
+            f"cannot infer the type of field {name!r} from None; pass fields={{...}} naming its type, "
+            f"nullable: {{{name!r}: 'str?'}}"
+        )
     raise SchemaError(
         f"cannot infer the type of field {name!r} from {type(value).__name__} value {value!r:.60}; "
         "pass fields={...} explicitly"
@@ -515,7 +526,8 @@ def build(
     """Builds a store from an iterable of dicts, namedtuples or dataclasses; returns it opened.
 
     Field types are inferred from the first record when ``fields`` is not given. ``options`` go to
-    :class:`Writer` (``overwrite``, ``level``, ``dict_size`` ...).
+    :class:`Writer` (``overwrite``, ``level``, ``dict_size`` ...). An integer id is stored as its
+    decimal text (the id ``7`` is ``"7"``), from records as from every other input.
 
     ``records`` may also be a Hugging Face ``datasets.Dataset``, a streaming
     ``datasets.IterableDataset`` or a pyarrow ``Table``/``RecordBatch``: they are read as Arrow
@@ -581,7 +593,13 @@ def _build(
             add = writer.add_record
             n = 0
             for n, record in enumerate(itertools.chain([first], iterator), 1):
-                add(record if type(record) is dict else _as_dict(record), id_field)
+                record = record if type(record) is dict else _as_dict(record)
+                try:
+                    add(record, id_field)
+                except InvalidKeyError:
+                    if type(record.get(id_field)) is not int:
+                        raise
+                    add({**record, id_field: str(record[id_field])}, id_field)  # the id 7 is "7"
                 if n % 8192 == 0:
                     shown.update(8192)
             shown.update(n - shown.n)
@@ -630,7 +648,7 @@ def _build_from_arrow(
                 f"the data has a 'doc_id' column beside the id column {id_field!r}; 'doc_id' is the "
                 "name docstore gives the key, so rename or drop that column, or use it as id_field"
             )
-        fields = {f.name: arrow_field_type(f.name, f.type) for f in schema if f.name != id_field}
+        fields = {f.name: _inferred(f, first) for f in schema if f.name != id_field}
     with Writer(path, fields, **options) as writer:
         if first is not None:
             for batch in itertools.chain([first], batches):
@@ -705,7 +723,7 @@ def _arrow_rows(
         schema = first.schema if first is not None else _hf_schema(source)
         if schema is None:
             raise SchemaError("no rows and no features to infer fields from; pass fields={...}")
-        fields = {f.name: arrow_field_type(f.name, f.type) for f in schema if f.name != id_field}
+        fields = {f.name: _inferred(f, first) for f in schema if f.name != id_field}
     fields = dict(fields)
 
     def rows() -> Iterator[list[Any]]:
@@ -718,6 +736,14 @@ def _arrow_rows(
             yield from map(list, zip(*(batch.column(n).to_pylist() for n in fields)))
 
     return fields, rows()
+
+
+def _inferred(field: Any, first: Any) -> str:
+    """The type ``build`` infers for Arrow ``field``: nullable when the first batch holds a null
+    in its column (a later null in a field that is not is refused, naming it: pass
+    ``fields={name: "type?"}`` for a column whose nulls come later)."""
+    column = None if first is None else first.column(field.name)
+    return arrow_field_type(field.name, field.type, column)
 
 
 def _hf_schema(dataset: Any) -> Any:

@@ -85,6 +85,7 @@ def to_iterable_dataset(
         raise ValueError("chunk_size and num_shards must be >= 1")
     reader = _Reader(source, tuple(names), bool(shuffle), operator.index(seed), chunk_size, num_shards)
     features = datasets.Features(dict(zip(names, _features(source))))
+    reader.plain = any(t.startswith("bfloat16") for t in _types(source))
     dataset = datasets.IterableDataset.from_generator(
         reader, features=features, gen_kwargs={"shards": list(range(num_shards))}
     )
@@ -160,15 +161,47 @@ def _rows(dataset: Any, positions: np.ndarray) -> list[tuple]:
 
 
 def _feature(field_type: str) -> Any:
+    """The HF feature of a field type. Every HF feature may hold None, so a nullable field's is
+    its type's. ``bfloat16[]``, which HF has no value type for, is ``float32`` (rows carry it so,
+    exactly: ``_plain``)."""
     import datasets
 
-    if field_type.endswith("[]"):
-        value = datasets.Value(field_type[:-2])
+    field_type = field_type.removesuffix("?")
+    if field_type.endswith("]") and field_type.partition("[")[2][:1].isdigit():
+        element, dims = field_type[:-1].split("[")  # a fixed shape: Array2D ... Array5D
+        shape = tuple(int(d) for d in dims.split(","))
+        element = element.replace("bfloat16", "float32")
+        if 2 <= len(shape) <= 5:
+            return getattr(datasets, f"Array{len(shape)}D")(shape, element)
+        value = datasets.Value(element)
+        for size in reversed(shape):  # 1-D, or more than 5: fixed-length lists
+            value = (
+                datasets.List(value, length=size)
+                if hasattr(datasets, "List")
+                else datasets.Sequence(value, size)
+            )
+        return value
+    if field_type.endswith("[]") or field_type.startswith("list["):
+        element = field_type[:-2] if field_type.endswith("[]") else field_type[5:-1]
+        value = _feature(element.replace("bfloat16", "float32"))
         return datasets.List(value) if hasattr(datasets, "List") else datasets.Sequence(value)
     return datasets.Value({"str": "string", "bytes": "binary"}.get(field_type, field_type))
 
 
+def _plain(value: Any) -> Any:
+    """A value as ``datasets`` encodes it: a bfloat16 array (ml_dtypes', which Arrow cannot
+    take) as float32, exactly; any other as it is."""
+    if isinstance(value, np.ndarray) and value.dtype.name == "bfloat16":
+        return value.astype(np.float32)
+    return value
+
+
 def _features(dataset: Any) -> list[Any]:
+    return [_feature(t) for t in _types(dataset)]
+
+
+def _types(dataset: Any) -> list[str]:
+    """The field types of the items' parts."""
     from .torch import DocDataset, PairDataset, TripletDataset
 
     fields = {**dataset.store.fields, "doc_id": "str"}
@@ -176,11 +209,9 @@ def _features(dataset: Any) -> list[Any]:
         query = "str"
         if dataset._query_store is not None:
             query = dataset._query_store.get().fields[dataset.query_field]
-        return [_feature(t) for t in (query, fields[dataset.field], fields[dataset.field])]
-    if isinstance(dataset, PairDataset):
-        return [_feature(fields[f]) for f in _item_names(dataset)]
-    assert isinstance(dataset, DocDataset)
-    return [_feature(fields[f]) for f in _item_names(dataset)]
+        return [query, fields[dataset.field], fields[dataset.field]]
+    assert isinstance(dataset, (PairDataset, DocDataset))
+    return [fields[f] for f in _item_names(dataset)]
 
 
 class _Reader:
@@ -202,6 +233,7 @@ class _Reader:
         self.chunk_size = chunk_size
         self.num_shards = num_shards
         self.count = len(dataset)
+        self.plain = False  # whether rows hold bfloat16 arrays, for `_plain`
         self.passes: dict[int, int] = {}  # shard -> times read here
 
     def positions(self, shard: int, epoch: int) -> np.ndarray:
@@ -219,7 +251,7 @@ class _Reader:
             positions = self.positions(shard, epoch)
             for start in range(0, len(positions), self.chunk_size):
                 for row in _rows(dataset, positions[start : start + self.chunk_size]):
-                    yield dict(zip(names, row))
+                    yield dict(zip(names, map(_plain, row) if self.plain else row))
 
 
 # Shard counts that divide among many numbers of workers x ranks (highly composite numbers).

@@ -173,12 +173,7 @@ pub(crate) fn schema_of(py: Python<'_>, fields: &Bound<'_, PyAny>) -> PyResult<S
     })?;
     let fields = pairs
         .into_iter()
-        .map(|(name, ty)| {
-            Ok(Field {
-                name,
-                ty: ty.parse()?,
-            })
-        })
+        .map(|(name, ty)| Field::parse(name, &ty))
         .collect::<Result<Vec<_>, docstore_core::Error>>()
         .py_err(py)?;
     Schema::new(fields).py_err(py)

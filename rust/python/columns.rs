@@ -5,7 +5,7 @@
 
 use crate::convert::exact_array;
 use crate::errors::{new_error, Exc};
-use docstore_core::{Column, ElemType, FieldType};
+use docstore_core::{Column, ElemType, Field, FieldType};
 use numpy::{PyReadonlyArray1, PyUntypedArray};
 use pyo3::prelude::*;
 
@@ -21,9 +21,37 @@ pub(crate) enum Buffers<'py> {
         PyReadonlyArray1<'py, i64>,
         Bound<'py, PyUntypedArray>,
     ),
+    /// One byte a row, 0 or 1: `bool` fields.
+    Bool(PyReadonlyArray1<'py, u8>),
+    /// (int64 offsets counting items, int64 item offsets, uint8 data): `list[str]` and
+    /// `list[bytes]` fields.
+    List(
+        PyReadonlyArray1<'py, i64>,
+        PyReadonlyArray1<'py, i64>,
+        PyReadonlyArray1<'py, u8>,
+    ),
 }
 
+/// The validity of a nullable field's rows (uint8, 0 for a null), when it has nulls.
+pub(crate) type Validity<'py> = Option<PyReadonlyArray1<'py, u8>>;
+
 impl<'py> Buffers<'py> {
+    /// The arrays of `field`'s column: for a nullable field, `(validity or None, buffers)`.
+    pub(crate) fn extract_field(
+        obj: &Bound<'py, PyAny>,
+        field: &Field,
+        what: &str,
+    ) -> PyResult<(Validity<'py>, Self)> {
+        if !field.nullable {
+            return Ok((None, Self::extract(obj, field.ty, what)?));
+        }
+        let (valid, inner): (Validity<'py>, Bound<'py, PyAny>) = obj.extract().map_err(|_| {
+            let message = format!("{what}: expected (uint8 validity or None, buffers)");
+            new_error(obj.py(), Exc::Schema, message)
+        })?;
+        Ok((valid, Self::extract(&inner, field.ty, what)?))
+    }
+
     /// The arrays of a column of field type `ty` (`what` names it in errors).
     pub(crate) fn extract(obj: &Bound<'py, PyAny>, ty: FieldType, what: &str) -> PyResult<Self> {
         let py = obj.py();
@@ -42,11 +70,18 @@ impl<'py> Buffers<'py> {
             FieldType::Float64 => {
                 Buffers::Float64(obj.extract().map_err(wrong("a float64 array"))?)
             }
-            FieldType::Array(elem) => {
+            FieldType::Array(elem) | FieldType::Tensor(elem, _) => {
                 let (offsets, values) = obj
                     .extract()
                     .map_err(wrong("(int64 offsets, values of the field's dtype)"))?;
                 Buffers::Array(elem, offsets, values)
+            }
+            FieldType::Bool => Buffers::Bool(obj.extract().map_err(wrong("a uint8 array"))?),
+            FieldType::StrList | FieldType::BytesList => {
+                let (offsets, item_offsets, data) = obj
+                    .extract()
+                    .map_err(wrong("(int64 offsets, int64 item offsets, uint8 data)"))?;
+                Buffers::List(offsets, item_offsets, data)
             }
         })
     }
@@ -69,6 +104,12 @@ impl<'py> Buffers<'py> {
                 values: exact_array(values.as_any(), *elem).ok_or_else(|| {
                     format!("values must be a contiguous, native {} array", elem.name())
                 })?,
+            },
+            Buffers::Bool(values) => Column::Bool(values.as_slice().map_err(|_| contiguous())?),
+            Buffers::List(offsets, item_offsets, data) => Column::List {
+                offsets: offsets.as_slice().map_err(|_| contiguous())?,
+                item_offsets: item_offsets.as_slice().map_err(|_| contiguous())?,
+                data: data.as_slice().map_err(|_| contiguous())?,
             },
         })
     }

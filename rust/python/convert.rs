@@ -1,20 +1,35 @@
 //! Field values between Python objects and `docstore_core::Value`.
 
 use crate::errors::{new_error, Exc};
-use docstore_core::{ElemType, FieldType, Value};
+use docstore_core::{ElemType, FieldType, Shape, Value};
 use numpy::npyffi::{self, NpyTypes, PY_ARRAY_API};
-use numpy::{
-    Element, PyArray1, PyArrayDescrMethods, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods,
-};
+use numpy::{Element, PyArrayDescr, PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyByteArray, PyBytes, PyFloat, PyInt, PyString};
+use pyo3::types::{PyBool, PyByteArray, PyBytes, PyFloat, PyInt, PyList, PyString, PyTuple};
 
-/// A decoded value as a Python object: `str`, `bytes`, `int`, `float` or a 1-D numpy array.
-/// A value too large for the memory at hand raises `MemoryError` (pyo3's and numpy's own
-/// constructors would panic instead).
+/// A decoded value as a Python object: `str`, `bytes`, `int`, `float`, `bool`, `None`, a list
+/// of `str` or of `bytes`, or a 1-D numpy array. A value too large for the memory at hand
+/// raises `MemoryError` (pyo3's and numpy's own constructors would panic instead).
 pub fn to_python<'py>(py: Python<'py>, value: Value<'_>) -> PyResult<Bound<'py, PyAny>> {
     Ok(match value {
+        Value::Null => py.None().into_bound(py),
+        Value::Bool(b) => PyBool::new(py, b).to_owned().into_any(),
+        Value::List { utf8, raw } => {
+            let list = PyList::empty(py);
+            for item in docstore_core::record::list_items(raw) {
+                let item = item.map_err(|e| crate::errors::to_pyerr(py, e))?;
+                list.append(match utf8 {
+                    true => str_from_utf8(py, item)?,
+                    false => to_python(py, Value::Bytes(item))?,
+                })?;
+            }
+            list.into_any()
+        }
+        Value::Items { .. } => {
+            let items = value.to_items().unwrap_or_default();
+            PyList::new(py, items.into_iter().map(|b| PyBytes::new(py, b)))?.into_any()
+        }
         Value::Str(s) => {
             let len = s.len() as pyo3::ffi::Py_ssize_t;
             // SAFETY: a valid pointer and length; the result is checked for NULL, which comes
@@ -36,6 +51,57 @@ pub fn to_python<'py>(py: Python<'py>, value: Value<'_>) -> PyResult<Bound<'py, 
         Value::Float64(v) => PyFloat::new(py, v).into_any(),
         Value::Array(elem, bytes) => new_array(py, elem, bytes, false)?,
         Value::Planes(elem, bytes) => new_array(py, elem, bytes, true)?,
+        Value::Tensor(elem, shape, bytes) => {
+            let dims: Vec<npyffi::npy_intp> = shape.dims().iter().map(|&d| d as _).collect();
+            array_from(
+                py,
+                dtype_of(py, elem)?,
+                elem.size(),
+                bytes,
+                true,
+                Some(&dims),
+            )?
+        }
+    })
+}
+
+/// A `str` from bytes the core checked to be UTF-8 (CPython's decoder checks again).
+fn str_from_utf8<'py>(py: Python<'py>, bytes: &[u8]) -> PyResult<Bound<'py, PyAny>> {
+    // SAFETY: a valid pointer and length; the result is checked for NULL, which comes with the
+    // exception set.
+    unsafe {
+        let obj = pyo3::ffi::PyUnicode_DecodeUTF8(
+            bytes.as_ptr().cast(),
+            bytes.len() as pyo3::ffi::Py_ssize_t,
+            c"strict".as_ptr(),
+        );
+        Bound::from_owned_ptr_or_err(py, obj)
+    }
+}
+
+/// numpy's dtype for `elem`s: its own, or for bfloat16, which numpy lacks, `ml_dtypes`'s
+/// (`docstore._convert.bfloat16`, which says how to install it where it is missing).
+fn dtype_of<'py>(py: Python<'py>, elem: ElemType) -> PyResult<Bound<'py, PyArrayDescr>> {
+    static BFLOAT16: PyOnceLock<Py<PyArrayDescr>> = PyOnceLock::new();
+    Ok(match elem {
+        ElemType::I8 => i8::get_dtype(py),
+        ElemType::U8 => u8::get_dtype(py),
+        ElemType::I16 => i16::get_dtype(py),
+        ElemType::U16 => u16::get_dtype(py),
+        ElemType::I32 => i32::get_dtype(py),
+        ElemType::U32 => u32::get_dtype(py),
+        ElemType::I64 => i64::get_dtype(py),
+        ElemType::U64 => u64::get_dtype(py),
+        ElemType::F32 => f32::get_dtype(py),
+        ElemType::F64 => f64::get_dtype(py),
+        ElemType::F16 => PyArrayDescr::new(py, "float16")?,
+        ElemType::BF16 => BFLOAT16
+            .get_or_try_init(py, || -> PyResult<_> {
+                let dtype = py.import("docstore._convert")?.call_method0("bfloat16")?;
+                Ok(dtype.cast_into::<PyArrayDescr>()?.unbind())
+            })?
+            .bind(py)
+            .clone(),
     })
 }
 
@@ -46,51 +112,47 @@ fn new_array<'py>(
     bytes: &[u8],
     planes: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
-    match elem {
-        ElemType::I8 => array_from::<i8>(py, bytes, planes),
-        ElemType::U8 => array_from::<u8>(py, bytes, planes),
-        ElemType::I16 => array_from::<i16>(py, bytes, planes),
-        ElemType::U16 => array_from::<u16>(py, bytes, planes),
-        ElemType::I32 => array_from::<i32>(py, bytes, planes),
-        ElemType::U32 => array_from::<u32>(py, bytes, planes),
-        ElemType::I64 => array_from::<i64>(py, bytes, planes),
-        ElemType::U64 => array_from::<u64>(py, bytes, planes),
-        ElemType::F32 => array_from::<f32>(py, bytes, planes),
-        ElemType::F64 => array_from::<f64>(py, bytes, planes),
-    }
+    array_from(py, dtype_of(py, elem)?, elem.size(), bytes, planes, None)
 }
 
-/// A new numpy array holding the elements in `bytes`: little-endian elements (the host is
-/// little-endian) or, with `planes`, their byte planes, joined straight into the array.
-fn array_from<'py, T: Element>(
+/// A new numpy array of `dtype` (elements of `size` bytes) holding the elements in `bytes`:
+/// little-endian elements (the host is little-endian) or, with `planes`, their byte planes,
+/// joined straight into the array; of `shape` (whose elements are those of `bytes`), or 1-D.
+fn array_from<'py>(
     py: Python<'py>,
+    dtype: Bound<'py, PyArrayDescr>,
+    size: usize,
     bytes: &[u8],
     planes: bool,
+    shape: Option<&[npyffi::npy_intp]>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let size = std::mem::size_of::<T>();
     let len = bytes.len() / size;
     let bytes = &bytes[..len * size];
-    // SAFETY: a fresh, C-contiguous array of `len` elements, made as numpy's `PyArray1::new`
-    // makes it but with its failure (NULL, MemoryError set) returned rather than a panic:
-    // `len * size` bytes, not yet initialised (hence `MaybeUninit`), all written here before the
-    // array is shared. Writing them needs no alignment of `bytes`.
+    // SAFETY: a fresh, C-contiguous array of `len` elements of `dtype` (whose items are `size`
+    // bytes), made as numpy's `PyArray1::new` makes it but with its failure (NULL, MemoryError
+    // set) returned rather than a panic: `len * size` bytes, not yet initialised (hence
+    // `MaybeUninit`), all written here before the array is shared. Writing them needs no
+    // alignment of `bytes`.
     unsafe {
-        let mut dims = [len as npyffi::npy_intp];
+        let mut dims = shape.map_or_else(|| vec![len as npyffi::npy_intp], <[_]>::to_vec);
         let ptr = PY_ARRAY_API.PyArray_NewFromDescr(
             py,
             npyffi::get_type_object(py, NpyTypes::PyArray_Type),
-            T::get_dtype(py).into_dtype_ptr(),
-            1,
+            dtype.into_dtype_ptr(),
+            dims.len() as std::ffi::c_int,
             dims.as_mut_ptr(),
             std::ptr::null_mut(),
             std::ptr::null_mut(),
             0,
             std::ptr::null_mut(),
         );
-        let array = Bound::from_owned_ptr_or_err(py, ptr)?.cast_into_unchecked::<PyArray1<T>>();
+        let array = Bound::from_owned_ptr_or_err(py, ptr)?.cast_into_unchecked::<PyUntypedArray>();
         if len > 0 {
             let out = std::slice::from_raw_parts_mut(
-                array.data().cast::<std::mem::MaybeUninit<u8>>(),
+                (*array.as_array_ptr())
+                    .fields
+                    .data
+                    .cast::<std::mem::MaybeUninit<u8>>(),
                 bytes.len(),
             );
             if planes {
@@ -128,6 +190,17 @@ impl<'py> Holder<'py> {
         field: &str,
     ) -> PyResult<()> {
         match ty {
+            FieldType::Tensor(elem, shape) if exact_tensor(obj, elem, shape).is_none() => {
+                let shape: Vec<u32> = shape.dims().to_vec();
+                let converted = as_array(obj.py())?.call1((
+                    obj,
+                    elem.name(),
+                    doc_id,
+                    field,
+                    PyTuple::new(obj.py(), shape)?,
+                ))?;
+                *slot(&mut self.converted, index) = Some(converted);
+            }
             FieldType::Array(elem) if exact_array(obj, elem).is_none() => {
                 let converted = as_array(obj.py())?.call1((obj, elem.name(), doc_id, field))?;
                 if exact_array(&converted, elem).is_none() {
@@ -144,10 +217,74 @@ impl<'py> Holder<'py> {
                     *slot(&mut self.copies, index) = Some(b.to_vec());
                 }
             }
+            FieldType::StrList | FieldType::BytesList => {
+                *slot(&mut self.copies, index) = Some(encode_list(obj, ty, doc_id, field)?);
+            }
             _ => {}
         }
         Ok(())
     }
+}
+
+/// A `list[str]` or `list[bytes]` value (a list, tuple or 1-D numpy array of `str`s, or of
+/// `bytes` or `bytearray`s) as a record stores it (`Value::List`).
+fn encode_list(
+    obj: &Bound<'_, PyAny>,
+    ty: FieldType,
+    doc_id: &str,
+    field: &str,
+) -> PyResult<Vec<u8>> {
+    let py = obj.py();
+    if let Ok(array) = obj.cast::<PyUntypedArray>() {
+        if array.ndim() == 1 {
+            return encode_list(&obj.call_method0("tolist")?, ty, doc_id, field);
+        }
+    }
+    let items: Vec<Bound<'_, PyAny>> = if let Ok(list) = obj.cast::<PyList>() {
+        list.iter().collect()
+    } else if let Ok(tuple) = obj.cast::<PyTuple>() {
+        tuple.iter().collect()
+    } else {
+        return Err(type_error(py, doc_id, field, ty, obj));
+    };
+    let mut copies = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let bytes = match ty {
+            FieldType::StrList => item.cast::<PyString>().ok().map(|s| {
+                s.to_str().map(|s| s.as_bytes().to_vec()).map_err(|_| {
+                    let message = format!(
+                        "doc {doc_id:?}: item {i} of field {field:?} is not valid Unicode (lone surrogate)"
+                    );
+                    new_error(py, Exc::FieldType, message)
+                })
+            }),
+            _ => match (item.cast::<PyBytes>(), item.cast::<PyByteArray>()) {
+                (Ok(b), _) => Some(Ok(b.as_bytes().to_vec())),
+                (_, Ok(b)) => Some(Ok(b.to_vec())),
+                _ => None,
+            },
+        };
+        let Some(bytes) = bytes else {
+            let got = item
+                .get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default();
+            let message = format!(
+                "doc {doc_id:?}: field {field:?} is {ty}, got a {got} at item {i}{}",
+                if item.is_none() {
+                    " (a list holds no None)"
+                } else {
+                    ""
+                }
+            );
+            return Err(new_error(py, Exc::FieldType, message));
+        };
+        copies.push(bytes?);
+    }
+    let mut out = Vec::new();
+    docstore_core::record::put_list(&mut out, copies.len(), copies.iter().map(Vec::as_slice));
+    Ok(out)
 }
 
 /// `items[index]`, growing `items` with `None`s as needed (nothing is allocated for documents
@@ -166,6 +303,12 @@ fn type_error(
     ty: FieldType,
     got: &Bound<'_, PyAny>,
 ) -> PyErr {
+    if got.is_none() {
+        let message = format!(
+            "doc {doc_id:?}: field {field:?} is {ty}, got None; declare the field {ty}? to store None"
+        );
+        return new_error(py, Exc::FieldType, message);
+    }
     let got = got
         .get_type()
         .name()
@@ -245,6 +388,46 @@ pub fn from_python<'a, 'py>(
             };
             Value::Array(elem, exact_array(source, elem).ok_or_else(wrong)?)
         }
+        FieldType::Tensor(elem, shape) => {
+            let source = match holder.converted.get(index) {
+                Some(Some(converted)) => converted,
+                _ => obj,
+            };
+            Value::Array(elem, exact_tensor(source, elem, shape).ok_or_else(wrong)?)
+        }
+        FieldType::Bool => {
+            // True and False, numpy's bools, and the ints 0 and 1: nothing else is a bool
+            // without losing what it was.
+            if let Ok(b) = obj.cast::<PyBool>() {
+                Value::Bool(b.is_true())
+            } else if obj
+                .get_type()
+                .name()
+                .is_ok_and(|n| n == "bool" || n == "bool_")
+            {
+                Value::Bool(obj.is_truthy()?)
+            } else if obj.is_instance_of::<PyInt>() {
+                match obj.extract::<i64>() {
+                    Ok(0) => Value::Bool(false),
+                    Ok(1) => Value::Bool(true),
+                    _ => {
+                        let message = format!(
+                            "doc {doc_id:?}: field {field:?} is bool, got {obj} (only 0 and 1 are bools)"
+                        );
+                        return Err(new_error(py, Exc::FieldType, message));
+                    }
+                }
+            } else {
+                return Err(wrong());
+            }
+        }
+        FieldType::StrList | FieldType::BytesList => match holder.copies.get(index) {
+            Some(Some(raw)) => Value::List {
+                utf8: ty == FieldType::StrList,
+                raw,
+            },
+            _ => return Err(wrong()),
+        },
     })
 }
 
@@ -266,6 +449,21 @@ fn equals_exactly(obj: &Bound<'_, PyAny>, x: f64) -> PyResult<bool> {
 /// The bytes of `obj` if it is a 1-D, C-contiguous, little-endian numpy array of exactly `elem`.
 /// Not of a subclass: a masked array's data holds its masked slots too, and `as_array` refuses it.
 pub(crate) fn exact_array<'a>(obj: &'a Bound<'_, PyAny>, elem: ElemType) -> Option<&'a [u8]> {
+    exact_elements(obj, elem, None)
+}
+
+/// The bytes of `obj` if it is a C-contiguous, little-endian numpy array of exactly `elem` and
+/// of `shape` (as `exact_array`).
+fn exact_tensor<'a>(obj: &'a Bound<'_, PyAny>, elem: ElemType, shape: Shape) -> Option<&'a [u8]> {
+    exact_elements(obj, elem, Some(shape))
+}
+
+/// `exact_array` (`shape` None: 1-D) or `exact_tensor`.
+fn exact_elements<'a>(
+    obj: &'a Bound<'_, PyAny>,
+    elem: ElemType,
+    shape: Option<Shape>,
+) -> Option<&'a [u8]> {
     if !obj.is_exact_instance_of::<PyUntypedArray>() {
         return None;
     }
@@ -274,15 +472,27 @@ pub(crate) fn exact_array<'a>(obj: &'a Bound<'_, PyAny>, elem: ElemType) -> Opti
     let kind = match elem {
         ElemType::I8 | ElemType::I16 | ElemType::I32 | ElemType::I64 => b'i',
         ElemType::U8 | ElemType::U16 | ElemType::U32 | ElemType::U64 => b'u',
-        ElemType::F32 | ElemType::F64 => b'f',
+        ElemType::F16 | ElemType::F32 | ElemType::F64 => b'f',
+        ElemType::BF16 => b'b',
     };
     let native = dtype.is_native_byteorder().unwrap_or(true);
-    if array.ndim() != 1
-        || !array.is_c_contiguous()
-        || dtype.kind() != kind
-        || dtype.itemsize() != elem.size()
-        || !native
-    {
+    let shaped = match shape {
+        None => array.ndim() == 1,
+        Some(shape) => array
+            .shape()
+            .iter()
+            .copied()
+            .eq(shape.dims().iter().map(|&d| d as usize)),
+    };
+    if !shaped || !array.is_c_contiguous() || dtype.itemsize() != elem.size() || !native {
+        return None;
+    }
+    let exact = match kind {
+        // ml_dtypes' bfloat16: numpy's kind 'V', told apart by its name.
+        b'b' => dtype.typeobj().name().is_ok_and(|n| n == "bfloat16"),
+        _ => dtype.kind() == kind,
+    };
+    if !exact {
         return None;
     }
     let len = array.len() * elem.size();

@@ -329,7 +329,7 @@ impl Reader {
         let store = self.store(py)?;
         let dict = PyDict::new(py);
         for field in &store.schema().fields {
-            dict.set_item(&field.name, field.ty.to_string())?;
+            dict.set_item(&field.name, field.type_name())?;
         }
         Ok(dict)
     }

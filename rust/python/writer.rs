@@ -216,12 +216,17 @@ fn convert_all<'a, 'py>(
     // Arrays needing conversion are converted first, so that `holder` is no longer mutated
     // once values start borrowing from it.
     for (i, (field, obj)) in schema.fields.iter().zip(objects).enumerate() {
-        holder.prepare(i, obj, field.ty, key, &field.name)?;
+        if !(field.nullable && obj.is_none()) {
+            holder.prepare(i, obj, field.ty, key, &field.name)?;
+        }
     }
     let holder: &'a Holder<'py> = holder;
     let mut values = Vec::with_capacity(objects.len());
     for (i, (field, obj)) in schema.fields.iter().zip(objects).enumerate() {
-        values.push(from_python(obj, field.ty, holder, i, key, &field.name)?);
+        values.push(match field.nullable && obj.is_none() {
+            true => Value::Null,
+            false => from_python(obj, field.ty, holder, i, key, &field.name)?,
+        });
     }
     Ok(values)
 }
@@ -253,7 +258,7 @@ impl State {
     fn fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let dict = PyDict::new(py);
         for field in &self.schema.fields {
-            dict.set_item(&field.name, field.ty.to_string())?;
+            dict.set_item(&field.name, field.type_name())?;
         }
         Ok(dict)
     }
@@ -406,11 +411,21 @@ impl State {
             .fields
             .iter()
             .zip(&columns)
-            .map(|(field, obj)| Buffers::extract(obj, field.ty, &format!("field {:?}", field.name)))
+            .map(|(field, obj)| {
+                Buffers::extract_field(obj, field, &format!("field {:?}", field.name))
+            })
             .collect::<PyResult<Vec<_>>>()?;
         let ids = ids.column().map_err(|e| error(format!("doc ids: {e}")))?;
         let mut borrowed = Vec::with_capacity(buffers.len());
-        for (field, column) in self.schema.fields.iter().zip(&buffers) {
+        let mut valid = Vec::with_capacity(buffers.len());
+        for (field, (validity, column)) in self.schema.fields.iter().zip(&buffers) {
+            let validity = validity.as_ref().map(|v| v.as_slice());
+            valid.push(validity.transpose().map_err(|_| {
+                error(format!(
+                    "field {:?}: the validity must be contiguous",
+                    field.name
+                ))
+            })?);
             borrowed.push(
                 column
                     .column()
@@ -421,7 +436,7 @@ impl State {
             let schema = &self.schema;
             // Every row is checked before any is added, so a bad one leaves the writer as it was.
             let batch = py
-                .detach(|| Columns::new(schema, ids, borrowed))
+                .detach(|| Columns::with_nulls(schema, ids, borrowed, valid))
                 .py_err(py)?;
             self.check_room(py, batch.len())?;
             self.check_new(py, (0..batch.len()).map(|row| batch.key(row)))?;

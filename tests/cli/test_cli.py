@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import docstore
@@ -394,9 +395,9 @@ BUILD_REFUSALS = [
     ),
     (
         "id.jsonl",
-        '{"doc_id": 1, "t": "x"}\n',
+        '{"doc_id": 1.5, "t": "x"}\n',  # an integer id is its decimal text; a float is refused
         ["--fields", "t:str"],
-        "id.jsonl:1: doc ids must be str, got int 1",
+        "id.jsonl:1: doc ids must be str, got float 1.5",
     ),
     (
         "empty.jsonl",
@@ -491,7 +492,10 @@ def test_build_parquet_takes_field_types_from_the_arrow_schema(capsys, tmp_path)
     import numpy as np
     import pyarrow as pa
 
-    from docstore._writer import ARRAY_DTYPES as elements  # every element type a field may have
+    from docstore._writer import ARRAY_DTYPES
+
+    # every element type a field may have (float16 below; Arrow has no bfloat16)
+    elements = [e for e in ARRAY_DTYPES if e not in ("float16", "bfloat16")]
 
     columns = {"doc_id": pa.array(["a", "b"])}
     for name in elements:
@@ -528,7 +532,7 @@ def test_build_parquet_takes_field_types_from_the_arrow_schema(capsys, tmp_path)
             8,
         ]
     assert store.fields["s_float16"] == "float64" and store["a"].s_float16 == 0.5
-    assert store.fields["l_float16"] == "float32[]" and store["a"].l_float16.tolist() == [0.25]
+    assert store.fields["l_float16"] == "float16[]" and store["a"].l_float16.tolist() == [0.25]
     assert store["a"].big.tolist() == [2**64 - 1]
     assert (store["a"].text, store["a"].blob, store["b"].cat) == ("x", b"\x00", "q")
 
@@ -544,6 +548,9 @@ def test_build_parquet_refuses_columns_it_cannot_store_by_name(capsys, tmp_path)
     import pyarrow as pa
 
     pq.write_table(pa.table({"doc_id": ["a"], "flag": [True]}), tmp_path / "bool.parquet")
+    pq.write_table(
+        pa.table({"doc_id": ["a"], "d": pa.array([1], pa.decimal128(3, 0))}), tmp_path / "decimal.parquet"
+    )
     pq.write_table(pa.table({"doc_id": ["a"], "meta": [{"x": 1}], "t": ["y"]}), tmp_path / "struct.parquet")
     pq.write_table(pa.table({"doc_id": ["a"], "m": pa.array([[[1]]])}), tmp_path / "nested.parquet")
     pq.write_table(
@@ -551,7 +558,10 @@ def test_build_parquet_refuses_columns_it_cannot_store_by_name(capsys, tmp_path)
     )
     pq.write_table(pa.table({"doc_id": ["a", None], "t": ["x", "y"]}), tmp_path / "null.parquet")
     for name, message in [
-        ("bool", "bool.parquet: column 'flag' is bool, which docstore has no type for; pass --fields"),
+        (
+            "decimal",
+            "decimal.parquet: column 'd' has Arrow type decimal128(3, 0), which docstore has no field type",
+        ),
         ("struct", "struct.parquet: column 'meta' has Arrow type struct<x: int64>"),
         ("nested", "nested.parquet: column 'm' has Arrow type list<element: list<"),
         ("big", 'big.parquet: row 2: doc "b": field "n" is int64, got 18446744073709551615'),
@@ -566,6 +576,8 @@ def test_build_parquet_refuses_columns_it_cannot_store_by_name(capsys, tmp_path)
                                "-q", "--fields", fields)  # fmt: skip
         assert status == 0, err
     assert docstore.open(tmp_path / "bool")["a"].flag == 1
+    status, err = cli_here(capsys, "build", str(tmp_path / "bool.parquet"), "-o", str(tmp_path / "b2"), "-q")
+    assert status == 0 and docstore.open(tmp_path / "b2")["a"].flag is True, err  # bool is bool
     assert docstore.open(tmp_path / "struct").fields == {"t": "str"}
     status, err = cli_here(capsys, "build", str(tmp_path / "struct.parquet"), "-o", str(tmp_path / "x"),
                            "--fields", "t:str,nope:str")  # fmt: skip
@@ -573,3 +585,58 @@ def test_build_parquet_refuses_columns_it_cannot_store_by_name(capsys, tmp_path)
     status, err = cli_here(capsys, "build", str(tmp_path / "struct.parquet"), "-o", str(tmp_path / "x"),
                            "--columns", "doc_id,t")  # fmt: skip
     assert status == 1 and "--columns names the columns of header-less csv/tsv input" in err, err
+
+
+def test_version_4_types_from_json_lines_csv_and_parquet_and_back(capsys, tmp_path):
+    """Nulls, bools, lists and half floats from every input, integer ids as their decimal text,
+    and export's JSON built back into the same documents."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    fields = "title:str?,flag:bool,tags:list[str],raw:list[bytes]?,emb:float16[],n:int64?"
+    records = [
+        {
+            "id": 7,
+            "title": "a",
+            "flag": True,
+            "tags": ["x", "é"],
+            "raw": ["aGk="],
+            "emb": [1.5, "nan"],
+            "n": None,
+        },
+        {"id": 10**15, "title": None, "flag": False, "tags": [], "raw": None, "emb": [], "n": -3},
+    ]
+    write_jsonl(tmp_path / "in.jsonl", records)
+    args = ["-q", "--id-field", "id"]
+    assert (
+        cli_here(
+            capsys, "build", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "j"), *args, "--fields", fields
+        )[0]
+        == 0
+    )
+    store = docstore.open(tmp_path / "j")
+    assert list(store) == ["7", "1000000000000000"] and store.info()["format_version"] == 4
+    a, b = store.values()
+    assert (a.title, a.flag, a.tags, a.raw, a.n) == ("a", True, ["x", "é"], [b"hi"], None)
+    assert a.emb.dtype == np.float16 and a.emb[0] == 1.5 and np.isnan(a.emb[1])
+    assert (b.title, b.flag, b.tags, b.raw, b.emb.tolist(), b.n) == (None, False, [], None, [], -3)
+    # export, then build back: the same documents
+    assert cli_here(capsys, "export", str(tmp_path / "j"), "-o", str(tmp_path / "out.jsonl"))[0] == 0
+    assert cli_here(capsys, "build", str(tmp_path / "out.jsonl"), "-o", str(tmp_path / "back"), "-q",
+                    "--fields", fields)[0] == 0  # fmt: skip
+    assert (tmp_path / "back").read_bytes() == (tmp_path / "j").read_bytes()
+    # CSV: true/false, lists as JSON arrays, an empty cell of a nullable number is None
+    (tmp_path / "in.csv").write_text('doc_id,flag,tags,n\na,true,"[""x""]",\nb,0,[],5\n', encoding="utf-8")
+    assert cli_here(capsys, "build", str(tmp_path / "in.csv"), "-o", str(tmp_path / "c"), "-q",
+                    "--fields", "flag:bool,tags:list[str],n:int64?")[0] == 0  # fmt: skip
+    assert list(docstore.open(tmp_path / "c").values()) == [("a", True, ["x"], None), ("b", False, [], 5)]
+    status, err = cli_here(capsys, "build", str(tmp_path / "in.csv"), "-o", str(tmp_path / "d"), "-q",
+                           "--fields", "flag:bool,tags:list[str],n:int64")  # fmt: skip
+    assert status == 1 and "in.csv:2: doc 'a': field 'n' is int64, got ''" in err, err
+    # Parquet: a column holding a null is nullable, integer ids are decimal text
+    table = pa.table({"id": [1, 2], "t": ["x", None], "f": [True, False], "l": [["p"], []]})
+    pq.write_table(table, tmp_path / "in.parquet", row_group_size=1)
+    assert cli_here(capsys, "build", str(tmp_path / "in.parquet"), "-o", str(tmp_path / "p"), *args)[0] == 0
+    store = docstore.open(tmp_path / "p")
+    assert store.fields == {"t": "str?", "f": "bool", "l": "list[str]"}
+    assert list(store.values()) == [("1", "x", True, ["p"]), ("2", None, False, [])]

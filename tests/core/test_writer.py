@@ -90,9 +90,9 @@ def test_object_float16_and_masked_arrays(tmp_path):
     assert store["objects"].t.tolist() == [1, 2, 300] and store["unmasked"].t.tolist() == [4, 5]
     assert store["memmap"].t.tolist() == [1, 3]
     assert list(store) == ["objects", "unmasked", "memmap"]
-    # build() infers float32[] for float16, the narrowest float field (every float16 fits exactly)
+    # build() infers float16[] for float16 arrays, a field of their own type
     halves = docstore.build(tmp_path / "h", [{"doc_id": "a", "h": np.array([0.5, 65504], np.float16)}])
-    assert halves.fields == {"h": "float32[]"} and halves["a"].h.tolist() == [0.5, 65504.0]
+    assert halves.fields == {"h": "float16[]"} and halves["a"].h.tolist() == [0.5, 65504.0]
     with pytest.raises(docstore.FieldTypeError, match="masked elements"):
         docstore.build(tmp_path / "m", [{"doc_id": "a", "v": np.ma.array(np.float32([1, 2]), mask=[0, 1])}])
 
@@ -192,7 +192,8 @@ def test_missing_and_extra_fields_and_bad_ids(tmp_path):
     ("fields", "message"),
     [
         ({"text": "string"}, "unknown field type"),
-        ({"text": "float16[]"}, "unknown field type"),
+        ({"text": "float8[]"}, "unknown field type"),
+        ({"text": "str??"}, "unknown field type"),
         ({"doc_id": "str"}, "reserved"),
         ({"_x": "str"}, "identifier"),
         ({"a b": "str"}, "identifier"),
@@ -610,9 +611,21 @@ def test_a_table_of_every_field_type_goes_through_buffers_together(tmp_path, mon
 def _refusals():
     pa = pytest.importorskip("pyarrow")
     return [
-        ("int64", pa.array([1, None, 3]), 'doc "b": field "c" is int64, got NoneType'),
-        ("float64", pa.array([1.0, 2.0, None]), 'doc "c": field "c" is float64, got NoneType'),
-        ("str", pa.array(["x", None, "z"]), 'doc "b": field "c" is str, got NoneType'),
+        (
+            "int64",
+            pa.array([1, None, 3]),
+            'doc "b": field "c" is int64, got None; declare the field int64\\? to store None',
+        ),
+        (
+            "float64",
+            pa.array([1.0, 2.0, None]),
+            'doc "c": field "c" is float64, got None; declare the field float64\\? to store None',
+        ),
+        (
+            "str",
+            pa.array(["x", None, "z"]),
+            'doc "b": field "c" is str, got None; declare the field str\\? to store None',
+        ),
         (
             "int64",
             pa.array([1, 2**64 - 1, 3], pa.uint64()),
@@ -631,7 +644,7 @@ def _refusals():
         (
             "float32[]",
             pa.array([[1.0], None, [2.0]], pa.list_(pa.float32())),
-            "doc 'b': field 'c' is float32\\[\\], got NoneType",
+            "doc 'b': field 'c' is float32\\[\\], got None; declare the field float32\\[\\]\\? to store None",
         ),
         ("float32[]", pa.array([[1.0], [2.0, None], []], pa.list_(pa.float32())), "doc 'b'.*None"),
         ("int32[]", pa.array([[1], [], [2**40]], pa.list_(pa.int64())), "doc 'c'.*outside \\[-2147483648"),

@@ -111,8 +111,8 @@ def test_build_from_a_pyarrow_table_of_other_encodings(tmp_path):
         }
     )
     store = docstore.build(tmp_path / "s", table, id_field="id", batch_size=2)
-    assert store.fields == {"text": "str", "v": "float32[]", "ok": "int64"}
-    assert list(store) == ["3", "1", "2"] and store["2"].text == "x" and store["1"].ok == 0
+    assert store.fields == {"text": "str", "v": "float16[]", "ok": "bool"}
+    assert list(store) == ["3", "1", "2"] and store["2"].text == "x" and store["1"].ok is False
     assert store["1"].v.tolist() == [3.0, 4.0]
 
 

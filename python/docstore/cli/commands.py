@@ -30,7 +30,9 @@ from .inputs import (
     coerce_record,
     detect_format,
     first_repeated,
+    ids_as_text,
     is_gzip,
+    needs_coercion_from_json,
     parquet_fields,
     parse_fields,
     read_records,
@@ -90,9 +92,10 @@ def cmd_build(args: argparse.Namespace) -> int:
     coerce = {
         "tsv": {n: t for n, t in fields.items() if t != "str"},
         "csv": {n: t for n, t in fields.items() if t != "str"},
-        "jsonl": {n: t for n, t in fields.items() if t in ("bytes", "float64", "float32[]", "float64[]")},
+        "jsonl": {n: t for n, t in fields.items() if needs_coercion_from_json(t)},
         "parquet": {},
     }
+    ids_as_text(coerce, args.id_field)
     if not args.overwrite and os.path.lexists(args.output):
         raise UsageError(f"{args.output} already exists (pass --overwrite to replace it)")
     check_replaceable(args.output)  # refused now, not once every shard is built
@@ -620,6 +623,10 @@ def _finite(x: float) -> float | str:
 
 
 def _jsonable(value: Any) -> Any:
+    if isinstance(value, np.ndarray) and value.dtype.name == "bfloat16":
+        value = value.astype(np.float32)  # exact: JSON numbers, not ml_dtypes scalars
+    if isinstance(value, list):  # list[str], list[bytes]
+        return [_jsonable(v) for v in value]
     if isinstance(value, np.ndarray):
         if value.dtype.kind == "f" and not np.isfinite(value).all():
             return [_finite(x) for x in value.tolist()]

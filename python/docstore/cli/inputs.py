@@ -251,24 +251,37 @@ def _read_parquet(path: str, keep: list[str] | None) -> Iterator[tuple[int, dict
 
 def parquet_fields(path: str, id_field: str) -> dict[str, str]:
     """Field types from the file's Arrow schema: the first row's Python values cannot tell
-    float32 from float64, nor an empty list's element type, and an empty file has no row."""
-    schema = _parquet_file(path).schema_arrow
+    float32 from float64, nor an empty list's element type, and an empty file has no row. A
+    field is nullable (``str?``) when its column holds a null anywhere in the file."""
+    file = _parquet_file(path)
+    schema = file.schema_arrow
     if id_field not in schema.names:
         raise UsageError(f"{path} has no id column {id_field!r} (columns: {schema.names}); use --id-field")
-    return {f.name: _arrow_field_type(path, f.name, f.type) for f in schema if f.name != id_field}
+    fields = {}
+    for f in schema:
+        if f.name != id_field:
+            kind = _arrow_field_type(path, f.name, f.type)
+            fields[f.name] = f"{kind}?" if _has_nulls(file, f.name) else kind
+    return fields
+
+
+def _has_nulls(file: Any, name: str) -> bool:
+    """Whether column ``name`` of a parquet file holds a null: from the row groups' statistics
+    where every one has them, else by reading the column."""
+    meta = file.metadata
+    index = next((i for i in range(meta.num_columns) if meta.schema.column(i).path == name), None)
+    if index is not None:  # a flat column: its statistics count its nulls
+        stats = [meta.row_group(g).column(index).statistics for g in range(meta.num_row_groups)]
+        if all(s is not None and s.has_null_count for s in stats):
+            return any(s.null_count for s in stats)
+    return bool(file.read(columns=[name]).column(0).null_count)
 
 
 def _arrow_field_type(path: str, name: str, arrow_type: Any) -> str:
-    import pyarrow as pa
-
     kind = field_type(arrow_type)
     if kind is not None:
         return kind
-    hint = (
-        f"pass --fields to store it as 0/1, e.g. --fields {name}:int64"
-        if pa.types.is_boolean(arrow_type)
-        else "drop the column, or pass --fields naming the columns to keep"
-    )
+    hint = "drop the column, or pass --fields naming the columns to keep"
     raise UsageError(f"{path}: {unsupported(name, arrow_type)}; {hint}")
 
 
@@ -284,6 +297,24 @@ def parse_fields(spec: str | None) -> dict[str, str] | None:
     return fields
 
 
+# The coercion of an id column (``ids_as_text``): integer ids as their decimal text.
+ID = "\x00id"
+
+
+def ids_as_text(coerce: dict[str, dict[str, str]], id_field: str) -> None:
+    """Makes every format's coercion write integer ids (JSON numbers, Parquet integer columns)
+    as their decimal text, the id a store holds (``7`` is the id ``"7"``)."""
+    for types in coerce.values():
+        types[id_field] = ID
+
+
+def needs_coercion_from_json(ty: str) -> bool:
+    """Whether JSON values of a field of type ``ty`` need ``_coerce``: bytes come as base64
+    strings, floats may come as the strings ``export`` writes for NaN and infinities."""
+    base = ty.removesuffix("?")
+    return base in ("bytes", "list[bytes]", "float64", "float16[]", "bfloat16[]", "float32[]", "float64[]")
+
+
 def coerce_record(record: dict[str, Any], types: dict[str, str], id_field: str) -> None:
     for name, ty in types.items():
         if name in record:
@@ -297,11 +328,26 @@ def coerce_record(record: dict[str, Any], types: dict[str, str], id_field: str) 
 
 def _coerce(value: Any, ty: str) -> Any:
     """Values from text formats (and from JSON: base64 bytes, non-finite floats written as
-    strings by ``export``) into their field's type. A ValueError says briefly what is wrong."""
-    if isinstance(value, list) and ty in ("float32[]", "float64[]"):
+    strings by ``export``) into their field's type. A ValueError says briefly what is wrong.
+    A nullable field's JSON null is None, and so is its empty CSV/TSV cell unless it holds
+    text (an empty ``str?`` or ``bytes?`` cell is the empty value)."""
+    if ty == ID:
+        return str(value) if type(value) is int else value
+    if ty.endswith("?"):
+        if value is None or (value == "" and ty not in ("str?", "bytes?")):
+            return None
+        ty = ty[:-1]
+    if isinstance(value, list) and ty in ("float16[]", "bfloat16[]", "float32[]", "float64[]"):
         return [_float(v) if isinstance(v, str) else v for v in value]
+    if isinstance(value, list) and ty == "list[bytes]":
+        return [_coerce(v, "bytes") for v in value]
     if not isinstance(value, str) or ty == "str":
         return value
+    if ty == "bool":
+        flag = {"true": True, "false": False, "1": True, "0": False}.get(value.strip().lower())
+        if flag is None:
+            raise ValueError("not a bool (true, false, 1 or 0)")
+        return flag
     if ty == "bytes":
         try:  # validate: without it, characters outside the alphabet are dropped, not refused
             return base64.b64decode(value, validate=True)
@@ -314,7 +360,7 @@ def _coerce(value: Any, ty: str) -> Any:
             raise ValueError("not an integer") from None
     if ty in ("float64", "float"):
         return _float(value)
-    if ty.endswith("[]"):
+    if ty.endswith("[]") or ty.startswith("list["):
         try:
             items = json.loads(value)
         except (json.JSONDecodeError, RecursionError) as exc:

@@ -8,11 +8,11 @@ import numpy as np
 import torch
 
 from ._base import (
-    NUMERIC_ARRAY,
-    NUMERIC_SCALAR,
+    NUMERIC_ARRAY_OR_SCALAR,
     Positions,
     StoreDataset,
     as_positions,
+    bfloat16_tensor,
     check_dtype_fits,
     numpy_dtype,
 )
@@ -21,8 +21,10 @@ from ._base import (
 class ArrayDataset(StoreDataset):
     """Numeric rows (bag-of-words counts, embeddings) as float tensors, indexed by position.
 
-    ``field`` is an array field (one 1-D tensor per document) or an int64/float64 one (a 0-d
-    tensor). Items are tensors of ``dtype`` (float32 by default; ``None`` keeps the stored type),
+    ``field`` is an array field (one 1-D tensor per document; of a fixed shape such as
+    ``float32[2,3]``, one tensor of that shape) or an int64/float64/bool one (a 0-d tensor).
+    Items are tensors of ``dtype`` (float32 by default; ``None`` keeps the stored type,
+    ``torch.bfloat16`` for a ``bfloat16[]`` field, whose bits are taken as they are),
     or ``(tensor, label)`` with ``label_field`` (the stored value; ``default_collate`` makes a
     tensor of a batch of them).
     A float ``dtype`` rounds what it cannot hold exactly (int64 counts beyond 2**24 in float32);
@@ -39,16 +41,21 @@ class ArrayDataset(StoreDataset):
         dtype: torch.dtype | None = torch.float32,
     ) -> None:
         super().__init__(store_or_path)
-        self.field = self._check_field(field, NUMERIC_ARRAY + NUMERIC_SCALAR)
+        self.field = self._check_field(field, NUMERIC_ARRAY_OR_SCALAR)
         self.label_field = None if label_field is None else self._check_field(label_field)
-        self._np_dtype = numpy_dtype(dtype)
+        self._np_dtype = None if dtype is torch.bfloat16 else numpy_dtype(dtype)
         check_dtype_fits(
             type(self).__name__, self.field, self.store.fields[self.field], dtype, float_rounds=True
         )
         self.dtype = dtype
 
     def _tensor(self, value: Any) -> torch.Tensor:
-        return torch.from_numpy(np.asarray(value, dtype=self._np_dtype))
+        if self.dtype is torch.bfloat16:
+            return bfloat16_tensor(value)
+        array = np.asarray(value, dtype=self._np_dtype)
+        if array.dtype.name == "bfloat16":  # dtype=None of a bfloat16[] field: torch.bfloat16
+            return bfloat16_tensor(array)
+        return torch.from_numpy(array)
 
     def __getitems__(self, indices: Positions) -> list[Any]:
         positions = as_positions(indices)

@@ -17,8 +17,18 @@ from .._docstore import _redact_urls
 from .._store import DocStore, _pickled_url, _remote_kwargs, is_url
 
 NUMERIC_ARRAY: tuple[str, ...] = ("int8[]", "uint8[]", "int16[]", "uint16[]", "int32[]", "uint32[]")
-NUMERIC_ARRAY += ("int64[]", "uint64[]", "float32[]", "float64[]")
-NUMERIC_SCALAR = ("int64", "float64")
+NUMERIC_ARRAY += ("int64[]", "uint64[]", "float16[]", "bfloat16[]", "float32[]", "float64[]")
+NUMERIC_SCALAR = ("int64", "float64", "bool")
+NUMERIC_ARRAY_OR_SCALAR = NUMERIC_ARRAY + NUMERIC_SCALAR  # ArrayDataset's, fixed shapes too
+
+
+def bfloat16_tensor(value: Any) -> torch.Tensor:
+    """``value`` as a ``torch.bfloat16`` tensor: a stored ``bfloat16[]`` array (ml_dtypes'
+    bfloat16) as its very bits, without a copy; anything else rounded from float32."""
+    array = np.asarray(value)
+    if array.dtype.name == "bfloat16":
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(np.asarray(array, dtype=np.float32)).to(torch.bfloat16)
 
 
 _threads_configured_pid: int | None = None
@@ -175,6 +185,9 @@ class StoreDataset(Dataset):
         fields = self.store.fields
         if name not in fields:
             raise docstore.SchemaError(f"no field {name!r}; the store's fields are {list(fields)}")
+        kind = fields[name]
+        if allowed is NUMERIC_ARRAY_OR_SCALAR and kind.endswith("]") and kind.split("[")[0] + "[]" in allowed:
+            return name  # a fixed shape: N-D tensors
         if allowed is not None and fields[name] not in allowed:
             raise docstore.SchemaError(
                 f"field {name!r} is {fields[name]}; {type(self).__name__} needs one of {list(allowed)}"
@@ -267,10 +280,13 @@ def check_dtype_fits(
     store that happens to hold only small values today fails as one that does not would.
     ``float_rounds``: a float ``dtype`` is taken whatever the stored type (rounding, not
     wrapping: a dataset whose documented purpose is float tensors)."""
+    if dtype is torch.bfloat16 and float_rounds:
+        return
     wanted = numpy_dtype(dtype)
     if wanted is None:
         return
-    stored = np.dtype(field_type.removesuffix("[]"))
+    # Every bfloat16 is a float32 (its top 16 bits): what holds one holds the other.
+    stored = np.dtype(field_type.split("[")[0].replace("bfloat16", "float32"))  # T[] or T[d1,...]
     if _fits(stored, wanted) or (float_rounds and wanted.kind == "f"):
         return
     ints, floats = (torch.int64, torch.int32, torch.int16), (torch.float32, torch.float64)

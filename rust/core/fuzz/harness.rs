@@ -148,6 +148,23 @@ pub fn seed_stores(dir: &Path) -> Vec<Vec<u8>> {
         field("weights", FieldType::Array(ElemType::F32)),
     ])
     .unwrap();
+    // Version 4: nullable fields and the types it added.
+    let version4 = Schema::new(vec![
+        Field {
+            nullable: true,
+            ..field("title", FieldType::Str)
+        },
+        field("flag", FieldType::Bool),
+        field("tags", FieldType::StrList),
+        field("parts", FieldType::BytesList),
+        field("half", FieldType::Array(ElemType::F16)),
+        Field {
+            nullable: true,
+            ..field("brain", FieldType::Array(ElemType::BF16))
+        },
+        field("grid", "uint8[3,1]".parse().unwrap()),
+    ])
+    .unwrap();
     let text_only = Schema::new(vec![field("text", FieldType::Str)]).unwrap();
     let small_dict = WriterOptions {
         dict_size: 256,
@@ -165,6 +182,7 @@ pub fn seed_stores(dir: &Path) -> Vec<Vec<u8>> {
     let specs = [
         ("every_type", &every_type, 24, small_dict.clone()),
         ("every_type_fast", &every_type, 24, fast.clone()),
+        ("version4", &version4, 24, small_dict.clone()),
         ("text_prefixed_keys", &text_only, 40, small_dict),
         ("text_fast", &text_only, 8, fast),
         ("text_uncompressed", &text_only, 8, uncompressed),
@@ -190,16 +208,32 @@ pub fn seed_stores(dir: &Path) -> Vec<Vec<u8>> {
                     .flat_map(|t| (t as f32 / 3.0).to_le_bytes())
                     .collect();
                 let blob = [i as u8; 3];
+                let mut list = Vec::new();
+                record::put_list(
+                    &mut list,
+                    i % 3,
+                    [text.as_bytes(), b"tag"].into_iter().cycle().take(i % 3),
+                );
                 let values: Vec<Value> = schema
                     .fields
                     .iter()
                     .map(|f| match f.ty {
+                        _ if f.nullable && i % 4 == 1 => Value::Null,
                         FieldType::Str => Value::Str(&text),
                         FieldType::Bytes => Value::Bytes(&blob),
                         FieldType::Int64 => Value::Int64(i as i64 - 3),
                         FieldType::Float64 => Value::Float64(i as f64 / 8.0),
                         FieldType::Array(ElemType::I32) => Value::Array(ElemType::I32, &tokens),
+                        FieldType::Array(elem @ (ElemType::F16 | ElemType::BF16)) => {
+                            Value::Array(elem, &blob[..(i % 2) * 2])
+                        }
                         FieldType::Array(_) => Value::Array(ElemType::F32, &weights),
+                        FieldType::Bool => Value::Bool(i.is_multiple_of(2)),
+                        FieldType::Tensor(elem, _) => Value::Array(elem, &blob),
+                        FieldType::StrList | FieldType::BytesList => Value::List {
+                            utf8: f.ty == FieldType::StrList,
+                            raw: &list,
+                        },
                     })
                     .collect();
                 writer.push(&key, &values).unwrap();
@@ -236,8 +270,5 @@ pub fn seed_compress_inputs() -> Vec<Vec<u8>> {
 }
 
 fn field(name: &str, ty: FieldType) -> Field {
-    Field {
-        name: name.to_owned(),
-        ty,
-    }
+    Field::new(name, ty)
 }

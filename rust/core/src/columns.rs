@@ -25,16 +25,37 @@ pub enum Column<'a> {
         offsets: &'a [i64],
         values: &'a [u8],
     },
+    /// `bool` values, one byte each (0 or 1; numpy's bool layout).
+    Bool(&'a [u8]),
+    /// `list[str]` or `list[bytes]` values: row `i` is items `offsets[i]..offsets[i + 1]`, item
+    /// `j` being `data[item_offsets[j]..item_offsets[j + 1]]` (Arrow's list of strings).
+    List {
+        offsets: &'a [i64],
+        item_offsets: &'a [i64],
+        data: &'a [u8],
+    },
+}
+
+/// Whether `offsets` are non-empty, non-negative, non-decreasing and end within `available`
+/// units of `size` bytes.
+fn offsets_valid(offsets: &[i64], size: usize, available: usize) -> bool {
+    !offsets.is_empty()
+        && offsets[0] >= 0
+        && offsets.windows(2).all(|w| w[0] <= w[1])
+        && (offsets[offsets.len() - 1] as u64)
+            .checked_mul(size as u64)
+            .is_some_and(|end| end <= available as u64)
 }
 
 impl<'a> Column<'a> {
     /// Rows in the column (0 for offsets that `check_layout` would refuse as empty).
     pub fn len(&self) -> usize {
         match self {
-            Column::Text { offsets, .. } | Column::Array { offsets, .. } => {
-                offsets.len().saturating_sub(1)
-            }
+            Column::Text { offsets, .. }
+            | Column::Array { offsets, .. }
+            | Column::List { offsets, .. } => offsets.len().saturating_sub(1),
             Column::Int64(values) => values.len(),
+            Column::Bool(values) => values.len(),
             Column::Float64(values) => values.len(),
         }
     }
@@ -53,15 +74,19 @@ impl<'a> Column<'a> {
                 offsets,
                 values,
             } => (offsets, elem.size(), values.len()),
-            Column::Int64(_) | Column::Float64(_) => return Ok(()),
+            Column::List {
+                offsets,
+                item_offsets,
+                data,
+            } => {
+                if !offsets_valid(item_offsets, 1, data.len()) {
+                    return Err("item offsets must be non-decreasing and within the data".into());
+                }
+                (offsets, 1, item_offsets.len() - 1)
+            }
+            Column::Int64(_) | Column::Float64(_) | Column::Bool(_) => return Ok(()),
         };
-        let valid = !offsets.is_empty()
-            && offsets[0] >= 0
-            && offsets.windows(2).all(|w| w[0] <= w[1])
-            && (offsets[offsets.len() - 1] as u64)
-                .checked_mul(size as u64)
-                .is_some_and(|end| end <= available as u64);
-        if !valid {
+        if !offsets_valid(offsets, size, available) {
             return Err("offsets must be non-decreasing and within the data".into());
         }
         Ok(())
@@ -84,6 +109,8 @@ impl<'a> Column<'a> {
             Column::Int64(_) => "int64".into(),
             Column::Float64(_) => "float64".into(),
             Column::Array { elem, .. } => format!("{}[]", elem.name()),
+            Column::Bool(_) => "bool".into(),
+            Column::List { .. } => "list".into(),
         }
     }
 
@@ -93,7 +120,11 @@ impl<'a> Column<'a> {
             (Column::Text { .. }, FieldType::Str | FieldType::Bytes) => true,
             (Column::Int64(_), FieldType::Int64) => true,
             (Column::Float64(_), FieldType::Float64) => true,
-            (Column::Array { elem, .. }, FieldType::Array(want)) => *elem == want,
+            (Column::Array { elem, .. }, FieldType::Array(want) | FieldType::Tensor(want, _)) => {
+                *elem == want
+            }
+            (Column::Bool(_), FieldType::Bool) => true,
+            (Column::List { .. }, FieldType::StrList | FieldType::BytesList) => true,
             _ => false,
         }
     }
@@ -109,6 +140,9 @@ pub struct Columns<'a> {
     columns: Vec<Column<'a>>,
     /// Whether each column is a `str` field's (checked to be UTF-8).
     is_str: Vec<bool>,
+    /// Per column, the validity of its rows (one byte each, 0 = null) for a nullable field
+    /// given one; None: every row has a value.
+    valid: Vec<Option<&'a [u8]>>,
 }
 
 impl<'a> Columns<'a> {
@@ -116,7 +150,21 @@ impl<'a> Columns<'a> {
     /// A column of the wrong kind, length or layout is a `Schema` error; of the rows, the first
     /// problem in row order is reported (a repeated id before a bad value of a later row).
     pub fn new(schema: &Schema, ids: Column<'a>, columns: Vec<Column<'a>>) -> Result<Self> {
-        if columns.len() != schema.len() {
+        let valid = vec![None; columns.len()];
+        Self::with_nulls(schema, ids, columns, valid)
+    }
+
+    /// `new`, with the validity of each column's rows (one byte a row, 0 for a null, Arrow's
+    /// validity bitmap unpacked) where it has nulls: a null row of a nullable field is `None`
+    /// whatever its slot in the column holds; one of a field that is not nullable is refused,
+    /// naming the field and the document.
+    pub fn with_nulls(
+        schema: &Schema,
+        ids: Column<'a>,
+        columns: Vec<Column<'a>>,
+        valid: Vec<Option<&'a [u8]>>,
+    ) -> Result<Self> {
+        if columns.len() != schema.len() || valid.len() != schema.len() {
             return Err(Error::Schema("one column per field is needed".into()));
         }
         let Column::Text {
@@ -151,6 +199,16 @@ impl<'a> Columns<'a> {
                 )));
             }
         }
+        for (field, valid) in schema.fields.iter().zip(&valid) {
+            if valid.is_some_and(|v| v.len() != ids.len()) {
+                return Err(Error::Schema(format!(
+                    "field {:?}: the validity of {} rows is given for {} doc ids",
+                    field.name,
+                    valid.map_or(0, <[u8]>::len),
+                    ids.len()
+                )));
+            }
+        }
         let is_str = schema
             .fields
             .iter()
@@ -161,6 +219,7 @@ impl<'a> Columns<'a> {
             id_data,
             columns,
             is_str,
+            valid,
         };
         batch.check_rows(schema)?;
         Ok(batch)
@@ -181,11 +240,59 @@ impl<'a> Columns<'a> {
                 return Err(Error::InvalidKey("doc ids are at most 4 GiB long".into()));
             }
             keys.push(key);
-            for ((column, is_str), field) in
-                self.columns.iter().zip(&self.is_str).zip(&schema.fields)
-            {
-                if let (Column::Text { offsets, data }, true) = (column, is_str) {
-                    Column::str(offsets, data, row, &field.name)?;
+            for (i, field) in schema.fields.iter().enumerate() {
+                if self.is_null(i, row) {
+                    if !field.nullable {
+                        return Err(Error::FieldType(format!(
+                            "doc {key:?}: field {:?} is {}, got None (null); declare it {}? \
+                             to store None",
+                            field.name, field.ty, field.ty
+                        )));
+                    }
+                    continue; // whatever its slot holds is not a value
+                }
+                match self.columns[i] {
+                    Column::Text { offsets, data } if self.is_str[i] => {
+                        Column::str(offsets, data, row, &field.name)?;
+                    }
+                    Column::Array { offsets, .. } => {
+                        if let FieldType::Tensor(_, shape) = field.ty {
+                            let count = (offsets[row + 1] - offsets[row]) as usize;
+                            if count != shape.elements() {
+                                return Err(Error::FieldType(format!(
+                                    "doc {key:?}: field {:?} is {}, got {count} elements (its \
+                                     shape holds {})",
+                                    field.name,
+                                    field.ty,
+                                    shape.elements()
+                                )));
+                            }
+                        }
+                    }
+                    Column::Bool(values) if values[row] > 1 => {
+                        return Err(Error::FieldType(format!(
+                            "doc {key:?}: field {:?} is bool, got the byte {}",
+                            field.name, values[row]
+                        )));
+                    }
+                    Column::List {
+                        offsets,
+                        item_offsets,
+                        data,
+                    } if field.ty == FieldType::StrList => {
+                        let (from, to) = (offsets[row] as usize, offsets[row + 1] as usize);
+                        for j in from..to {
+                            Column::str(item_offsets, data, j, &field.name).map_err(|_| {
+                                Error::FieldType(format!(
+                                    "doc {key:?}: field {:?}: item {} of its list is not valid \
+                                     UTF-8",
+                                    field.name,
+                                    j - from
+                                ))
+                            })?;
+                        }
+                    }
+                    _ => {}
                 }
             }
             Ok(())
@@ -215,9 +322,18 @@ impl<'a> Columns<'a> {
         unsafe { std::str::from_utf8_unchecked(bytes) }
     }
 
+    /// Whether row `row` of column `column` is null.
+    fn is_null(&self, column: usize, row: usize) -> bool {
+        self.valid[column].is_some_and(|valid| valid[row] == 0)
+    }
+
     /// Appends the field values of row `row`, in schema order, to `out`.
     pub fn values(&self, row: usize, out: &mut Vec<Value<'a>>) {
-        for (column, &is_str) in self.columns.iter().zip(&self.is_str) {
+        for (i, (column, &is_str)) in self.columns.iter().zip(&self.is_str).enumerate() {
+            if self.is_null(i, row) {
+                out.push(Value::Null);
+                continue;
+            }
             out.push(match *column {
                 Column::Text { offsets, data } => {
                     let bytes = Column::bytes(offsets, data, row, 1);
@@ -236,6 +352,15 @@ impl<'a> Columns<'a> {
                     offsets,
                     values,
                 } => Value::Array(elem, Column::bytes(offsets, values, row, elem.size())),
+                Column::Bool(values) => Value::Bool(values[row] != 0),
+                Column::List {
+                    offsets,
+                    item_offsets,
+                    data,
+                } => Value::Items {
+                    offsets: &item_offsets[offsets[row] as usize..=offsets[row + 1] as usize],
+                    data,
+                },
             });
         }
     }

@@ -3,15 +3,19 @@
 //! Version 2 adds a check in front of every blob (`check`); version 3 binds the position into
 //! that check and puts each document's blob location in its key index entry, so that a lookup
 //! by key reads the key index and then the blob, nothing between (one round trip less remotely,
-//! one random read less locally).
+//! one random read less locally). Version 4 only adds field types and nullable fields.
 
 use crate::error::{Error, Result};
 use crate::keys::entry::{KEY_ENTRY_V2, KEY_ENTRY_V3, KEY_INDEX_ALIGN};
 use xxhash_rust::xxh3::xxh3_64;
 
 pub const MAGIC: [u8; 8] = *b"DOCSTORE";
-/// The version this docstore writes.
+/// The version this docstore writes for a store whose fields version 3 holds (every store
+/// before version 4), byte for byte as before, so that readers of version 3 open it.
 pub const VERSION: u32 = 3;
+/// The newest version it reads and writes: version 3 with nullable fields and more field types
+/// (`Schema::min_version`), written only for a schema that needs it.
+pub const NEWEST: u32 = 4;
 /// The oldest version it reads: version 1 stores lack the per-document checks of version 2.
 pub const MIN_VERSION: u32 = 1;
 pub const HEADER_SIZE: usize = 512;
@@ -186,11 +190,11 @@ impl Header {
             return Err(Error::corrupt("not a docstore file (bad magic bytes)"));
         }
         let version = u32_at(buf, 8);
-        if !(MIN_VERSION..=VERSION).contains(&version) {
+        if !(MIN_VERSION..=NEWEST).contains(&version) {
             return Err(Error::UnsupportedVersion {
                 found: version,
                 min: MIN_VERSION,
-                max: VERSION,
+                max: NEWEST,
             });
         }
         if buf.len() < HEADER_SIZE {
@@ -383,10 +387,10 @@ mod tests {
     #[test]
     fn newer_version_is_reported_as_such() {
         let mut bytes = header().encode();
-        bytes[8] = 4;
+        bytes[8] = 5;
         assert!(matches!(
             Header::decode(&bytes, 10_000),
-            Err(Error::UnsupportedVersion { found: 4, .. })
+            Err(Error::UnsupportedVersion { found: 5, .. })
         ));
         bytes[8] = 0;
         assert!(matches!(

@@ -30,7 +30,7 @@ pub use columns::{Column, Columns};
 pub use error::{Error, Result};
 pub use memmap2::Mmap;
 pub use record::Value;
-pub use schema::{ElemType, Field, FieldType, Schema};
+pub use schema::{ElemType, Field, FieldType, Schema, Shape};
 pub use storage::{RemoteOptions, StoreFile};
 pub use store::{DataAccess, RecordBatch, Store};
 pub use writer::{Summary, Writer, WriterOptions, MAX_DOCS};

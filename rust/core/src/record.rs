@@ -2,11 +2,13 @@
 //!
 //! Fields are stored in schema order: `str`/`bytes` as varint length + bytes, `int64` as a
 //! zig-zag varint, `float64` as 8 bytes, arrays as varint element count + the elements' byte
-//! planes (see `planes`).
+//! planes (see `planes`). Version 4 adds `bool` (one byte), lists of `str` or `bytes` (varint
+//! count, then each item as a `bytes` value) and nullable fields (a presence byte, then the
+//! value when it is 1); see docs/format.md §5.
 
 use crate::error::{Error, Result};
 use crate::planes;
-use crate::schema::{ElemType, FieldType, Schema};
+use crate::schema::{ElemType, Field, FieldType, Schema, Shape};
 use crate::varint;
 
 #[cfg(target_endian = "big")]
@@ -26,6 +28,25 @@ pub enum Value<'a> {
     /// An array as a record stores it: its elements' byte planes (what reading gives;
     /// `to_elements` or `planes::join` turn them into elements).
     Planes(ElemType, &'a [u8]),
+    /// No value, in a nullable field.
+    Null,
+    Bool(bool),
+    /// A `list[str]` or `list[bytes]` value as a record stores it (what reading gives, and what
+    /// `put_list` makes): varint count, then each item as varint length + bytes. `list_items`
+    /// reads the items; `utf8` says they are `str`s (checked to be UTF-8 when read).
+    List {
+        utf8: bool,
+        raw: &'a [u8],
+    },
+    /// A fixed-shape array as a record stores it: its elements' byte planes, and its shape
+    /// (what reading a fixed-shape field gives; written from an `Array` of as many elements).
+    Tensor(ElemType, Shape, &'a [u8]),
+    /// A list value as columns hold it: item `i` is `data[offsets[i]..offsets[i + 1]]`
+    /// (`offsets` non-empty, non-decreasing and within `data`).
+    Items {
+        offsets: &'a [i64],
+        data: &'a [u8],
+    },
 }
 
 impl Value<'_> {
@@ -33,7 +54,7 @@ impl Value<'_> {
     pub fn to_elements(&self) -> Option<(ElemType, Vec<u8>)> {
         match *self {
             Value::Array(elem, bytes) => Some((elem, bytes.to_vec())),
-            Value::Planes(elem, bytes) => {
+            Value::Planes(elem, bytes) | Value::Tensor(elem, _, bytes) => {
                 let mut elements = vec![0; bytes.len()];
                 planes::join(bytes, elem.size(), &mut elements);
                 Some((elem, elements))
@@ -50,9 +71,16 @@ impl PartialEq for Value<'_> {
             (Value::Bytes(a), Value::Bytes(b)) => a == b,
             (Value::Int64(a), Value::Int64(b)) => a == b,
             (Value::Float64(a), Value::Float64(b)) => a == b,
-            (Value::Array(..) | Value::Planes(..), Value::Array(..) | Value::Planes(..)) => {
-                self.to_elements() == other.to_elements()
-            }
+            (
+                Value::Array(..) | Value::Planes(..) | Value::Tensor(..),
+                Value::Array(..) | Value::Planes(..) | Value::Tensor(..),
+            ) => self.to_elements() == other.to_elements(),
+            (Value::Null, Value::Null) => true,
+            (Value::Bool(a), Value::Bool(b)) => a == b,
+            (
+                Value::List { .. } | Value::Items { .. },
+                Value::List { .. } | Value::Items { .. },
+            ) => self.to_items() == other.to_items(),
             _ => false,
         }
     }
@@ -66,6 +94,67 @@ impl Value<'_> {
             Value::Int64(_) => "int64".into(),
             Value::Float64(_) => "float64".into(),
             Value::Array(elem, _) | Value::Planes(elem, _) => format!("{}[]", elem.name()),
+            Value::Tensor(elem, shape, _) => format!("{}[{shape}]", elem.name()),
+            Value::Null => "None".into(),
+            Value::Bool(_) => "bool".into(),
+            Value::List { .. } | Value::Items { .. } => "list".into(),
+        }
+    }
+
+    /// The items of a `List` or `Items` value (None for another value or a malformed list).
+    pub fn to_items(&self) -> Option<Vec<&[u8]>> {
+        match *self {
+            Value::List { raw, .. } => list_items(raw).collect::<Result<_>>().ok(),
+            Value::Items { offsets, data } => offsets
+                .windows(2)
+                .map(|w| {
+                    let (start, end) = (usize::try_from(w[0]).ok()?, usize::try_from(w[1]).ok()?);
+                    data.get(start..end)
+                })
+                .collect(),
+            _ => None,
+        }
+    }
+}
+
+/// Appends a list of `items` as a record stores it (the bytes of a `Value::List`).
+pub fn put_list<'b>(out: &mut Vec<u8>, count: usize, items: impl IntoIterator<Item = &'b [u8]>) {
+    varint::put(out, count as u64);
+    for item in items {
+        put_bytes(out, item);
+    }
+}
+
+/// The items of a list as a record stores it (`Value::List`), each checked to lie within it.
+pub fn list_items(raw: &[u8]) -> ListItems<'_> {
+    let mut pos = 0;
+    let left = varint::get(raw, &mut pos);
+    ListItems { raw, pos, left }
+}
+
+pub struct ListItems<'a> {
+    raw: &'a [u8],
+    pos: usize,
+    /// Items not yet read, or why the count could not be read.
+    left: Result<u64>,
+}
+
+impl<'a> Iterator for ListItems<'a> {
+    type Item = Result<&'a [u8]>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match &mut self.left {
+            Ok(0) => None,
+            Ok(left) => {
+                *left -= 1;
+                let item = varint::get(self.raw, &mut self.pos)
+                    .and_then(|len| take(self.raw, &mut self.pos, len));
+                if item.is_err() {
+                    self.left = Ok(0);
+                }
+                Some(item)
+            }
+            Err(_) => Some(std::mem::replace(&mut self.left, Ok(0)).map(|_| &[][..])),
         }
     }
 }
@@ -80,6 +169,20 @@ pub fn encode(schema: &Schema, values: &[Value<'_>], out: &mut Vec<u8>) -> Resul
         )));
     }
     for (field, value) in schema.fields.iter().zip(values) {
+        match (field.nullable, value) {
+            (true, Value::Null) => {
+                out.push(0);
+                continue;
+            }
+            (true, _) => out.push(1),
+            (false, Value::Null) => {
+                return Err(Error::FieldType(format!(
+                    "field {:?} is {}, got None; declare it {}? to store None",
+                    field.name, field.ty, field.ty
+                )))
+            }
+            (false, _) => {}
+        }
         match (field.ty, value) {
             (FieldType::Str, Value::Str(s)) => put_bytes(out, s.as_bytes()),
             (FieldType::Bytes, Value::Bytes(b)) => put_bytes(out, b),
@@ -101,6 +204,45 @@ pub fn encode(schema: &Schema, values: &[Value<'_>], out: &mut Vec<u8>) -> Resul
                     Value::Planes(..) => out.extend_from_slice(bytes),
                     _ => planes::split(bytes, elem.size(), out),
                 }
+            }
+            (
+                FieldType::Tensor(want, shape),
+                Value::Array(elem, bytes)
+                | Value::Planes(elem, bytes)
+                | Value::Tensor(elem, _, bytes),
+            ) if want == *elem => {
+                // No count: the shape says how many elements there are.
+                if bytes.len() != shape.elements() * elem.size() {
+                    return Err(Error::FieldType(format!(
+                        "field {:?} is {}, got {} elements (its shape holds {})",
+                        field.name,
+                        field.ty,
+                        bytes.len() / elem.size(),
+                        shape.elements()
+                    )));
+                }
+                match value {
+                    Value::Array(..) => planes::split(bytes, elem.size(), out),
+                    _ => out.extend_from_slice(bytes),
+                }
+            }
+            (FieldType::Bool, Value::Bool(b)) => out.push(u8::from(*b)),
+            (
+                FieldType::StrList | FieldType::BytesList,
+                Value::List { .. } | Value::Items { .. },
+            ) => {
+                let items = value.to_items().ok_or_else(|| {
+                    Error::FieldType(format!("field {:?}: a malformed list value", field.name))
+                })?;
+                if field.ty == FieldType::StrList {
+                    if let Some(i) = items.iter().position(|s| std::str::from_utf8(s).is_err()) {
+                        return Err(Error::FieldType(format!(
+                            "field {:?}: item {i} of its list is not valid UTF-8",
+                            field.name
+                        )));
+                    }
+                }
+                put_list(out, items.len(), items);
             }
             (ty, value) => {
                 return Err(Error::FieldType(format!(
@@ -125,7 +267,7 @@ pub fn decode<'a>(schema: &Schema, raw: &'a [u8]) -> Result<Vec<Value<'a>>> {
     let values = schema
         .fields
         .iter()
-        .map(|field| read_value(field.ty, raw, &mut pos))
+        .map(|field| read_value(field, raw, &mut pos))
         .collect::<Result<Vec<_>>>()?;
     if pos != raw.len() {
         return Err(Error::corrupt(
@@ -158,9 +300,9 @@ pub fn raw_fields<'a>(schema: &'a Schema, raw: &'a [u8]) -> RawFields<'a> {
 pub fn raw_field<'a>(schema: &Schema, raw: &'a [u8], index: usize) -> Result<RawValue<'a>> {
     let mut pos = 0;
     for field in &schema.fields[..index] {
-        skip_value(field.ty, raw, &mut pos)?;
+        skip_value(field, raw, &mut pos)?;
     }
-    read_raw(schema.fields[index].ty, raw, &mut pos)
+    read_raw(&schema.fields[index], raw, &mut pos)
 }
 
 pub struct RawFields<'a> {
@@ -178,7 +320,7 @@ impl<'a> Iterator for RawFields<'a> {
             return None;
         }
         let result = match self.fields.next() {
-            Some(field) => read_raw(field.ty, self.raw, &mut self.pos),
+            Some(field) => read_raw(field, self.raw, &mut self.pos),
             None if self.pos != self.raw.len() => Err(Error::corrupt(
                 "trailing bytes after the last field of a record",
             )),
@@ -189,21 +331,21 @@ impl<'a> Iterator for RawFields<'a> {
     }
 }
 
-fn read_raw<'a>(ty: FieldType, raw: &'a [u8], pos: &mut usize) -> Result<RawValue<'a>> {
-    if ty == FieldType::Str {
+fn read_raw<'a>(field: &Field, raw: &'a [u8], pos: &mut usize) -> Result<RawValue<'a>> {
+    if field.ty == FieldType::Str && !field.nullable {
         let len = varint::get(raw, pos)?;
         return take(raw, pos, len).map(RawValue::Utf8);
     }
-    read_value(ty, raw, pos).map(RawValue::Other)
+    read_value(field, raw, pos).map(RawValue::Other)
 }
 
 /// Decodes the field at `index`, skipping the ones before it.
 pub fn decode_field<'a>(schema: &Schema, raw: &'a [u8], index: usize) -> Result<Value<'a>> {
     let mut pos = 0;
     for field in &schema.fields[..index] {
-        skip_value(field.ty, raw, &mut pos)?;
+        skip_value(field, raw, &mut pos)?;
     }
-    read_value(schema.fields[index].ty, raw, &mut pos)
+    read_value(&schema.fields[index], raw, &mut pos)
 }
 
 fn take<'a>(raw: &'a [u8], pos: &mut usize, len: u64) -> Result<&'a [u8]> {
@@ -224,8 +366,23 @@ fn array_len(elem: ElemType, raw: &[u8], pos: &mut usize) -> Result<u64> {
         .ok_or_else(|| Error::corrupt("array length overflows"))
 }
 
-fn read_value<'a>(ty: FieldType, raw: &'a [u8], pos: &mut usize) -> Result<Value<'a>> {
-    Ok(match ty {
+/// Whether a nullable field's value is present: its presence byte, `0` (null) or `1`.
+fn present(field: &Field, raw: &[u8], pos: &mut usize) -> Result<bool> {
+    match take(raw, pos, 1)?[0] {
+        0 => Ok(false),
+        1 => Ok(true),
+        _ => Err(Error::corrupt(format!(
+            "the presence byte of nullable field {:?} is neither 0 nor 1",
+            field.name
+        ))),
+    }
+}
+
+fn read_value<'a>(field: &Field, raw: &'a [u8], pos: &mut usize) -> Result<Value<'a>> {
+    if field.nullable && !present(field, raw, pos)? {
+        return Ok(Value::Null);
+    }
+    Ok(match field.ty {
         FieldType::Str => {
             let len = varint::get(raw, pos)?;
             let bytes = take(raw, pos, len)?;
@@ -245,11 +402,40 @@ fn read_value<'a>(ty: FieldType, raw: &'a [u8], pos: &mut usize) -> Result<Value
             let len = array_len(elem, raw, pos)?;
             Value::Planes(elem, take(raw, pos, len)?)
         }
+        FieldType::Tensor(elem, shape) => Value::Tensor(
+            elem,
+            shape,
+            take(raw, pos, (shape.elements() * elem.size()) as u64)?,
+        ),
+        FieldType::Bool => match take(raw, pos, 1)?[0] {
+            0 => Value::Bool(false),
+            1 => Value::Bool(true),
+            _ => return Err(Error::corrupt("bool field is neither 0 nor 1")),
+        },
+        FieldType::StrList | FieldType::BytesList => {
+            let start = *pos;
+            let count = varint::get(raw, pos)?;
+            // Each item takes a byte at least: a count beyond the record fails at its end.
+            for _ in 0..count {
+                let len = varint::get(raw, pos)?;
+                let item = take(raw, pos, len)?;
+                if field.ty == FieldType::StrList && std::str::from_utf8(item).is_err() {
+                    return Err(Error::corrupt("list[str] item is not UTF-8"));
+                }
+            }
+            Value::List {
+                utf8: field.ty == FieldType::StrList,
+                raw: &raw[start..*pos],
+            }
+        }
     })
 }
 
-fn skip_value(ty: FieldType, raw: &[u8], pos: &mut usize) -> Result<()> {
-    let len = match ty {
+fn skip_value(field: &Field, raw: &[u8], pos: &mut usize) -> Result<()> {
+    if field.nullable {
+        return read_value(field, raw, pos).map(drop);
+    }
+    let len = match field.ty {
         FieldType::Str | FieldType::Bytes => varint::get(raw, pos)?,
         FieldType::Int64 => {
             varint::get(raw, pos)?;
@@ -257,6 +443,10 @@ fn skip_value(ty: FieldType, raw: &[u8], pos: &mut usize) -> Result<()> {
         }
         FieldType::Float64 => 8,
         FieldType::Array(elem) => array_len(elem, raw, pos)?,
+        FieldType::Tensor(elem, shape) => (shape.elements() * elem.size()) as u64,
+        FieldType::Bool | FieldType::StrList | FieldType::BytesList => {
+            return read_value(field, raw, pos).map(drop)
+        }
     };
     take(raw, pos, len).map(drop)
 }
@@ -277,10 +467,7 @@ mod tests {
         Schema::new(
             fields
                 .iter()
-                .map(|(n, t)| Field {
-                    name: n.to_string(),
-                    ty: *t,
-                })
+                .map(|(n, t)| Field::new(n.to_string(), *t))
                 .collect(),
         )
         .unwrap()

@@ -52,7 +52,9 @@ pub struct WriterOptions {
     /// Memory for keys before a sorted run is spilled to disk.
     pub key_buffer_bytes: usize,
     pub overwrite: bool,
-    /// `format::VERSION` (checked reads) or `format::MIN_VERSION`, for readers older than it.
+    /// The newest version the writer may write, `format::NEWEST` down to `format::MIN_VERSION`,
+    /// for older readers. It writes version 4 only for a schema that needs it
+    /// (`Schema::min_version`), `format::VERSION` (3) otherwise.
     pub format_version: u32,
     /// A dictionary to use instead of training one (at most 64 KiB): the shards of one corpus
     /// share the one trained once, so that their reader keeps one copy and a sharded build
@@ -71,7 +73,7 @@ impl Default for WriterOptions {
             batch_bytes: 4 << 20,
             key_buffer_bytes: 64 << 20,
             overwrite: false,
-            format_version: format::VERSION,
+            format_version: format::NEWEST,
             dictionary: None,
         }
     }
@@ -88,11 +90,11 @@ impl WriterOptions {
                 self.batch_bytes
             )));
         }
-        if !(format::MIN_VERSION..=format::VERSION).contains(&self.format_version) {
+        if !(format::MIN_VERSION..=format::NEWEST).contains(&self.format_version) {
             return Err(Error::InvalidArgument(format!(
                 "format_version must be {} to {}, got {}",
                 format::MIN_VERSION,
-                format::VERSION,
+                format::NEWEST,
                 self.format_version
             )));
         }
@@ -182,6 +184,24 @@ pub struct Writer {
     _scratch_lock: File,
 }
 
+/// The version a writer allowed versions up to `newest` writes for `schema`: version 3 (or
+/// older, if asked) unless the schema needs 4.
+fn written_version(schema: &Schema, newest: u32) -> Result<u32> {
+    let needed = schema.min_version();
+    if needed > newest {
+        let field = (schema.fields.iter())
+            .find(|f| f.min_version() > newest)
+            .expect("a field needs the version");
+        return Err(Error::InvalidArgument(format!(
+            "field {:?} is {}, which format version {newest} cannot hold (it needs version \
+             {needed})",
+            field.name,
+            field.type_name()
+        )));
+    }
+    Ok(newest.min(needed.max(format::VERSION)))
+}
+
 impl Writer {
     pub fn create(
         path: impl AsRef<Path>,
@@ -205,6 +225,8 @@ impl Writer {
         }
         // Validates the options before any file exists.
         options.validate()?;
+        let mut options = options;
+        options.format_version = written_version(&schema, options.format_version)?;
         let (scratch, scratch_lock) =
             new_scratch(&parent, &name, &TargetLock::acquire(&parent, &name)?)?;
         // Read and write: the ranks section is filled through a mapping of this file.
@@ -321,7 +343,11 @@ impl Writer {
         let start = self.batch.data.len();
         if let Err(err) = record::encode(&self.schema, values, &mut self.batch.data) {
             self.batch.data.truncate(start);
-            return Err(err);
+            // Which document, besides which field.
+            return Err(match err {
+                Error::FieldType(message) => Error::FieldType(format!("doc {key:?}: {message}")),
+                err => err,
+            });
         }
         if index {
             self.keys.push(key.as_bytes(), self.count as u32)?;

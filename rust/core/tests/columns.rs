@@ -6,10 +6,7 @@ use docstore_core::{
 };
 
 fn schema() -> Schema {
-    let field = |name: &str, ty| Field {
-        name: name.into(),
-        ty,
-    };
+    let field = |name: &str, ty| Field::new(name, ty);
     Schema::new(vec![
         field("text", FieldType::Str),
         field("raw", FieldType::Bytes),
@@ -127,11 +124,7 @@ fn columns_make_the_store_rows_make() {
 }
 
 fn one_field(ty: FieldType) -> Schema {
-    Schema::new(vec![Field {
-        name: "f".into(),
-        ty,
-    }])
-    .unwrap()
+    Schema::new(vec![Field::new("f", ty)]).unwrap()
 }
 
 fn refused(schema: &Schema, ids: &[&str], column: Column<'_>) -> String {

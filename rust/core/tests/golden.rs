@@ -9,18 +9,9 @@ use xxhash_rust::xxh3::xxh3_64;
 
 fn schema() -> Schema {
     Schema::new(vec![
-        Field {
-            name: "text".into(),
-            ty: FieldType::Str,
-        },
-        Field {
-            name: "label".into(),
-            ty: FieldType::Int64,
-        },
-        Field {
-            name: "tokens".into(),
-            ty: FieldType::Array(ElemType::I32),
-        },
+        Field::new("text", FieldType::Str),
+        Field::new("label", FieldType::Int64),
+        Field::new("tokens", FieldType::Array(ElemType::I32)),
     ])
     .unwrap()
 }

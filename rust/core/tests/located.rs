@@ -9,11 +9,7 @@ use docstore_core::{
 
 fn store(dir: &std::path::Path, n: usize) -> Collection {
     let path = dir.join("s.docstore");
-    let schema = Schema::new(vec![Field {
-        name: "text".into(),
-        ty: FieldType::Str,
-    }])
-    .unwrap();
+    let schema = Schema::new(vec![Field::new("text", FieldType::Str)]).unwrap();
     let mut writer = Writer::create(&path, schema, WriterOptions::default()).unwrap();
     for i in 0..n {
         let text = format!("document {i}: {}", "words ".repeat(i % 40));

@@ -10,18 +10,9 @@ use std::path::Path;
 
 fn schema() -> Schema {
     Schema::new(vec![
-        Field {
-            name: "text".into(),
-            ty: FieldType::Str,
-        },
-        Field {
-            name: "label".into(),
-            ty: FieldType::Int64,
-        },
-        Field {
-            name: "tokens".into(),
-            ty: FieldType::Array(ElemType::I32),
-        },
+        Field::new("text", FieldType::Str),
+        Field::new("label", FieldType::Int64),
+        Field::new("tokens", FieldType::Array(ElemType::I32)),
     ])
     .unwrap()
 }
@@ -326,15 +317,15 @@ fn garbage_and_newer_versions_are_clear_errors() {
     let store = dir.path().join("s");
     build(&store, 3, WriterOptions::default());
     let mut bytes = std::fs::read(&store).unwrap();
-    bytes[8] = 4;
+    bytes[8] = 5;
     std::fs::write(&path, &bytes).unwrap();
     let err = Store::open(&path).err().unwrap();
     assert!(matches!(
         err,
         Error::UnsupportedVersion {
-            found: 4,
+            found: 5,
             min: 1,
-            max: 3
+            max: 4
         }
     ));
     assert!(err.to_string().contains("upgrade"));
@@ -344,11 +335,7 @@ fn garbage_and_newer_versions_are_clear_errors() {
 fn large_document_over_16_mib() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("big");
-    let schema = Schema::new(vec![Field {
-        name: "text".into(),
-        ty: FieldType::Str,
-    }])
-    .unwrap();
+    let schema = Schema::new(vec![Field::new("text", FieldType::Str)]).unwrap();
     let big: String = (0..5_000_000).map(|i| format!("{} ", i % 977)).collect();
     assert!(big.len() > 16 << 20);
     let mut writer = Writer::create(&path, schema.clone(), WriterOptions::default()).unwrap();
@@ -368,11 +355,7 @@ fn large_document_over_16_mib() {
 fn keys_sharing_long_prefixes_and_keys_that_prefix_others() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s");
-    let schema = Schema::new(vec![Field {
-        name: "text".into(),
-        ty: FieldType::Str,
-    }])
-    .unwrap();
+    let schema = Schema::new(vec![Field::new("text", FieldType::Str)]).unwrap();
     let mut keys: Vec<String> = (0..2000)
         .map(|i| format!("clueweb22-en0000-{:02}-{:05}", i % 7, i))
         .collect();
@@ -638,11 +621,26 @@ fn older_versions_still_read() {
         len(&v3, Section::KeyFences),
         300usize.div_ceil(128) as u64 * 8
     );
-    assert!(Writer::create(
-        dir.path().join("v4"),
-        schema(),
+    // Version 4 is written only for a schema that needs it: this one is written as 3.
+    let v4 = dir.path().join("v4");
+    build(
+        &v4,
+        300,
         WriterOptions {
             format_version: 4,
+            ..Default::default()
+        },
+    );
+    assert_eq!(Store::open(&v4).unwrap().header().version, 3);
+    assert_eq!(
+        std::fs::read(&v4).unwrap(),
+        std::fs::read(dir.path().join("v3")).unwrap()
+    );
+    assert!(Writer::create(
+        dir.path().join("v5"),
+        schema(),
+        WriterOptions {
+            format_version: 5,
             ..Default::default()
         }
     )

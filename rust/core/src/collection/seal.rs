@@ -434,7 +434,7 @@ fn describe(schema: &Schema) -> String {
     let fields: Vec<String> = schema
         .fields
         .iter()
-        .map(|f| format!("{}: {}", f.name, f.ty))
+        .map(|f| format!("{}: {}", f.name, f.type_name()))
         .collect();
     format!("{{{}}}", fields.join(", "))
 }

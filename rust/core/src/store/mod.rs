@@ -280,6 +280,14 @@ impl<B: Storage> Store<B> {
             }
         }
         let schema = Schema::decode(section(Section::Schema))?;
+        // Nullable fields and the types version 4 added are refused in an older store rather
+        // than read by rules its writer did not follow.
+        if schema.min_version() > header.version {
+            return Err(Error::corrupt(format!(
+                "bad schema: a version {} store with a field of a type version 4 added",
+                header.version
+            )));
+        }
         // Only a collection's global index (no fields) locates blobs elsewhere: on a store with
         // fields the flag would leave its locations unchecked by `verify`.
         if header.locates_shard_blobs() && !schema.fields.is_empty() {

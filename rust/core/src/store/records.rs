@@ -359,11 +359,7 @@ mod tests {
     fn keys_in_reads_runs_of_blobs_with_pread_and_checks_every_key() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("store");
-        let schema = Schema::new(vec![Field {
-            name: "blob".into(),
-            ty: FieldType::Bytes,
-        }])
-        .unwrap();
+        let schema = Schema::new(vec![Field::new("blob", FieldType::Bytes)]).unwrap();
         let options = WriterOptions {
             level: codec::LEVEL_NONE,
             ..WriterOptions::default()
@@ -427,11 +423,7 @@ mod tests {
     fn pread_buffer_gives_back_the_room_of_a_huge_record() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("store");
-        let schema = Schema::new(vec![Field {
-            name: "blob".into(),
-            ty: FieldType::Bytes,
-        }])
-        .unwrap();
+        let schema = Schema::new(vec![Field::new("blob", FieldType::Bytes)]).unwrap();
         let huge = vec![7u8; 20 << 20];
         let options = WriterOptions {
             level: codec::LEVEL_NONE,

@@ -9,14 +9,8 @@ use std::path::{Path, PathBuf};
 
 pub fn schema() -> Schema {
     Schema::new(vec![
-        Field {
-            name: "text".into(),
-            ty: FieldType::Str,
-        },
-        Field {
-            name: "n".into(),
-            ty: FieldType::Int64,
-        },
+        Field::new("text", FieldType::Str),
+        Field::new("n", FieldType::Int64),
     ])
     .unwrap()
 }
