@@ -121,8 +121,15 @@ class Reader:
     def _take_columns(
         self, positions: Iterable[SupportsIndex], fields: Sequence[str]
     ) -> tuple[
-        tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8]],
-        list[tuple[npt.NDArray[np.int64] | None, npt.NDArray[np.uint8]]],
+        tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8], None, None],
+        list[
+            tuple[
+                npt.NDArray[np.int64] | None,
+                npt.NDArray[np.uint8],
+                npt.NDArray[np.int64] | None,
+                npt.NDArray[np.uint8] | None,
+            ]
+        ],
     ]: ...
     def _info(self) -> dict[str, int]: ...
     def _dictionary(self) -> bytes: ...

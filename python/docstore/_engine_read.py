@@ -170,21 +170,45 @@ def plan(bounds: Sequence[tuple[str, int, int]], parallelism: int) -> list[Split
     return splits
 
 
-def arrow_type(kind: str) -> Any:
-    """The Arrow type a field of docstore type ``kind`` is read as: ``large_string``,
-    ``large_binary``, ``int64``, ``float64``, ``large_list<dtype>``."""
+def parse_kind(kind: str) -> tuple[str, bool, tuple[int, ...] | None]:
+    """A field type as ``(base, nullable, shape)``: ``"float32[2,3]?"`` is
+    ``("float32[]", True, (2, 3))``; a 1-D array ``"float32[]"`` has no shape."""
+    nullable = kind.endswith("?")
+    kind = kind.removesuffix("?")
+    if kind.endswith("]") and not kind.endswith("[]") and "[" in kind and not kind.startswith("list["):
+        element, dims = kind[:-1].split("[", 1)
+        return element + "[]", nullable, tuple(int(d) for d in dims.split(","))
+    return kind, nullable, None
+
+
+def _element_type(element: str) -> Any:
     import pyarrow as pa
 
-    if kind == "str":
-        return pa.large_string()
-    if kind == "bytes":
-        return pa.large_binary()
-    if kind == "int64":
-        return pa.int64()
-    if kind == "float64":
-        return pa.float64()
-    if kind.endswith("[]"):
-        return pa.large_list(pa.from_numpy_dtype(np.dtype(kind[:-2])))
+    # Arrow has no bfloat16: its values widen exactly to float32, as docstore.hf gives them.
+    return pa.float32() if element == "bfloat16" else pa.from_numpy_dtype(np.dtype(element))
+
+
+def arrow_type(kind: str) -> Any:
+    """The Arrow type a field of docstore type ``kind`` is read as: ``large_string``,
+    ``large_binary``, ``int64``, ``float64``, ``bool``, ``large_list`` of strings, binaries or
+    numbers (``bfloat16`` widened to ``float32``), ``fixed_shape_tensor`` for a fixed shape."""
+    import pyarrow as pa
+
+    base, _, shape = parse_kind(kind)
+    scalars = {
+        "str": pa.large_string(),
+        "bytes": pa.large_binary(),
+        "int64": pa.int64(),
+        "float64": pa.float64(),
+        "bool": pa.bool_(),
+        "list[str]": pa.large_list(pa.large_string()),
+        "list[bytes]": pa.large_list(pa.large_binary()),
+    }
+    if base in scalars:
+        return scalars[base]
+    if base.endswith("[]"):
+        element = _element_type(base[:-2])
+        return pa.fixed_shape_tensor(element, list(shape)) if shape else pa.large_list(element)
     raise SchemaError(f"field type {kind!r} has no Arrow type")
 
 
@@ -198,31 +222,45 @@ def arrow_schema(fields: Mapping[str, str], columns: Sequence[str]) -> Any:
     )
 
 
-def _array(kind: str, n: int, offsets: np.ndarray | None, data: np.ndarray) -> Any:
-    """An Arrow array over the buffers ``_take_columns`` made (no copy: the numpy arrays stay
-    alive as the Arrow buffers' owners)."""
+def _array(kind: str, n: int, offsets: Any, data: np.ndarray, items: Any = None, valid: Any = None) -> Any:
+    """An Arrow array over the buffers ``_take_columns`` made (no copy where Arrow's layout is
+    docstore's: the numpy arrays stay alive as the Arrow buffers' owners)."""
     import pyarrow as pa
 
     t = arrow_type(kind)
+    base, _, shape = parse_kind(kind)
+    mask = None if valid is None else pa.py_buffer(np.packbits(valid.astype(bool), bitorder="little"))
     values = pa.py_buffer(data)
-    if kind in ("str", "bytes"):
-        return pa.Array.from_buffers(t, n, [None, pa.py_buffer(offsets), values])
-    if kind in ("int64", "float64"):
-        return pa.Array.from_buffers(t, n, [None, values])
-    assert offsets is not None
-    element = t.value_type
-    child = pa.Array.from_buffers(element, int(offsets[-1]), [None, values])
-    return pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()), child)
+    if base in ("str", "bytes"):
+        return pa.Array.from_buffers(t, n, [mask, pa.py_buffer(offsets), values])
+    if base in ("int64", "float64"):
+        return pa.Array.from_buffers(t, n, [mask, values])
+    if base == "bool":
+        bits = pa.py_buffer(np.packbits(data.astype(bool), bitorder="little"))
+        return pa.Array.from_buffers(t, n, [mask, bits])
+    if base.startswith("list["):
+        child = pa.Array.from_buffers(t.value_type, len(items) - 1, [None, pa.py_buffer(items), values])
+        return pa.Array.from_buffers(t, n, [mask, pa.py_buffer(offsets)], children=[child])
+    element = base[:-2]
+    if element == "bfloat16":  # its bits are float32's upper half
+        values = pa.py_buffer((data.view(np.uint16).astype(np.uint32) << 16).view(np.float32))
+    count = n * int(np.prod(shape)) if shape else int(offsets[-1])
+    child = pa.Array.from_buffers(_element_type(element), count, [None, values])
+    if shape:
+        storage_type = t.storage_type
+        storage = pa.Array.from_buffers(storage_type, n, [mask], children=[child])
+        return pa.ExtensionArray.from_storage(t, storage)
+    return pa.Array.from_buffers(t, n, [mask, pa.py_buffer(offsets)], children=[child])
 
 
 def take_batch(store: DocStore, positions: Any, fields: Mapping[str, str], columns: Sequence[str]) -> Any:
     """The documents at ``positions`` as an Arrow RecordBatch (``doc_id`` then ``columns``)."""
     import pyarrow as pa
 
-    (id_offsets, id_data), parts = store._take_columns(positions, list(columns))
+    (id_offsets, id_data, _, _), parts = store._take_columns(positions, list(columns))
     n = len(id_offsets) - 1
     arrays = [_array("str", n, id_offsets, id_data)]
-    arrays += [_array(fields[c], n, offsets, data) for c, (offsets, data) in zip(columns, parts)]
+    arrays += [_array(fields[c], n, *part) for c, part in zip(columns, parts)]
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(fields, columns))
 
 

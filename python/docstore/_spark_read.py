@@ -37,6 +37,7 @@ from ._engine_read import (
     check_parallelism,
     lookup_table,
     named,
+    parse_kind,
     plan,
     read_split,
     shards_of,
@@ -56,19 +57,25 @@ _ELEMENTS = {
     "uint32": "Long",
     "int64": "Long",
     "uint64": "Long",
+    "float16": "Float",  # Spark has no half floats: widened exactly
+    "bfloat16": "Float",
     "float32": "Float",
     "float64": "Double",
 }
-_SCALARS = {"str": "String", "bytes": "Binary", "int64": "Long", "float64": "Double"}
+_SCALARS = {"str": "String", "bytes": "Binary", "int64": "Long", "float64": "Double", "bool": "Boolean"}
+_LISTS = {"list[str]": "String", "list[bytes]": "Binary"}
 
 
 def spark_type(kind: str) -> Any:
     """The Spark type a field of docstore type ``kind`` is read as."""
     from pyspark.sql import types
 
-    if kind in _SCALARS:
-        return getattr(types, f"{_SCALARS[kind]}Type")()
-    return types.ArrayType(getattr(types, f"{_ELEMENTS[kind[:-2]]}Type")())
+    base, _, _ = parse_kind(kind)  # a fixed shape reads flat, in row-major order
+    if base in _SCALARS:
+        return getattr(types, f"{_SCALARS[base]}Type")()
+    if base in _LISTS:
+        return types.ArrayType(getattr(types, f"{_LISTS[base]}Type")())
+    return types.ArrayType(getattr(types, f"{_ELEMENTS[base[:-2]]}Type")())
 
 
 def spark_schema(fields: Mapping[str, str], columns: Sequence[str]) -> Any:
@@ -193,7 +200,10 @@ def to_spark_batch(batch: Any, schema: Any) -> Any:
     from pyspark.sql.pandas.types import to_arrow_schema
 
     target = to_arrow_schema(schema)
-    arrays = [batch.column(f.name).cast(f.type) for f in target]
+    # A fixed-shape tensor goes as its flat storage (Spark has no tensor type).
+    columns = [batch.column(f.name) for f in target]
+    columns = [c.storage if isinstance(c, pa.ExtensionArray) else c for c in columns]
+    arrays = [c.cast(f.type) for c, f in zip(columns, target)]
     return pa.RecordBatch.from_arrays(arrays, schema=target)
 
 
