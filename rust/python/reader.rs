@@ -373,11 +373,19 @@ impl Reader {
     ) -> PyResult<Bound<'py, PyAny>> {
         match self.get_impl(py, key, &Select::Doc)? {
             Some(doc) => Ok(doc),
-            // Ids are strings: an int is most likely a position.
+            // Ids are strings: an int is most likely a position. The error still carries the
+            // key as given (`args == (key,)`, as for every missing id); the hint is a note.
             None if key.is_instance_of::<pyo3::types::PyInt>() => {
-                Err(pyo3::exceptions::PyKeyError::new_err(format!(
-                    "{key}: ids are strings; for the document at position {key}, use store.at({key})"
-                )))
+                let error = key_error(key);
+                let note = format!(
+                    "ids are strings; for the document at position {key}, use store.at({key})"
+                );
+                let value = error.value(py);
+                if value.call_method1("add_note", (&note,)).is_err() {
+                    // Python < 3.11 has no add_note; its tracebacks skip notes, but they stay.
+                    value.setattr("__notes__", vec![note])?;
+                }
+                Err(error)
             }
             None => Err(key_error(key)),
         }

@@ -417,7 +417,8 @@ def test_cli_build_shards_failures_name_the_place_and_leave_nothing(tmp_path, ca
     (tmp_path / "a.jsonl").write_text("\n".join(lines) + "\n")
     assert cli(["build", str(tmp_path / "a.jsonl"), "-o", target, "--shards", "2"]) == 1
     err = capsys.readouterr().err
-    assert "1 duplicate doc id" in err and "'d3' at a.jsonl:1501 (first at a.jsonl:4)" in err
+    assert "1 duplicate doc id" in err and "'d3' at " in err
+    assert "a.jsonl:1501 (first at " in err and err.rstrip().count("a.jsonl:4)") == 1
     assert cli(["build", "-", "-o", target, "--shards", "2"]) == 1
     assert "stdin" in capsys.readouterr().err
     assert sorted(os.listdir(tmp_path)) == ["a.jsonl"]

@@ -125,8 +125,10 @@ def test_seal_keeps_one_document_of_an_id_across_shards(tmp_path, policy):
 
 def test_an_int_key_points_to_positions(tmp_path):
     store = docstore.build(tmp_path / "s", [{"doc_id": "a", "text": "x", "n": 1}])
-    with pytest.raises(KeyError, match=r"use store\.at\(0\)"):
+    with pytest.raises(KeyError) as error:
         store[0]
+    assert error.value.args == (0,)  # the key as given, as for any missing id
+    assert "use store.at(0)" in error.value.__notes__[0]
     with pytest.raises(KeyError) as error:
         store["zz"]
     assert error.value.args == ("zz",)
