@@ -1034,8 +1034,7 @@ impl RemoteFile {
             .collect();
         self.remote
             .fetch(&self.path, &self.url, &self.pin, ranges, |range, bytes| {
-                use std::os::unix::fs::FileExt;
-                file.write_all_at(&bytes, range.start).map_err(Error::Io)
+                crate::platform::write_all_at(&file, &bytes, range.start).map_err(Error::Io)
             })?;
         // SAFETY: a private, unlinked file that nothing else can open or change.
         Ok(unsafe { Mmap::map(&file)? })

@@ -38,7 +38,6 @@ use crate::storage::{remote::RemoteFile, Storage, StoreFile};
 use memmap2::{Advice, Mmap};
 use std::fs::File;
 use std::ops::Range;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use xxhash_rust::xxh3::xxh3_64;
@@ -186,10 +185,7 @@ fn map_store_file(path: &Path) -> Result<(File, Mmap)> {
             format!("{} is {what}", path.display()),
         )));
     }
-    let file = File::options()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)?;
+    let file = crate::platform::no_block(File::options().read(true)).open(path)?;
     let mmap = map_opened(&file, path)?;
     Ok((file, mmap))
 }
