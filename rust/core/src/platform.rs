@@ -323,6 +323,17 @@ pub fn punch_hole(file: &File, offset: u64, len: u64) {
     let _ = (file, offset, len);
 }
 
+/// Makes rustls with `ring` this process's TLS provider, before the first HTTPS client is built
+/// (reqwest is built without one: its default, aws-lc-rs, does not cross-build; Cargo.toml).
+/// Without it, building a client would panic.
+pub fn install_tls_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // An error means a provider is installed already: that one is used, which is as good.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
 /// Page-cache hints for batch lookups in a cold cache (`pagecache`): no-ops where the OS has
 /// none, so that callers need no `cfg`.
 pub mod hints {
@@ -559,6 +570,17 @@ mod tests {
             4,
             "nothing left aside"
         );
+    }
+
+    #[test]
+    fn an_https_client_builds_with_the_ring_provider() {
+        // reqwest has no provider of its own here: without the install, `build` panics.
+        install_tls_provider();
+        let store = object_store::http::HttpBuilder::new()
+            .with_url("https://127.0.0.1:9/")
+            .build();
+        assert!(store.is_ok(), "{:?}", store.err());
+        assert!(rustls::crypto::CryptoProvider::get_default().is_some());
     }
 
     #[test]

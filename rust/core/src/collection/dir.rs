@@ -76,7 +76,7 @@ impl CollectionDir {
         }
         // SAFETY: filled by the successful call above.
         let mode = unsafe { stat.assume_init() }.st_mode;
-        not_regular(mode & libc::S_IFMT, &shown)?;
+        not_regular(mode, &shown)?;
         // SAFETY: as for `fstatat`; the descriptor returned is checked before use.
         let fd = unsafe {
             libc::openat(
@@ -90,8 +90,9 @@ impl CollectionDir {
         }
         // SAFETY: a descriptor just opened, owned by nothing else: the `File` closes it.
         let file = unsafe { File::from_raw_fd(fd) };
-        let kind = file.metadata().map_err(named)?.mode() & libc::S_IFMT;
-        not_regular(kind, &shown)?;
+        let mode = file.metadata().map_err(named)?.mode();
+        // `mode_t` is u16 on macOS; a mode's bits all fit.
+        not_regular(mode as libc::mode_t, &shown)?;
         Ok(file)
     }
 }
@@ -162,10 +163,10 @@ impl CollectionDir {
     }
 }
 
-/// An error unless `kind` (the `S_IFMT` bits of a mode) is a regular file's.
+/// An error unless `mode` is a regular file's.
 #[cfg(unix)]
-fn not_regular(kind: libc::mode_t, shown: &Path) -> Result<()> {
-    let what = match kind {
+fn not_regular(mode: libc::mode_t, shown: &Path) -> Result<()> {
+    let what = match mode & libc::S_IFMT {
         libc::S_IFREG => return Ok(()),
         libc::S_IFDIR => "a directory",
         _ => "not a regular file (a FIFO, socket or device)",

@@ -1147,7 +1147,7 @@ mod tests {
     #[test]
     #[cfg(unix)] // modes and symbolic links as Unix has them
     fn a_cache_dir_others_may_write_is_refused_unless_sticky() {
-        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let mode = |m| std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(m));
         mode(0o777).unwrap();
@@ -1165,7 +1165,7 @@ mod tests {
     #[test]
     #[cfg(unix)] // modes and symbolic links as Unix has them
     fn a_usage_link_is_replaced_never_written_through() {
-        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        use std::os::unix::fs::MetadataExt;
         let dir = tempfile::tempdir().unwrap();
         let victim = dir.path().join("victim");
         std::fs::write(&victim, b"precious bytes").unwrap();

@@ -477,6 +477,7 @@ impl Remote {
 
     fn build(&self) -> Result<Arc<dyn ObjectStore>> {
         use object_store::{aws, azure, gcp, http, ClientConfigKey};
+        crate::platform::install_tls_provider();
         let url = self.url.as_str();
         let shown = &self.shown;
         let options = &self.options.storage_options;
