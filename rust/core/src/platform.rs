@@ -583,6 +583,47 @@ mod tests {
         assert!(rustls::crypto::CryptoProvider::get_default().is_some());
     }
 
+    /// Overwriting a store that a reader has open: on Unix the reader keeps the old version
+    /// and the path names the new one; Windows refuses to replace a mapped file, so the write
+    /// fails and nothing changes (docs/wheels.md).
+    #[test]
+    fn overwrite_of_an_open_store() {
+        use crate::{Schema, Store, Writer, WriterOptions};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.docstore");
+        let build = |n: u32, overwrite: bool| -> crate::Result<()> {
+            let options = WriterOptions {
+                overwrite,
+                ..WriterOptions::default()
+            };
+            let mut writer = Writer::create(&path, Schema::new(Vec::new())?, options)?;
+            for i in 0..n {
+                writer.add(&format!("k{i}"), &[])?;
+            }
+            writer.finish().map(|_| ())
+        };
+        build(3, false).unwrap();
+        let open = Store::open(&path).unwrap();
+        let again = build(5, true);
+        assert_eq!(open.len(), 3, "the open reader keeps its version");
+        #[cfg(windows)]
+        {
+            let e = again.unwrap_err();
+            assert!(e.to_string().to_lowercase().contains("denied"), "{e}");
+            assert_eq!(Store::open(&path).unwrap().len(), 3, "the old store stays");
+        }
+        #[cfg(not(windows))]
+        {
+            again.unwrap();
+            assert_eq!(Store::open(&path).unwrap().len(), 5);
+        }
+        drop(open);
+        build(6, true).unwrap();
+        assert_eq!(Store::open(&path).unwrap().len(), 6, "closed: replaced everywhere");
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(left.len(), 1, "no scratch or lock file is left: {left:?}");
+    }
+
     #[test]
     fn positional_reads_and_writes_and_identity() {
         let dir = tempfile::tempdir().unwrap();
