@@ -362,6 +362,15 @@ pub mod hints {
         4096
     }
 
+    /// Tells the kernel that `map` is read at random (`MADV_RANDOM`: no read-ahead around each
+    /// fault); nothing on Windows, which has no such advice.
+    pub fn random_access(map: &memmap2::Mmap) {
+        #[cfg(unix)]
+        let _ = map.advise(memmap2::Advice::Random);
+        #[cfg(not(unix))]
+        let _ = map;
+    }
+
     /// Whether the page at `addr` (page-aligned, inside a live mapping) is in the page cache.
     /// True where it cannot be asked (Windows): no prefetch is then ever started.
     pub fn resident(addr: *const u8) -> bool {
@@ -619,7 +628,11 @@ mod tests {
         }
         drop(open);
         build(6, true).unwrap();
-        assert_eq!(Store::open(&path).unwrap().len(), 6, "closed: replaced everywhere");
+        assert_eq!(
+            Store::open(&path).unwrap().len(),
+            6,
+            "closed: replaced everywhere"
+        );
         let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(left.len(), 1, "no scratch or lock file is left: {left:?}");
     }

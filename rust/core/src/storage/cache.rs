@@ -308,7 +308,7 @@ impl CacheFile {
         // (pwrite before the bit is set) or, when evicted under the lease, back to a hole; the
         // reader reads only ranges it made present (see the module's note on concurrency).
         let map = unsafe { Mmap::map(&self.data)? };
-        let _ = map.advise(memmap2::Advice::Random);
+        platform::hints::random_access(&map);
         Ok(map)
     }
 

@@ -35,7 +35,7 @@ use crate::format::{Header, Section, HEADER_SIZE};
 use crate::pagecache;
 use crate::schema::Schema;
 use crate::storage::{remote::RemoteFile, Storage, StoreFile};
-use memmap2::{Advice, Mmap};
+use memmap2::Mmap;
 use std::fs::File;
 use std::ops::Range;
 use std::path::Path;
@@ -212,7 +212,7 @@ fn map_opened(file: &File, path: &Path) -> Result<Mmap> {
     // reader is outside the contract (as with any mmapped file).
     let mmap = unsafe { Mmap::map(file)? };
     // Lookups touch one or two pages each: read-ahead would only evict useful pages.
-    let _ = mmap.advise(Advice::Random);
+    crate::platform::hints::random_access(&mmap);
     // Open reads the header, the schema and the whole dictionary: one read, not a fault per
     // page, when they are not cached.
     if let Ok(header) = Header::decode(&mmap, mmap.len() as u64) {
