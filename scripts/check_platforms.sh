@@ -65,5 +65,11 @@ nice cargo clippy --release -p docstore-core --all-targets --target x86_64-pc-wi
 step "the core's tests for x86_64-pc-windows-gnu, under wine"
 export WINEDEBUG=-all WINEPREFIX="${WINEPREFIX:-$PWD/build/wine-prefix}"
 export CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER=wine
+# Debian 12's wine 8.0 lacks bcryptprimitives.dll, where Rust's std gets its random seeds: a
+# stand-in (scripts/wine/bcryptprimitives.c) goes into the prefix's system32.
+mkdir -p "$WINEPREFIX"
+[ -d "$WINEPREFIX/drive_c/windows/system32" ] || wine cmd /c exit >/dev/null 2>&1 || true
+x86_64-w64-mingw32-gcc -O2 -shared -o "$WINEPREFIX/drive_c/windows/system32/bcryptprimitives.dll" \
+  scripts/wine/bcryptprimitives.c -ladvapi32
 nice cargo test --release -p docstore-core --target x86_64-pc-windows-gnu --lib --tests
 step "done"

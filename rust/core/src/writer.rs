@@ -172,7 +172,7 @@ pub struct Writer {
     /// descendant may get the same pid).
     pid: u64,
     /// Locked while the writer lives (see `lock_scratch`).
-    _scratch_lock: File,
+    _scratch_lock: Option<File>,
 }
 
 impl Writer {
@@ -228,7 +228,7 @@ impl Writer {
             sender: Some(sender),
             worker: Some(worker),
             pid: crate::process::instance(),
-            _scratch_lock: scratch_lock,
+            _scratch_lock: Some(scratch_lock),
         })
     }
 
@@ -482,6 +482,9 @@ impl Drop for Writer {
         if let Some(worker) = self.worker.take() {
             let _ = worker.join();
         }
+        // Closed before its directory is removed: Windows cannot remove a directory that holds
+        // an open file.
+        drop(self._scratch_lock.take());
         // SAFETY: dropped once, here; never used again.
         unsafe { ManuallyDrop::drop(&mut self.scratch) };
     }
@@ -533,15 +536,17 @@ fn new_scratch(parent: &Path, name: &str, lock: &TargetLock) -> Result<(TempDir,
 /// A scratch directory that becomes a directory at the target (a collection): removed, with
 /// everything in it, unless published.
 pub(crate) struct Scratch {
-    dir: TempDir,
+    // Fields drop in this order: the lock file is closed before its directory is removed
+    // (Windows cannot remove a directory that holds an open file).
     _lock: File,
+    dir: TempDir,
 }
 
 impl Scratch {
     /// `lock`: the target's (`TargetLock::acquire(parent, name)`), held.
     pub(crate) fn create(parent: &Path, name: &str, lock: &TargetLock) -> Result<Scratch> {
         let (dir, _lock) = new_scratch(parent, name, lock)?;
-        Ok(Scratch { dir, _lock })
+        Ok(Scratch { _lock, dir })
     }
 
     pub(crate) fn path(&self) -> &Path {
