@@ -160,6 +160,18 @@ pub fn no_block(options: &mut OpenOptions) -> &mut OpenOptions {
     options
 }
 
+/// Makes the entries of directory `dir` durable (`fsync` of the directory on Unix). Windows
+/// cannot open a directory for that, and needs nothing: NTFS journals its metadata.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    #[cfg(unix)]
+    return File::open(dir)?.sync_all();
+    #[cfg(not(unix))]
+    {
+        let _ = dir;
+        Ok(())
+    }
+}
+
 /// What identifies a file on its machine while it exists: two paths or handles name the same
 /// file exactly when their identities are equal.
 pub fn identity(file: &File) -> io::Result<(u64, u64)> {

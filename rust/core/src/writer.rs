@@ -561,8 +561,15 @@ impl Scratch {
     /// one, or the old target under its name), which the next holder of the target's lock
     /// sweeps (`sweep_dead_scratch`).
     pub(crate) fn publish(self, target: &Path, overwrite: bool, _lock: &TargetLock) -> Result<()> {
-        std::fs::remove_file(self.dir.path().join(SCRATCH_LOCK))?;
-        let from = self.dir.path();
+        let Scratch {
+            _lock: scratch_lock,
+            dir,
+        } = self;
+        // Closed before it is removed: Windows cannot rename a directory that holds an open
+        // file. The target's lock, held, keeps sweepers out meanwhile.
+        drop(scratch_lock);
+        std::fs::remove_file(dir.path().join(SCRATCH_LOCK))?;
+        let from = dir.path();
         match platform::rename_noreplace(from, target) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && overwrite => {
@@ -586,7 +593,7 @@ impl Scratch {
             }
         }
         // Nothing is left at the scratch path: TempDir's removal finds nothing to remove.
-        drop(self.dir);
+        drop(dir);
         Ok(())
     }
 }

@@ -177,7 +177,7 @@ fn seal_into(target: &Path, shards: &[PathBuf], existing: Existing) -> Result<Su
     out.write_all(&manifest.to_json())?;
     out.sync_all()?;
     for d in [dir.join("shards"), dir.clone()] {
-        File::open(d)?.sync_all()?;
+        crate::platform::sync_dir(&d)?;
     }
     let lock = match lock {
         Some(lock) => lock,
