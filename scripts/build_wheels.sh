@@ -125,10 +125,9 @@ if has_os windows; then
   if ! command -v x86_64-w64-mingw32-gcc >/dev/null 2>&1 || ! add_target "$triple"; then
     echo "WARNING: no mingw-w64 or no Rust target $triple: no Windows wheels"; skipped+=(windows)
   # The GNU target needs no Windows SDK; pyo3 writes the import library of each python3X.dll
-  # (generate-import-lib), so no Windows CPython is needed either. MinGW's runtime is linked
-  # statically: the check below refuses a wheel that needs a DLL Windows does not ship.
-  elif ! RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
-      maturin build --release --target "$triple" --features pyo3/generate-import-lib \
+  # (generate-import-lib), so no Windows CPython is needed either. The check below refuses a
+  # wheel that needs a DLL Windows does not ship (MinGW's libgcc_s or libwinpthread).
+  elif ! maturin build --release --target "$triple" --features pyo3/generate-import-lib \
       -i "${interpreters[@]}" -o "$DIST" 2>&1 | tee "$log"; then
     echo "ERROR: maturin build failed for $triple"; failed=1
   elif grep -E '^warning' "$log"; then
