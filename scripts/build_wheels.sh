@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Build what PyPI gets: an sdist and binary wheels for CPython 3.9 to 3.14 on manylinux2014
-# (glibc 2.17: RHEL 7/8, Ubuntu 18.04+, Debian 9+), x86_64 and aarch64, all in dist/.
+# (glibc 2.17: RHEL 7/8, Ubuntu 18.04+, Debian 9+), x86_64 and aarch64, and for Windows x86_64,
+# all in dist/. macOS wheels are built only where a macOS SDK is at hand (SDKROOT): they link
+# Apple's frameworks (Security, CoreFoundation), which no package here provides; the release
+# workflow (.github/workflows/wheels.yml) builds every platform natively.
 #
 #   bash scripts/build_wheels.sh
 #
@@ -15,7 +18,11 @@
 #
 # Settings (environment):
 #   PYTHONS="3.9 3.10 3.11 3.12 3.13 3.14"   CPython versions to build for
-#   ARCHS="x86_64 aarch64"                    architectures (aarch64: cross-compiled, the Rust
+#   OSES="linux windows macos"                which systems (windows: x86_64-pc-windows-gnu with
+#                                             mingw-w64's linker, apt-get installed if missing,
+#                                             pyo3's generated import libraries; macos: x86_64 and
+#                                             arm64 with zig, only when SDKROOT names a macOS SDK)
+#   ARCHS="x86_64 aarch64"                    Linux architectures (aarch64: cross-compiled, the Rust
 #                                             target is added with rustup when it is missing;
 #                                             if it cannot be, the script says so, builds the
 #                                             rest and exits 0)
@@ -32,6 +39,7 @@ cd "$(dirname "$0")/.."
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 
 PYTHONS="${PYTHONS:-3.9 3.10 3.11 3.12 3.13 3.14}"
+OSES="${OSES:-linux windows macos}"
 ARCHS="${ARCHS:-x86_64 aarch64}"
 SDIST="${SDIST:-1}"
 TOOLS="${WHEEL_TOOLS_VENV:-build/wheel-tools}"
@@ -75,6 +83,14 @@ fi
 interpreters=()
 for v in $PYTHONS; do interpreters+=("python$v"); done
 
+add_target() {  # the Rust target $1, or a warning and false
+  rustup target list --installed 2>/dev/null | grep -qx "$1" && return 0
+  command -v rustup >/dev/null 2>&1 && rustup target add "$1" && return 0
+  echo "WARNING: the Rust target $1 is not installed and could not be added"; return 1
+}
+has_os() { [[ " $OSES " == *" $1 "* ]]; }
+has_os linux || ARCHS=""
+
 for arch in $ARCHS; do
   triple="$arch-unknown-linux-gnu"
   echo "--- wheels: $triple, CPython $PYTHONS"
@@ -98,11 +114,63 @@ for arch in $ARCHS; do
   fi
 done
 
+if has_os windows; then
+  triple=x86_64-pc-windows-gnu
+  echo "--- wheels: $triple, CPython $PYTHONS"
+  if ! command -v x86_64-w64-mingw32-gcc >/dev/null 2>&1; then
+    sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    { $sudo apt-get update -q && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q mingw-w64; } \
+      >/dev/null 2>&1 || true
+  fi
+  if ! command -v x86_64-w64-mingw32-gcc >/dev/null 2>&1 || ! add_target "$triple"; then
+    echo "WARNING: no mingw-w64 or no Rust target $triple: no Windows wheels"; skipped+=(windows)
+  # The GNU target needs no Windows SDK; pyo3 writes the import library of each python3X.dll
+  # (generate-import-lib), so no Windows CPython is needed either. The check below refuses a
+  # wheel that needs a DLL Windows does not ship (MinGW's libgcc_s or libwinpthread).
+  elif ! maturin build --release --target "$triple" --features pyo3/generate-import-lib \
+      -i "${interpreters[@]}" -o "$DIST" 2>&1 | tee "$log"; then
+    echo "ERROR: maturin build failed for $triple"; failed=1
+  elif grep -E '^warning' "$log"; then
+    echo "ERROR: the $triple build warns (every target must build warning-free)"; failed=1
+  fi
+fi
+
+if has_os macos; then
+  for arch in x86_64 aarch64; do
+    triple="$arch-apple-darwin"
+    if [ -z "${SDKROOT:-}" ]; then
+      echo "NOTE: no macOS wheels for $arch: SDKROOT names no macOS SDK (the release workflow builds them on macOS)"
+      skipped+=("macos-$arch"); continue
+    fi
+    echo "--- wheels: $triple, CPython $PYTHONS"
+    add_target "$triple" || { skipped+=("macos-$arch"); continue; }
+    if ! maturin build --release --zig --target "$triple" -i "${interpreters[@]}" -o "$DIST" 2>&1 \
+        | tee "$log"; then
+      echo "ERROR: maturin build failed for $triple"; failed=1
+    fi
+  done
+fi
+
 echo "--- check"
 shopt -s nullglob
 wheels=("$DIST"/docstore-*.whl)
 if [ "${#wheels[@]}" -eq 0 ]; then echo "ERROR: no wheel built"; exit 1; fi
 for whl in "${wheels[@]}"; do
+  case "$whl" in
+    *-win_amd64.whl)
+      # Every DLL the extension imports must ship with Windows (or be the CPython it is for).
+      dlls="$(unzip -p "$whl" 'docstore/_docstore*.pyd' >"$log" && x86_64-w64-mingw32-objdump -p "$log" \
+        | sed -n 's/.*DLL Name: //p' | sort -u | tr '\n' ' ')"
+      if grep -Eiq 'lib(gcc|stdc|winpthread)' <<<"$dlls" || ! grep -Eiq 'python3[0-9]+\.dll' <<<"$dlls"; then
+        echo "ERROR: $(basename "$whl") imports $dlls"; failed=1
+      else
+        echo "ok   $(basename "$whl")  $(du -h "$whl" | cut -f1)  (imports: $dlls)"
+      fi
+      continue ;;
+    *-macosx_*.whl)
+      echo "ok   $(basename "$whl")  $(du -h "$whl" | cut -f1)  (built, not run: no macOS here)"
+      continue ;;
+  esac
   out="$(auditwheel show "$whl" 2>&1)" || { echo "$out"; echo "ERROR: auditwheel show $whl"; failed=1; continue; }
   arch="$(sed -E 's/.*_(x86_64|aarch64)\.whl$/\1/' <<<"$whl")"
   if grep -q "manylinux_2_17_$arch" <<<"$out"; then
@@ -115,6 +183,6 @@ twine check --strict "$DIST"/docstore-* || failed=1
 
 echo "--- $DIST/"
 ls -l "$DIST"/
-if [ "${#skipped[@]}" -gt 0 ]; then echo "NOTE: not built (no Rust target): ${skipped[*]}"; fi
+if [ "${#skipped[@]}" -gt 0 ]; then echo "NOTE: not built: ${skipped[*]}"; fi
 if [ "$failed" -ne 0 ]; then echo "FAILED"; exit 1; fi
 echo "OK: ${#wheels[@]} wheels$([ "$SDIST" = 1 ] && echo " and the sdist") in $DIST/, all checked"

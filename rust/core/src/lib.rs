@@ -14,6 +14,7 @@ pub mod keys;
 mod pagecache;
 pub mod parallel;
 pub mod planes;
+pub mod platform;
 mod prefetch;
 pub mod process;
 pub mod record;

@@ -6,22 +6,24 @@
 //! so the device serves them in parallel. The hints cost a system call per range even when the
 //! pages are cached, so callers first check a sample with `mincore`.
 
+use crate::platform;
 use std::fs::File;
 use std::ops::Range;
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+#[cfg(test)]
 const PAGE: usize = 4096;
 
 /// The pages covering `range` of `map`, as (page-aligned address, length).
-fn pages(map: &[u8], range: Range<usize>) -> Option<(*mut libc::c_void, usize)> {
+fn pages(map: &[u8], range: Range<usize>) -> Option<(*const u8, usize)> {
     let end = range.end.min(map.len());
     if range.start >= end {
         return None;
     }
     let base = map.as_ptr() as usize;
-    let start = (base + range.start) & !(PAGE - 1);
-    Some((start as *mut libc::c_void, base + end - start))
+    // The OS's page, not `PAGE`: 16 KiB on Apple silicon, where hints need that alignment.
+    let start = (base + range.start) & !(platform::hints::page_size() - 1);
+    Some((start as *const u8, base + end - start))
 }
 
 /// Whether the page holding byte `at` of the mapping `map` is in the page cache.
@@ -29,31 +31,21 @@ pub fn resident(map: &[u8], at: usize) -> bool {
     let Some((addr, _)) = pages(map, at..at + 1) else {
         return true;
     };
-    let mut state = 0u8;
-    // SAFETY: `addr` is a page of the live mapping `map`; `state` holds the one page's byte.
-    let ok = unsafe { libc::mincore(addr, 1, &mut state) } == 0;
-    !ok || state & 1 == 1
+    // `addr` is a page of the live mapping `map`.
+    platform::hints::resident(addr)
 }
 
 /// Asks the kernel to start reading `range` of the file mapping `map` into the page cache.
 pub fn will_need(map: &[u8], range: Range<usize>) {
     if let Some((addr, len)) = pages(map, range) {
-        // SAFETY: the range lies within the live mapping; WILLNEED changes no memory contents.
-        unsafe { libc::madvise(addr, len, libc::MADV_WILLNEED) };
+        // The range lies within the live mapping.
+        platform::hints::will_need(addr, len);
     }
 }
 
 /// Asks the kernel to start reading `len` bytes at `offset` of `file` into the page cache.
 pub fn will_need_file(file: &File, offset: u64, len: usize) {
-    // SAFETY: a plain system call on an open descriptor; a hint, its result is not needed.
-    unsafe {
-        libc::posix_fadvise(
-            file.as_raw_fd(),
-            offset as libc::off_t,
-            len as libc::off_t,
-            libc::POSIX_FADV_WILLNEED,
-        )
-    };
+    platform::hints::will_need_file(file, offset, len);
 }
 
 /// Samples in a row that must find their page cached before sampling slows down.

@@ -2,10 +2,11 @@
 //! batch lookup (to find this process's pool): glibc no longer caches `getpid()`, so each ask was
 //! a system call, ~2% of a build's CPU and more of a single `add`.
 //!
-//! On Linux the id is cached and forgotten in every forked child by a `pthread_atfork` handler.
-//! The handler is registered when the library is loaded (an `.init_array` constructor), before
-//! any of our code can run: registering on first use instead could race a fork in another thread
-//! and leave a child with its parent's id. Elsewhere every ask is a system call, as before.
+//! On Linux and macOS the id is cached and forgotten in every forked child by a `pthread_atfork`
+//! handler. The handler is registered when the library is loaded (an `.init_array` or
+//! `__mod_init_func` constructor), before any of our code can run: registering on first use
+//! instead could race a fork in another thread and leave a child with its parent's id. Windows
+//! has no fork, and its `GetCurrentProcessId` reads the thread's own block, no system call.
 //!
 //! A pid alone does not tell a forked child from its parent's memory: a descendant that inherits
 //! a store can get the pid of the process that built its runtime (that process gone, the pids
@@ -19,7 +20,7 @@ use std::marker::PhantomData;
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_vendor = "apple"))]
 mod cached {
     use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
@@ -47,8 +48,10 @@ mod cached {
         REGISTERED.store(status == 0, Ordering::Relaxed);
     }
 
+    /// Run by the loader: ELF's `.init_array`, Mach-O's `__mod_init_func`.
     #[used]
-    #[link_section = ".init_array"]
+    #[cfg_attr(target_os = "linux", link_section = ".init_array")]
+    #[cfg_attr(target_vendor = "apple", link_section = "__DATA,__mod_init_func")]
     static REGISTER: extern "C" fn() = register;
 
     pub fn is_cached() -> bool {
@@ -71,7 +74,7 @@ mod cached {
 }
 
 /// This process's id (`getpid()`), without a system call after the first ask.
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_vendor = "apple"))]
 pub fn id() -> u32 {
     cached::id()
 }
@@ -81,9 +84,9 @@ pub fn id() -> u32 {
 /// for one process (a runtime, a thread pool) records it, and is that process's only while it
 /// matches: a forked descendant never matches, whatever its pid.
 pub fn instance() -> u64 {
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_vendor = "apple"))]
     let forks = cached::forks();
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(not(any(target_os = "linux", target_vendor = "apple")))]
     let forks = 0u32;
     u64::from(forks) << 32 | u64::from(id())
 }
@@ -91,14 +94,14 @@ pub fn instance() -> u64 {
 /// Whether `id` answers from its cache (it falls back to `getpid()` each time if the constructor
 /// did not run).
 pub fn is_cached() -> bool {
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_vendor = "apple"))]
     return cached::is_cached();
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(not(any(target_os = "linux", target_vendor = "apple")))]
     return false;
 }
 
 /// This process's id (`getpid()`).
-#[cfg(not(target_os = "linux"))]
+#[cfg(not(any(target_os = "linux", target_vendor = "apple")))]
 pub fn id() -> u32 {
     std::process::id()
 }
@@ -210,7 +213,7 @@ mod tests {
     fn is_the_process_id_and_a_forked_child_gets_its_own() {
         let parent = super::id();
         assert_eq!(parent, std::process::id());
-        #[cfg(target_os = "linux")]
+        #[cfg(any(target_os = "linux", target_vendor = "apple"))]
         assert!(
             super::is_cached(),
             "the constructor registered the fork handler"

@@ -14,6 +14,7 @@ use crate::format::{self, Header, Section, SectionEntry, FLAG_SHARD_LOCATIONS, H
 use crate::keys::build::{self, BlobLocations};
 use crate::keys::sort::KeySorter;
 use crate::parallel;
+use crate::platform;
 use crate::record::{self, Value};
 use crate::repeats::IdTable;
 use crate::schema::Schema;
@@ -22,7 +23,6 @@ use rayon::prelude::*;
 use std::fs::File;
 use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::mem::ManuallyDrop;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, SyncSender};
 use std::thread::JoinHandle;
@@ -181,7 +181,7 @@ pub struct Writer {
     /// descendant may get the same pid).
     pid: u64,
     /// Locked while the writer lives (see `lock_scratch`).
-    _scratch_lock: File,
+    _scratch_lock: Option<File>,
 }
 
 /// The version a writer allowed versions up to `newest` writes for `schema`: version 3 (or
@@ -259,7 +259,7 @@ impl Writer {
             sender: Some(sender),
             worker: Some(worker),
             pid: crate::process::instance(),
-            _scratch_lock: scratch_lock,
+            _scratch_lock: Some(scratch_lock),
         })
     }
 
@@ -540,6 +540,9 @@ impl Drop for Writer {
         if let Some(worker) = self.worker.take() {
             let _ = worker.join();
         }
+        // Closed before its directory is removed: Windows cannot remove a directory that holds
+        // an open file.
+        drop(self._scratch_lock.take());
         // SAFETY: dropped once, here; never used again.
         unsafe { ManuallyDrop::drop(&mut self.scratch) };
     }
@@ -591,15 +594,17 @@ fn new_scratch(parent: &Path, name: &str, lock: &TargetLock) -> Result<(TempDir,
 /// A scratch directory that becomes a directory at the target (a collection): removed, with
 /// everything in it, unless published.
 pub(crate) struct Scratch {
-    dir: TempDir,
+    // Fields drop in this order: the lock file is closed before its directory is removed
+    // (Windows cannot remove a directory that holds an open file).
     _lock: File,
+    dir: TempDir,
 }
 
 impl Scratch {
     /// `lock`: the target's (`TargetLock::acquire(parent, name)`), held.
     pub(crate) fn create(parent: &Path, name: &str, lock: &TargetLock) -> Result<Scratch> {
         let (dir, _lock) = new_scratch(parent, name, lock)?;
-        Ok(Scratch { dir, _lock })
+        Ok(Scratch { _lock, dir })
     }
 
     pub(crate) fn path(&self) -> &Path {
@@ -614,12 +619,19 @@ impl Scratch {
     /// one, or the old target under its name), which the next holder of the target's lock
     /// sweeps (`sweep_dead_scratch`).
     pub(crate) fn publish(self, target: &Path, overwrite: bool, _lock: &TargetLock) -> Result<()> {
-        std::fs::remove_file(self.dir.path().join(SCRATCH_LOCK))?;
-        let from = self.dir.path();
-        match rename2(from, target, libc::RENAME_NOREPLACE) {
+        let Scratch {
+            _lock: scratch_lock,
+            dir,
+        } = self;
+        // Closed before it is removed: Windows cannot rename a directory that holds an open
+        // file. The target's lock, held, keeps sweepers out meanwhile.
+        drop(scratch_lock);
+        std::fs::remove_file(dir.path().join(SCRATCH_LOCK))?;
+        let from = dir.path();
+        match platform::rename_noreplace(from, target) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && overwrite => {
-                rename2(from, target, libc::RENAME_EXCHANGE)?;
+                platform::exchange(from, target)?;
                 // `from` now holds what was at the target.
                 let old = std::fs::symlink_metadata(from)?;
                 if old.is_dir() {
@@ -639,36 +651,8 @@ impl Scratch {
             }
         }
         // Nothing is left at the scratch path: TempDir's removal finds nothing to remove.
-        drop(self.dir);
+        drop(dir);
         Ok(())
-    }
-}
-
-/// `renameat2(2)` through the system call, so that the library does not need glibc 2.28's
-/// wrapper (wheels target glibc 2.17); Linux 3.15 and later.
-fn rename2(from: &Path, to: &Path, flags: libc::c_uint) -> std::io::Result<()> {
-    use std::ffi::CString;
-    use std::os::unix::ffi::OsStrExt;
-    let c = |p: &Path| {
-        CString::new(p.as_os_str().as_bytes())
-            .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "NUL in a path"))
-    };
-    let (from, to) = (c(from)?, c(to)?);
-    // SAFETY: two NUL-terminated paths that outlive the call; AT_FDCWD resolves them as given.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_renameat2,
-            libc::AT_FDCWD,
-            from.as_ptr(),
-            libc::AT_FDCWD,
-            to.as_ptr(),
-            flags,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
     }
 }
 
@@ -679,15 +663,10 @@ const SCRATCH_SUFFIX: &str = ".docstore-tmp";
 /// killed writer.
 const SCRATCH_LOCK: &str = "lock";
 
-fn flock(file: &File, operation: libc::c_int) -> bool {
-    // SAFETY: flock on a descriptor this `File` owns.
-    unsafe { libc::flock(file.as_raw_fd(), operation) == 0 }
-}
-
 fn lock_scratch(dir: &Path) -> Result<File> {
     let mut file = File::create(dir.join(SCRATCH_LOCK))?;
     // Blocking: a sweeping writer may hold it for a moment, before it sees that it is empty.
-    if !flock(&file, libc::LOCK_EX) {
+    if !platform::lock(&file) {
         // A file system without flock: the lock file stays empty, so no writer ever takes this
         // directory for a dead one (nor sweeps the dead ones here).
         return Ok(file);
@@ -713,25 +692,16 @@ pub(crate) struct TargetLock {
 impl TargetLock {
     /// Waits for the lock of target `name` in `parent`.
     pub(crate) fn acquire(parent: &Path, name: &str) -> Result<TargetLock> {
-        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
         let path = parent.join(format!("{}docstore-lock", scratch_prefix(name)));
         let mut tries = 0;
         loop {
-            let created = File::options()
-                .read(true)
-                .write(true)
-                .create(true)
-                .mode(0o644)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&path);
+            let created =
+                platform::no_follow(File::options().read(true).write(true).create(true), 0o644)
+                    .open(&path);
             let file = match created {
                 // Another user's, in a directory both write to: a lock needs only reading.
                 Err(denied) if denied.kind() == std::io::ErrorKind::PermissionDenied => {
-                    match File::options()
-                        .read(true)
-                        .custom_flags(libc::O_NOFOLLOW)
-                        .open(&path)
-                    {
+                    match platform::no_follow(File::options().read(true), 0o644).open(&path) {
                         // Removed meanwhile by its holder (try again), or never there: the
                         // directory is not writable (say so).
                         Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 8 => {
@@ -744,14 +714,14 @@ impl TargetLock {
                 }
                 other => other?,
             };
-            if !flock(&file, libc::LOCK_EX) {
+            if !platform::lock(&file) {
                 let _ = std::fs::remove_file(&path);
                 return Ok(TargetLock { file: None, path });
             }
             // The holder before us removes the file as it lets go: a lock taken on a removed
             // file (or on one since replaced) is no lock; take the file that is there now.
-            let (held, named) = (file.metadata()?, std::fs::symlink_metadata(&path));
-            if named.is_ok_and(|n| n.dev() == held.dev() && n.ino() == held.ino()) {
+            let (held, named) = (platform::identity(&file)?, platform::identity_at(&path));
+            if named.is_ok_and(|n| n == held) {
                 return Ok(TargetLock {
                     file: Some(file),
                     path,
@@ -772,7 +742,7 @@ impl Drop for TargetLock {
             let _ = std::fs::remove_file(&self.path);
             // Unlocked, not only closed: a child forked meanwhile shares the lock, and would
             // hold it for its whole life.
-            flock(&file, libc::LOCK_UN);
+            platform::unlock(&file);
             drop(file);
         }
     }
@@ -804,11 +774,7 @@ pub(crate) fn check_replaceable_file(target: &Path) -> Result<()> {
 
 /// Whether the regular file at `path` starts with a store's magic bytes.
 pub(crate) fn starts_with_magic(path: &Path) -> Result<bool> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut file = File::options()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)?;
+    let mut file = platform::no_follow(File::options().read(true), 0o644).open(path)?;
     let mut magic = [0u8; 8];
     let mut got = 0;
     while got < magic.len() {
@@ -888,7 +854,7 @@ fn sweep_dead_scratch(parent: &Path, prefix: &str, target_lock: &TargetLock) {
                 let mut pid = String::new();
                 // This process's own pid: a live writer of this process, whose lock some file
                 // systems (NFS) do not hold against the rest of the process.
-                flock(&lock, libc::LOCK_EX | libc::LOCK_NB)
+                platform::try_lock(&lock)
                     && lock.read_to_string(&mut pid).is_ok()
                     && (!pid.is_empty() || target_lock.held())
                     && pid != me

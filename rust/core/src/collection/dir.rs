@@ -7,18 +7,22 @@
 //! reads one version; `replaced` tells a failure that a concurrent publish explains.
 
 use crate::error::{Error, Result};
-use std::ffi::CString;
 use std::fs::File;
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::os::unix::io::{AsRawFd, FromRawFd};
 use std::path::{Path, PathBuf};
+#[cfg(unix)]
+use {
+    std::ffi::CString,
+    std::os::unix::ffi::OsStrExt,
+    std::os::unix::fs::{MetadataExt, OpenOptionsExt},
+    std::os::unix::io::{AsRawFd, FromRawFd},
+};
 
 pub(super) struct CollectionDir {
     fd: File,
     path: PathBuf,
 }
 
+#[cfg(unix)]
 impl CollectionDir {
     pub(super) fn open(path: &Path) -> Result<CollectionDir> {
         let fd = File::options()
@@ -72,7 +76,7 @@ impl CollectionDir {
         }
         // SAFETY: filled by the successful call above.
         let mode = unsafe { stat.assume_init() }.st_mode;
-        not_regular(mode & libc::S_IFMT, &shown)?;
+        not_regular(mode, &shown)?;
         // SAFETY: as for `fstatat`; the descriptor returned is checked before use.
         let fd = unsafe {
             libc::openat(
@@ -86,15 +90,83 @@ impl CollectionDir {
         }
         // SAFETY: a descriptor just opened, owned by nothing else: the `File` closes it.
         let file = unsafe { File::from_raw_fd(fd) };
-        let kind = file.metadata().map_err(named)?.mode() & libc::S_IFMT;
-        not_regular(kind, &shown)?;
+        let mode = file.metadata().map_err(named)?.mode();
+        // `mode_t` is u16 on macOS; a mode's bits all fit.
+        not_regular(mode as libc::mode_t, &shown)?;
         Ok(file)
     }
 }
 
-/// An error unless `kind` (the `S_IFMT` bits of a mode) is a regular file's.
-fn not_regular(kind: libc::mode_t, shown: &Path) -> Result<()> {
-    let what = match kind {
+/// Windows has no `openat`: the directory is held open (a handle with backup semantics, which
+/// is how Windows opens a directory), and files are opened by path under it. A publish that
+/// exchanged the directory meanwhile is what `replaced` tells, as on Unix; what Windows adds is
+/// that the exchange itself is refused while a file in the directory is open (docs/wheels.md).
+#[cfg(windows)]
+impl CollectionDir {
+    fn open_dir(path: &Path) -> std::io::Result<File> {
+        use std::os::windows::fs::OpenOptionsExt;
+        File::options()
+            .read(true)
+            .custom_flags(windows_sys::Win32::Storage::FileSystem::FILE_FLAG_BACKUP_SEMANTICS)
+            .open(path)
+    }
+
+    pub(super) fn open(path: &Path) -> Result<CollectionDir> {
+        let fd = Self::open_dir(path)?;
+        if !fd.metadata()?.is_dir() {
+            return Err(Error::Io(std::io::Error::new(
+                std::io::ErrorKind::NotADirectory,
+                format!("{} is not a directory", path.display()),
+            )));
+        }
+        Ok(CollectionDir {
+            fd,
+            path: path.to_path_buf(),
+        })
+    }
+
+    pub(super) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub(super) fn replaced(&self) -> bool {
+        let now = Self::open_dir(&self.path).and_then(|d| crate::platform::identity(&d));
+        match (crate::platform::identity(&self.fd), now) {
+            (Ok(held), Ok(now)) => held != now,
+            _ => true,
+        }
+    }
+
+    pub(super) fn open_file(&self, relative: &Path) -> Result<File> {
+        let shown = self.path.join(relative);
+        let named = |e: std::io::Error| {
+            Error::Io(std::io::Error::new(
+                e.kind(),
+                format!("{}: {e}", shown.display()),
+            ))
+        };
+        let file = crate::platform::no_follow(File::options().read(true), 0o644)
+            .open(&shown)
+            .map_err(named)?;
+        let kind = file.metadata().map_err(named)?.file_type();
+        let what = if kind.is_file() {
+            return Ok(file);
+        } else if kind.is_dir() {
+            "a directory"
+        } else {
+            "not a regular file (a link or a device)"
+        };
+        Err(Error::Io(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{} is {what}", shown.display()),
+        )))
+    }
+}
+
+/// An error unless `mode` is a regular file's.
+#[cfg(unix)]
+fn not_regular(mode: libc::mode_t, shown: &Path) -> Result<()> {
+    let what = match mode & libc::S_IFMT {
         libc::S_IFREG => return Ok(()),
         libc::S_IFDIR => "a directory",
         _ => "not a regular file (a FIFO, socket or device)",

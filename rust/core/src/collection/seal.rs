@@ -18,7 +18,6 @@ use crate::writer::{self, Summary, TargetLock, Writer, WriterOptions, MAX_DOCS};
 use memmap2::Mmap;
 use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// The global id index's file name inside a collection.
@@ -101,6 +100,8 @@ fn seal_into(target: &Path, shards: &[PathBuf], existing: Existing) -> Result<Su
     for source in shards {
         let real = resolve(source)?;
         let meta = std::fs::metadata(&real).map_err(|e| named(Error::Io(e), source))?;
+        let identity =
+            crate::platform::identity_at(&real).map_err(|e| named(Error::Io(e), source))?;
         if meta.is_dir() {
             return Err(Error::InvalidArgument(format!(
                 "shard {} is a directory (a collection?), not a store file: give its shards \
@@ -108,7 +109,7 @@ fn seal_into(target: &Path, shards: &[PathBuf], existing: Existing) -> Result<Su
                 source.display()
             )));
         }
-        if let Some(first) = seen.insert((meta.dev(), meta.ino()), source) {
+        if let Some(first) = seen.insert(identity, source) {
             return Err(Error::InvalidArgument(format!(
                 "shard {} is listed twice (also as {})",
                 source.display(),
@@ -176,7 +177,7 @@ fn seal_into(target: &Path, shards: &[PathBuf], existing: Existing) -> Result<Su
     out.write_all(&manifest.to_json())?;
     out.sync_all()?;
     for d in [dir.join("shards"), dir.clone()] {
-        File::open(d)?.sync_all()?;
+        crate::platform::sync_dir(&d)?;
     }
     let lock = match lock {
         Some(lock) => lock,

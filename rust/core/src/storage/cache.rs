@@ -38,11 +38,10 @@
 //!   evicting what it read and fetching again (`Collection`'s retry), never into a document.
 
 use crate::error::{Error, Result};
+use crate::platform;
 use memmap2::{Mmap, MmapMut};
 use std::fs::File;
 use std::ops::Range;
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -141,13 +140,7 @@ pub struct CacheFile {
 
 /// Seconds since the epoch, from the coarse clock (a few ns: every read stamps its segments).
 fn now() -> u32 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: writes the current time into `ts`, a valid timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
-    ts.tv_sec as u32
+    platform::now_seconds()
 }
 
 fn map_len(size: u64) -> u64 {
@@ -203,7 +196,7 @@ impl CacheFile {
                 .tempdir_in(dir)
                 .map_err(|e| io(dir.display(), e))?;
             // Private whatever the umask (`permissions` goes through it).
-            std::fs::set_permissions(scratch.path(), std::fs::Permissions::from_mode(0o700))
+            platform::set_mode(scratch.path(), 0o700)
                 .map_err(|e| io(scratch.path().display(), e))?;
             create_files(scratch.path(), size, fingerprint)?;
             let scratch = scratch.keep();
@@ -315,7 +308,7 @@ impl CacheFile {
         // (pwrite before the bit is set) or, when evicted under the lease, back to a hole; the
         // reader reads only ranges it made present (see the module's note on concurrency).
         let map = unsafe { Mmap::map(&self.data)? };
-        let _ = map.advise(memmap2::Advice::Random);
+        platform::hints::random_access(&map);
         Ok(map)
     }
 
@@ -473,8 +466,7 @@ impl CacheFile {
         let range = self.bytes_of(&units);
         debug_assert_eq!(bytes.len() as u64, range.end - range.start);
         let generations = self.begin_write(&units);
-        self.data
-            .write_all_at(bytes, range.start)
+        platform::write_all_at(&self.data, bytes, range.start)
             .map_err(|e| io("writing the cache", e))?;
         let mut added = 0u64;
         for (word, mask) in Self::masks(units.clone()) {
@@ -535,15 +527,9 @@ impl CacheFile {
         }
         let start = segment * SEGMENT;
         let len = SEGMENT.min(self.size - start);
-        // SAFETY: a plain system call on our own descriptor; the range lies inside the file.
-        unsafe {
-            libc::fallocate(
-                self.data.as_raw_fd(),
-                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                start as libc::off_t,
-                len as libc::off_t,
-            )
-        };
+        // The range lies inside the file. Where holes cannot be punched (Windows) the bytes
+        // stay allocated: the budget counts units present, not the file's allocation.
+        platform::punch_hole(&self.data, start, len);
         freed
     }
 
@@ -765,8 +751,7 @@ impl CacheFile {
     /// under).
     pub fn read(&self, range: Range<u64>) -> Result<Vec<u8>> {
         let mut buf = vec![0u8; (range.end - range.start) as usize];
-        self.data
-            .read_exact_at(&mut buf, range.start)
+        platform::read_exact_at(&self.data, &mut buf, range.start)
             .map_err(|e| io("reading the cache", e))?;
         Ok(buf)
     }
@@ -790,17 +775,7 @@ impl CacheFile {
 /// mapping of them can then never meet a full disk. Filesystems that cannot reserve get a plain
 /// extension.
 fn reserve(file: &File, len: u64) -> std::io::Result<()> {
-    // SAFETY: a plain system call on our own descriptor.
-    match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) } {
-        0 => Ok(()),
-        libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL => {
-            if file.metadata()?.len() < len {
-                file.set_len(len)?;
-            }
-            Ok(())
-        }
-        errno => Err(std::io::Error::from_raw_os_error(errno)),
-    }
+    platform::reserve(file, len)
 }
 
 /// Makes `data` (sparse, `size` bytes) and `map` (header written, `fingerprint` included) in
@@ -808,16 +783,13 @@ fn reserve(file: &File, len: u64) -> std::io::Result<()> {
 fn create_files(dir: &Path, size: u64, fingerprint: u64) -> Result<(File, (MmapMut, File))> {
     let create = |name: &str| -> Result<File> {
         let path = dir.join(name);
-        let file = File::options()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-            .map_err(|e| io(path.display(), e))?;
-        file.set_permissions(std::fs::Permissions::from_mode(0o600))
-            .map_err(|e| io(path.display(), e))?;
+        let file = platform::no_follow(
+            File::options().read(true).write(true).create_new(true),
+            0o600,
+        )
+        .open(&path)
+        .map_err(|e| io(path.display(), e))?;
+        platform::set_mode(&path, 0o600).map_err(|e| io(path.display(), e))?;
         Ok(file)
     };
     let data = create("data")?;
@@ -833,16 +805,10 @@ fn create_files(dir: &Path, size: u64, fingerprint: u64) -> Result<(File, (MmapM
     header[20..24].copy_from_slice(&(SEGMENT as u32).to_le_bytes());
     let at = FINGERPRINT_AT as usize;
     header[at..at + 8].copy_from_slice(&fingerprint.to_le_bytes());
-    map_file.write_all_at(&header, 0)?;
+    platform::write_all_at(&map_file, &header, 0)?;
     // SAFETY: a file this process just made; every later access to its words is atomic.
     let map = unsafe { MmapMut::map_mut(&map_file)? };
     Ok((data, (map, map_file)))
-}
-
-/// This process's effective user.
-fn me() -> u32 {
-    // SAFETY: a plain system call without arguments; it cannot fail.
-    unsafe { libc::geteuid() }
 }
 
 /// Refuses what `meta` describes unless it is this user's own (`dir`: a directory, else a
@@ -859,15 +825,16 @@ fn owned(path: &Path, meta: &std::fs::Metadata, dir: bool) -> Result<()> {
             std::io::Error::other(format!("not {what} (a link?): not used")),
         ));
     }
-    if meta.uid() != me() {
-        return Err(io(
-            path.display(),
-            std::io::Error::other(format!(
-                "owned by uid {}, not by this user (uid {}): not used",
-                meta.uid(),
-                me()
-            )),
-        ));
+    // Windows: no uid; the cache directory's ACL keeps other users out.
+    if let Some((uid, me)) = platform::owner(meta).zip(platform::user()) {
+        if uid != me {
+            return Err(io(
+                path.display(),
+                std::io::Error::other(format!(
+                    "owned by uid {uid}, not by this user (uid {me}): not used"
+                )),
+            ));
+        }
     }
     Ok(())
 }
@@ -875,15 +842,16 @@ fn owned(path: &Path, meta: &std::fs::Metadata, dir: bool) -> Result<()> {
 /// Opens a file of the cache for reading and writing, never through a link (`O_NOFOLLOW`), and
 /// only if it is a regular file this user owns (`create`: made 0600 if missing).
 fn open_owned(path: &Path, create: bool) -> Result<File> {
-    let file = File::options()
-        .read(true)
-        .write(true)
-        .create(create)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(|e| io(path.display(), e))?;
+    let file = platform::no_follow(
+        File::options()
+            .read(true)
+            .write(true)
+            .create(create)
+            .truncate(false),
+        0o600,
+    )
+    .open(path)
+    .map_err(|e| io(path.display(), e))?;
     owned(path, &file.metadata()?, false)?;
     Ok(file)
 }
@@ -895,13 +863,9 @@ fn open_owned(path: &Path, create: bool) -> Result<File> {
 pub fn check_dir(dir: &Path) -> Result<()> {
     let meta = match std::fs::metadata(dir) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            match std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(dir)
-            {
+            match platform::create_dir_all(dir, 0o700) {
                 Ok(()) => {
-                    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+                    let _ = platform::set_mode(dir, 0o700);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(io(dir.display(), e)),
@@ -921,18 +885,20 @@ pub fn check_dir(dir: &Path) -> Result<()> {
     if !meta.is_dir() {
         return refuse("not a directory".to_string());
     }
-    if meta.uid() != me() && meta.uid() != 0 {
-        return refuse(format!(
-            "owned by uid {}, not by this user (uid {}) or root",
-            meta.uid(),
-            me()
-        ));
+    // Windows has neither uid nor mode bits: there the directory's ACL is what protects it.
+    if let Some((uid, me)) = platform::owner(&meta).zip(platform::user()) {
+        if uid != me && uid != 0 {
+            return refuse(format!(
+                "owned by uid {uid}, not by this user (uid {me}) or root"
+            ));
+        }
     }
-    if meta.mode() & 0o022 != 0 && meta.mode() & 0o1000 == 0 {
-        return refuse(format!(
-            "writable by other users (mode {:o}) without the sticky bit",
-            meta.mode() & 0o7777
-        ));
+    if let Some(mode) = platform::mode(&meta) {
+        if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+            return refuse(format!(
+                "writable by other users (mode {mode:o}) without the sticky bit"
+            ));
+        }
     }
     Ok(())
 }
@@ -952,9 +918,9 @@ fn shared_usage(dir: &Path) -> Result<Usage> {
             let mut held = [0u8; 8];
             if let Ok(file) = open_owned(&path.join("map"), false) {
                 let mut magic = [0u8; 8];
-                if file.read_exact_at(&mut magic, 0).is_ok()
+                if platform::read_exact_at(&file, &mut magic, 0).is_ok()
                     && &magic == MAGIC
-                    && file.read_exact_at(&mut held, BYTES_AT).is_ok()
+                    && platform::read_exact_at(&file, &mut held, BYTES_AT).is_ok()
                 {
                     total += u64::from_le_bytes(held);
                 }
@@ -1024,6 +990,8 @@ mod tests {
     }
 
     #[test]
+    // Windows refuses to truncate a mapped file (ERROR_USER_MAPPED_FILE): this cannot happen there.
+    #[cfg(not(windows))]
     fn a_data_file_truncated_under_the_map_is_restored_and_its_lost_bytes_missing() {
         let dir = tempfile::tempdir().unwrap();
         let size = 2 * SEGMENT;
@@ -1179,7 +1147,9 @@ mod tests {
     }
 
     #[test]
+    #[cfg(unix)] // modes and symbolic links as Unix has them
     fn a_cache_dir_others_may_write_is_refused_unless_sticky() {
+        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let mode = |m| std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(m));
         mode(0o777).unwrap();
@@ -1195,7 +1165,9 @@ mod tests {
     }
 
     #[test]
+    #[cfg(unix)] // modes and symbolic links as Unix has them
     fn a_usage_link_is_replaced_never_written_through() {
+        use std::os::unix::fs::MetadataExt;
         let dir = tempfile::tempdir().unwrap();
         let victim = dir.path().join("victim");
         std::fs::write(&victim, b"precious bytes").unwrap();

@@ -499,6 +499,7 @@ impl Remote {
 
     fn build(&self) -> Result<Arc<dyn ObjectStore>> {
         use object_store::{aws, azure, gcp, http, ClientConfigKey};
+        crate::platform::install_tls_provider();
         let url = self.url.as_str();
         let shown = &self.shown;
         let options = &self.options.storage_options;
@@ -1179,8 +1180,7 @@ impl RemoteFile {
             .collect();
         self.remote
             .fetch(&self.path, &self.url, &self.pin, ranges, |range, bytes| {
-                use std::os::unix::fs::FileExt;
-                file.write_all_at(&bytes, range.start).map_err(Error::Io)
+                crate::platform::write_all_at(&file, &bytes, range.start).map_err(Error::Io)
             })?;
         // SAFETY: a private, unlinked file that nothing else can open or change.
         Ok(unsafe { Mmap::map(&file)? })

@@ -48,10 +48,9 @@ use crate::format::{Header, Section, HEADER_SIZE};
 use crate::pagecache;
 use crate::schema::Schema;
 use crate::storage::{remote::RemoteFile, Storage, StoreFile};
-use memmap2::{Advice, Mmap};
+use memmap2::Mmap;
 use std::fs::File;
 use std::ops::Range;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use xxhash_rust::xxh3::xxh3_64;
@@ -197,10 +196,7 @@ fn map_store_file(path: &Path) -> Result<(File, Mmap)> {
             format!("{} is {what}", path.display()),
         )));
     }
-    let file = File::options()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)?;
+    let file = crate::platform::no_block(File::options().read(true)).open(path)?;
     let mmap = map_opened(&file, path)?;
     Ok((file, mmap))
 }
@@ -227,7 +223,7 @@ fn map_opened(file: &File, path: &Path) -> Result<Mmap> {
     // reader is outside the contract (as with any mmapped file).
     let mmap = unsafe { Mmap::map(file)? };
     // Lookups touch one or two pages each: read-ahead would only evict useful pages.
-    let _ = mmap.advise(Advice::Random);
+    crate::platform::hints::random_access(&mmap);
     // Open reads the header, the schema and the whole dictionary: one read, not a fault per
     // page, when they are not cached.
     if let Ok(header) = Header::decode(&mmap, mmap.len() as u64) {

@@ -139,11 +139,7 @@ impl<B: Storage> Store<B> {
                 buf.clear();
                 try_reserve(buf, span.len())?;
                 buf.resize(span.len(), 0);
-                std::os::unix::fs::FileExt::read_exact_at(
-                    file,
-                    buf,
-                    data_start + span.start as u64,
-                )?;
+                crate::platform::read_exact_at(file, buf, data_start + span.start as u64)?;
                 for p in pos..end {
                     let key = self.key_bytes_at(p)?;
                     let blob = self.range_at(Section::DocOffsets, Section::Data, p)?;
@@ -273,7 +269,7 @@ impl<B: Storage> Store<B> {
         let read = |buf: &mut Vec<u8>| -> Result<R> {
             try_reserve(buf, blob.len().saturating_sub(buf.len()))?;
             buf.resize(blob.len(), 0);
-            let result = std::os::unix::fs::FileExt::read_exact_at(file, buf, at)
+            let result = crate::platform::read_exact_at(file, buf, at)
                 .map_err(Error::from)
                 .and_then(|()| f(checked(buf, key, found, v3)?));
             codec::release_if_huge(buf, 0);
