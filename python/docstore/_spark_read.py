@@ -207,32 +207,6 @@ def to_spark_batch(batch: Any, schema: Any) -> Any:
     return pa.RecordBatch.from_arrays(arrays, schema=target)
 
 
-def read(
-    spark: Any, path_or_url: str | os.PathLike[str], columns: Sequence[str] | None = None, **options: Any
-) -> Any:
-    """``spark.read.format("docstore")`` with the options given (``parallelism``,
-    ``block_rows``, ``read``, ``cache_dir``, ``storage_options={...}`` ...) and the ``columns``
-    to read, after registering the format in ``spark``; the options are checked here, before
-    Spark plans anything."""
-    from .spark import register
-
-    register(spark)
-    strings: dict[str, str] = {}
-    for name, value in options.items():
-        if name == "storage_options":
-            strings.update({f"storage.{k}": str(v) for k, v in (value or {}).items()})
-        else:
-            strings[name] = str(value)
-    path = os.fspath(path_or_url)
-    if columns is not None:
-        if isinstance(columns, str):
-            raise InvalidArgumentError(f"columns must be a list of field names, got one str {columns!r}")
-        strings["columns"] = ",".join(columns)
-    parsed = parse_options({**strings, "path": path})
-    check_columns(parsed.spec.open(), parsed.columns)  # an unknown column: SchemaError, here
-    return spark.read.format("docstore").options(**strings).load(path)
-
-
 def lookup(
     df: Any,
     store: str | os.PathLike[str],

@@ -15,7 +15,6 @@ import numpy as np
 from . import _docstore, _progress
 from ._arrow import field_type, nullable, prepare, unsupported
 from ._arrow import writer_columns as _arrow_columns
-from ._collection import seal
 from ._docstore import ARRAY_DTYPES, FORMAT_VERSION, check_replaceable
 from ._docstore import Writer as _Writer
 from ._staging import Staging
@@ -819,7 +818,8 @@ def upgrade(
             with open_store(shard["path"]) as old:
                 _rewrite(old, new, {k: v for k, v in options.items() if k != "overwrite"}, progress=progress)
             shards.append(new)
-        return seal(target, shards, overwrite=options.get("overwrite", False))
+        _docstore.seal(target, shards, overwrite=options.get("overwrite", False), append=False)
+        return open_store(target)
 
 
 def seal_without_repeats(
@@ -853,7 +853,7 @@ def seal_without_repeats(
     del winner
     count = sum(map(len, dropped))
     if not count:
-        seal(target, shards, overwrite=overwrite, append=append)
+        _docstore.seal(target, shards, overwrite=overwrite, append=append)
         return 0
     name = hashlib.sha1(os.fsencode(os.path.basename(os.path.abspath(target)))).hexdigest()[:12]
     with Staging(os.path.dirname(os.path.abspath(target)), f".docstore-dedup-{name}-") as scratch:
@@ -867,7 +867,7 @@ def seal_without_repeats(
                 if len(store) > len(dropped[k]):
                     _rewrite(store, new, {}, dropped[k], progress=progress)
                     kept.append(new)
-        seal(target, kept, overwrite=overwrite, append=append)
+        _docstore.seal(target, kept, overwrite=overwrite, append=append)
     return count
 
 

@@ -25,7 +25,7 @@ import inspect
 import os
 import tempfile
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +53,7 @@ from ._engines import (
 from ._staging import Staging
 from ._store import DocStore
 from ._store import open as open_store
-from .errors import InternalError, SchemaError
+from .errors import InternalError, InvalidArgumentError, SchemaError
 
 __all__ = ["DocstoreDataSource", "DocstoreWriter", "ShardMessage", "register", "write"]
 
@@ -367,6 +367,32 @@ def write(
 # Reading: spark.read.format("docstore") (DocstoreDataSource.reader above), docstore.spark.read
 # and docstore.spark.lookup (a mapInArrow join); in docstore._spark_read, apart from the write
 # side above.
-from ._spark_read import DocstoreReader, lookup, read  # noqa: E402
+from . import _spark_read  # noqa: E402
+from ._spark_read import DocstoreReader, lookup  # noqa: E402
+
+
+def read(
+    spark: Any, path_or_url: str | os.PathLike[str], columns: Sequence[str] | None = None, **options: Any
+) -> Any:
+    """``spark.read.format("docstore")`` with the options given (``parallelism``,
+    ``block_rows``, ``read``, ``cache_dir``, ``storage_options={...}`` ...) and the ``columns``
+    to read, after registering the format in ``spark``; the options are checked here, before
+    Spark plans anything."""
+    register(spark)
+    strings: dict[str, str] = {}
+    for name, value in options.items():
+        if name == "storage_options":
+            strings.update({f"storage.{k}": str(v) for k, v in (value or {}).items()})
+        else:
+            strings[name] = str(value)
+    path = os.fspath(path_or_url)
+    if columns is not None:
+        if isinstance(columns, str):
+            raise InvalidArgumentError(f"columns must be a list of field names, got one str {columns!r}")
+        strings["columns"] = ",".join(columns)
+    parsed = _spark_read.parse_options({**strings, "path": path})
+    _spark_read.check_columns(parsed.spec.open(), parsed.columns)  # an unknown column: SchemaError, here
+    return spark.read.format("docstore").options(**strings).load(path)
+
 
 __all__ += ["DocstoreReader", "lookup", "read"]
