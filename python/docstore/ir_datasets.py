@@ -12,17 +12,21 @@ else (queries, qrels, scoreddocs, docpairs, metadata ...) is the real dataset's,
 against ir_datasets changes one line. Documents are instances of the dataset's own ``docs_cls()``,
 with the values ir_datasets gives.
 
-**Field types** come from the annotations of the docs class: ``str``, ``int``, ``float`` and
-``bytes`` fields become ``str``, ``int64``, ``float64`` and ``bytes`` fields of the store, ``bool``
-an ``int64`` field read back as ``bool``. Any other annotation (``List[str]``, ``Tuple[...]``,
-``Optional[...]``, ``Dict[str, ...]``, nested NamedTuples, enums, ``datetime``) becomes a ``str``
-field holding the value as JSON, which ``load`` decodes back to the annotated types (tuples as
-tuples, nested NamedTuples as their class, bytes from base64, datetimes from ISO 8601, enums by
-value). An annotation that JSON cannot carry faithfully (``Any``, a union of several types that
-need decoding, an arbitrary class) or a field without one is refused with a ``SchemaError`` naming
-the field, before anything is read. ``json_fields=`` stores chosen ``int``/``float``/``bool``/
-``bytes`` fields as JSON too, for datasets whose documents hold values (``None``, a string) that
-their annotation does not allow.
+**Field types** come from the annotations of the docs class, stored natively where a store type
+holds them: ``str``, ``int``, ``float``, ``bytes`` and ``bool`` as ``str``, ``int64``, ``float64``,
+``bytes`` and ``bool``; ``List[str]`` / ``Tuple[str, ...]`` (and of ``bytes``) as ``list[str]``
+(``list[bytes]``); ``List[int]`` / ``Tuple[int, ...]`` (and of ``float``) as ``int64[]``
+(``float64[]``), read back as lists (tuples) of Python numbers; ``Optional[X]`` of any of these
+as the nullable type (``str?``). Any other annotation (``Dict[str, ...]``, nested NamedTuples such
+as KILT's anchors, ``Tuple[Tuple[int, int], ...]``, enums, ``datetime``) becomes a ``str`` field
+holding the value as JSON, which ``load`` decodes back to the annotated types (tuples as tuples,
+nested NamedTuples as their class, bytes from base64, datetimes from ISO 8601, enums by value).
+An annotation that JSON cannot carry faithfully (``Any``, a union of several types that need
+decoding, an arbitrary class) or a field without one is refused with a ``SchemaError`` naming the
+field, before anything is read. ``json_fields=`` stores chosen natively typed fields as JSON too,
+for datasets whose documents hold values (``None``, a string) that their annotation does not
+allow. Stores built before version 4 types existed (``bool`` as ``int64``, lists and ``Optional``
+as JSON) load as before.
 
 Importing ``docstore`` does not import this module or ir_datasets.
 """
@@ -66,7 +70,9 @@ _BATCH = 4096
 # little), growing to _CHUNK.
 _FIRST_CHUNK = 16
 _CHUNK = 4096
-_NATIVE = {str: "str", int: "int64", float: "float64", bytes: "bytes", bool: "int64"}
+# Annotations a store type holds: scalars, and the items of a list or a tuple of any length.
+_NATIVE = {str: "str", int: "int64", float: "float64", bytes: "bytes", bool: "bool"}
+_ITEMS = {str: "list[str]", bytes: "list[bytes]", int: "int64[]", float: "float64[]"}
 
 Decoder = Callable[[Any], Any]
 # Optional[X] / Union[X, Y], and X | Y (Python 3.10+)
@@ -160,6 +166,39 @@ def _converter(tp: Any, where: str) -> Decoder | None:
                   "lists, tuples, dicts, Optional, NamedTuples, enums and datetimes of those")  # fmt: skip
 
 
+def _native(tp: Any) -> tuple[str, Decoder | None] | None:
+    """The store type that holds values annotated ``tp`` as they are, and what turns a stored
+    value back into the annotated one (None: the stored value is it); None when no store type
+    does (the value is then stored as JSON)."""
+    optional = typing.get_origin(tp) in _UNIONS
+    if optional:
+        options = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(options) != 1:
+            return None
+        tp = options[0]
+    if tp in _NATIVE:
+        kind, decode = _NATIVE[tp], None
+    else:
+        origin, args = typing.get_origin(tp), typing.get_args(tp)
+        if origin is list and len(args) == 1:
+            item, make = args[0], None
+        elif origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+            item, make = args[0], tuple
+        else:
+            return None
+        if item not in _ITEMS:
+            return None
+        kind = _ITEMS[item]
+        if kind.endswith("[]"):  # numpy arrays back to the Python numbers docs_iter() gave
+            to_list = operator.methodcaller("tolist")
+            decode = to_list if make is None else (lambda a: make(a.tolist()))
+        else:
+            decode = make
+    if optional:
+        return f"{kind}?", None if decode is None else _optional(decode)
+    return kind, decode
+
+
 def _optional(conv: Decoder) -> Decoder:
     return lambda v: None if v is None else conv(v)
 
@@ -238,10 +277,11 @@ class _Schema:
             if name == "doc_id":
                 continue
             tp = hints[name]
-            if tp in _NATIVE and name not in json_fields:
-                fields[name] = _NATIVE[tp]
-                if tp is bool:
-                    decoders[name] = bool
+            native = _native(tp)
+            if native is not None and name not in json_fields:
+                fields[name], decode = native
+                if decode is not None:
+                    decoders[name] = decode
             else:
                 fields[name] = "str"
                 decoders[name] = _json_decoder(_converter(tp, name))
@@ -260,9 +300,12 @@ class _Schema:
         decoders: dict[str, Decoder] = {}
         for name in want:
             tp, stored = hints[name], have[name]
-            if tp in _NATIVE and stored == _NATIVE[tp]:
-                if tp is bool:
-                    decoders[name] = bool
+            native = _native(tp)
+            if native is not None and stored == native[0]:
+                if native[1] is not None:
+                    decoders[name] = native[1]
+            elif tp is bool and stored == "int64":  # how stores before version 4 held bool
+                decoders[name] = bool
             elif stored == "str" and tp is not str:  # JSON (the annotation's choice or json_fields)
                 decoders[name] = _json_decoder(_converter(tp, name))
             else:
@@ -329,7 +372,7 @@ def build(
 
     Fields and their types come from the dataset's ``docs_cls()`` (see the module's doc), the key
     from ``doc_id``, the documents from ``docs_iter()`` in its order (positions in the store are
-    ``docs_iter()`` indices). ``json_fields`` stores chosen int/float/bool/bytes fields as JSON
+    ``docs_iter()`` indices). ``json_fields`` stores chosen fields of other types than ``str`` as JSON
     (for documents whose values their annotation does not allow, such as ``None``). ``progress``
     shows a tqdm bar sized by ``docs_count()`` when known (default: on a terminal). Other options
     go to :class:`docstore.Writer` (``overwrite``, ``level`` ...). A repeated doc id fails the

@@ -9,6 +9,7 @@ import random
 import subprocess
 import sys
 import textwrap
+import typing
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
 
 import pytest
@@ -94,6 +95,12 @@ class Span(NamedTuple):
     label: Optional[str]
 
 
+class Anchor(NamedTuple):  # as KILT's KiltDocAnchor
+    text: str
+    href: str
+    paragraph_id: int
+
+
 class RichDoc(NamedTuple):
     doc_id: str
     text: str
@@ -110,6 +117,16 @@ class RichDoc(NamedTuple):
     when: datetime.datetime
     mode: Optional[Mode]
     blobs: List[bytes]
+    pieces: Tuple[str, ...]
+    tokens: List[int]
+    weights: Tuple[float, ...]
+    years: Optional[List[int]]
+    tags: Optional[Tuple[str, ...]]
+    views: Optional[int]
+    quality: Optional[float]
+    seen: Optional[bool]
+    raw: Optional[bytes]
+    anchors: Tuple[Anchor, ...]
 
     def default_text(self) -> str:
         return self.text
@@ -136,6 +153,16 @@ def _rich_docs(n: int) -> list[RichDoc]:
                 when=datetime.datetime(2020, 1, 1 + i % 28, i % 24, tzinfo=datetime.timezone.utc),
                 mode=[None, Mode.TEXT, Mode.IMAGE][i % 3],
                 blobs=[b"\x00\xff", bytes([i % 256])],
+                pieces=tuple(f"piece {j}" for j in range(i % 3)),
+                tokens=[rng.randrange(-(2**40), 2**40) for _ in range(i % 6)],
+                weights=tuple(rng.random() for _ in range(i % 4)),
+                years=None if i % 3 == 1 else [2000 + j for j in range(i % 4)],
+                tags=None if i % 2 else tuple(f"t{j}" for j in range(i % 5)),
+                views=None if i % 7 == 0 else i * 1000,
+                quality=None if i % 6 == 0 else i / 7,
+                seen=[None, True, False][i % 3],
+                raw=None if i % 2 else bytes([i % 256]) * (i % 4),
+                anchors=tuple(Anchor(f"a{j}", f"https://x/{j}", j) for j in range(i % 3)),
             )
         )
     return docs
@@ -209,13 +236,50 @@ def test_build_maps_annotations_to_field_types(rich):
         "year": "int64",
         "score": "float64",
         "png": "bytes",
-        "clicked": "int64",
-        **dict.fromkeys(
-            ["authors", "spans", "pairs", "title", "counts", "by_year", "when", "mode", "blobs"], "str"
-        ),
+        "clicked": "bool",
+        "authors": "list[str]",
+        "title": "str?",
+        "mode": "str",
+        "blobs": "list[bytes]",
+        "pieces": "list[str]",
+        "tokens": "int64[]",
+        "weights": "float64[]",
+        "years": "int64[]?",
+        "tags": "list[str]?",
+        "views": "int64?",
+        "quality": "float64?",
+        "seen": "bool?",
+        "raw": "bytes?",
+        # no store type holds these: JSON
+        **dict.fromkeys(["spans", "pairs", "counts", "by_year", "when", "anchors"], "str"),
     }
-    raw = ours.docstore.at(1)  # the JSON the store holds
-    assert raw.spans == '[[0,3,"l0"]]' and raw.title == '"title 1"' and raw.mode == "1"
+    raw = ours.docstore.at(1)  # what the store holds
+    assert raw.spans == '[[0,3,"l0"]]' and raw.title == "title 1" and raw.mode == "1"
+    assert raw.anchors == '[["a0","https://x/0",0]]' and raw.authors == ["author 0"]
+    assert raw.tokens.dtype == "int64" and raw.years is None and raw.clicked is False
+    assert ours.docstore.at(0).title is None
+
+
+def test_stores_of_the_importer_before_native_types_load_as_before(tmp_path, rich):
+    """bool as int64, lists and Optional as JSON in str fields: the layout of stores built before
+    version 4 types; load decodes them to the same documents."""
+    real, _ = rich
+    hints = typing.get_type_hints(RichDoc)
+    old = {str: "str", int: "int64", float: "float64", bytes: "bytes", bool: "int64"}
+    fields = {name: old.get(hints[name], "str") for name in RichDoc._fields[1:]}
+    with docstore.Writer(tmp_path / "old.docstore", fields, format_version=3) as writer:
+        for doc in _rich_docs(200):
+            values = {
+                name: dsi._dumps(value) if kind == "str" and hints[name] is not str else value
+                for (name, kind), value in zip(fields.items(), doc[1:])
+            }
+            writer.add(doc.doc_id, **values)
+    store = docstore.open(tmp_path / "old.docstore")
+    assert store.info()["format_version"] == 3 and store.fields["clicked"] == "int64"
+    assert store.fields["authors"] == store.fields["title"] == "str"
+    loaded = dsi.load(RICH, store=store)
+    assert same(list(loaded.docs_iter()), list(real.docs_iter()))
+    assert loaded.docs_store().get("r6", "clicked") is True and loaded.docs_store().get("r4", "title") is None
 
 
 def test_build_shows_progress_sized_by_docs_count(tmp_path, rich, capsys):
@@ -278,7 +342,7 @@ def test_pep_604_unions_and_builtin_generics(tmp_path):
     docs = [cls("a", None, ((1, 2),), ["x"]), cls("b", 3, None, [])]
     dataset = ir_datasets.Dataset(ListDocs(docs, cls, str(tmp_path / "p.pklz4")))
     store = dsi.build(dataset, tmp_path / "p")
-    assert store.fields == {"n": "str", "spans": "str", "tags": "str"}
+    assert store.fields == {"n": "int64?", "spans": "str", "tags": "list[str]"}
     assert same(list(dsi.load(dataset, store=store).docs_iter()), docs)
 
 
@@ -295,7 +359,7 @@ def test_json_fields_store_values_the_annotation_does_not_allow(tmp_path, tsv_di
         dsi.build(dataset, tmp_path / "plain")
     assert not (tmp_path / "plain").exists()
     store = dsi.build(dataset, tmp_path / "json", json_fields=["year"])
-    assert store.fields == {"year": "str", "flag": "int64"}
+    assert store.fields == {"year": "str", "flag": "bool"}
     loaded = dsi.load(dataset, store=store)
     assert same(list(loaded.docs_iter()), docs)
     with pytest.raises(docstore.SchemaError, match="annotated str"):
