@@ -127,6 +127,7 @@ class RichDoc(NamedTuple):
     seen: Optional[bool]
     raw: Optional[bytes]
     anchors: Tuple[Anchor, ...]
+    boxes: Optional[List[Tuple[float, float, float]]]
 
     def default_text(self) -> str:
         return self.text
@@ -163,6 +164,7 @@ def _rich_docs(n: int) -> list[RichDoc]:
                 seen=[None, True, False][i % 3],
                 raw=None if i % 2 else bytes([i % 256]) * (i % 4),
                 anchors=tuple(Anchor(f"a{j}", f"https://x/{j}", j) for j in range(i % 3)),
+                boxes=None if i % 5 == 2 else [(j / 2, -1.5, rng.random()) for j in range(i % 3)],
             )
         )
     return docs
@@ -250,14 +252,16 @@ def test_build_maps_annotations_to_field_types(rich):
         "quality": "float64?",
         "seen": "bool?",
         "raw": "bytes?",
+        "pairs": "int64[]",  # flat: (0, 0), (1, -1) as [0, 0, 1, -1]
+        "boxes": "float64[]?",
         # no store type holds these: JSON
-        **dict.fromkeys(["spans", "pairs", "counts", "by_year", "when", "anchors"], "str"),
+        **dict.fromkeys(["spans", "counts", "by_year", "when", "anchors"], "str"),
     }
     raw = ours.docstore.at(1)  # what the store holds
     assert raw.spans == '[[0,3,"l0"]]' and raw.title == "title 1" and raw.mode == "1"
     assert raw.anchors == '[["a0","https://x/0",0]]' and raw.authors == ["author 0"]
     assert raw.tokens.dtype == "int64" and raw.years is None and raw.clicked is False
-    assert ours.docstore.at(0).title is None
+    assert ours.docstore.at(0).title is None and ours.docstore.at(2).pairs.tolist() == [0, 0, 1, -1]
 
 
 def test_stores_of_the_importer_before_native_types_load_as_before(tmp_path, rich):
@@ -342,7 +346,7 @@ def test_pep_604_unions_and_builtin_generics(tmp_path):
     docs = [cls("a", None, ((1, 2),), ["x"]), cls("b", 3, None, [])]
     dataset = ir_datasets.Dataset(ListDocs(docs, cls, str(tmp_path / "p.pklz4")))
     store = dsi.build(dataset, tmp_path / "p")
-    assert store.fields == {"n": "int64?", "spans": "str", "tags": "list[str]"}
+    assert store.fields == {"n": "int64?", "spans": "int64[]?", "tags": "list[str]"}
     assert same(list(dsi.load(dataset, store=store).docs_iter()), docs)
 
 
@@ -366,6 +370,25 @@ def test_json_fields_store_values_the_annotation_does_not_allow(tmp_path, tsv_di
         dsi.build(ir_datasets.load(TSV), tmp_path / "t", json_fields=["text"])
     with pytest.raises(docstore.SchemaError, match="'nope'"):
         dsi.build(dataset, tmp_path / "t", json_fields=["nope"])
+
+
+class SpanDoc(NamedTuple):
+    doc_id: str
+    spans: Tuple[Tuple[int, int], ...]
+
+
+def test_tuples_of_numbers_that_do_not_fit_their_annotation(tmp_path):
+    for k, bad in enumerate((((1, 2), (3,)), ((1, 2.5),), ((1, 2), 3))):
+        docs = [SpanDoc("a", ((0, 1),)), SpanDoc("b", bad)]
+        dataset = ir_datasets.Dataset(ListDocs(docs, SpanDoc, str(tmp_path / f"s{k}.pklz4")))
+        with pytest.raises(docstore.FieldTypeError, match=r"doc 'b': field 'spans'.*json_fields=\['spans'\]"):
+            dsi.build(dataset, tmp_path / "never")
+        assert not (tmp_path / "never").exists()
+        if k == 2:  # a bare 3 where the annotation says a tuple: JSON keeps it, load cannot
+            continue
+        store = dsi.build(dataset, tmp_path / "json", json_fields=["spans"], overwrite=True)
+        assert store.fields == {"spans": "str"}
+        assert same(list(dsi.load(dataset, store=store).docs_iter()), docs)
 
 
 def test_build_fails_on_a_repeated_doc_id(tmp_path):
