@@ -20,9 +20,9 @@ holds them: ``str``, ``int``, ``float``, ``bytes`` and ``bool`` as ``str``, ``in
 of numbers (MS MARCO v2's ``Tuple[Tuple[int, int], ...]`` spans) as one flat array, cut back into
 tuples on read; ``Optional[X]`` of any of these as the nullable type (``str?``). Any other
 annotation (``Dict[str, ...]``, nested NamedTuples such as KILT's anchors, enums, ``datetime``)
-becomes a ``str`` field
-holding the value as JSON, which ``load`` decodes back to the annotated types (tuples as tuples,
-nested NamedTuples as their class, bytes from base64, datetimes from ISO 8601, enums by value).
+becomes a ``str`` field holding the value as JSON, which ``load`` decodes back to the annotated
+types (tuples as tuples, nested NamedTuples as their class, bytes from base64, datetimes from
+ISO 8601, enums by value).
 An annotation that JSON cannot carry faithfully (``Any``, a union of several types that need
 decoding, an arbitrary class) or a field without one is refused with a ``SchemaError`` naming the
 field, before anything is read. ``json_fields=`` stores chosen natively typed fields as JSON too,
