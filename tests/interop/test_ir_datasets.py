@@ -515,6 +515,85 @@ def test_rich_documents_come_back_with_their_types(rich):
     assert ours.docs_store().get("r6", "clicked") is True and ours.docs_store().get("r6", "mode") is None
 
 
+def _real_classes_docs(n: int) -> dict:
+    """Documents of ir_datasets' own classes with native field types, as their parsers give."""
+    from ir_datasets.datasets.beir import BeirSciDoc
+    from ir_datasets.datasets.kilt import KiltDoc, KiltDocAnchor
+    from ir_datasets.datasets.msmarco_passage_v2 import MsMarcoV2Passage
+    from ir_datasets.datasets.trec_fair import FairTrec2022Doc
+
+    rng = random.Random(11)
+
+    def words(k: int) -> list[str]:
+        return [f"w{rng.randrange(100)} ü" for _ in range(k)]
+
+    def fair(i: int) -> Any:
+        # the *_category fields and the like: Optional[str]
+        values = [None if (i + j) % 3 == 0 else f"v{j}" for j in range(len(FairTrec2022Doc._fields))]
+        return FairTrec2022Doc._make(values)._replace(
+            doc_id=f"f{i}", title=f"t{i}", text=f"x{i}", url="u",
+            pred_qual=None if i % 2 else i / 3, page_countries=None if i % 3 else words(i % 4),
+            source_countries=None if i % 4 else {"FR": i}, years=None if i % 5 == 1 else [1900 + i, 2000],
+            num_sitelinks=None if i % 2 else i, relative_pageviews=None if i % 3 == 1 else 0.5 * i,
+            gender=words(1), occupations=[], source_subcont_regions=None,
+            page_subcont_regions=None if i % 2 else ["Europe"],
+        )  # fmt: skip
+
+    return {
+        BeirSciDoc: [BeirSciDoc(f"b{i}", "t", "ti", words(i % 3), 2000 + i, words(2), []) for i in range(n)],
+        KiltDoc: [
+            KiltDoc(
+                f"k{i}",
+                "title",
+                "text",
+                tuple(words(i % 4)),
+                tuple(KiltDocAnchor("a", "https://h", j, j, j + 4) for j in range(i % 3)),
+                tuple(words(1)),
+                "Q1",
+                "1",
+                "2020",
+                "0",
+                "3",
+                "https://k",
+            )
+            for i in range(n)
+        ],
+        MsMarcoV2Passage: [
+            MsMarcoV2Passage(f"m{i}", "text", tuple((j * 9, j * 9 + 8) for j in range(i % 4)), f"doc_{i}")
+            for i in range(n)
+        ],
+        FairTrec2022Doc: [fair(i) for i in range(n)],
+    }
+
+
+def test_ir_datasets_own_document_classes_round_trip(tmp_path):
+    """BEIR SciDocs, KILT, MS MARCO v2 passages and TREC Fair 2022 documents: native fields, and
+    the same documents as ir_datasets' own docstore gives."""
+    kinds = {
+        "BeirSciDoc": {"authors": "list[str]", "year": "int64", "cited_by": "list[str]"},
+        "KiltDoc": {"text_pieces": "list[str]", "anchors": "str", "categories": "list[str]"},
+        "MsMarcoV2Passage": {"spans": "int64[]"},
+        "FairTrec2022Doc": {
+            "pred_qual": "float64?",
+            "qual_cat": "str?",
+            "page_countries": "list[str]?",
+            "source_countries": "str",
+            "years": "int64[]?",
+            "num_sitelinks": "int64?",
+        },
+    }
+    for cls, docs in _real_classes_docs(40).items():
+        real = ir_datasets.Dataset(ListDocs(docs, cls, str(tmp_path / f"{cls.__name__}.pklz4")))
+        store = dsi.build(real, tmp_path / f"{cls.__name__}.docstore")
+        assert kinds[cls.__name__].items() <= store.fields.items(), (cls, store.fields)
+        ours = dsi.load(real, store=store)
+        assert same(list(ours.docs_iter()), list(real.docs_iter()))
+        ids = [d.doc_id for d in docs]
+        assert same_dict(ours.docs_store().get_many(ids[::3]), real.docs_store().get_many(ids[::3]))
+        for field in cls._fields:
+            assert same(ours.docs_store().get(ids[7], field), real.docs_store().get(ids[7], field)), field
+
+
 def test_load_takes_a_dataset_object_and_an_open_store(tsv_store):
     real = ir_datasets.load(TSV)
     ours = dsi.load(real, tsv_store)
