@@ -12,17 +12,23 @@ else (queries, qrels, scoreddocs, docpairs, metadata ...) is the real dataset's,
 against ir_datasets changes one line. Documents are instances of the dataset's own ``docs_cls()``,
 with the values ir_datasets gives.
 
-**Field types** come from the annotations of the docs class: ``str``, ``int``, ``float`` and
-``bytes`` fields become ``str``, ``int64``, ``float64`` and ``bytes`` fields of the store, ``bool``
-an ``int64`` field read back as ``bool``. Any other annotation (``List[str]``, ``Tuple[...]``,
-``Optional[...]``, ``Dict[str, ...]``, nested NamedTuples, enums, ``datetime``) becomes a ``str``
-field holding the value as JSON, which ``load`` decodes back to the annotated types (tuples as
-tuples, nested NamedTuples as their class, bytes from base64, datetimes from ISO 8601, enums by
-value). An annotation that JSON cannot carry faithfully (``Any``, a union of several types that
-need decoding, an arbitrary class) or a field without one is refused with a ``SchemaError`` naming
-the field, before anything is read. ``json_fields=`` stores chosen ``int``/``float``/``bool``/
-``bytes`` fields as JSON too, for datasets whose documents hold values (``None``, a string) that
-their annotation does not allow.
+**Field types** come from the annotations of the docs class, stored natively where a store type
+holds them: ``str``, ``int``, ``float``, ``bytes`` and ``bool`` as ``str``, ``int64``, ``float64``,
+``bytes`` and ``bool``; ``List[str]`` / ``Tuple[str, ...]`` (and of ``bytes``) as ``list[str]``
+(``list[bytes]``); ``List[int]`` / ``Tuple[int, ...]`` (and of ``float``) as ``int64[]``
+(``float64[]``), read back as lists (tuples) of Python numbers; sequences of fixed-length tuples
+of numbers (MS MARCO v2's ``Tuple[Tuple[int, int], ...]`` spans) as one flat array, cut back into
+tuples on read; ``Optional[X]`` of any of these as the nullable type (``str?``). Any other
+annotation (``Dict[str, ...]``, nested NamedTuples such as KILT's anchors, enums, ``datetime``)
+becomes a ``str`` field holding the value as JSON, which ``load`` decodes back to the annotated
+types (tuples as tuples, nested NamedTuples as their class, bytes from base64, datetimes from
+ISO 8601, enums by value).
+An annotation that JSON cannot carry faithfully (``Any``, a union of several types that need
+decoding, an arbitrary class) or a field without one is refused with a ``SchemaError`` naming the
+field, before anything is read. ``json_fields=`` stores chosen natively typed fields as JSON too,
+for datasets whose documents hold values (``None``, a string) that their annotation does not
+allow. Stores built before version 4 types existed (``bool`` as ``int64``, lists and ``Optional``
+as JSON) load as before.
 
 Importing ``docstore`` does not import this module or ir_datasets.
 """
@@ -56,7 +62,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without ir_datas
 from ._store import DocStore
 from ._store import open as open_store
 from ._writer import Writer
-from .errors import SchemaError
+from .errors import FieldTypeError, SchemaError
 
 __all__ = ["DocstoreDataset", "DocstoreDocs", "DocstoreDocsIter", "DocstoreDocstore", "build", "load"]
 
@@ -66,7 +72,9 @@ _BATCH = 4096
 # little), growing to _CHUNK.
 _FIRST_CHUNK = 16
 _CHUNK = 4096
-_NATIVE = {str: "str", int: "int64", float: "float64", bytes: "bytes", bool: "int64"}
+# Annotations a store type holds: scalars, and the items of a list or a tuple of any length.
+_NATIVE = {str: "str", int: "int64", float: "float64", bytes: "bytes", bool: "bool"}
+_ITEMS = {str: "list[str]", bytes: "list[bytes]", int: "int64[]", float: "float64[]"}
 
 Decoder = Callable[[Any], Any]
 # Optional[X] / Union[X, Y], and X | Y (Python 3.10+)
@@ -160,6 +168,104 @@ def _converter(tp: Any, where: str) -> Decoder | None:
                   "lists, tuples, dicts, Optional, NamedTuples, enums and datetimes of those")  # fmt: skip
 
 
+Encoder = Callable[[Sequence[Any], list[Any]], list[Any]]
+
+
+class _Native(typing.NamedTuple):
+    """How a store type holds the values of an annotation."""
+
+    kind: str  # the store type
+    decode: Decoder | None  # stored value -> annotated value (None: the same)
+    encode: Encoder | None = None  # (column, its ids) -> column the Writer takes (None: as given)
+
+
+def _native(tp: Any, name: str) -> _Native | None:
+    """How a store type holds values annotated ``tp`` (of field ``name``) as they are; None when
+    none does (the value is then stored as JSON)."""
+    inner = _without_none(tp)
+    optional, tp = inner is not tp, inner
+    if tp in _NATIVE:
+        kind, decode = _NATIVE[tp], None
+    else:
+        origin, args = typing.get_origin(tp), typing.get_args(tp)
+        if origin is list and len(args) == 1:
+            item, make = args[0], None
+        elif origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+            item, make = args[0], tuple
+        else:
+            return None
+        arity = _arity(item)
+        if arity:  # Tuple[int, int] items (MS MARCO v2's spans): flat, regrouped on read
+            return _grouped(arity, typing.get_args(item)[0], make, optional, name)
+        if item not in _ITEMS:
+            return None
+        kind = _ITEMS[item]
+        if kind.endswith("[]"):  # numpy arrays back to the Python numbers docs_iter() gave
+            to_list = operator.methodcaller("tolist")
+            decode = to_list if make is None else (lambda a: make(a.tolist()))
+        else:
+            decode = make
+    if optional:
+        return _Native(f"{kind}?", None if decode is None else _optional(decode))
+    return _Native(kind, decode)
+
+
+def _without_none(tp: Any) -> Any:
+    """X for ``Optional[X]``, else ``tp``."""
+    if typing.get_origin(tp) in _UNIONS:
+        options = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(options) == 1:
+            return options[0]
+    return tp
+
+
+def _arity(tp: Any) -> int:
+    """k for ``Tuple[X, ..., X]`` (k times) of one numeric X, else 0."""
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) is not tuple or not args or len(set(args)) != 1:
+        return 0
+    return len(args) if args[0] in (int, float) else 0
+
+
+def _grouped(arity: int, item: type, make: Any, optional: bool, name: str) -> _Native:
+    """The store type and decoder of a sequence of ``arity``-tuples of ``item``: their elements in
+    one flat array, cut back into tuples on read."""
+    kind = _ITEMS[item]
+
+    def decode(array: Any) -> Any:
+        flat = array.tolist()
+        groups = [tuple(flat[i : i + arity]) for i in range(0, len(flat), arity)]
+        return groups if make is None else make(groups)
+
+    encode = _flattener(arity, name)
+    return _Native(f"{kind}?", _optional(decode), encode) if optional else _Native(kind, decode, encode)
+
+
+def _flattener(arity: int, name: str) -> Encoder:
+    """What turns a column of sequences of ``arity``-tuples into a column of flat lists,
+    refusing a tuple of another length (its document could not be cut back as it was)."""
+
+    def flatten(column: Sequence[Any], ids: list[Any]) -> list[Any]:
+        out: list[Any] = []
+        for doc_id, value in zip(ids, column):
+            if value is None:
+                out.append(None)
+                continue
+            try:
+                fits = all(len(group) == arity for group in value)
+            except TypeError:  # an item without a length
+                fits = False
+            if not fits:
+                raise FieldTypeError(
+                    f"doc {doc_id!r}: field {name!r} holds a tuple that is not of {arity} numbers: "
+                    f"{value!r:.200} (pass json_fields=[{name!r}] to store it as JSON)"
+                )
+            out.append([x for group in value for x in group])
+        return out
+
+    return flatten
+
+
 def _optional(conv: Decoder) -> Decoder:
     return lambda v: None if v is None else conv(v)
 
@@ -200,7 +306,13 @@ class _Schema:
     """How a docs class maps to a store: the store's fields, which of them hold JSON, and the
     functions that turn stored values back into the class's values."""
 
-    def __init__(self, cls: type, store_fields: dict[str, str], decoders: dict[str, Decoder]) -> None:
+    def __init__(
+        self,
+        cls: type,
+        store_fields: dict[str, str],
+        decoders: dict[str, Decoder],
+        encoders: dict[str, Encoder] | None = None,
+    ) -> None:
         self.cls = cls
         self.hints = _hints(cls)
         self.names: tuple[str, ...] = tuple(cls._fields)  # type: ignore[attr-defined]
@@ -208,6 +320,7 @@ class _Schema:
         self.store_fields = store_fields
         self.json = [n for n, t in store_fields.items() if t == "str" and n in decoders]
         self.decoders = decoders  # field -> stored value -> class value
+        self.encoders = encoders or {}  # field -> (column, ids) -> column the Writer takes
         self.row_decoders = [(self.names.index(n), d) for n, d in decoders.items()]
 
     @staticmethod
@@ -234,18 +347,22 @@ class _Schema:
                 raise SchemaError(f"field {name!r} is annotated str: it cannot be stored as JSON")
         fields: dict[str, str] = {}
         decoders: dict[str, Decoder] = {}
+        encoders: dict[str, Encoder] = {}
         for name in docs_cls._fields:
             if name == "doc_id":
                 continue
             tp = hints[name]
-            if tp in _NATIVE and name not in json_fields:
-                fields[name] = _NATIVE[tp]
-                if tp is bool:
-                    decoders[name] = bool
+            native = _native(tp, name)
+            if native is not None and name not in json_fields:
+                fields[name] = native.kind
+                if native.decode is not None:
+                    decoders[name] = native.decode
+                if native.encode is not None:
+                    encoders[name] = native.encode
             else:
                 fields[name] = "str"
                 decoders[name] = _json_decoder(_converter(tp, name))
-        return cls(docs_cls, fields, decoders)
+        return cls(docs_cls, fields, decoders, encoders)
 
     @classmethod
     def for_store(cls, docs_cls: Any, store: DocStore) -> _Schema:
@@ -260,9 +377,12 @@ class _Schema:
         decoders: dict[str, Decoder] = {}
         for name in want:
             tp, stored = hints[name], have[name]
-            if tp in _NATIVE and stored == _NATIVE[tp]:
-                if tp is bool:
-                    decoders[name] = bool
+            native = _native(tp, name)
+            if native is not None and stored == native.kind:
+                if native.decode is not None:
+                    decoders[name] = native.decode
+            elif tp is bool and stored == "int64":  # how stores before version 4 held bool
+                decoders[name] = bool
             elif stored == "str" and tp is not str:  # JSON (the annotation's choice or json_fields)
                 decoders[name] = _json_decoder(_converter(tp, name))
             else:
@@ -329,7 +449,7 @@ def build(
 
     Fields and their types come from the dataset's ``docs_cls()`` (see the module's doc), the key
     from ``doc_id``, the documents from ``docs_iter()`` in its order (positions in the store are
-    ``docs_iter()`` indices). ``json_fields`` stores chosen int/float/bool/bytes fields as JSON
+    ``docs_iter()`` indices). ``json_fields`` stores chosen fields of other types than ``str`` as JSON
     (for documents whose values their annotation does not allow, such as ``None``). ``progress``
     shows a tqdm bar sized by ``docs_count()`` when known (default: on a terminal). Other options
     go to :class:`docstore.Writer` (``overwrite``, ``level`` ...). A repeated doc id fails the
@@ -343,7 +463,7 @@ def build(
     schema = _Schema.for_build(dataset.docs_cls(), json_fields)
     names, id_index = schema.names, schema.id_index
     stored = [(i, n) for i, n in enumerate(names) if i != id_index]
-    json_names = set(schema.json)
+    json_names, encoders = set(schema.json), schema.encoders
     total = _docs_count(dataset)
     with Writer(path, schema.store_fields, **writer_options) as writer:
         bar = tqdm(
@@ -364,7 +484,12 @@ def build(
                 data = []
                 for i, name in stored:
                     column = columns[i]
-                    data.append(_encode(column, ids, name) if name in json_names else list(column))
+                    if name in json_names:
+                        data.append(_encode(column, ids, name))
+                    elif name in encoders:
+                        data.append(encoders[name](column, ids))
+                    else:
+                        data.append(list(column))
                 try:
                     writer._add_columns(ids, data)
                 except SchemaError as exc:
@@ -388,7 +513,9 @@ def _encode(column: Sequence[Any], ids: list[Any], name: str) -> list[str]:
 def _hint(message: str, schema: _Schema) -> str:
     """The Writer's message about a mistyped value, with the way around it."""
     for name, ty in schema.store_fields.items():
-        if f'field "{name}" ' in message and name not in schema.json:
+        # the core quotes names with ", the array conversions with '
+        named = f'field "{name}" ' in message or f"field '{name}' " in message
+        if named and name not in schema.json:
             annotated = f"{schema.cls.__name__} annotates {name!r} as {_type_name(schema.hints[name])}"
             if ty != "str":
                 return (

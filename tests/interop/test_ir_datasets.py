@@ -9,6 +9,7 @@ import random
 import subprocess
 import sys
 import textwrap
+import typing
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
 
 import pytest
@@ -94,6 +95,12 @@ class Span(NamedTuple):
     label: Optional[str]
 
 
+class Anchor(NamedTuple):  # as KILT's KiltDocAnchor
+    text: str
+    href: str
+    paragraph_id: int
+
+
 class RichDoc(NamedTuple):
     doc_id: str
     text: str
@@ -110,6 +117,17 @@ class RichDoc(NamedTuple):
     when: datetime.datetime
     mode: Optional[Mode]
     blobs: List[bytes]
+    pieces: Tuple[str, ...]
+    tokens: List[int]
+    weights: Tuple[float, ...]
+    years: Optional[List[int]]
+    tags: Optional[Tuple[str, ...]]
+    views: Optional[int]
+    quality: Optional[float]
+    seen: Optional[bool]
+    raw: Optional[bytes]
+    anchors: Tuple[Anchor, ...]
+    boxes: Optional[List[Tuple[float, float, float]]]
 
     def default_text(self) -> str:
         return self.text
@@ -136,6 +154,17 @@ def _rich_docs(n: int) -> list[RichDoc]:
                 when=datetime.datetime(2020, 1, 1 + i % 28, i % 24, tzinfo=datetime.timezone.utc),
                 mode=[None, Mode.TEXT, Mode.IMAGE][i % 3],
                 blobs=[b"\x00\xff", bytes([i % 256])],
+                pieces=tuple(f"piece {j}" for j in range(i % 3)),
+                tokens=[rng.randrange(-(2**40), 2**40) for _ in range(i % 6)],
+                weights=tuple(rng.random() for _ in range(i % 4)),
+                years=None if i % 3 == 1 else [2000 + j for j in range(i % 4)],
+                tags=None if i % 2 else tuple(f"t{j}" for j in range(i % 5)),
+                views=None if i % 7 == 0 else i * 1000,
+                quality=None if i % 6 == 0 else i / 7,
+                seen=[None, True, False][i % 3],
+                raw=None if i % 2 else bytes([i % 256]) * (i % 4),
+                anchors=tuple(Anchor(f"a{j}", f"https://x/{j}", j) for j in range(i % 3)),
+                boxes=None if i % 5 == 2 else [(j / 2, -1.5, rng.random()) for j in range(i % 3)],
             )
         )
     return docs
@@ -209,13 +238,52 @@ def test_build_maps_annotations_to_field_types(rich):
         "year": "int64",
         "score": "float64",
         "png": "bytes",
-        "clicked": "int64",
-        **dict.fromkeys(
-            ["authors", "spans", "pairs", "title", "counts", "by_year", "when", "mode", "blobs"], "str"
-        ),
+        "clicked": "bool",
+        "authors": "list[str]",
+        "title": "str?",
+        "mode": "str",
+        "blobs": "list[bytes]",
+        "pieces": "list[str]",
+        "tokens": "int64[]",
+        "weights": "float64[]",
+        "years": "int64[]?",
+        "tags": "list[str]?",
+        "views": "int64?",
+        "quality": "float64?",
+        "seen": "bool?",
+        "raw": "bytes?",
+        "pairs": "int64[]",  # flat: (0, 0), (1, -1) as [0, 0, 1, -1]
+        "boxes": "float64[]?",
+        # no store type holds these: JSON
+        **dict.fromkeys(["spans", "counts", "by_year", "when", "anchors"], "str"),
     }
-    raw = ours.docstore.at(1)  # the JSON the store holds
-    assert raw.spans == '[[0,3,"l0"]]' and raw.title == '"title 1"' and raw.mode == "1"
+    raw = ours.docstore.at(1)  # what the store holds
+    assert raw.spans == '[[0,3,"l0"]]' and raw.title == "title 1" and raw.mode == "1"
+    assert raw.anchors == '[["a0","https://x/0",0]]' and raw.authors == ["author 0"]
+    assert raw.tokens.dtype == "int64" and raw.years is None and raw.clicked is False
+    assert ours.docstore.at(0).title is None and ours.docstore.at(2).pairs.tolist() == [0, 0, 1, -1]
+
+
+def test_stores_of_the_importer_before_native_types_load_as_before(tmp_path, rich):
+    """bool as int64, lists and Optional as JSON in str fields: the layout of stores built before
+    version 4 types; load decodes them to the same documents."""
+    real, _ = rich
+    hints = typing.get_type_hints(RichDoc)
+    old = {str: "str", int: "int64", float: "float64", bytes: "bytes", bool: "int64"}
+    fields = {name: old.get(hints[name], "str") for name in RichDoc._fields[1:]}
+    with docstore.Writer(tmp_path / "old.docstore", fields, format_version=3) as writer:
+        for doc in _rich_docs(200):
+            values = {
+                name: dsi._dumps(value) if kind == "str" and hints[name] is not str else value
+                for (name, kind), value in zip(fields.items(), doc[1:])
+            }
+            writer.add(doc.doc_id, **values)
+    store = docstore.open(tmp_path / "old.docstore")
+    assert store.info()["format_version"] == 3 and store.fields["clicked"] == "int64"
+    assert store.fields["authors"] == store.fields["title"] == "str"
+    loaded = dsi.load(RICH, store=store)
+    assert same(list(loaded.docs_iter()), list(real.docs_iter()))
+    assert loaded.docs_store().get("r6", "clicked") is True and loaded.docs_store().get("r4", "title") is None
 
 
 def test_build_shows_progress_sized_by_docs_count(tmp_path, rich, capsys):
@@ -278,7 +346,7 @@ def test_pep_604_unions_and_builtin_generics(tmp_path):
     docs = [cls("a", None, ((1, 2),), ["x"]), cls("b", 3, None, [])]
     dataset = ir_datasets.Dataset(ListDocs(docs, cls, str(tmp_path / "p.pklz4")))
     store = dsi.build(dataset, tmp_path / "p")
-    assert store.fields == {"n": "str", "spans": "str", "tags": "str"}
+    assert store.fields == {"n": "int64?", "spans": "int64[]?", "tags": "list[str]"}
     assert same(list(dsi.load(dataset, store=store).docs_iter()), docs)
 
 
@@ -295,13 +363,32 @@ def test_json_fields_store_values_the_annotation_does_not_allow(tmp_path, tsv_di
         dsi.build(dataset, tmp_path / "plain")
     assert not (tmp_path / "plain").exists()
     store = dsi.build(dataset, tmp_path / "json", json_fields=["year"])
-    assert store.fields == {"year": "str", "flag": "int64"}
+    assert store.fields == {"year": "str", "flag": "bool"}
     loaded = dsi.load(dataset, store=store)
     assert same(list(loaded.docs_iter()), docs)
     with pytest.raises(docstore.SchemaError, match="annotated str"):
         dsi.build(ir_datasets.load(TSV), tmp_path / "t", json_fields=["text"])
     with pytest.raises(docstore.SchemaError, match="'nope'"):
         dsi.build(dataset, tmp_path / "t", json_fields=["nope"])
+
+
+class SpanDoc(NamedTuple):
+    doc_id: str
+    spans: Tuple[Tuple[int, int], ...]
+
+
+def test_tuples_of_numbers_that_do_not_fit_their_annotation(tmp_path):
+    for k, bad in enumerate((((1, 2), (3,)), ((1, 2.5),), ((1, 2), 3))):
+        docs = [SpanDoc("a", ((0, 1),)), SpanDoc("b", bad)]
+        dataset = ir_datasets.Dataset(ListDocs(docs, SpanDoc, str(tmp_path / f"s{k}.pklz4")))
+        with pytest.raises(docstore.FieldTypeError, match=r"doc 'b': field 'spans'.*json_fields=\['spans'\]"):
+            dsi.build(dataset, tmp_path / "never")
+        assert not (tmp_path / "never").exists()
+        if k == 2:  # a bare 3 where the annotation says a tuple: JSON keeps it, load cannot
+            continue
+        store = dsi.build(dataset, tmp_path / "json", json_fields=["spans"], overwrite=True)
+        assert store.fields == {"spans": "str"}
+        assert same(list(dsi.load(dataset, store=store).docs_iter()), docs)
 
 
 def test_build_fails_on_a_repeated_doc_id(tmp_path):
@@ -426,6 +513,85 @@ def test_rich_documents_come_back_with_their_types(rich):
     assert isinstance(doc.spans[0], Span) and isinstance(doc.pairs, tuple) and isinstance(doc.pairs[0], tuple)
     assert doc.mode is Mode.TEXT and doc.when.tzinfo is not None and doc.clicked is False
     assert ours.docs_store().get("r6", "clicked") is True and ours.docs_store().get("r6", "mode") is None
+
+
+def _real_classes_docs(n: int) -> dict:
+    """Documents of ir_datasets' own classes with native field types, as their parsers give."""
+    from ir_datasets.datasets.beir import BeirSciDoc
+    from ir_datasets.datasets.kilt import KiltDoc, KiltDocAnchor
+    from ir_datasets.datasets.msmarco_passage_v2 import MsMarcoV2Passage
+    from ir_datasets.datasets.trec_fair import FairTrec2022Doc
+
+    rng = random.Random(11)
+
+    def words(k: int) -> list[str]:
+        return [f"w{rng.randrange(100)} ü" for _ in range(k)]
+
+    def fair(i: int) -> Any:
+        # the *_category fields and the like: Optional[str]
+        values = [None if (i + j) % 3 == 0 else f"v{j}" for j in range(len(FairTrec2022Doc._fields))]
+        return FairTrec2022Doc._make(values)._replace(
+            doc_id=f"f{i}", title=f"t{i}", text=f"x{i}", url="u",
+            pred_qual=None if i % 2 else i / 3, page_countries=None if i % 3 else words(i % 4),
+            source_countries=None if i % 4 else {"FR": i}, years=None if i % 5 == 1 else [1900 + i, 2000],
+            num_sitelinks=None if i % 2 else i, relative_pageviews=None if i % 3 == 1 else 0.5 * i,
+            gender=words(1), occupations=[], source_subcont_regions=None,
+            page_subcont_regions=None if i % 2 else ["Europe"],
+        )  # fmt: skip
+
+    return {
+        BeirSciDoc: [BeirSciDoc(f"b{i}", "t", "ti", words(i % 3), 2000 + i, words(2), []) for i in range(n)],
+        KiltDoc: [
+            KiltDoc(
+                f"k{i}",
+                "title",
+                "text",
+                tuple(words(i % 4)),
+                tuple(KiltDocAnchor("a", "https://h", j, j, j + 4) for j in range(i % 3)),
+                tuple(words(1)),
+                "Q1",
+                "1",
+                "2020",
+                "0",
+                "3",
+                "https://k",
+            )
+            for i in range(n)
+        ],
+        MsMarcoV2Passage: [
+            MsMarcoV2Passage(f"m{i}", "text", tuple((j * 9, j * 9 + 8) for j in range(i % 4)), f"doc_{i}")
+            for i in range(n)
+        ],
+        FairTrec2022Doc: [fair(i) for i in range(n)],
+    }
+
+
+def test_ir_datasets_own_document_classes_round_trip(tmp_path):
+    """BEIR SciDocs, KILT, MS MARCO v2 passages and TREC Fair 2022 documents: native fields, and
+    the same documents as ir_datasets' own docstore gives."""
+    kinds = {
+        "BeirSciDoc": {"authors": "list[str]", "year": "int64", "cited_by": "list[str]"},
+        "KiltDoc": {"text_pieces": "list[str]", "anchors": "str", "categories": "list[str]"},
+        "MsMarcoV2Passage": {"spans": "int64[]"},
+        "FairTrec2022Doc": {
+            "pred_qual": "float64?",
+            "qual_cat": "str?",
+            "page_countries": "list[str]?",
+            "source_countries": "str",
+            "years": "int64[]?",
+            "num_sitelinks": "int64?",
+        },
+    }
+    for cls, docs in _real_classes_docs(40).items():
+        real = ir_datasets.Dataset(ListDocs(docs, cls, str(tmp_path / f"{cls.__name__}.pklz4")))
+        store = dsi.build(real, tmp_path / f"{cls.__name__}.docstore")
+        assert kinds[cls.__name__].items() <= store.fields.items(), (cls, store.fields)
+        ours = dsi.load(real, store=store)
+        assert same(list(ours.docs_iter()), list(real.docs_iter()))
+        ids = [d.doc_id for d in docs]
+        assert same_dict(ours.docs_store().get_many(ids[::3]), real.docs_store().get_many(ids[::3]))
+        for field in cls._fields:
+            assert same(ours.docs_store().get(ids[7], field), real.docs_store().get(ids[7], field)), field
 
 
 def test_load_takes_a_dataset_object_and_an_open_store(tsv_store):

@@ -59,7 +59,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--json-fields",
         metavar="F1,F2",
-        help="with --from-ir-datasets: int/float/bool/bytes fields to store as JSON (values the "
+        help="with --from-ir-datasets: fields (not str ones) to store as JSON (values the "
         "docs class's annotations do not allow, such as None)",
     )
     p.add_argument("-o", "--output", required=True, metavar="STORE", help="the store to create")
