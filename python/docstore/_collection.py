@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from . import _docstore
+from . import _progress
 from ._store import DocStore, open
 
 
@@ -20,6 +20,7 @@ def seal(
     append: bool = False,
     read: str = "mmap",
     on_duplicate: str = "error",
+    progress: bool | None = False,
 ) -> DocStore:
     """Seals ``shards`` (store files written by ``docstore.Writer``, one schema, format 2 or 3) into a
     collection at ``target``, and opens it.
@@ -46,15 +47,17 @@ def seal(
     this reads every id of every shard, and holds them in memory (about 100 bytes an id).
     With ``append=True``, ``"first"`` also drops new documents whose id the collection already
     holds; ``"last"`` is refused there (it would rewrite the shards sealed before).
+
+    ``progress=True`` draws a bar of the work on stderr (``None``: when stderr is a terminal).
     """
     if isinstance(shards, (str, bytes, os.PathLike)):
         raise TypeError("shards must be a list of paths, not one path")
     paths = [os.fsdecode(s) if isinstance(s, bytes) else os.fspath(s) for s in shards]
     target = os.fsdecode(target) if isinstance(target, bytes) else os.fspath(target)
     if on_duplicate == "error":
-        _docstore.seal(target, paths, overwrite=overwrite, append=append)
+        _progress.seal(target, paths, progress, overwrite=overwrite, append=append)
         return open(target, read=read)
     from ._writer import seal_without_repeats
 
-    seal_without_repeats(target, paths, on_duplicate, overwrite=overwrite, append=append)
+    seal_without_repeats(target, paths, on_duplicate, overwrite=overwrite, append=append, progress=progress)
     return open(target, read=read)

@@ -39,6 +39,7 @@ def seal(
     *,
     overwrite: bool = False,
     append: bool = False,
+    progress: Callable[[int, int], object] | None = None,
 ) -> int: ...
 def check_replaceable(target: str | os.PathLike[str]) -> None: ...
 def check_writer(

@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from . import _docstore, _progress, errors
+from . import _docstore, errors
 from ._arrow import prepare, schema_fields
 from ._staging import Staging
 from ._store import DocStore
@@ -264,13 +264,9 @@ def _seal(
         shards = [empty]
     # Ids that several shards hold meet here: each task's writer kept one within its shard.
     policy = options.get("on_duplicate", "error")
-    with _progress.bar(len(shards), "shards", None, desc="seal") as shown:
-        if mode == "append":  # what is there is read under the lock that publishes the result
-            store = seal(target, shards, append=True, on_duplicate=policy)
-        else:
-            store = seal(target, shards, overwrite=mode == "overwrite", on_duplicate=policy)
-        shown.update(len(shards))
-    return store
+    if mode == "append":  # what is there is read under the lock that publishes the result
+        return seal(target, shards, append=True, on_duplicate=policy, progress=None)
+    return seal(target, shards, overwrite=mode == "overwrite", on_duplicate=policy, progress=None)
 
 
 def report_error(report: str | None, error: BaseException) -> None:

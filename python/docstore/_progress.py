@@ -40,3 +40,19 @@ def verify(store: Any, progress: bool | None = None) -> None:
             shown.update(done - shown.n)
 
         store.verify(report)
+
+
+def seal(target: str, shards: list[str], progress: bool | None = None, **options: Any) -> int:
+    """``_docstore.seal`` with a bar of its steps (each document's key read and checked, then
+    merged into the global index: two a document); returns the number of documents."""
+    from . import _docstore
+
+    with bar(None, "steps", progress, desc="seal") as shown:
+        if shown.disable:
+            return _docstore.seal(target, shards, **options)
+
+        def report(done: int, total: int) -> None:
+            shown.total = total
+            shown.update(done - shown.n)
+
+        return _docstore.seal(target, shards, progress=report, **options)

@@ -853,7 +853,7 @@ def seal_without_repeats(
     del winner
     count = sum(map(len, dropped))
     if not count:
-        _docstore.seal(target, shards, overwrite=overwrite, append=append)
+        _progress.seal(target, shards, progress, overwrite=overwrite, append=append)
         return 0
     name = hashlib.sha1(os.fsencode(os.path.basename(os.path.abspath(target)))).hexdigest()[:12]
     with Staging(os.path.dirname(os.path.abspath(target)), f".docstore-dedup-{name}-") as scratch:
@@ -867,7 +867,7 @@ def seal_without_repeats(
                 if len(store) > len(dropped[k]):
                     _rewrite(store, new, {}, dropped[k], progress=progress)
                     kept.append(new)
-        _docstore.seal(target, kept, overwrite=overwrite, append=append)
+        _progress.seal(target, kept, progress, overwrite=overwrite, append=append)
     return count
 
 

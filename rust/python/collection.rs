@@ -2,32 +2,36 @@
 //! `collection::seal`). Reading a collection goes through `Reader` like any store.
 
 use crate::errors::{guard, IntoPy};
+use docstore_core::collection::{self, SealProgress};
 use pyo3::prelude::*;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering::Relaxed;
 
 /// Seals `shards` into a collection at `target` (with `append`, after the shards of what is
 /// there: see the core's `collection::append`); returns the number of documents.
+/// `progress(done, total)` is called now and then (every 0.1 s) while it runs: two steps a
+/// document (its key read and checked, then merged into the global index).
 #[pyfunction]
-#[pyo3(signature = (target, shards, *, overwrite=false, append=false))]
+#[pyo3(signature = (target, shards, *, overwrite=false, append=false, progress=None))]
 pub fn seal(
     py: Python<'_>,
     target: PathBuf,
     shards: Vec<PathBuf>,
     overwrite: bool,
     append: bool,
+    progress: Option<Bound<'_, PyAny>>,
 ) -> PyResult<u64> {
+    let state = SealProgress::default();
+    let work = || collection::seal_counting(&target, &shards, overwrite, append, &state);
     guard(py, || {
-        py.detach(|| match (overwrite, append) {
-            (true, true) => Err(docstore_core::Error::InvalidArgument(
-                "overwrite and append exclude each other: append replaces the collection with \
-                 its shards and the new ones"
-                    .into(),
-            )),
-            (_, true) => docstore_core::collection::append(&target, &shards),
-            _ => docstore_core::collection::seal(&target, &shards, overwrite),
-        })
-        .py_err(py)
-        .map(|summary| summary.count)
+        let summary = match &progress {
+            None => py.detach(work).py_err(py)?,
+            Some(progress) => {
+                let counts = || (state.done.load(Relaxed), state.total.load(Relaxed));
+                crate::progress::reporting(py, progress, counts, work)?
+            }
+        };
+        Ok(summary.count)
     })
 }
 

@@ -738,23 +738,8 @@ impl Reader {
         let total = store.verify_steps();
         let done = std::sync::atomic::AtomicU64::new(0);
         guard(py, || {
-            // The check runs on a thread of its own; this one reports, Python held only to call.
-            let (checked, reported) = std::thread::scope(|scope| {
-                let worker = scope.spawn(|| store.verify_counting(&done));
-                let mut reported = Ok(());
-                while !worker.is_finished() {
-                    py.detach(|| std::thread::sleep(std::time::Duration::from_millis(100)));
-                    if reported.is_ok() {
-                        let now = done.load(std::sync::atomic::Ordering::Relaxed).min(total);
-                        reported = progress.call1((now, total)).map(drop);
-                    }
-                }
-                (worker.join(), reported)
-            });
-            let checked = checked.unwrap_or_else(|payload| std::panic::resume_unwind(payload));
-            checked.py_err(py)?;
-            reported?;
-            progress.call1((total, total)).map(drop)
+            let counts = || (done.load(std::sync::atomic::Ordering::Relaxed), total);
+            crate::progress::reporting(py, &progress, counts, || store.verify_counting(&done))
         })
     }
 }

@@ -197,3 +197,19 @@ def test_python_build_shows_a_bar_for_a_sized_input(tmp_path, capsys):
     docstore.build(tmp_path / "b", rows)  # stderr is not a terminal here: quiet
     docstore.build(tmp_path / "c", iter(rows), progress=None)  # no length: no bar
     assert capsys.readouterr().err == ""
+
+
+def test_seal_reports_its_steps_two_a_document(tmp_path, capsys):
+    shards = []
+    for k in range(3):
+        shards.append(str(tmp_path / f"s{k}"))
+        docstore.build(shards[-1], [{"doc_id": f"{k}-{i}", "text": "x"} for i in range(5_000)])
+    calls = []
+    assert docstore._docstore.seal(str(tmp_path / "c"), shards, progress=lambda *a: calls.append(a)) == 15_000
+    assert calls[-1] == (30_000, 30_000)
+    assert all(done <= total for done, total in calls) and calls == sorted(calls)
+    docstore.seal(tmp_path / "d", shards, progress=True)
+    err = capsys.readouterr().err
+    assert "seal: 100%" in err and "30.0k/30.0k" in err, err
+    docstore.seal(tmp_path / "e", shards)  # progress=False, the default: quiet
+    assert capsys.readouterr().err == ""

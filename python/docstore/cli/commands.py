@@ -677,9 +677,9 @@ def cmd_seal(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     progress = False if args.quiet else None
     if args.on_duplicate == "error":
-        with _progress.bar(len(args.shards), "shards", progress, desc="seal") as shown:
-            store = seal(args.output, args.shards, overwrite=args.overwrite, append=args.append)
-            shown.update(len(args.shards))
+        store = seal(
+            args.output, args.shards, overwrite=args.overwrite, append=args.append, progress=progress
+        )
         dropped = 0
     else:
         dropped = seal_without_repeats(

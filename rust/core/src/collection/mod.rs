@@ -19,7 +19,7 @@ mod manifest;
 mod seal;
 
 pub use manifest::{FileEntry, Manifest, MANIFEST};
-pub use seal::{append, check_replaceable, seal};
+pub use seal::{append, check_replaceable, seal, seal_counting, Progress as SealProgress};
 
 use dir::CollectionDir;
 

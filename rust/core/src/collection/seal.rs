@@ -19,6 +19,7 @@ use memmap2::Mmap;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The global id index's file name inside a collection.
 const INDEX: &str = "index.docstore";
@@ -32,7 +33,7 @@ pub fn seal(target: &Path, shards: &[PathBuf], overwrite: bool) -> Result<Summar
         true => Existing::Replace,
         false => Existing::Refuse,
     };
-    seal_into(target, shards, existing)
+    seal_into(target, shards, existing, &Progress::default())
 }
 
 /// Appends `shards` to the collection (or single store file) at `target`: seals its shards, then
@@ -41,7 +42,39 @@ pub fn seal(target: &Path, shards: &[PathBuf], overwrite: bool) -> Result<Summar
 /// appends (or an append and any other docstore writer of the target) run one after the other,
 /// and neither loses the other's documents.
 pub fn append(target: &Path, shards: &[PathBuf]) -> Result<Summary> {
-    seal_into(target, shards, Existing::Append)
+    seal_into(target, shards, Existing::Append, &Progress::default())
+}
+
+/// `seal` (`append` when `append`), advancing `progress` as it goes.
+pub fn seal_counting(
+    target: &Path,
+    shards: &[PathBuf],
+    overwrite: bool,
+    append: bool,
+    progress: &Progress,
+) -> Result<Summary> {
+    let existing = match (overwrite, append) {
+        (true, true) => {
+            return Err(Error::InvalidArgument(
+                "overwrite and append exclude each other: append replaces the collection with \
+                 its shards and the new ones"
+                    .into(),
+            ))
+        }
+        (_, true) => Existing::Append,
+        (true, false) => Existing::Replace,
+        (false, false) => Existing::Refuse,
+    };
+    seal_into(target, shards, existing, progress)
+}
+
+/// How far a seal is, for a progress bar read from another thread: `total` steps, known once
+/// the shards are open (two a document: its key read and checked, then merged into the global
+/// index), and the steps `done`.
+#[derive(Debug, Default)]
+pub struct Progress {
+    pub done: AtomicU64,
+    pub total: AtomicU64,
 }
 
 /// What a seal does with what is at its target.
@@ -52,7 +85,12 @@ enum Existing {
     Append,
 }
 
-fn seal_into(target: &Path, shards: &[PathBuf], existing: Existing) -> Result<Summary> {
+fn seal_into(
+    target: &Path,
+    shards: &[PathBuf],
+    existing: Existing,
+    progress: &Progress,
+) -> Result<Summary> {
     if shards.is_empty() {
         return Err(Error::InvalidArgument(
             "no shards to seal: give at least one store file".into(),
@@ -166,7 +204,8 @@ fn seal_into(target: &Path, shards: &[PathBuf], existing: Existing) -> Result<Su
         stores.push(store);
     }
 
-    let index = write_index(&dir.join(INDEX), &stores, shards)?;
+    progress.total.store(2 * total, Ordering::Relaxed);
+    let index = write_index(&dir.join(INDEX), &stores, shards, &progress.done)?;
     let index_store = Store::open(dir.join(INDEX))?;
     let index_entry = FileEntry::new(INDEX.into(), total, index_store.fingerprint());
     drop(index_store);
@@ -353,7 +392,12 @@ fn place(source: &Path, real: &Path, dest: &Path) -> Result<()> {
 /// The global id index: a store without fields, document `p` being the collection's document `p`
 /// (its check binds the id to that position), its keys merged from the shards' sorted keys, and
 /// its key index locating each document's blob in its shard.
-fn write_index(path: &Path, stores: &[Store<Mmap>], sources: &[PathBuf]) -> Result<Summary> {
+fn write_index(
+    path: &Path,
+    stores: &[Store<Mmap>],
+    sources: &[PathBuf],
+    done: &AtomicU64,
+) -> Result<Summary> {
     let options = WriterOptions {
         level: codec::LEVEL_NONE,
         dict_size: 0,
@@ -370,6 +414,7 @@ fn write_index(path: &Path, stores: &[Store<Mmap>], sources: &[PathBuf]) -> Resu
         for pos in 0..store.len() {
             let key = store.key_at(pos).map_err(|e| named(e, source))?;
             writer.add_unindexed(key, &[])?;
+            done.fetch_add(1, Ordering::Relaxed);
             if writer.needs_flush() {
                 writer.flush()?;
             }
@@ -395,7 +440,11 @@ fn write_index(path: &Path, stores: &[Store<Mmap>], sources: &[PathBuf]) -> Resu
         Ok((blob.start as u64, blob.len() as u64))
     };
     writer.finish_with(common_prefix, Some(&locate), |each| {
-        merge::merge(runs, each, |key, a, b| Error::DuplicateKeyIn {
+        let counted = |key: &[u8], pos: u32| {
+            done.fetch_add(1, Ordering::Relaxed);
+            each(key, pos)
+        };
+        merge::merge(runs, counted, |key, a, b| Error::DuplicateKeyIn {
             key: String::from_utf8_lossy(key).into_owned(),
             first: sources[a.min(b)].clone(),
             second: sources[a.max(b)].clone(),
