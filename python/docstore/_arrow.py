@@ -216,7 +216,10 @@ def _buffers(column: Any, kind: str, nulls: bool = False) -> Any:
         if column.null_count:
             valid = column.is_valid().to_numpy(zero_copy_only=False).astype(np.uint8)
             if kind in ("int64?", "float64?", "bool?"):  # values in the slots of nulls
-                column = column.fill_null(False if kind == "bool?" else 0)
+                try:  # the zero of the column's own type (a bool column for int64? too)
+                    column = column.fill_null(False if pa.types.is_boolean(column.type) else 0)
+                except (pa.ArrowException, TypeError):
+                    return None  # no zero in its type (an all-null column): the row path
         part = _buffers(column, kind[:-1], nulls=True)
         return None if part is None else (valid, part)
     if column.null_count and not nulls:  # a field that is not nullable: the row path names the row
