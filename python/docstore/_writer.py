@@ -597,9 +597,10 @@ def _build(
                 try:
                     add(record, id_field)
                 except InvalidKeyError:
-                    if type(record.get(id_field)) is not int:
+                    doc_id = record.get(id_field)
+                    if not isinstance(doc_id, (int, np.integer)) or isinstance(doc_id, bool):
                         raise
-                    add({**record, id_field: str(record[id_field])}, id_field)  # the id 7 is "7"
+                    add({**record, id_field: str(int(doc_id))}, id_field)  # the id 7 is "7"
                 if n % 8192 == 0:
                     shown.update(8192)
             shown.update(n - shown.n)

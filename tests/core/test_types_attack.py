@@ -6,6 +6,7 @@ the Arrow buffer path and the row path agree byte for byte."""
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -43,3 +44,12 @@ def _both_paths(tmp_path, monkeypatch, fields, table):
 def test_nullable_columns_of_another_arrow_type(tmp_path, monkeypatch, kind, column, expected):
     table = pa.table({"doc_id": ["a", "b", "c"], "x": column})
     assert _both_paths(tmp_path, monkeypatch, {"x": kind}, table) == [(v,) for v in expected]
+
+
+def test_numpy_integer_ids_are_decimal_text_as_python_ints(tmp_path):
+    records = [{"doc_id": np.int64(5), "t": "a"}, {"doc_id": np.uint8(6), "t": "b"}]
+    assert list(docstore.build(tmp_path / "np", records)) == ["5", "6"]
+    with pytest.raises(docstore.DuplicateKeyError, match='"5"'):
+        docstore.build(tmp_path / "dup", [*records, {"doc_id": "5", "t": "c"}])
+    with pytest.raises(docstore.InvalidKeyError, match="bool"):
+        docstore.build(tmp_path / "bool", [{"doc_id": np.bool_(True), "t": "a"}])
