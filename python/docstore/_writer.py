@@ -226,7 +226,8 @@ class Writer(_Writer):
 
         ``add_many(ids, {"text": [...], "label": [...]})``; columns may be lists, numpy arrays
         (a 2-D array for an array field gives one row per document) or pyarrow arrays. A pyarrow
-        ``RecordBatch`` or ``Table`` works as ``columns``, or alone with its ids in ``id_field``.
+        ``RecordBatch`` or ``Table`` works as ``columns``, or alone with its ids in ``id_field``
+        (integer ids are written as their decimal strings, as ``build`` writes them).
         Arrow ids and columns go to the writer as their buffers, with no Python object per value
         (numbers converted to the field's type at once, by the rules ``add`` applies to one
         value); a batch holding a null, or a value its field cannot hold, is refused as ``add``
@@ -265,6 +266,8 @@ class Writer(_Writer):
             if id_field not in table.schema.names:
                 raise SchemaError(f"the table has no id column {id_field!r} (columns: {table.schema.names})")
             doc_ids, columns = table.column(id_field), table
+            if _is_integer_column(doc_ids):
+                doc_ids = _string_ids(doc_ids, id_field)  # the id 7 is "7", as build(table) takes it
         names = list(self.fields)
         if _is_arrow_table(columns):
             missing = [n for n in names if n not in columns.schema.names]
@@ -329,7 +332,7 @@ def check_on_duplicate(on_duplicate: str) -> None:
 def _take(column: Any, rows: list[int]) -> Any:
     """The values of ``column`` (a list, numpy or pyarrow array) at ``rows``."""
     if isinstance(column, np.ndarray) or hasattr(column, "take"):
-        return column.take(rows)
+        return column.take(np.asarray(rows, dtype=np.int64))  # typed: [] is no null-typed array
     return [column[r] for r in rows]
 
 
@@ -408,6 +411,12 @@ def _row_numbers(start: int, count: int) -> Any:
     import pyarrow.compute as pc
 
     return pc.cast(pa.array(np.arange(start, start + count, dtype=np.int64)), pa.string())
+
+
+def _is_integer_column(column: Any) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_integer(column.type)
 
 
 def _string_ids(column: Any, id_field: str) -> Any:

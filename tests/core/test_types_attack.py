@@ -53,3 +53,45 @@ def test_numpy_integer_ids_are_decimal_text_as_python_ints(tmp_path):
         docstore.build(tmp_path / "dup", [*records, {"doc_id": "5", "t": "c"}])
     with pytest.raises(docstore.InvalidKeyError, match="bool"):
         docstore.build(tmp_path / "bool", [{"doc_id": np.bool_(True), "t": "a"}])
+
+
+@pytest.mark.parametrize("on_duplicate", ["error", "first", "last"])
+def test_add_many_takes_a_table_of_integer_ids(tmp_path, on_duplicate):
+    """``add_many(table)`` takes integer ids as ``build(table)`` and ``add_many(dataset)`` do;
+    the id 7 and the id "7" are one id, and the policy decides between them."""
+    path = tmp_path / "s"
+    with docstore.Writer(path, {"t": "str"}, on_duplicate=on_duplicate) as w:
+        w.add_many(pa.table({"doc_id": pa.array([7, 8], pa.int32()), "t": ["a", "b"]}))
+        if on_duplicate == "error":
+            with pytest.raises(docstore.DuplicateKeyError, match='"7"'):
+                w.add_many(pa.table({"doc_id": ["7"], "t": ["c"]}))
+        else:
+            w.add_many(pa.table({"doc_id": ["7"], "t": ["c"]}))
+    store = docstore.open(path)
+    expected = {"error": {"7": "a", "8": "b"}, "first": {"7": "a", "8": "b"}, "last": {"8": "b", "7": "c"}}
+    assert {k: store[k].t for k in store} == expected[on_duplicate]
+    with docstore.Writer(tmp_path / "bad", {"t": "str"}) as w:
+        with pytest.raises(docstore.InvalidKeyError, match="doc ids must be str, got bool"):
+            w.add_many(pa.table({"doc_id": [True], "t": ["a"]}))
+        assert w.count == 0
+
+
+@pytest.mark.parametrize("on_duplicate", ["first", "last"])
+@pytest.mark.parametrize("kind", ["arrow", "numpy", "list"])
+def test_a_batch_of_repeats_only(tmp_path, on_duplicate, kind):
+    """A batch whose every id was added before: "first" adds none of it, "last" all of it."""
+
+    def batch(ids, texts):
+        if kind == "arrow":
+            return (pa.table({"doc_id": ids, "t": texts}),)
+        if kind == "numpy":
+            return np.array(ids, dtype=object), {"t": np.array(texts, dtype=object)}
+        return ids, {"t": texts}
+
+    with docstore.Writer(tmp_path / "s", {"t": "str"}, on_duplicate=on_duplicate, batch_bytes=8) as w:
+        w.add_many(*batch(["a", "b"], ["x", "y"]))
+        w.add_many(*batch(["b", "a", "b"], ["1", "2", "3"]))
+        assert w.duplicates == 3
+    store = docstore.open(tmp_path / "s")
+    expected = {"first": {"a": "x", "b": "y"}, "last": {"a": "2", "b": "3"}}[on_duplicate]
+    assert {k: store[k].t for k in store} == expected
