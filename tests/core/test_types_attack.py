@@ -95,3 +95,35 @@ def test_a_batch_of_repeats_only(tmp_path, on_duplicate, kind):
     store = docstore.open(tmp_path / "s")
     expected = {"first": {"a": "x", "b": "y"}, "last": {"a": "2", "b": "3"}}[on_duplicate]
     assert {k: store[k].t for k in store} == expected
+
+
+def test_a_tensor_of_another_shape_is_refused_not_reshaped(tmp_path):
+    """A ``fixed_shape_tensor`` column says its shape: one that is not the field's is refused
+    by name (its flat storage would otherwise pass for any shape of as many elements), from a
+    table, with ids of another kind, and by ``build``."""
+    storage = pa.array([[1, 2, 3, 4]] * 2, pa.list_(pa.float32(), 4))
+    column = pa.ExtensionArray.from_storage(pa.fixed_shape_tensor(pa.float32(), [4, 1]), storage)
+    table = pa.table({"doc_id": ["a", "b"], "m": column})
+    message = r"doc 'a': field 'm' is float32\[2,2\]\??, got .*shape \(4, 1\)"
+    with docstore.Writer(tmp_path / "s", {"m": "float32[2,2]?"}) as w:
+        with pytest.raises(docstore.FieldTypeError, match=message):
+            w.add_many(table)
+        with pytest.raises(docstore.FieldTypeError, match=message):
+            w.add_many(["a", "b"], {"m": column})
+        assert w.count == 0
+    with pytest.raises(docstore.FieldTypeError, match=message):
+        docstore.build(tmp_path / "b", table, fields={"m": "float32[2,2]"})
+    assert docstore.build(tmp_path / "ok", table, fields={"m": "float32[4,1]"})["b"].m.shape == (4, 1)
+
+
+def test_a_permuted_tensor_is_refused(tmp_path):
+    """Arrow's ``fixed_shape_tensor`` with a permutation stores its elements in another order
+    than C order; taken as they lie, they would come back transposed."""
+    kind = pa.fixed_shape_tensor(pa.float32(), [2, 3], permutation=[1, 0])
+    column = pa.ExtensionArray.from_storage(kind, pa.array([list(range(6))], pa.list_(pa.float32(), 6)))
+    table = pa.table({"doc_id": ["a"], "m": column})
+    with pytest.raises(docstore.SchemaError, match="permutation"):
+        docstore.build(tmp_path / "inferred", table)
+    with docstore.Writer(tmp_path / "given", {"m": "float32[2,3]"}) as w:
+        with pytest.raises(docstore.FieldTypeError, match="doc 'a': field 'm' .*permutation"):
+            w.add_many(table)
