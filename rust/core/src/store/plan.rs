@@ -158,11 +158,7 @@ mod tests {
     fn store(n: usize, version: u32) -> Store<Vec<u8>> {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s");
-        let schema = Schema::new(vec![Field {
-            name: "text".into(),
-            ty: FieldType::Str,
-        }])
-        .unwrap();
+        let schema = Schema::new(vec![Field::new("text", FieldType::Str)]).unwrap();
         let options = WriterOptions {
             format_version: version,
             ..WriterOptions::default()
