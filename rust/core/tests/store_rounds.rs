@@ -107,11 +107,7 @@ impl Storage for Counting {
 fn build(n: usize, id: impl Fn(usize) -> String) -> Vec<u8> {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.docstore");
-    let schema = Schema::new(vec![Field {
-        name: "text".into(),
-        ty: FieldType::Str,
-    }])
-    .unwrap();
+    let schema = Schema::new(vec![Field::new("text", FieldType::Str)]).unwrap();
     let mut writer = Writer::create(&path, schema, WriterOptions::default()).unwrap();
     for i in 0..n {
         let text: String = (0..200)
