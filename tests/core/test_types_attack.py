@@ -127,3 +127,56 @@ def test_a_permuted_tensor_is_refused(tmp_path):
     with docstore.Writer(tmp_path / "given", {"m": "float32[2,3]"}) as w:
         with pytest.raises(docstore.FieldTypeError, match="doc 'a': field 'm' .*permutation"):
             w.add_many(table)
+
+
+@pytest.mark.parametrize("on_duplicate", ["first", "last"])
+def test_a_policy_writes_the_same_bytes_by_every_path(tmp_path, on_duplicate):
+    """Repeats inside one ``add_many`` batch and across flushes, with nulls, lists and half
+    floats: ``add`` row by row, Arrow tables and lists of values give one store, holding the
+    first (or last) document of each id, where that document stands."""
+    fields = {"t": "str?", "l": "list[str]", "h": "float16[]?", "m": "uint8[2]?"}
+    ids = [f"k{(i * 7919) % 23}" for i in range(120)]
+    rows = [
+        {
+            "t": None if i % 3 == 0 else f"v{i}",
+            "l": [str(i)] * (i % 3),
+            "h": None if i % 4 == 0 else np.arange(i % 5, dtype=np.float16),
+            "m": None if i % 5 == 0 else np.array([i % 256, 1], np.uint8),
+        }
+        for i in range(120)
+    ]
+    options = {"on_duplicate": on_duplicate, "batch_bytes": 64, "dict_size": 0}
+    with docstore.Writer(tmp_path / "rows", fields, **options) as w:
+        for doc_id, row in zip(ids, rows):
+            w.add(doc_id, row)
+    with docstore.Writer(tmp_path / "arrow", fields, **options) as w:
+        for a in range(0, 120, 37):
+            part = rows[a : a + 37]
+            m = [None if r["m"] is None else r["m"].tolist() for r in part]
+            w.add_many(
+                pa.table(
+                    {
+                        "doc_id": ids[a : a + 37],
+                        "t": [r["t"] for r in part],
+                        "l": pa.array([r["l"] for r in part], pa.list_(pa.string())),
+                        "h": pa.array([r["h"] for r in part], pa.list_(pa.float16())),
+                        "m": pa.array(m, pa.list_(pa.uint8(), 2)),
+                    }
+                )
+            )
+    with docstore.Writer(tmp_path / "lists", fields, **options) as w:
+        for a in range(0, 120, 53):
+            w.add_many(ids[a : a + 53], {k: [r[k] for r in rows[a : a + 53]] for k in fields})
+    data = (tmp_path / "rows").read_bytes()
+    assert data == (tmp_path / "arrow").read_bytes() == (tmp_path / "lists").read_bytes()
+    kept: dict[str, int] = {}
+    for i, doc_id in enumerate(ids):
+        if on_duplicate == "last":
+            kept.pop(doc_id, None)
+        kept.setdefault(doc_id, i)
+    store = docstore.open(tmp_path / "rows")
+    assert list(store) == list(kept)
+    for doc_id, i in kept.items():
+        doc = store[doc_id]
+        assert (doc.t, doc.l) == (rows[i]["t"], rows[i]["l"])
+        assert (doc.h is None) == (rows[i]["h"] is None)
