@@ -180,3 +180,30 @@ def test_a_policy_writes_the_same_bytes_by_every_path(tmp_path, on_duplicate):
         doc = store[doc_id]
         assert (doc.t, doc.l) == (rows[i]["t"], rows[i]["l"])
         assert (doc.h is None) == (rows[i]["h"] is None)
+
+
+@pytest.mark.parametrize("kind", ["bfloat16[]", "float16[]", "float32[2]"])
+def test_a_tensor_that_requires_grad(tmp_path, kind):
+    """A model's output (a tensor that requires grad) is stored by its values, as numpy would
+    refuse it with torch's own RuntimeError."""
+    torch = pytest.importorskip("torch")
+    value = torch.tensor([1.5, -2.0], requires_grad=True) * 2
+    with docstore.Writer(tmp_path / "s", {"f": kind}) as w:
+        w.add("a", f=value)
+    assert docstore.open(tmp_path / "s")["a"].f.astype(np.float32).tolist() == [3.0, -4.0]
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "message"),
+    [
+        ("uint8[2]", [-1, 300], r"is uint8\[2\], got elements outside \[0, 255\]"),
+        ("int16[1,2]", [[1.5, 2.0]], r"is int16\[1,2\], got floating-point elements"),
+        ("float16[2]", [1e6, 0], r"is float16\[2\], got elements too large for float16"),
+        ("float16[2]?", ["a", "b"], r"is float16\[2\], got elements of type <U1"),
+    ],
+)
+def test_a_fixed_shape_element_error_names_the_fixed_shape(tmp_path, kind, value, message):
+    with docstore.Writer(tmp_path / "s", {"f": kind}) as w:
+        with pytest.raises(docstore.FieldTypeError, match=f"doc 'a': field 'f' {message}"):
+            w.add("a", f=value)
+        assert w.count == 0
