@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import itertools
 import operator
 import os
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -21,7 +23,11 @@ from ._docstore import Writer as _Writer
 from ._staging import Staging
 from ._store import DocStore
 from ._store import open as open_store
-from .errors import InvalidArgumentError, InvalidKeyError, SchemaError, StoreExistsError
+from .errors import DocstoreError, InvalidArgumentError, InvalidKeyError, SchemaError, StoreExistsError
+
+# A "last" writer's stand-in id as an error message shows it (the core writes NUL as \0, Python's
+# repr as \x00): {hex} is the writer's, the number the position the stand-in is renamed at.
+_STAND_IN = r"(?:\\0|\\x00|\x00)docstore-last-{hex}(?:\\0|\\x00|\x00)(\d+)"
 
 # Rows per Arrow batch read from a Hugging Face dataset or a pyarrow table.
 ARROW_BATCH_ROWS = 8192
@@ -115,15 +121,17 @@ class Writer(_Writer):
         target = getattr(self, "_target", None)
         return super().path if target is None else Path(target)
 
-    def _resolve(self, doc_ids: Sequence[Any]) -> tuple[list[int], list[Any]]:
-        """The rows of ``doc_ids`` to add, and the id to add each under, by ``on_duplicate``:
-        "first" leaves out a repeat; "last" adds it under a stand-in id (renamed at finish) and
-        drops the document it repeats."""
+    def _resolve(self, doc_ids: Sequence[Any]) -> tuple[list[int], list[Any], dict[str, Any]]:
+        """The rows of ``doc_ids`` to add, the id to add each under, by ``on_duplicate``, and
+        what adding them changes in the writer's state (applied by ``_resolved`` once they are
+        added): "first" leaves out a repeat; "last" adds it under a stand-in id (renamed at
+        finish) and drops the document it repeats."""
         count = self.count
         rows: list[int] = []
         out: list[Any] = []
         here: dict[Any, int] = {}  # ids of this batch: the position of their live document
         last = self.on_duplicate == "last"
+        change: dict[str, Any] = {"repeated": [], "dropped": set(), "latest": {}, "renamed": {}}
         for row, doc_id in enumerate(doc_ids):
             position = count + len(out)
             earlier = here.get(doc_id)
@@ -136,39 +144,59 @@ class Writer(_Writer):
                 rows.append(row)
                 out.append(doc_id)
                 continue
-            self.duplicates += 1
-            if len(self.repeated_ids) < 5:
-                self.repeated_ids.append(doc_id)
+            change["repeated"].append(doc_id)
             if last:
-                self._dropped.add(earlier)
-                self._latest[doc_id] = here[doc_id] = position
-                self._renamed[position] = doc_id
+                change["dropped"].add(earlier)
+                change["latest"][doc_id] = here[doc_id] = position
+                change["renamed"][position] = doc_id
                 rows.append(row)
                 out.append(f"{self._stand_in}{position}")
-        return rows, out
+        return rows, out, change
+
+    @contextlib.contextmanager
+    def _resolved(self, doc_ids: Sequence[Any]) -> Iterator[tuple[list[int], list[Any]]]:
+        """``_resolve``'s rows and ids, to add in the ``with`` block: its changes to the writer's
+        state are made only when the block adds them, so that a refused call leaves the writer
+        as it was (no earlier document dropped, no later one renamed); its error names the id
+        given, not the stand-in."""
+        rows, ids, change = self._resolve(doc_ids)
+        try:
+            yield rows, ids
+        except DocstoreError as exc:
+            renamed = change["renamed"]
+            if renamed and exc.args and isinstance(exc.args[0], str):
+                pattern = _STAND_IN.format(hex=self._stand_in[15:31])
+                real = lambda m: renamed.get(int(m[1]), m[0])  # noqa: E731
+                exc.args = (re.sub(pattern, real, exc.args[0]), *exc.args[1:])
+            raise
+        self.duplicates += len(change["repeated"])
+        self.repeated_ids += change["repeated"][: max(0, 5 - len(self.repeated_ids))]
+        self._dropped |= change["dropped"]
+        self._latest.update(change["latest"])
+        self._renamed.update(change["renamed"])
 
     def _add_resolved(self, doc_id: Any, fields: Any = None, /, **kwargs: Any) -> None:
-        rows, ids = self._resolve([doc_id])
-        if rows:
-            if fields is None:
-                super().add(ids[0], **kwargs)
-            else:
-                super().add(ids[0], fields, **kwargs)
+        with self._resolved([doc_id]) as (rows, ids):
+            if rows:
+                if fields is None:
+                    super().add(ids[0], **kwargs)
+                else:
+                    super().add(ids[0], fields, **kwargs)
 
     def _add_record_resolved(self, record: dict[str, Any], id_field: str) -> None:
         if id_field not in record:
             super().add_record(record, id_field)  # the core's error
-        rows, ids = self._resolve([record[id_field]])
-        if rows:
-            super().add_record(
-                {**record, id_field: ids[0]} if ids[0] is not record[id_field] else record, id_field
-            )
+        with self._resolved([record[id_field]]) as (rows, ids):
+            if rows:
+                super().add_record(
+                    {**record, id_field: ids[0]} if ids[0] is not record[id_field] else record, id_field
+                )
 
     def _add_columns_resolved(self, doc_ids: list[Any], columns: list[list[Any]]) -> None:
-        rows, ids = self._resolve(doc_ids)
-        if len(rows) < len(doc_ids):
-            columns = [[column[r] for r in rows] for column in columns]
-        super()._add_columns(ids, columns)
+        with self._resolved(doc_ids) as (rows, ids):
+            if len(rows) < len(doc_ids):
+                columns = [[column[r] for r in rows] for column in columns]
+            super()._add_columns(ids, columns)
 
     def finish(self) -> dict[str, int]:
         summary = super().finish()
@@ -285,9 +313,14 @@ class Writer(_Writer):
         else:
             raise SchemaError("columns must be a dict of field name -> sequence, or a pyarrow Table")
         if self.on_duplicate != "error":  # the rows to add, and their ids, in Python
-            rows, ids = self._resolve(_as_list(doc_ids))
-            data = [_take(column, rows) for column in data] if len(rows) < len(doc_ids) else data
-            doc_ids = _like(doc_ids, ids)
+            with self._resolved(_as_list(doc_ids)) as (rows, ids):
+                data = [_take(column, rows) for column in data] if len(rows) < len(doc_ids) else data
+                self._add_columns_as_given(_like(doc_ids, ids), data)
+            return
+        self._add_columns_as_given(doc_ids, data)
+
+    def _add_columns_as_given(self, doc_ids: Any, data: list[Any]) -> None:
+        """Adds ``data`` (a column per field) under ``doc_ids`` as they are (resolved already)."""
         arrow = _arrow_columns(doc_ids, data, self.fields)
         if arrow is not None:  # straight from Arrow's buffers, no Python object per value
             self._add_arrow_columns(*arrow)

@@ -207,3 +207,28 @@ def test_a_fixed_shape_element_error_names_the_fixed_shape(tmp_path, kind, value
         with pytest.raises(docstore.FieldTypeError, match=f"doc 'a': field 'f' {message}"):
             w.add("a", f=value)
         assert w.count == 0
+
+
+@pytest.mark.parametrize(
+    ("on_duplicate", "how"),
+    # ("first", "add") is left out: "first" drops a repeat unread, so there is nothing to refuse
+    [("last", "add"), ("first", "lists"), ("last", "lists"), ("first", "arrow"), ("last", "arrow")],
+)
+def test_a_refused_repeat_changes_nothing(tmp_path, on_duplicate, how):
+    """A repeated id in a call that is refused (a value its field cannot hold) leaves the writer
+    as it was: the earlier document stays, no later document takes the repeat's place or id,
+    nothing is counted, and the error names the id given, not the writer's stand-in."""
+    with docstore.Writer(tmp_path / "s", {"t": "str"}, on_duplicate=on_duplicate) as w:
+        w.add("a", t="x")
+        with pytest.raises(docstore.FieldTypeError, match='doc "(a|b)": field "t" is str') as raised:
+            if how == "add":
+                w.add("a", t=5)
+            elif how == "lists":
+                w.add_many(["a", "b"], {"t": ["y", 5]})
+            else:
+                w.add_many(pa.table({"doc_id": ["a", "b"], "t": pa.array(["y", None])}))
+        assert "docstore-last" not in str(raised.value)
+        w.add("c", t="z")
+        assert (w.duplicates, w.repeated_ids) == (0, [])
+    store = docstore.open(tmp_path / "s")
+    assert {k: store[k].t for k in store} == {"a": "x", "c": "z"}
