@@ -232,3 +232,17 @@ def test_a_refused_repeat_changes_nothing(tmp_path, on_duplicate, how):
         assert (w.duplicates, w.repeated_ids) == (0, [])
     store = docstore.open(tmp_path / "s")
     assert {k: store[k].t for k in store} == {"a": "x", "c": "z"}
+
+
+def test_a_lookup_by_integer_ids(tmp_path):
+    """The engines' lookup join (``docstore.ray`` and ``docstore.spark`` run ``lookup_table``)
+    takes an integer id column as the writers do: the id 7 is the document "7"."""
+    from docstore._engine_read import StoreSpec, lookup_table
+
+    store = docstore.build(tmp_path / "s", pa.table({"id": [7, 8], "t": ["a", None]}), id_field="id")
+    table = pa.table({"q": pa.array([8, 9, 7], pa.int32())})
+    joined = lookup_table(store, table, "q", ["t"], "null", StoreSpec.of(tmp_path / "s"))
+    assert joined.column("t").to_pylist() == [None, None, "a"]
+    assert joined.column("q").to_pylist() == [8, 9, 7]  # the input's column as it was
+    with pytest.raises(docstore.SchemaError, match="id column 'q' has Arrow type double"):
+        lookup_table(store, pa.table({"q": [7.0]}), "q", ["t"], "null", StoreSpec.of(tmp_path / "s"))
