@@ -224,8 +224,8 @@ def _check_tensor_type(column: Any, name: str, kind: str, doc_ids: Any) -> None:
             f"{doc} a {t.extension_name} with permutation {list(permutation)} (elements not in C "
             "order); write its to_numpy_ndarray() values, or a tensor without a permutation"
         )
-    base = kind.removesuffix("?")
-    if base.endswith("]") and base.partition("[")[2][:1].isdigit() and _tensor_type(t) != base:
+    base, said = kind.removesuffix("?"), _tensor_type(t)  # None: a dimension of no fixed size
+    if base.endswith("]") and base.partition("[")[2][:1].isdigit() and said not in (None, base):
         raise FieldTypeError(f"{doc} an array of shape {tuple(t.shape)} ({t})")
 
 

@@ -492,7 +492,8 @@ def _as_list(column: Any) -> list[Any]:
     if type(column).__module__.startswith("pyarrow"):
         import pyarrow as pa
 
-        nested = pa.types.is_fixed_size_list(getattr(column.type, "value_type", None) or pa.null())
+        inner = getattr(column.type, "value_type", None)  # an extension type's may be a str (HF's)
+        nested = isinstance(inner, pa.DataType) and pa.types.is_fixed_size_list(inner)
         if (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)) and not nested:
             import pyarrow.compute as pc
 

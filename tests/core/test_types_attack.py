@@ -246,3 +246,18 @@ def test_a_lookup_by_integer_ids(tmp_path):
     assert joined.column("q").to_pylist() == [8, 9, 7]  # the input's column as it was
     with pytest.raises(docstore.SchemaError, match="id column 'q' has Arrow type double"):
         lookup_table(store, pa.table({"q": [7.0]}), "q", ["t"], "null", StoreSpec.of(tmp_path / "s"))
+
+
+def test_a_hugging_face_array_of_a_dynamic_dimension_into_a_fixed_shape(tmp_path):
+    """HF's ``Array2D((None, 3))`` says no fixed shape: its rows are taken by their own shapes
+    (before, its extension type's str ``value_type`` raised AttributeError)."""
+    datasets = pytest.importorskip("datasets")
+
+    img = datasets.Array2D((None, 3), "float32")
+    features = datasets.Features({"id": datasets.Value("string"), "img": img})
+    rows = [np.arange(6, dtype=np.float32).reshape(2, 3), np.zeros((1, 3), np.float32)]
+    ds = datasets.Dataset.from_dict({"id": ["a", "b"], "img": rows}, features=features)
+    store = docstore.build(tmp_path / "ok", ds.select([0]), id_field="id", fields={"img": "float32[2,3]"})
+    assert store["a"].img.tolist() == rows[0].tolist()
+    with pytest.raises(docstore.FieldTypeError, match=r"doc 'b': field 'img' is float32\[2,3\], got .*shape"):
+        docstore.build(tmp_path / "bad", ds, id_field="id", fields={"img": "float32[2,3]"})
