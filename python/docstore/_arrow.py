@@ -61,6 +61,10 @@ def _tensor_type(t: Any) -> str | None:
     fixed-size lists nested at least twice around numbers."""
     import pyarrow as pa
 
+    if isinstance(t, pa.BaseExtensionType) and list(getattr(t, "permutation", None) or []) != sorted(
+        getattr(t, "permutation", None) or []
+    ):
+        return None  # elements not in C order (see unsupported)
     shape = list(getattr(t, "shape", None) or []) if isinstance(t, pa.BaseExtensionType) else []
     if any(not isinstance(d, int) or d < 1 for d in shape):
         return None  # a dimension of no fixed size (HF's None)
@@ -89,6 +93,12 @@ def nullable(kind: str, column: Any) -> str:
 def unsupported(name: str, arrow_type: Any) -> str:
     """Why column ``name`` of ``arrow_type`` has no field type (``field_type`` gave None)."""
 
+    permutation = getattr(arrow_type, "permutation", None)
+    if permutation and list(permutation) != sorted(permutation):
+        return (
+            f"column {name!r} is a tensor with permutation {list(permutation)}, its elements not "
+            "in C order, which docstore has no field type for"
+        )
     return f"column {name!r} has Arrow type {arrow_type}, which docstore has no field type for"
 
 
@@ -181,6 +191,8 @@ def writer_columns(doc_ids: Any, columns: Sequence[Any], fields: Mapping[str, st
     cannot hold (a ``uint64`` beyond the int64 range), an element an array field's dtype cannot
     hold (``docstore._convert.as_array`` decides, as it does for each row's array). Columns that
     are not Arrow's (lists, numpy arrays) also give None."""
+    for (name, kind), column in zip(fields.items(), columns):
+        _check_tensor_type(column, name, kind, doc_ids)
     if not _is_arrow(doc_ids) or not all(_is_arrow(c) for c in columns):
         return None
     ids = _buffers(doc_ids, "str")
@@ -193,6 +205,28 @@ def writer_columns(doc_ids: Any, columns: Sequence[Any], fields: Mapping[str, st
             return None
         parts.append(part)
     return ids, parts
+
+
+def _check_tensor_type(column: Any, name: str, kind: str, doc_ids: Any) -> None:
+    """Refuses an Arrow column whose type says a shape (``fixed_shape_tensor``, HF's ``Array2D``)
+    that is not field ``name``'s, or a permuted layout: its flat storage, read row by row, would
+    pass for any shape of as many elements."""
+    import pyarrow as pa
+
+    t = getattr(column, "type", None)
+    if not isinstance(t, pa.BaseExtensionType) or getattr(t, "shape", None) is None:
+        return
+    first = doc_ids[0] if len(doc_ids) else None
+    doc = f"doc {getattr(first, 'as_py', lambda: first)()!r}: field {name!r} is {kind}, got"
+    permutation = getattr(t, "permutation", None)
+    if permutation and list(permutation) != sorted(permutation):
+        raise FieldTypeError(
+            f"{doc} a {t.extension_name} with permutation {list(permutation)} (elements not in C "
+            "order); write its to_numpy_ndarray() values, or a tensor without a permutation"
+        )
+    base, said = kind.removesuffix("?"), _tensor_type(t)  # None: a dimension of no fixed size
+    if base.endswith("]") and base.partition("[")[2][:1].isdigit() and said not in (None, base):
+        raise FieldTypeError(f"{doc} an array of shape {tuple(t.shape)} ({t})")
 
 
 def _is_arrow(obj: Any) -> bool:
@@ -216,7 +250,10 @@ def _buffers(column: Any, kind: str, nulls: bool = False) -> Any:
         if column.null_count:
             valid = column.is_valid().to_numpy(zero_copy_only=False).astype(np.uint8)
             if kind in ("int64?", "float64?", "bool?"):  # values in the slots of nulls
-                column = column.fill_null(False if kind == "bool?" else 0)
+                try:  # the zero of the column's own type (a bool column for int64? too)
+                    column = column.fill_null(False if pa.types.is_boolean(column.type) else 0)
+                except (pa.ArrowException, TypeError):
+                    return None  # no zero in its type (an all-null column): the row path
         part = _buffers(column, kind[:-1], nulls=True)
         return None if part is None else (valid, part)
     if column.null_count and not nulls:  # a field that is not nullable: the row path names the row

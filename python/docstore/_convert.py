@@ -32,7 +32,10 @@ def as_array(
             raise FieldTypeError(f"{where}, got a value numpy cannot read: {exc}") from None
         if array.shape != shape and not (array.ndim == 1 and array.size == int(np.prod(shape))):
             raise FieldTypeError(f"{where}, got an array of shape {array.shape}")
-        return as_array(array.reshape(-1), dtype, doc_id, field).reshape(shape)
+        try:
+            return as_array(array.reshape(-1), dtype, doc_id, field).reshape(shape)
+        except FieldTypeError as exc:  # the elements' error, naming the field's own type
+            raise FieldTypeError(str(exc).replace(f"is {dtype}[],", f"is {name},", 1)) from None
     target = bfloat16() if dtype == "bfloat16" else np.dtype(dtype)
     where = f"doc {doc_id!r}: field {field!r} is {dtype}[]"
     value = _from_torch(value)
@@ -86,15 +89,16 @@ def as_array(
 
 def _from_torch(value: Any) -> Any:
     """A torch tensor of bfloat16, which numpy cannot read, as ml_dtypes' bfloat16 array (the
-    same bits); any other value as it is."""
-    if (
-        type(value).__module__.split(".")[0] != "torch"
-        or str(getattr(value, "dtype", "")) != "torch.bfloat16"
-    ):
+    same bits); another tensor detached and on the CPU (numpy refuses one that requires grad,
+    as a model's outputs do); any other value as it is."""
+    if type(value).__module__.split(".")[0] != "torch" or not hasattr(value, "detach"):
+        return value
+    value = value.detach().cpu()
+    if str(value.dtype) != "torch.bfloat16":
         return value
     import torch
 
-    return value.detach().cpu().contiguous().view(torch.int16).numpy().view(bfloat16())
+    return value.contiguous().view(torch.int16).numpy().view(bfloat16())
 
 
 def _is_int(v: Any) -> bool:

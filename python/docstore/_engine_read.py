@@ -333,6 +333,8 @@ def lookup_table(
     ids = table.column(id_column)
     if isinstance(ids, pa.ChunkedArray):
         ids = ids.combine_chunks()
+    if pa.types.is_integer(ids.type):
+        ids = ids.cast(pa.string())  # the id 7 is "7", as every writer stores it
     if not (pa.types.is_string(ids.type) or pa.types.is_large_string(ids.type)):
         if pa.types.is_null(ids.type) or len(ids) == 0:
             ids = pa.array([None] * len(ids), pa.string())

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import itertools
 import operator
 import os
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -20,7 +22,11 @@ from ._docstore import Writer as _Writer
 from ._staging import Staging
 from ._store import DocStore
 from ._store import open as open_store
-from .errors import InvalidArgumentError, InvalidKeyError, SchemaError, StoreExistsError
+from .errors import DocstoreError, InvalidArgumentError, InvalidKeyError, SchemaError, StoreExistsError
+
+# A "last" writer's stand-in id as an error message shows it (the core writes NUL as \0, Python's
+# repr as \x00): {hex} is the writer's, the number the position the stand-in is renamed at.
+_STAND_IN = r"(?:\\0|\\x00|\x00)docstore-last-{hex}(?:\\0|\\x00|\x00)(\d+)"
 
 # Rows per Arrow batch read from a Hugging Face dataset or a pyarrow table.
 ARROW_BATCH_ROWS = 8192
@@ -114,15 +120,17 @@ class Writer(_Writer):
         target = getattr(self, "_target", None)
         return super().path if target is None else Path(target)
 
-    def _resolve(self, doc_ids: Sequence[Any]) -> tuple[list[int], list[Any]]:
-        """The rows of ``doc_ids`` to add, and the id to add each under, by ``on_duplicate``:
-        "first" leaves out a repeat; "last" adds it under a stand-in id (renamed at finish) and
-        drops the document it repeats."""
+    def _resolve(self, doc_ids: Sequence[Any]) -> tuple[list[int], list[Any], dict[str, Any]]:
+        """The rows of ``doc_ids`` to add, the id to add each under, by ``on_duplicate``, and
+        what adding them changes in the writer's state (applied by ``_resolved`` once they are
+        added): "first" leaves out a repeat; "last" adds it under a stand-in id (renamed at
+        finish) and drops the document it repeats."""
         count = self.count
         rows: list[int] = []
         out: list[Any] = []
         here: dict[Any, int] = {}  # ids of this batch: the position of their live document
         last = self.on_duplicate == "last"
+        change: dict[str, Any] = {"repeated": [], "dropped": set(), "latest": {}, "renamed": {}}
         for row, doc_id in enumerate(doc_ids):
             position = count + len(out)
             earlier = here.get(doc_id)
@@ -135,39 +143,59 @@ class Writer(_Writer):
                 rows.append(row)
                 out.append(doc_id)
                 continue
-            self.duplicates += 1
-            if len(self.repeated_ids) < 5:
-                self.repeated_ids.append(doc_id)
+            change["repeated"].append(doc_id)
             if last:
-                self._dropped.add(earlier)
-                self._latest[doc_id] = here[doc_id] = position
-                self._renamed[position] = doc_id
+                change["dropped"].add(earlier)
+                change["latest"][doc_id] = here[doc_id] = position
+                change["renamed"][position] = doc_id
                 rows.append(row)
                 out.append(f"{self._stand_in}{position}")
-        return rows, out
+        return rows, out, change
+
+    @contextlib.contextmanager
+    def _resolved(self, doc_ids: Sequence[Any]) -> Iterator[tuple[list[int], list[Any]]]:
+        """``_resolve``'s rows and ids, to add in the ``with`` block: its changes to the writer's
+        state are made only when the block adds them, so that a refused call leaves the writer
+        as it was (no earlier document dropped, no later one renamed); its error names the id
+        given, not the stand-in."""
+        rows, ids, change = self._resolve(doc_ids)
+        try:
+            yield rows, ids
+        except DocstoreError as exc:
+            renamed = change["renamed"]
+            if renamed and exc.args and isinstance(exc.args[0], str):
+                pattern = _STAND_IN.format(hex=self._stand_in[15:31])
+                real = lambda m: renamed.get(int(m[1]), m[0])  # noqa: E731
+                exc.args = (re.sub(pattern, real, exc.args[0]), *exc.args[1:])
+            raise
+        self.duplicates += len(change["repeated"])
+        self.repeated_ids += change["repeated"][: max(0, 5 - len(self.repeated_ids))]
+        self._dropped |= change["dropped"]
+        self._latest.update(change["latest"])
+        self._renamed.update(change["renamed"])
 
     def _add_resolved(self, doc_id: Any, fields: Any = None, /, **kwargs: Any) -> None:
-        rows, ids = self._resolve([doc_id])
-        if rows:
-            if fields is None:
-                super().add(ids[0], **kwargs)
-            else:
-                super().add(ids[0], fields, **kwargs)
+        with self._resolved([doc_id]) as (rows, ids):
+            if rows:
+                if fields is None:
+                    super().add(ids[0], **kwargs)
+                else:
+                    super().add(ids[0], fields, **kwargs)
 
     def _add_record_resolved(self, record: dict[str, Any], id_field: str) -> None:
         if id_field not in record:
             super().add_record(record, id_field)  # the core's error
-        rows, ids = self._resolve([record[id_field]])
-        if rows:
-            super().add_record(
-                {**record, id_field: ids[0]} if ids[0] is not record[id_field] else record, id_field
-            )
+        with self._resolved([record[id_field]]) as (rows, ids):
+            if rows:
+                super().add_record(
+                    {**record, id_field: ids[0]} if ids[0] is not record[id_field] else record, id_field
+                )
 
     def _add_columns_resolved(self, doc_ids: list[Any], columns: list[list[Any]]) -> None:
-        rows, ids = self._resolve(doc_ids)
-        if len(rows) < len(doc_ids):
-            columns = [[column[r] for r in rows] for column in columns]
-        super()._add_columns(ids, columns)
+        with self._resolved(doc_ids) as (rows, ids):
+            if len(rows) < len(doc_ids):
+                columns = [[column[r] for r in rows] for column in columns]
+            super()._add_columns(ids, columns)
 
     def finish(self) -> dict[str, int]:
         summary = super().finish()
@@ -225,7 +253,8 @@ class Writer(_Writer):
 
         ``add_many(ids, {"text": [...], "label": [...]})``; columns may be lists, numpy arrays
         (a 2-D array for an array field gives one row per document) or pyarrow arrays. A pyarrow
-        ``RecordBatch`` or ``Table`` works as ``columns``, or alone with its ids in ``id_field``.
+        ``RecordBatch`` or ``Table`` works as ``columns``, or alone with its ids in ``id_field``
+        (integer ids are written as their decimal strings, as ``build`` writes them).
         Arrow ids and columns go to the writer as their buffers, with no Python object per value
         (numbers converted to the field's type at once, by the rules ``add`` applies to one
         value); a batch holding a null, or a value its field cannot hold, is refused as ``add``
@@ -264,6 +293,8 @@ class Writer(_Writer):
             if id_field not in table.schema.names:
                 raise SchemaError(f"the table has no id column {id_field!r} (columns: {table.schema.names})")
             doc_ids, columns = table.column(id_field), table
+            if _is_integer_column(doc_ids):
+                doc_ids = _string_ids(doc_ids, id_field)  # the id 7 is "7", as build(table) takes it
         names = list(self.fields)
         if _is_arrow_table(columns):
             missing = [n for n in names if n not in columns.schema.names]
@@ -281,9 +312,14 @@ class Writer(_Writer):
         else:
             raise SchemaError("columns must be a dict of field name -> sequence, or a pyarrow Table")
         if self.on_duplicate != "error":  # the rows to add, and their ids, in Python
-            rows, ids = self._resolve(_as_list(doc_ids))
-            data = [_take(column, rows) for column in data] if len(rows) < len(doc_ids) else data
-            doc_ids = _like(doc_ids, ids)
+            with self._resolved(_as_list(doc_ids)) as (rows, ids):
+                data = [_take(column, rows) for column in data] if len(rows) < len(doc_ids) else data
+                self._add_columns_as_given(_like(doc_ids, ids), data)
+            return
+        self._add_columns_as_given(doc_ids, data)
+
+    def _add_columns_as_given(self, doc_ids: Any, data: list[Any]) -> None:
+        """Adds ``data`` (a column per field) under ``doc_ids`` as they are (resolved already)."""
         arrow = _arrow_columns(doc_ids, data, self.fields)
         if arrow is not None:  # straight from Arrow's buffers, no Python object per value
             self._add_arrow_columns(*arrow)
@@ -328,7 +364,7 @@ def check_on_duplicate(on_duplicate: str) -> None:
 def _take(column: Any, rows: list[int]) -> Any:
     """The values of ``column`` (a list, numpy or pyarrow array) at ``rows``."""
     if isinstance(column, np.ndarray) or hasattr(column, "take"):
-        return column.take(rows)
+        return column.take(np.asarray(rows, dtype=np.int64))  # typed: [] is no null-typed array
     return [column[r] for r in rows]
 
 
@@ -409,6 +445,12 @@ def _row_numbers(start: int, count: int) -> Any:
     return pc.cast(pa.array(np.arange(start, start + count, dtype=np.int64)), pa.string())
 
 
+def _is_integer_column(column: Any) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_integer(column.type)
+
+
 def _string_ids(column: Any, id_field: str) -> Any:
     """An id column as Arrow strings: strings as they are, integers as decimal strings."""
     import pyarrow as pa
@@ -449,7 +491,8 @@ def _as_list(column: Any) -> list[Any]:
     if type(column).__module__.startswith("pyarrow"):
         import pyarrow as pa
 
-        nested = pa.types.is_fixed_size_list(getattr(column.type, "value_type", None) or pa.null())
+        inner = getattr(column.type, "value_type", None)  # an extension type's may be a str (HF's)
+        nested = isinstance(inner, pa.DataType) and pa.types.is_fixed_size_list(inner)
         if (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)) and not nested:
             import pyarrow.compute as pc
 
@@ -596,9 +639,10 @@ def _build(
                 try:
                     add(record, id_field)
                 except InvalidKeyError:
-                    if type(record.get(id_field)) is not int:
+                    doc_id = record.get(id_field)
+                    if not isinstance(doc_id, (int, np.integer)) or isinstance(doc_id, bool):
                         raise
-                    add({**record, id_field: str(record[id_field])}, id_field)  # the id 7 is "7"
+                    add({**record, id_field: str(int(doc_id))}, id_field)  # the id 7 is "7"
                 if n % 8192 == 0:
                     shown.update(8192)
             shown.update(n - shown.n)

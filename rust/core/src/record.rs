@@ -525,6 +525,44 @@ mod tests {
         assert!(raw_fields(&schema, &raw).last().unwrap().is_err());
     }
 
+    /// Crafted version 4 records (a file made to pass its checksums): every decoder refuses
+    /// them as corrupt, none panics or reads past the record.
+    #[test]
+    fn crafted_version_4_records_are_corrupt() {
+        let field = |name: &str, ty: &str| Field::parse(name, ty).unwrap();
+        let cases: &[(&str, &[u8])] = &[
+            ("str?", &[2]),  // presence byte 2
+            ("str?", &[1]),  // present, no value
+            ("bool", &[2]),  // neither 0 nor 1
+            ("bool?", &[1]), // present, no byte
+            (
+                "list[str]",
+                &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f],
+            ), // count 2^63-1
+            ("list[str]", &[2, 1, b'a']), // 2 items, 1 there
+            ("list[str]", &[1, 0xff, 0xff, 0xff, 0xff, 0x0f, b'a']), // item beyond record
+            ("list[str]", &[1, 1, 0xff]), // item not UTF-8
+            ("list[bytes]?", &[1, 3, 0]), // 3 items, none there
+            ("float16[]", &[3, 0, 0]), // 3 elements, 1 there
+            ("float32[2,3]?", &[1, 0, 0, 0, 0]), // 24 bytes, 4 there
+            ("float32[2,3]", &[]),
+        ];
+        for &(ty, raw) in cases {
+            let schema = Schema::new(vec![field("f", ty), field("g", "int64")]).unwrap();
+            let check = |what: &str, result: Result<()>| {
+                assert!(
+                    matches!(result, Err(Error::Corrupt(_))),
+                    "{ty} {raw:?} {what}: {result:?}"
+                );
+            };
+            check("decode", decode(&schema, raw).map(drop));
+            check("decode_field", decode_field(&schema, raw, 0).map(drop));
+            check("raw_field", raw_field(&schema, raw, 1).map(drop));
+            let all: Result<Vec<_>> = raw_fields(&schema, raw).collect();
+            check("raw_fields", all.map(drop));
+        }
+    }
+
     #[test]
     fn rejects_wrong_types_and_counts() {
         let schema = schema();
