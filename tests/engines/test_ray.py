@@ -259,9 +259,10 @@ def test_arrow_encodings(tmp_path):
         }
     )
     store = docstore_ray.write(ray.data.from_arrow(table), tmp_path / "c")
-    assert store.fields == {"text": "str", "vec": "float32[]"}
+    assert store.fields == {"text": "str", "vec": "float16[]"}  # half floats stay half (format 4)
     assert store["a"].text == "y" and store.at(0).doc_id == "b"
-    np.testing.assert_array_equal(store["c"].vec, np.array([5, 6], np.float32))
+    assert store["c"].vec.dtype == np.float16
+    np.testing.assert_array_equal(store["c"].vec, np.array([5, 6], np.float16))
 
 
 # A driver (a process of its own, connected to this module's cluster) whose write task 0 has put
