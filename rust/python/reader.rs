@@ -489,15 +489,11 @@ impl Reader {
         }
         let keys: Vec<&[u8]> = objects.iter().map(text).collect();
         guard(py, || {
-            let items = py.detach(|| locate(&store, &keys)).py_err(py)?;
             let mut batches = Batches::take();
             let out = PyDict::new(py);
             let mut objects = objects.iter();
             // Per chunk of keys: the positions of those found, whose records `decoded` holds.
-            let read = |items: &[(&[u8], Option<Located>)], decoded: &mut Decoded| {
-                decoded.read_located(&store, items, &select)
-            };
-            in_chunks_then(py, &items, &mut batches, read, |decoded, positions| {
+            let then = |decoded: &Decoded, positions: Vec<Option<u64>>| {
                 let mut indices = 0..decoded.records.len();
                 // `positions` first: zip stops on it without taking an id from the next chunk.
                 for (pos, object) in positions.iter().zip(objects.by_ref()) {
@@ -515,7 +511,25 @@ impl Reader {
                     }
                 }
                 Ok(())
-            })?;
+            };
+            // A remote batch is searched whole first, so that its fetches are a few rounds for
+            // the whole batch. A local one is searched chunk by chunk where each chunk is read:
+            // one pass over the pool, not two (each pass waits for the pool's threads to wake).
+            match store.source().fetches() {
+                true => {
+                    let items = py.detach(|| store.locate_batch(&keys)).py_err(py)?;
+                    let read = |items: &[(&[u8], Option<Located>)], decoded: &mut Decoded| {
+                        decoded.read_located(&store, items, &select)
+                    };
+                    in_chunks_then(py, &items, &mut batches, read, then)
+                }
+                false => {
+                    let read = |keys: &[&[u8]], decoded: &mut Decoded| {
+                        decoded.read_located(&store, &store.locate_batch(keys)?, &select)
+                    };
+                    in_chunks_then(py, &keys, &mut batches, read, then)
+                }
+            }?;
             Ok(out)
         })
     }
