@@ -640,3 +640,30 @@ def test_version_4_types_from_json_lines_csv_and_parquet_and_back(capsys, tmp_pa
     store = docstore.open(tmp_path / "p")
     assert store.fields == {"t": "str?", "f": "bool", "l": "list[str]"}
     assert list(store.values()) == [("1", "x", True, ["p"]), ("2", None, False, [])]
+
+
+def test_json_lines_types_are_inferred_from_the_first_records_nulls_making_them_nullable(capsys, tmp_path):
+    """Without --fields, a field null in any of the first 1,000 records is nullable, and one null
+    in the first record takes its type from a later one; a null after those is refused with the
+    --fields that takes it, and a field null throughout names --fields."""
+    write_jsonl(
+        tmp_path / "a.jsonl", [{"doc_id": "a", "t": None, "n": 1}, {"doc_id": "b", "t": "y", "n": None}]
+    )
+    assert cli_here(capsys, "build", str(tmp_path / "a.jsonl"), "-o", str(tmp_path / "a"), "-q")[0] == 0
+    store = docstore.open(tmp_path / "a")
+    assert store.fields == {"t": "str?", "n": "int64?"}
+    assert list(store.values()) == [("a", None, 1), ("b", "y", None)]
+    late = [{"doc_id": str(i), "t": "x", "n": i} for i in range(1000)] + [
+        {"doc_id": "late", "t": None, "n": 1}
+    ]
+    write_jsonl(tmp_path / "late.jsonl", late)
+    status, err = cli_here(capsys, "build", str(tmp_path / "late.jsonl"), "-o", str(tmp_path / "l"), "-q")
+    assert status == 1 and "late.jsonl:1001:" in err and "(pass --fields t:str?,n:int64)" in err, err
+    assert not (tmp_path / "l").exists()
+    assert cli_here(capsys, "build", str(tmp_path / "late.jsonl"), "-o", str(tmp_path / "l"), "-q",
+                    "--fields", "t:str?,n:int64")[0] == 0  # fmt: skip
+    assert docstore.open(tmp_path / "l")["late"].t is None
+    write_jsonl(tmp_path / "none.jsonl", [{"doc_id": "a", "t": None}, {"doc_id": "b", "t": None}])
+    status, err = cli_here(capsys, "build", str(tmp_path / "none.jsonl"), "-o", str(tmp_path / "z"), "-q")
+    assert status == 1 and "field 't' is null in all of the first 2 records" in err, err
+    assert "--fields t:str?" in err

@@ -6,6 +6,7 @@ import argparse
 import base64
 import csv
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -71,8 +72,10 @@ def cmd_build(args: argparse.Namespace) -> int:
             except (*GZIP_ERRORS, csv.Error, UnicodeDecodeError) as exc:  # a broken file
                 raise UsageError(unreadable(path, fmt, position, exc)) from None
 
-    iterator = records()
-    first = next(iterator, None)
+    source = records()
+    ahead = list(itertools.islice(source, 1 if fields is not None else INFER_RECORDS))
+    iterator = itertools.chain(ahead[1:], source)  # the records after the first
+    first = ahead[0] if ahead else None
     if first is None and fields is None:
         raise UsageError("the input holds no records (pass --fields to build an empty store)")
     sample = first[1] if first is not None else None
@@ -82,11 +85,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             raise UsageError(
                 f"records have no id field {args.id_field!r} (fields: {list(sample)}); use --id-field"
             )
-        try:
-            fields = {k: infer_type(k, v) for k, v in sample.items() if k != args.id_field}
-        except SchemaError as exc:
-            what = str(exc).split("; ")[0]
-            raise UsageError(f"{what}; pass --fields, e.g. --fields text:str,n:int64") from None
+        fields = _infer_fields([record for _, record, _, _ in ahead], args.id_field)
     _check_no_doc_id_beside(args.id_field, fields, sample)
     # Text formats carry every value as a string; JSON carries bytes as base64 strings.
     coerce = {
@@ -101,7 +100,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     check_replaceable(args.output)  # refused now, not once every shard is built
     try:
         if args.shards > 1:
-            iterator.close()  # the first record told the fields; each shard reads its own piece
+            source.close()  # the first records told the fields; each shard reads its own piece
             shard_args = (fields, args.id_field, columns, keep, args.level, coerce, args.on_duplicate)
             dropped = _build_shards(
                 args.output, args.inputs, formats, args.shards, shard_args, args.overwrite, not args.quiet
@@ -150,7 +149,8 @@ def _build_one(
                 repeats = writer.duplicates
                 add(record, args.id_field)
             except (SchemaError, InvalidKeyError) as exc:  # a bad record: say where it is
-                raise UsageError(f"{where(path, fmt, position)}: {exc}") from None
+                hint = _nullable_hint(fields, record, args.id_field)
+                raise UsageError(f"{where(path, fmt, position)}: {exc}{hint}") from None
             except DuplicateKeyError as exc:
                 exc.place = where(path, fmt, position)  # type: ignore[attr-defined]
                 raise
@@ -169,6 +169,45 @@ def _build_one(
         if total is not None:
             shown.update(total - shown.n)
     return writer.duplicates, examples
+
+
+# Records read ahead to infer the fields' types when --fields is not given: a field null in any
+# of them is nullable (`str?`), and a field null in the first takes its type from a later one.
+INFER_RECORDS = 1000
+
+
+def _infer_fields(sample: list[dict[str, Any]], id_field: str) -> dict[str, str]:
+    """The fields of the first record, typed from the first records (``INFER_RECORDS``)."""
+    fields = {}
+    for name in sample[0]:
+        if name == id_field:
+            continue
+        values = [record[name] for record in sample if name in record]
+        known = next((v for v in values if v is not None), None)
+        if known is None:
+            raise UsageError(
+                f"field {name!r} is null in {_records(len(sample))}, so its type cannot be "
+                f"inferred; pass --fields naming it, nullable: e.g. --fields {name}:str?"
+            )
+        try:
+            fields[name] = infer_type(name, known) + ("?" if None in values else "")
+        except SchemaError as exc:
+            what = str(exc).split("; ")[0]
+            raise UsageError(f"{what}; pass --fields, e.g. --fields text:str,n:int64") from None
+    return fields
+
+
+def _records(n: int) -> str:
+    return "the one record" if n == 1 else f"all of the first {n:,} records"
+
+
+def _nullable_hint(fields: dict[str, str], record: dict[str, Any], id_field: str) -> str:
+    """For a record holding a null where its field is not nullable: the --fields that takes it."""
+    null = [n for n, t in fields.items() if n in record and record[n] is None and not t.endswith("?")]
+    if not null:
+        return ""
+    spec = ",".join(f"{n}:{t}{'?' if n in null else ''}" for n, t in fields.items() if n != id_field)
+    return f" (pass --fields {spec})"
 
 
 def _parquet_rows(path: str) -> int:
