@@ -260,6 +260,9 @@ class Writer(_Writer):
         value); a batch holding a null, or a value its field cannot hold, is refused as ``add``
         refuses its first bad row.
 
+        A pandas ``DataFrame`` works as a table does (through pyarrow, its missing values as
+        nulls, its index as the ids when it is named ``id_field``).
+
         A Hugging Face ``datasets.Dataset`` or streaming ``datasets.IterableDataset`` works alone
         too: it is read as Arrow batches of ``batch_size`` rows, each added as a table (every
         column straight from Arrow's buffers), so a streamed dataset of any size goes through
@@ -271,6 +274,8 @@ class Writer(_Writer):
         """
         if isinstance(doc_ids, (str, bytes)):
             raise TypeError("add_many takes a collection of doc ids, got one str; use add() for one document")
+        doc_ids = _from_pandas(doc_ids, id_field) if columns is None else doc_ids
+        columns = _from_pandas(columns, None)
         if _hf_kind(columns) is not None:
             raise SchemaError(
                 "pass a Hugging Face dataset alone, with its ids in the column named by id_field "
@@ -483,6 +488,22 @@ def _is_arrow_table(obj: Any) -> bool:
     return type(obj).__module__.startswith("pyarrow") and hasattr(obj, "schema") and hasattr(obj, "column")
 
 
+def _from_pandas(obj: Any, id_field: str | None) -> Any:
+    """A pandas DataFrame as the pyarrow Table that docstore reads, its missing values (NaN,
+    None, ``pd.NA``, ``NaT``) as Arrow nulls, which a nullable field (``str?``) keeps as None;
+    its index is the id column when it is named ``id_field``. Anything else as it is."""
+    if not (type(obj).__module__.startswith("pandas") and type(obj).__name__ == "DataFrame"):
+        return obj
+    try:
+        import pyarrow as pa
+    except ImportError:
+        raise SchemaError(
+            "a pandas DataFrame is read through pyarrow: pip install 'docstore[arrow]'"
+        ) from None
+    index_is_id = id_field is not None and obj.index.name == id_field and id_field not in obj.columns
+    return pa.Table.from_pandas(obj, preserve_index=index_is_id)
+
+
 def _as_list(column: Any) -> list[Any]:
     if isinstance(column, list):
         return column
@@ -572,7 +593,9 @@ def build(
     decimal text (the id ``7`` is ``"7"``), from records as from every other input.
 
     ``records`` may also be a Hugging Face ``datasets.Dataset``, a streaming
-    ``datasets.IterableDataset`` or a pyarrow ``Table``/``RecordBatch``: they are read as Arrow
+    ``datasets.IterableDataset``, a pyarrow ``Table``/``RecordBatch`` or a pandas ``DataFrame``
+    (through pyarrow: its missing values, NaN or None, are nulls, and its index is the id column
+    when it is named ``id_field``): they are read as Arrow
     batches of ``batch_size`` rows (no Python object per row; a stream is read
     once, in bounded memory), field types come from the Arrow schema (string -> ``str``, binary
     -> ``bytes``, integers and bools -> ``int64``, floats -> ``float64``, lists of numbers ->
@@ -585,6 +608,7 @@ def build(
     a ``datasets.Dataset``) and stderr is a terminal; ``progress=False`` hides it, ``True``
     shows it always.
     """
+    records = _from_pandas(records, id_field)
     total = _length(records)
     shown = _progress.bar(total, "docs", progress if total is not None or progress else False, desc="build")
     with shown:

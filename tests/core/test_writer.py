@@ -987,3 +987,28 @@ def test_a_child_forked_while_a_thread_was_inside_the_writer_fails_instead_of_ha
     w.add("b", n=2)
     w.finish()
     assert [d.n for d in docstore.open(tmp_path / "s").values()] == [7, 2]
+
+
+def test_a_pandas_dataframe_builds_as_a_table_its_missing_values_none(tmp_path):
+    """build(df) and add_many(df) read a DataFrame through pyarrow: NaN and None are nulls (a
+    nullable field's None; a field that is not nullable refuses them, naming the document), the
+    index is the id column when it is named id_field, integer ids are decimal text."""
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    df = pd.DataFrame(
+        {"doc_id": ["a", "b", "c"], "title": ["x", np.nan, None], "n": [1.0, np.nan, 3.0], "k": [1, 2, 3]}
+    )
+    store = docstore.build(tmp_path / "a", df)
+    assert store.fields == {"title": "str?", "n": "float64?", "k": "int64"}
+    assert list(store.values()) == [("a", "x", 1.0, 1), ("b", None, None, 2), ("c", None, 3.0, 3)]
+    by_index = docstore.build(tmp_path / "b", df.set_index("doc_id"))
+    assert list(by_index.values()) == list(store.values())
+    with pytest.raises(docstore.SchemaError, match=r'doc "b": field "title" is str, got None'):
+        docstore.build(tmp_path / "c", df, fields={"title": "str", "k": "int64"})
+    assert not (tmp_path / "c").exists()
+    numbered = pd.DataFrame({"id": [7, 8], "t": ["p", "q"]})
+    assert list(docstore.build(tmp_path / "d", numbered, id_field="id")) == ["7", "8"]
+    with docstore.Writer(tmp_path / "e", {"title": "str?", "k": "int64"}) as writer:
+        writer.add_many(df)
+        writer.add_many(["z"], df[["title", "k"]].iloc[1:2])
+    assert list(docstore.open(tmp_path / "e").values())[-2:] == [("c", None, 3), ("z", None, 2)]
