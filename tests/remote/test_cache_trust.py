@@ -24,9 +24,9 @@ import docstore
 
 from ..conftest import assert_doc_equal, make_docs, write_store
 from ..format.test_format_spec import SpecStore, document_check
-from ..support.remote_servers import MotoS3, RangeHTTPServer, environment
+from ..support.remote_servers import RangeHTTPServer
+from .conftest import FAST
 
-FAST = {"timeout": "5s", "connect_timeout": "2s", "init_backoff": "10ms", "max_backoff": "200ms"}
 NAME = "corpus.docstore"
 OTHER_UID = 54321
 
@@ -199,14 +199,6 @@ def test_an_object_nothing_pins_is_cached_for_its_process_only(docs, tmp_path):
             fresh.get_many(ids)
     finally:
         server.stop()
-
-
-@pytest.fixture(scope="module")
-def s3():
-    server = MotoS3()
-    with environment(server.env):
-        yield server
-    server.stop()
 
 
 def test_a_versioned_bucket_serves_the_version_opened(s3, docs, tmp_path):

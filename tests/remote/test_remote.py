@@ -24,21 +24,8 @@ import docstore
 from docstore._store import _same
 
 from ..conftest import assert_doc_equal, make_docs, write_store
-from ..support.remote_servers import BUCKET, FaultProxy, MotoS3, RangeHTTPServer, environment
-
-# Short timeouts: a fault costs a test seconds, not minutes.
-FAST = {"timeout": "5s", "connect_timeout": "2s", "init_backoff": "10ms", "max_backoff": "200ms"}
-# Subprocesses import the docstore this process tests (as test_remote_heal.py's do): the
-# repository root holds no docstore, so with it they imported whichever one was installed.
-PYTHONPATH = os.path.dirname(os.path.dirname(os.path.abspath(docstore.__file__)))
-
-
-@pytest.fixture(scope="module")
-def s3():
-    server = MotoS3()
-    with environment(server.env):
-        yield server
-    server.stop()
+from ..support.remote_servers import BUCKET, FaultProxy, RangeHTTPServer, environment
+from .conftest import FAST, PYTHONPATH
 
 
 @pytest.fixture(scope="module")

@@ -25,19 +25,8 @@ import docstore
 from docstore._store import _same
 
 from ..conftest import assert_doc_equal, make_docs, sections, write_store
-from ..support.remote_servers import FaultProxy, MotoS3, environment
-
-FAST = {"timeout": "5s", "connect_timeout": "2s", "init_backoff": "10ms", "max_backoff": "200ms"}
-# Subprocesses import the docstore this process imported (a worktree's, not an installed one).
-PYTHONPATH = os.path.dirname(os.path.dirname(os.path.abspath(docstore.__file__)))
-
-
-@pytest.fixture(scope="module")
-def s3():
-    server = MotoS3()
-    with environment(server.env):
-        yield server
-    server.stop()
+from ..support.remote_servers import FaultProxy, environment
+from .conftest import FAST, PYTHONPATH
 
 
 @pytest.fixture(scope="module")
