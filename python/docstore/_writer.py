@@ -526,6 +526,37 @@ def _as_list(column: Any) -> list[Any]:
     return list(column)
 
 
+#: Records read ahead to infer the fields' types when none are given (``build``, the CLI): a field
+#: null in any of them is nullable (``str?``), and one null in the first takes its type from a
+#: later one.
+INFER_RECORDS = 1000
+
+
+def _null_hint(name: str) -> str:
+    return f"pass fields={{...}} naming its type, nullable: {{{name!r}: 'str?'}}"
+
+
+def infer_fields(
+    sample: Sequence[Mapping[str, Any]], id_field: str, hint: Any = _null_hint
+) -> dict[str, str]:
+    """The fields of the first record of ``sample``, each typed by its first value that is not
+    None and nullable when any is None. ``hint(name)`` says what to do about a field that is
+    None throughout (``SchemaError``)."""
+    fields = {}
+    for name in sample[0]:
+        if name == id_field:
+            continue
+        values = [record[name] for record in sample if name in record]
+        known = next((v for v in values if v is not None), None)
+        if known is None:
+            where = "the one record" if len(sample) == 1 else f"all of the first {len(sample):,} records"
+            raise SchemaError(
+                f"field {name!r} is None in {where}, so its type cannot be inferred; {hint(name)}"
+            )
+        fields[name] = infer_type(name, known) + ("?" if any(v is None for v in values) else "")
+    return fields
+
+
 def infer_type(name: str, value: Any) -> str:
     """The field type for a Python value (used by ``build`` when ``fields`` is not given)."""
     if isinstance(value, str):
@@ -588,7 +619,8 @@ def build(
 ) -> DocStore:
     """Builds a store from an iterable of dicts, namedtuples or dataclasses; returns it opened.
 
-    Field types are inferred from the first record when ``fields`` is not given. ``options`` go to
+    When ``fields`` is not given, the fields are the first record's, typed from the first 1,000
+    records: a field None in any of them is nullable (``str?``). ``options`` go to
     :class:`Writer` (``overwrite``, ``level``, ``dict_size`` ...). An integer id is stored as its
     decimal text (the id ``7`` is ``"7"``), from records as from every other input.
 
@@ -640,7 +672,9 @@ def _build(
     if id_field is None:
         raise SchemaError("id_field=None (rows numbered by position) is for a table or a dataset")
     iterator = iter(records)
-    first = next(iterator, _NONE)
+    ahead = list(itertools.islice(iterator, INFER_RECORDS if fields is None else 1))
+    iterator = itertools.chain(ahead, iterator)
+    first = ahead[0] if ahead else _NONE
     if fields is None:
         if first is _NONE:
             raise SchemaError("cannot infer fields from no records; pass fields={...}")
@@ -653,12 +687,12 @@ def _build(
                 f"the records have a 'doc_id' field beside the id field {id_field!r}; 'doc_id' is "
                 "the name docstore gives the key, so rename or drop that field, or use it as id_field"
             )
-        fields = {k: infer_type(k, v) for k, v in sample.items() if k != id_field}
+        fields = infer_fields([sample, *map(_as_dict, ahead[1:])], id_field)
     with Writer(path, dict(fields), **options) as writer:
         if first is not _NONE:
             add = writer.add_record
             n = 0
-            for n, record in enumerate(itertools.chain([first], iterator), 1):
+            for n, record in enumerate(iterator, 1):
                 record = record if type(record) is dict else _as_dict(record)
                 try:
                     add(record, id_field)

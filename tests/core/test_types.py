@@ -112,7 +112,7 @@ def test_build_infers_the_new_types_and_nullable_from_arrow(tmp_path):
     store = docstore.build(tmp_path / "py", [{"doc_id": "a", "b": True, "l": ["x"], "lb": [b"y"]}])
     assert store.fields == {"b": "bool", "l": "list[str]", "lb": "list[bytes]"}
     assert store["a"] == ("a", True, ["x"], [b"y"])
-    with pytest.raises(docstore.SchemaError, match="from None; .*'t': 'str\\?'"):
+    with pytest.raises(docstore.SchemaError, match="is None in the one record.*'t': 'str\\?'"):
         docstore.build(tmp_path / "none", [{"doc_id": "a", "t": None}])
     table = pa.table({"id": [1, 2], "t": ["x", None], "u": ["y", "z"], "b": [True, False]})
     store = docstore.build(tmp_path / "arrow", table, id_field="id")

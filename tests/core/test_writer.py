@@ -757,7 +757,7 @@ def test_build_from_dicts_namedtuples_dataclasses(tmp_path):
 
     with pytest.raises(docstore.SchemaError, match="id field"):
         docstore.build(tmp_path / "noid", [{"text": "x"}])
-    with pytest.raises(docstore.SchemaError, match="cannot infer"):
+    with pytest.raises(docstore.SchemaError, match="its type cannot be inferred"):
         docstore.build(tmp_path / "none", [{"doc_id": "a", "text": None}])
     with pytest.raises(docstore.SchemaError, match="no records"):
         docstore.build(tmp_path / "empty", [])
@@ -1012,3 +1012,18 @@ def test_a_pandas_dataframe_builds_as_a_table_its_missing_values_none(tmp_path):
         writer.add_many(df)
         writer.add_many(["z"], df[["title", "k"]].iloc[1:2])
     assert list(docstore.open(tmp_path / "e").values())[-2:] == [("c", None, 3), ("z", None, 2)]
+
+
+def test_build_types_fields_from_the_first_records_a_none_making_them_nullable(tmp_path):
+    """build(records) without fields: a field None in any of the first 1,000 records is nullable,
+    one None first takes its type from a later record, one None throughout names fields=."""
+    records = [{"doc_id": "a", "t": None, "v": np.ones(2, np.float32)}, {"doc_id": "b", "t": "y", "v": None}]
+    store = docstore.build(tmp_path / "a", records)
+    assert store.fields == {"t": "str?", "v": "float32[]?"}
+    assert store["a"].t is None and store["b"].v is None and store["b"].t == "y"
+    late = [{"doc_id": str(i), "t": "x"} for i in range(1000)] + [{"doc_id": "late", "t": None}]
+    with pytest.raises(docstore.SchemaError, match=r'doc "late": field "t" is str, got None'):
+        docstore.build(tmp_path / "b", iter(late))
+    assert not (tmp_path / "b").exists()
+    with pytest.raises(docstore.SchemaError, match=r"field 't' is None in the one record.*'t': 'str\?'"):
+        docstore.build(tmp_path / "c", [{"doc_id": "a", "t": None}])

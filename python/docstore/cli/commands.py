@@ -22,7 +22,7 @@ from .. import open as open_store
 from .._docstore import FORMAT_VERSION, _redact_urls, check_replaceable, train_dictionary
 from .._staging import Staging
 from .._store import is_url
-from .._writer import infer_type, seal_without_repeats
+from .._writer import INFER_RECORDS, infer_fields, seal_without_repeats
 from ..errors import DocstoreError, DuplicateKeyError, InvalidKeyError, SchemaError
 from .inputs import (
     GZIP_ERRORS,
@@ -85,7 +85,13 @@ def cmd_build(args: argparse.Namespace) -> int:
             raise UsageError(
                 f"records have no id field {args.id_field!r} (fields: {list(sample)}); use --id-field"
             )
-        fields = _infer_fields([record for _, record, _, _ in ahead], args.id_field)
+        try:
+            fields = infer_fields([record for _, record, _, _ in ahead], args.id_field, _null_hint)
+        except SchemaError as exc:
+            if "is None in" in str(exc):
+                raise UsageError(str(exc).replace("is None in", "is null in")) from None
+            what = str(exc).split("; ")[0]
+            raise UsageError(f"{what}; pass --fields, e.g. --fields text:str,n:int64") from None
     _check_no_doc_id_beside(args.id_field, fields, sample)
     # Text formats carry every value as a string; JSON carries bytes as base64 strings.
     coerce = {
@@ -171,34 +177,8 @@ def _build_one(
     return writer.duplicates, examples
 
 
-# Records read ahead to infer the fields' types when --fields is not given: a field null in any
-# of them is nullable (`str?`), and a field null in the first takes its type from a later one.
-INFER_RECORDS = 1000
-
-
-def _infer_fields(sample: list[dict[str, Any]], id_field: str) -> dict[str, str]:
-    """The fields of the first record, typed from the first records (``INFER_RECORDS``)."""
-    fields = {}
-    for name in sample[0]:
-        if name == id_field:
-            continue
-        values = [record[name] for record in sample if name in record]
-        known = next((v for v in values if v is not None), None)
-        if known is None:
-            raise UsageError(
-                f"field {name!r} is null in {_records(len(sample))}, so its type cannot be "
-                f"inferred; pass --fields naming it, nullable: e.g. --fields {name}:str?"
-            )
-        try:
-            fields[name] = infer_type(name, known) + ("?" if None in values else "")
-        except SchemaError as exc:
-            what = str(exc).split("; ")[0]
-            raise UsageError(f"{what}; pass --fields, e.g. --fields text:str,n:int64") from None
-    return fields
-
-
-def _records(n: int) -> str:
-    return "the one record" if n == 1 else f"all of the first {n:,} records"
+def _null_hint(name: str) -> str:
+    return f"pass --fields naming it, nullable: e.g. --fields {name}:str?"
 
 
 def _nullable_hint(fields: dict[str, str], record: dict[str, Any], id_field: str) -> str:
