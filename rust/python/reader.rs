@@ -6,6 +6,7 @@ use crate::args::{field_names_arg, ids_of, plain_str, position_arg, positions_ar
 use crate::chunks::{in_chunks, in_chunks_then};
 use crate::doc::{doc_class, raw_to_python, DocBuilder};
 use crate::errors::{guard, key_error, new_error, Exc, IntoPy};
+use crate::gil::others_may_wait;
 use crate::scratch::{with_single, Batches, Decoded};
 use crate::text::{RecordTexts, Wants};
 use arc_swap::ArcSwapOption;
@@ -548,8 +549,12 @@ impl Reader {
         let pos = Self::resolve_position(&store, position_arg(index)?)?;
         guard(py, || {
             with_single(|decoded| {
-                py.detach(|| decoded.read_at(&store, pos, &select))
-                    .py_err(py)?;
+                let mut read = || decoded.read_at(&store, pos, &select);
+                match others_may_wait(py, store.source().fetches()) {
+                    true => py.detach(read),
+                    false => read(),
+                }
+                .py_err(py)?;
                 self.build(
                     py,
                     &store,
@@ -812,10 +817,12 @@ impl Reader {
         };
         guard(py, || {
             with_single(|decoded| {
-                let found = py
-                    .detach(|| decoded.read_key(&store, text.as_bytes(), select))
-                    .py_err(py)?
-                    .is_some();
+                let mut read = || decoded.read_key(&store, text.as_bytes(), select);
+                let found = match others_may_wait(py, store.source().fetches()) {
+                    true => py.detach(read),
+                    false => read(),
+                };
+                let found = found.py_err(py)?.is_some();
                 if !found {
                     return Ok(None);
                 }
