@@ -17,14 +17,22 @@ pub(crate) struct DocBuilder<'py> {
 
 impl<'py> DocBuilder<'py> {
     pub(crate) fn new(cls: &Bound<'py, PyType>, len: usize) -> PyResult<Self> {
+        let len = len as pyo3::ffi::Py_ssize_t;
         // SAFETY: the Doc class is a tuple subclass with empty __slots__, so an instance is a
-        // plain tuple of `len` slots; tp_alloc zero-fills them (what tuple.__new__ does for
-        // subclasses). A slot left NULL by an error is fine: tuple deallocation skips NULLs.
+        // plain tuple of `len` slots, allocated as `tuple` allocates its own: `PyObject_GC_NewVar`
+        // (it takes a reference to the heap type, as `PyType_GenericAlloc` does) leaves it
+        // untracked by the garbage collector. It only ever holds str, bytes, int, float and
+        // numeric arrays, so it can never be part of a reference cycle, and collections need not
+        // traverse it (tuples of atoms untrack themselves the same way): never tracking it
+        // saves tracking and untracking it. The slots are nulled before anything can see them;
+        // one left NULL by an error is fine: tuple deallocation skips NULLs.
         unsafe {
-            let obj =
-                pyo3::ffi::PyType_GenericAlloc(cls.as_type_ptr(), len as pyo3::ffi::Py_ssize_t);
+            let obj = pyo3::ffi::PyObject_GC_NewVar::<pyo3::ffi::PyObject>(cls.as_type_ptr(), len);
             if obj.is_null() {
                 return Err(PyErr::fetch(cls.py()));
+            }
+            for index in 0..len {
+                pyo3::ffi::PyTuple_SET_ITEM(obj, index, std::ptr::null_mut());
             }
             Ok(DocBuilder {
                 doc: Bound::from_owned_ptr(cls.py(), obj),
@@ -43,12 +51,8 @@ impl<'py> DocBuilder<'py> {
         };
     }
 
-    /// The finished Doc, untracked by the garbage collector: it holds only str, bytes, int,
-    /// float and numeric arrays, so it can never be part of a reference cycle, and collections
-    /// need not traverse it (tuples untrack themselves the same way).
+    /// The finished Doc (never tracked by the garbage collector: see `new`).
     pub(crate) fn finish(self) -> Bound<'py, PyAny> {
-        // SAFETY: a fully built, GC-tracked object of a GC type.
-        unsafe { pyo3::ffi::PyObject_GC_UnTrack(self.doc.as_ptr().cast()) };
         self.doc
     }
 }

@@ -9,6 +9,7 @@ mod columns;
 mod convert;
 mod doc;
 mod errors;
+mod gil;
 mod progress;
 mod reader;
 mod scratch;

@@ -6,8 +6,9 @@ use crate::args::{field_names_arg, ids_of, plain_str, position_arg, positions_ar
 use crate::chunks::{in_chunks, in_chunks_then};
 use crate::doc::{doc_class, raw_to_python, DocBuilder};
 use crate::errors::{guard, key_error, new_error, Exc, IntoPy};
+use crate::gil::others_may_wait;
 use crate::scratch::{with_single, Batches, Decoded};
-use crate::text::{RecordTexts, Wants};
+use crate::text::{no_texts, RecordTexts, Wants};
 use arc_swap::ArcSwapOption;
 use docstore_core::record;
 use docstore_core::repeats::{distinct, hash_key, Seen};
@@ -547,6 +548,12 @@ impl Reader {
         let select = self.select(py, field, fields)?;
         let pos = Self::resolve_position(&store, position_arg(index)?)?;
         guard(py, || {
+            if !others_may_wait(py, store.source().fetches()) {
+                // Alone (`gil`): built from the record where it was decoded, without a copy.
+                let key = || Self::key_object(py, &store, pos);
+                let build = |raw: &[u8]| self.build(py, &store, &select, key, raw, no_texts());
+                return store.with_at(pos, build).py_err(py)?;
+            }
             with_single(|decoded| {
                 py.detach(|| decoded.read_at(&store, pos, &select))
                     .py_err(py)?;
@@ -811,6 +818,15 @@ impl Reader {
             return Ok(None);
         };
         guard(py, || {
+            if !others_may_wait(py, store.source().fetches()) {
+                // Alone (`gil`): built from the record where it was decoded, without a copy.
+                let key = || Ok(key.clone().into_any());
+                let build = |_, raw: &[u8]| self.build(py, &store, select, key, raw, no_texts());
+                return store
+                    .with_one(text.as_bytes(), build)
+                    .py_err(py)?
+                    .transpose();
+            }
             with_single(|decoded| {
                 let found = py
                     .detach(|| decoded.read_key(&store, text.as_bytes(), select))

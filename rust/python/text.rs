@@ -224,7 +224,7 @@ impl Texts {
 }
 
 /// The prepared `str` fields of one record.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Default)]
 pub struct RecordTexts<'a> {
     layouts: &'a [Option<Layout>],
     buffer: &'a [u8],
@@ -238,4 +238,9 @@ impl<'a> RecordTexts<'a> {
             .and_then(Option::as_ref)
             .map(|layout| (layout, self.buffer))
     }
+}
+
+/// A record none of whose `str` fields were prepared: `doc::raw_to_python` makes them.
+pub fn no_texts() -> RecordTexts<'static> {
+    RecordTexts::default()
 }

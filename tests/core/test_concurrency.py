@@ -187,6 +187,20 @@ def test_lookups_release_the_gil(tmp_path):
         assert share > max(0.1, 3 * control), (share, control)
 
 
+def test_a_single_lookup_releases_the_gil_while_another_thread_exists(tmp_path):
+    """A lookup alone in its process keeps the GIL (nothing waits for it); with another thread
+    about, one long lookup lets it run while it reads (and decodes)."""
+    words = [f"w{i}" for i in range(5000)]
+    text = " ".join(random.Random(0).choices(words, k=4_000_000))
+    store = write_store(tmp_path / "huge", {"big": {"text": text}}, fields={"text": "str"})
+    assert store["big"].text == text  # alone: read with the GIL held
+    data = list(range(6_000_000))
+    control = coverage(lambda: data.count(-1))
+    for call in (lambda: store["big"], lambda: store.get("big", field="text"), lambda: store.at(0)):
+        share = coverage(call)
+        assert share > max(0.1, 3 * control), (share, control)
+
+
 def test_switching_thread_counts_reuses_pools(store):
     """One pool per thread count: switching back and forth starts no new threads."""
 

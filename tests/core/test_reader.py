@@ -360,6 +360,48 @@ def test_torch_tensors_are_positions_read_as_arrays(store, oracle):
         store.take(torch.tensor([1.5]))
 
 
+def test_single_lookups_alone_and_beside_another_thread_read_the_same_untracked_docs(store_path):
+    """Alone in its process a lookup keeps the GIL and builds the Doc where the record was decoded;
+    beside another thread it releases the GIL around a read into a buffer: the same documents,
+    never tracked by the garbage collector (they hold no container that could make a cycle)."""
+    code = f"""
+    import gc, threading
+    import docstore
+
+    store = docstore.open({str(store_path)!r}, read=READ)
+    ids = list(store.keys())[::97]
+
+    def lookups():
+        docs = [store[i] for i in ids] + [store.get(i) for i in ids]
+        docs += [store.at(p) for p in (0, 5, -1)]
+        assert not any(gc.is_tracked(d) for d in docs)
+        assert len(store.get_many(ids[:3])) == 3 and not gc.is_tracked(store.take([1])[0])
+        values = [store.get(i, field="text") for i in ids] + [store.at(3, field="tokens")]
+        values += [store.get(i, fields=["doc_id", "label"]) for i in ids]
+        assert store.get("missing") is None and store.get("missing", 7) == 7
+        try:
+            store["missing"]
+            raise AssertionError("no KeyError")
+        except KeyError:
+            pass
+        return repr(docs + values)
+
+    assert threading.active_count() == 1
+    alone = lookups()
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    beside = lookups()
+    stop.set()
+    other.join()
+    assert alone == beside
+    print("ok", len(ids))
+    """
+    for read in ("mmap", "pread"):
+        run = run_python(code.replace("READ", repr(read)))
+        assert run.returncode == 0 and run.stdout.startswith("ok"), run.stderr
+
+
 def test_iteration_keys_values_items_in_insertion_order(store, oracle):
     assert list(store) == list(oracle)
     keys = store.keys()

@@ -622,16 +622,35 @@ impl Collection {
 
     /// Position of `key` (`None` when absent), its record appended to `batch`, checked against it.
     pub fn read_one(&self, key: &[u8], batch: &mut RecordBatch) -> Result<Option<u64>> {
-        self.retrying_into(batch, |_, batch| self.read_one_once(key, batch))
+        (self.with_one(key, |pos, raw| batch.push(raw).map(|()| pos))).and_then(Option::transpose)
     }
 
-    fn read_one_once(&self, key: &[u8], batch: &mut RecordBatch) -> Result<Option<u64>> {
-        let Some(found) = self.id_index().locate(key)? else {
-            return Ok(None);
-        };
-        let (shard, local) = self.indexed(found)?;
-        self.shards[shard].with_record_of(local, key, |raw| batch.push(raw))??;
-        Ok(Some(found.pos))
+    /// Runs `f` on the raw record at `pos` (checked against its key, decoded in this thread's
+    /// buffer), without a copy.
+    pub fn with_at<R>(&self, pos: u64, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        let mut f = Some(f);
+        self.retrying(|_| {
+            let (shard, local) = self.shard_of(pos)?;
+            // As in `with_one`: `f` runs last, once.
+            let run = |raw: &[u8]| (f.take().expect("`f` runs once, last"))(raw);
+            self.shards[shard].with_record(local, run)
+        })
+    }
+
+    /// Runs `f` on the position of `key` and its raw record, checked against it and decoded in
+    /// this thread's buffer, without a copy; `None` when absent.
+    pub fn with_one<R>(&self, key: &[u8], f: impl FnOnce(u64, &[u8]) -> R) -> Result<Option<R>> {
+        let mut f = Some(f);
+        self.retrying(|_| {
+            let Some(found) = self.id_index().locate(key)? else {
+                return Ok(None);
+            };
+            let (shard, local) = self.indexed(found)?;
+            // `f` runs last, on a record that passed its check: an attempt that fails (and is
+            // retried) fails before it.
+            let run = |raw: &[u8]| (f.take().expect("`f` runs once, last"))(found.pos, raw);
+            self.shards[shard].with_record_of(local, key, run).map(Some)
+        })
     }
 
     /// Runs `read` on `items` in request order, `at` naming each one's shard and position there:
