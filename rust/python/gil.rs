@@ -15,13 +15,22 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 
 /// Whether another Python thread may want the GIL during a read: one of the store's remote, or
-/// another thread or interpreter exists.
+/// another thread or interpreter exists. Always on a free-threaded CPython: there, a thread that
+/// stays attached holds up every other thread's stop-the-world pause (the garbage collector's),
+/// and the thread list is not ours to read without the lock CPython keeps to itself.
+#[cfg(not(Py_GIL_DISABLED))]
 pub(crate) fn others_may_wait(py: Python<'_>, fetches: bool) -> bool {
     fetches || !alone(py)
 }
 
+#[cfg(Py_GIL_DISABLED)]
+pub(crate) fn others_may_wait(_py: Python<'_>, _fetches: bool) -> bool {
+    true
+}
+
 /// Whether the calling thread (which holds the GIL) is the only thread state of the only
 /// interpreter.
+#[cfg(not(Py_GIL_DISABLED))]
 fn alone(_py: Python<'_>) -> bool {
     // SAFETY: the GIL is held (`_py`): the current thread state and interpreter are valid and
     // stay so. Our own thread state is not freed while we run, so reading its successor is
