@@ -25,9 +25,9 @@
 # 3.14 is the first target: PyO3 0.30 refuses 3.13t ("PyO3 does not support the free-threaded
 # build of CPython versions below 3.14"). docstore's cp314t and cp314 wheels are built with maturin
 # against the two interpreters, reusing cargo's release build (only the pyo3 crates and the link
-# are redone), and installed into a venv per interpreter with numpy, pytest, hypothesis and mypy
-# from PyPI (numpy ships cp314t wheels); `torch` adds PyPI's torch (its cp314t wheel pulls CUDA's
-# libraries: about 3 GB).
+# are redone), and installed into a venv per interpreter with what the tests need from PyPI
+# (TEST_DEPS below); `torch` adds PyPI's torch (2.15 has a cp314t wheel for Linux x86_64; it pulls
+# CUDA's libraries, about 3 GB).
 #
 # Everything built is kept under build/freethreaded/ (the source, both CPythons and venvs, the
 # maturin venv, the wheels): a second run only rebuilds the wheels and runs the tests. Delete the
@@ -44,7 +44,10 @@ SERIES=3.14                                  # the python3.X source package
 ARCHIVES="${ARCHIVES:-http://archive.ubuntu.com/ubuntu|resolute http://deb.debian.org/debian|sid}"
 FLAVOURS="3.14t 3.14"                        # ABI tags: free-threaded, and the GIL baseline
 MATURIN="maturin>=1.5,<2"                    # as .ci/run; 3.14t needs no particular release
-TEST_DEPS="numpy pytest hypothesis mypy"     # what tests/core needs (mypy: test_stubs.py)
+# What tests/core needs: docstore's own dependencies (numpy, tqdm), mypy (test_stubs.py), ml_dtypes
+# (bfloat16), pyarrow and datasets (test_types.py's Arrow and Hugging Face cases). Each has a
+# cp314t wheel, or is pure Python.
+TEST_DEPS="numpy tqdm pytest hypothesis mypy ml_dtypes pyarrow datasets"
 BUILD="$PWD/build/freethreaded"
 SRC="$BUILD/src"
 mkdir -p "$SRC"
@@ -155,12 +158,12 @@ for flavour in $FLAVOURS; do
   if [ ! -f "$venv/.ready" ]; then
     rm -rf "$venv"
     "$BUILD/cpython-$flavour/bin/python$flavour" -m venv "$venv"
-    "$venv/bin/python" -m pip install -q $TEST_DEPS
+    "$venv/bin/python" -m pip install -q --only-binary=:all: $TEST_DEPS
     touch "$venv/.ready"
   fi
 done
 if [[ " $PARTS " == *" torch "* ]] && ! "$BUILD/venv-3.14t/bin/python" -c 'import torch' 2>/dev/null; then
-  "$BUILD/venv-3.14t/bin/python" -m pip install -q torch
+  "$BUILD/venv-3.14t/bin/python" -m pip install -q --only-binary=:all: torch
 fi
 
 echo "--- wheels: cp314t and cp314 ($MATURIN)"
@@ -193,7 +196,7 @@ print(f"CPython {sys.version.split()[0]}, GIL disabled after importing docstore 
       || { failed+=("the GIL stays disabled"); continue; }
     # From the repository, docstore from the installed wheel (python/ is not on the path);
     # -p no:cacheprovider: nothing written into the repository. test_docs.py is left out: the
-    # docs' examples use torch, pyarrow and datasets, not installed here.
+    # docs' examples need Ray, Spark and torch, not installed here.
     if [ "$part" = test ]; then
       echo "--- tests/core on CPython 3.14t"
       "$py" -m pytest -q -p no:cacheprovider tests/core --ignore tests/core/test_docs.py \
