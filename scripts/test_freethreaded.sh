@@ -31,9 +31,10 @@
 #
 # Everything built is kept under build/freethreaded/ (the source, both CPythons and venvs, the
 # maturin venv, the wheels): a second run only rebuilds the wheels and runs the tests. Delete the
-# folder to start over. Not in CI: the first run costs two CPython builds, each about 6
-# CPU-minutes (on 2 cores, 10-20 minutes of wall on a loaded machine), then the venvs from PyPI;
-# later runs cost the wheels and the tests (tests/core: 2-3 minutes).
+# folder to start over. Not in CI: the first run costs two CPython builds, each 4-11 minutes of
+# wall on 2 cores (259 s for 3.14t at a light load, 11 minutes beside two other compiles), the
+# venvs from PyPI (about 400 MB each; torch: 3.5 GB more); later runs cost the wheels (about a
+# minute) and the tests (tests/core: 0.5-2 minutes). The release workflow covers 3.14t in CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
