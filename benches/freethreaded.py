@@ -13,8 +13,10 @@ scripts/test_freethreaded.sh runs it on CPython 3.14t against 3.14 built from th
 
 Each thread does the same fixed work; the figure is the work of all threads over the wall time
 from their common start to the last one's end, and ``2 threads / 1 thread`` is the scaling (2.0 at
-best). ``DOCSTORE_NUM_THREADS=1``: a batch decodes on its calling thread, so the threads measured
-are the only ones working.
+best). ``cores`` is what the two threads got (the process's CPU time over that wall time), and
+``python x2 cores`` the same for two threads of a pure-Python loop: on a loaded machine it says how
+much of a second core there was to scale onto at all. ``DOCSTORE_NUM_THREADS=1``: a batch decodes
+on its calling thread, so the threads measured are the only ones working.
 """
 
 from __future__ import annotations
@@ -38,8 +40,9 @@ OPS = ("store[id]", "get_many(64)", "get_many(1024)")
 THREADS = (1, 2)
 
 
-def measure(path: str, ids: list[str], op: str, threads: int, seconds: float) -> float:
-    """Documents per second of ``threads`` threads each doing the same fixed work of ``op``."""
+def measure(path: str, ids: list[str], op: str, threads: int, seconds: float) -> tuple[float, float]:
+    """Documents per second of ``threads`` threads each doing the same fixed work of ``op``, and
+    the cores they got (the process's CPU time over the wall time: at most ``threads``)."""
     import docstore
 
     store = docstore.open(path)
@@ -73,12 +76,38 @@ def measure(path: str, ids: list[str], op: str, threads: int, seconds: float) ->
     for t in pool:
         t.start()
     barrier.wait()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for t in pool:
         t.join()
     wall = time.perf_counter() - start
+    cores = (time.process_time() - cpu) / wall
     store.close()
-    return threads * calls * size / wall
+    return threads * calls * size / wall, cores
+
+
+def measure_python(seconds: float) -> tuple[float, float]:
+    """Iterations per second, and cores, of two threads each running the same pure-Python loop."""
+
+    def work(n: int) -> None:
+        total = 0
+        for i in range(n):
+            total += i
+
+    calls, took = 1024, 0.0
+    while took < seconds / 8:
+        calls *= 2
+        start = time.perf_counter()
+        work(calls)
+        took = time.perf_counter() - start
+    calls = max(1, int(calls * seconds / 4 / took))
+    pool = [threading.Thread(target=work, args=(calls,)) for _ in range(2)]
+    start, cpu = time.perf_counter(), time.process_time()
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    wall = time.perf_counter() - start
+    return 2 * calls / wall, (time.process_time() - cpu) / wall
 
 
 def interpreter() -> str:
@@ -95,6 +124,9 @@ def child(path: str, seconds: float) -> None:
     with docstore.open(path) as store:
         ids = list(store.keys())
     rates = {f"{op} x{n}": measure(path, ids, op, n, args.seconds) for op in OPS for n in THREADS}
+    # A pure-Python loop on two threads: the cores this machine gives two threads of this
+    # interpreter at all (on a build with the GIL, at most 1; a loaded machine, fewer).
+    rates["python x2"] = measure_python(args.seconds)
     print(json.dumps({"interpreter": interpreter(), "rates": rates}))
 
 
@@ -136,20 +168,31 @@ def main() -> None:
                 ).stdout
                 line = json.loads(out.strip().splitlines()[-1])
                 for key, rate in line["rates"].items():
-                    results.setdefault(line["interpreter"], {}).setdefault(key, []).append(rate)
+                    results.setdefault(line["interpreter"], {}).setdefault(key, []).append(tuple(rate))
         load = os.getloadavg()
         print(
             f"{args.docs} docs, {args.rounds} rounds of {args.seconds} s, median docs/s; "
             f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} CPUs"
         )
-        print(f"{'interpreter':44} {'op':16} {'1 thread':>11} {'2 threads':>11} {'2/1':>6}")
+        # cores: what the 2 threads got (CPU time / wall); `python x2`: the same for a pure-Python
+        # loop, the most two threads could get here (2.0 on two idle cores without a GIL).
+        print(
+            f"{'interpreter':44} {'op':16} {'1 thread':>11} {'2 threads':>11} {'2/1':>6} "
+            f"{'cores':>6} {'python x2 cores':>16}"
+        )
         table = []
         for name, rates in results.items():
+            control = statistics.median(c for _, c in rates["python x2"])
             for op in OPS:
-                one = statistics.median(rates[f"{op} x1"])
-                two = statistics.median(rates[f"{op} x2"])
-                table.append({"interpreter": name, "op": op, "1": one, "2": two, "scaling": two / one})
-                print(f"{name:44} {op:16} {one:11,.0f} {two:11,.0f} {two / one:6.2f}")
+                one = statistics.median(r for r, _ in rates[f"{op} x1"])
+                two = statistics.median(r for r, _ in rates[f"{op} x2"])
+                cores = statistics.median(c for _, c in rates[f"{op} x2"])
+                row = {"interpreter": name, "op": op, "1": one, "2": two, "scaling": two / one}
+                table.append({**row, "cores": cores, "python_x2_cores": control})
+                print(
+                    f"{name:44} {op:16} {one:11,.0f} {two:11,.0f} {two / one:6.2f} "
+                    f"{cores:6.2f} {control:16.2f}"
+                )
         if args.json:
             Path(args.json).write_text(json.dumps({"load": load, "rows": table}, indent=1))
 

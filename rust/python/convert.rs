@@ -499,7 +499,10 @@ fn exact_elements<'a>(
     if len == 0 {
         return Some(&[]);
     }
-    // SAFETY: a C-contiguous array of `len` bytes; the GIL is held while the slice is used.
+    // SAFETY: a C-contiguous array of `len` bytes, kept alive by `obj` while the slice is used.
+    // Its contents stay put as long as no other thread writes or resizes the array meanwhile:
+    // the GIL ensures that on a regular build; on a free-threaded one it is the caller's to
+    // ensure, as for numpy's own functions (docs/wheels.md, "Free-threaded CPython").
     unsafe {
         Some(std::slice::from_raw_parts(
             (*array.as_array_ptr()).fields.data as *const u8,

@@ -9,10 +9,15 @@ runs them on CPython 3.14t with the GIL off.
 from __future__ import annotations
 
 import collections
+import os
 import random
+import subprocess
+import sys
+import sysconfig
 import threading
 
 import numpy as np
+import pytest
 
 import docstore
 
@@ -180,3 +185,23 @@ def test_a_child_forked_while_a_doc_class_is_being_made_can_make_doc_classes():
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["0"]
+
+
+@pytest.mark.skipif(
+    not sysconfig.get_config_var("Py_GIL_DISABLED"),
+    reason="a free-threaded CPython (3.14t) only: elsewhere there is no GIL to keep disabled",
+)
+def test_importing_docstore_leaves_the_gil_disabled():
+    """The module declares ``gil_used = false``: a free-threaded CPython keeps the GIL off after
+    importing it (for a module that does not, it turns the GIL back on with a RuntimeWarning)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON_GIL"}  # nothing forces it off
+    code = "import sys, docstore; print(sys._is_gil_enabled())"
+    proc = subprocess.run(
+        [sys.executable, "-W", "error::RuntimeWarning", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False"]

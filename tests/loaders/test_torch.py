@@ -5,6 +5,9 @@ from __future__ import annotations
 import copy
 import multiprocessing
 import pickle
+import subprocess
+import sys
+import textwrap
 import warnings
 from pathlib import Path
 
@@ -266,26 +269,36 @@ def test_parent_that_used_batch_lookups_does_not_hang_forked_workers(store_path)
     assert result.stdout.strip() == "ok"
 
 
-def test_worker_threads_are_shared_between_workers(store_path):
-    result = run_python(
-        f"""
-        import os
-        os.environ.pop("DOCSTORE_NUM_THREADS", None)
-        import docstore
-        from docstore.torch import DocDataset
-        from torch.utils.data import DataLoader
+def test_worker_threads_are_shared_between_workers(store_path, tmp_path, start_method):
+    """Under every start method (3.14 starts workers with forkserver by default, 3.11 with fork):
+    the script is a file, whose functions a spawned or forkserver worker can import."""
+    script = tmp_path / "workers.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import os
+            os.environ.pop("DOCSTORE_NUM_THREADS", None)
+            import docstore
+            from docstore.torch import DocDataset
+            from torch.utils.data import DataLoader
 
-        def threads(batch):
-            return docstore.get_num_threads()
+            def threads(batch):
+                return docstore.get_num_threads()
 
-        dataset = DocDataset({store_path!r}, field="text")
-        loader = DataLoader(dataset, batch_size=500, num_workers=2, collate_fn=threads)
-        cpus = len(os.sched_getaffinity(0))
-        assert set(loader) == {{max(1, cpus // 2)}}, (set(loader), cpus)
-        assert docstore.get_num_threads() == cpus  # the parent is left alone
-        print("ok")
-        """
+            if __name__ == "__main__":
+                dataset = DocDataset({str(store_path)!r}, field="text")
+                loader = DataLoader(
+                    dataset, batch_size=500, num_workers=2, collate_fn=threads,
+                    multiprocessing_context={start_method!r},
+                )
+                cpus = len(os.sched_getaffinity(0))
+                assert set(loader) == {{max(1, cpus // 2)}}, (set(loader), cpus)
+                assert docstore.get_num_threads() == cpus  # the parent is left alone
+                print("ok")
+            """
+        )
     )
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
 
