@@ -10,7 +10,7 @@ use crate::scratch::{with_single, Batches, Decoded};
 use crate::text::{RecordTexts, Wants};
 use arc_swap::ArcSwapOption;
 use docstore_core::record;
-use docstore_core::repeats::distinct;
+use docstore_core::repeats::{distinct, Seen};
 use docstore_core::storage::Source;
 use docstore_core::{Collection, DataAccess, Located, RemoteOptions};
 use numpy::PyArray1;
@@ -469,10 +469,7 @@ impl Reader {
         // Keep the id objects: they become the dict keys and doc.doc_id without new strings.
         // A repeated id is a repeated dict key: each distinct id is kept (and read) once, in
         // first-seen order (the order a dict keeps), as the ids come, so that memory grows
-        // with the distinct ids, not with the ids given. The result dict itself finds the
-        // repeats: each id goes in as it comes (with no value yet), hashed once by Python (a
-        // `str` keeps its hash; the dict needs it anyway), where a table of our own that hashed
-        // its bytes again cost ~70 instructions an id more; its value is filled in once read.
+        // with the distinct ids, not with the ids given.
         fn text<'a>(id: &'a Bound<'_, PyString>) -> &'a [u8] {
             id.to_str().map_or(&b""[..], str::as_bytes)
         }
@@ -480,18 +477,26 @@ impl Reader {
         // or a huge list of repeats still grows with the distinct ids only.
         let hint = doc_ids.len().unwrap_or(0).min(1 << 16);
         let mut objects: Vec<Bound<'py, PyString>> = Vec::with_capacity(hint);
-        let out = PyDict::new(py);
+        let mut seen = Seen::with_capacity(hint);
         for id in ids_of(doc_ids)? {
             let Ok(id) = id?.cast_into::<PyString>().map(plain_str) else {
                 continue;
             };
-            if first_seen(&out, &id)? {
+            // Python's hash of a str, computed once and kept in it: the result dict needs it too
+            // (hashing the bytes again with xxh3 cost ~30 instructions an id).
+            let hash = id.hash()? as u64;
+            let same = |d: usize| {
+                let earlier = objects[d].as_any();
+                earlier.is(&id) || PyAnyMethods::eq(earlier, &id).unwrap_or(false)
+            };
+            if seen.insert(hash, same).is_none() {
                 objects.push(id);
             }
         }
         let keys: Vec<&[u8]> = objects.iter().map(text).collect();
         guard(py, || {
             let mut batches = Batches::take();
+            let out = PyDict::new(py);
             let mut objects = objects.iter();
             // Per chunk of keys: the positions of those found, whose records `decoded` holds.
             let then = |decoded: &Decoded, positions: Vec<Option<u64>>| {
@@ -509,8 +514,6 @@ impl Reader {
                             decoded.texts.record(i),
                         )?;
                         out.set_item(object, value)?;
-                    } else {
-                        out.del_item(object)?;
                     }
                 }
                 Ok(())
@@ -834,21 +837,6 @@ impl Reader {
             })
         })
     }
-}
-
-/// Puts `id` in `out` (with `None` until its document is read) unless it is there: whether it
-/// was not (the first time the batch names it).
-fn first_seen(out: &Bound<'_, PyDict>, id: &Bound<'_, PyString>) -> PyResult<bool> {
-    let before = out.len();
-    // SAFETY: the three objects are alive for the call (the GIL is held, `out` is this call's
-    // own); what comes back is a borrowed reference, used only to tell an error (NULL). One
-    // lookup, where `PyDict_SetDefaultRef` (3.13) emulated on older Pythons makes two.
-    let value =
-        unsafe { pyo3::ffi::PyDict_SetDefault(out.as_ptr(), id.as_ptr(), pyo3::ffi::Py_None()) };
-    if value.is_null() {
-        return Err(PyErr::fetch(out.py()));
-    }
-    Ok(out.len() > before)
 }
 
 /// Each key with where `Collection::locate_batch` found it: the batch searched once (before it
