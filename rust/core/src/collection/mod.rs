@@ -486,19 +486,22 @@ impl Collection {
     }
 
     fn locate_once<'k>(&self, keys: &[&'k [u8]]) -> Result<Vec<(&'k [u8], Option<Located>)>> {
-        let found = self.id_index().locate_many(keys)?;
         let mut located = Vec::with_capacity(keys.len());
-        for (&key, found) in keys.iter().zip(found) {
-            let at = found.map(|found| {
-                let (shard, local) = self.indexed(found)?;
-                Ok::<_, Error>(Located {
-                    pos: found.pos,
-                    shard,
-                    local,
-                })
-            });
-            located.push((key, at.transpose()?));
-        }
+        self.id_index().locate_each(keys, |i, found| {
+            let at = match found {
+                Some(found) => {
+                    let (shard, local) = self.indexed(found)?;
+                    Some(Located {
+                        pos: found.pos,
+                        shard,
+                        local,
+                    })
+                }
+                None => None,
+            };
+            located.push((keys[i], at));
+            Ok(())
+        })?;
         Ok(located)
     }
 
