@@ -142,6 +142,9 @@ def test_get_many_keeps_request_order_and_omits_missing(store, oracle):
             assert_doc_equal(doc, doc_id, oracle[doc_id])
     assert list(store.get_many(iter(ids[:3]))) == ids[:3]
     assert list(store.get_many([ids[0], ids[0], 5, None])) == [ids[0]]
+    # A missing id, repeated, before and between found ones; ids that are no UTF-8.
+    request = ["missing", ids[1], "missing", ids[0], "\ud800", ids[1], "\ud800", ids[2]]
+    assert list(store.get_many(request * 200, field="doc_id")) == [ids[1], ids[0], ids[2]]
     got = [d.doc_id for d in store.get_many_iter([*ids[:10], "missing"])]
     assert got == ids[:10]
     # One document per id asked, duplicates included, wherever the hidden chunks split the ids.

@@ -154,42 +154,50 @@ impl IdTable {
     }
 }
 
-type Table<V> = HashMap<u64, V, BuildHasherDefault<Prehashed>>;
-
 /// The distinct items of `items` when some repeat, `None` when all are distinct (the common case,
-/// decided by one pass over the hashes: ~5 ns an item, ~1% of a `get_many` of 1000 ids).
+/// decided by one pass over the hashes, `all_differ`).
 pub fn distinct<T: Eq>(items: &[T], hash: impl Fn(&T) -> u64) -> Option<Distinct> {
-    let hashes: Vec<u64> = items.iter().map(hash).collect();
-    let mut first_of: Table<usize> =
-        Table::with_capacity_and_hasher(items.len(), Default::default());
-    if hashes.iter().all(|&h| first_of.insert(h, 0).is_none()) {
+    if all_differ(items.iter().map(&hash)) {
         return None;
     }
-    first_of.clear();
-    // Items whose hash equals an earlier, different item's (rare): index in `firsts` by hash.
-    let mut collided: Table<Vec<usize>> = Table::default();
+    let mut seen = Seen::with_capacity(items.len());
     let mut firsts = Vec::new();
     let mut of_row = Vec::with_capacity(items.len());
-    for (row, (item, &h)) in items.iter().zip(&hashes).enumerate() {
-        let same = |&d: &usize| items[firsts[d]] == *item;
-        let found = match first_of.get(&h) {
-            None => None,
-            Some(d) if same(d) => Some(*d),
-            Some(_) => collided
-                .get(&h)
-                .and_then(|ds| ds.iter().copied().find(|d| same(d))),
-        };
-        let d = found.unwrap_or_else(|| {
-            let d = firsts.len();
-            if first_of.try_insert_new(h, d) {
-                collided.entry(h).or_default().push(d);
-            }
+    for (row, item) in items.iter().enumerate() {
+        let found = seen.insert(hash(item), |d| items[firsts[d]] == *item);
+        of_row.push(found.unwrap_or_else(|| {
             firsts.push(row);
-            d
-        });
-        of_row.push(d);
+            firsts.len() - 1
+        }));
     }
     (firsts.len() < items.len()).then_some(Distinct { firsts, of_row })
+}
+
+/// Whether the `hashes` all differ (the common case `distinct` rules out first): a set of them
+/// with open addressing (as `Seen`), ~20 instructions a hash where a `HashMap` and a `Vec` of the
+/// hashes took ~70 (`take` of 1024 random positions).
+fn all_differ(hashes: impl ExactSizeIterator<Item = u64>) -> bool {
+    let mut slots = vec![0u64; slots_for(hashes.len())];
+    let mask = slots.len() - 1;
+    // 0 marks an empty slot: a hash of 0 is kept aside.
+    let mut zero = false;
+    for h in hashes {
+        if h == 0 {
+            if std::mem::replace(&mut zero, true) {
+                return false;
+            }
+            continue;
+        }
+        let mut i = slot_of(h, mask);
+        loop {
+            match slots[i] {
+                0 => break slots[i] = h,
+                s if s == h => return false,
+                _ => i = (i + 1) & mask,
+            }
+        }
+    }
+    true
 }
 
 /// The hash `distinct_keys` and a `Seen` of ids use.
@@ -205,11 +213,14 @@ pub fn distinct_keys<K: AsRef<[u8]> + Eq>(keys: &[K]) -> Option<Distinct> {
 /// Distinct items met one at a time, held by the caller (ids that are Python objects): each new
 /// one is numbered in first-seen order. Memory grows with the distinct items only, so that
 /// 3,000,000 copies of one id cost one entry (a pass that hashed every row first held ~2 GB).
+/// Open addressing with linear probing, ~20 instructions an item where a `HashMap` (and a second
+/// one for collisions) took ~120 (`get_many` of 1024 ids): items of equal hash, repeats or
+/// collisions that `same` tells apart, simply sit in the same run of slots.
 #[derive(Default)]
 pub struct Seen {
-    first_of: Table<usize>,
-    /// Items whose hash equals an earlier, different item's (rare): their numbers, by hash.
-    collided: Table<Vec<usize>>,
+    /// `[hash, number + 1]` per slot; 0 for an empty one. At most half of them are full. (An
+    /// array, not a tuple: a table of zeros is then one zeroed allocation.)
+    slots: Vec<[u64; 2]>,
     len: usize,
 }
 
@@ -222,8 +233,8 @@ impl Seen {
     /// batch of 1024 ids ~65 instructions an id).
     pub fn with_capacity(items: usize) -> Seen {
         Seen {
-            first_of: Table::with_capacity_and_hasher(items, Default::default()),
-            ..Seen::default()
+            slots: vec![[0; 2]; slots_for(items)],
+            len: 0,
         }
     }
 
@@ -238,40 +249,49 @@ impl Seen {
 
     /// The number of the item hashing to `hash`, when one seen before equals it (`same(d)`: it
     /// equals distinct item `d`); `None` when it is new, which then becomes item `len()`.
+    #[inline]
     pub fn insert(&mut self, hash: u64, same: impl Fn(usize) -> bool) -> Option<usize> {
-        let found = match self.first_of.get(&hash) {
-            None => None,
-            Some(&d) if same(d) => Some(d),
-            Some(_) => {
-                (self.collided.get(&hash)).and_then(|ds| ds.iter().copied().find(|&d| same(d)))
-            }
-        };
-        if found.is_none() {
-            let d = self.len;
-            if self.first_of.try_insert_new(hash, d) {
-                self.collided.entry(hash).or_default().push(d);
-            }
-            self.len += 1;
+        if (self.len + 1) * 2 > self.slots.len() {
+            self.grow();
         }
-        found
-    }
-}
-
-trait TryInsertNew {
-    /// Inserts `h -> d` unless `h` is present: whether it was (and so `d` was not inserted).
-    fn try_insert_new(&mut self, h: u64, d: usize) -> bool;
-}
-
-impl TryInsertNew for Table<usize> {
-    fn try_insert_new(&mut self, h: u64, d: usize) -> bool {
-        match self.entry(h) {
-            std::collections::hash_map::Entry::Occupied(_) => true,
-            std::collections::hash_map::Entry::Vacant(slot) => {
-                slot.insert(d);
-                false
+        let mask = self.slots.len() - 1;
+        let mut i = slot_of(hash, mask);
+        loop {
+            match self.slots[i] {
+                [_, 0] => {
+                    self.len += 1;
+                    self.slots[i] = [hash, self.len as u64];
+                    return None;
+                }
+                [h, d] if h == hash && same(d as usize - 1) => return Some(d as usize - 1),
+                _ => i = (i + 1) & mask,
             }
         }
     }
+
+    fn grow(&mut self) {
+        let old = std::mem::replace(&mut self.slots, vec![[0; 2]; slots_for(self.len + 1)]);
+        let mask = self.slots.len() - 1;
+        for slot in old.into_iter().filter(|&[_, d]| d != 0) {
+            let mut i = slot_of(slot[0], mask);
+            while self.slots[i][1] != 0 {
+                i = (i + 1) & mask;
+            }
+            self.slots[i] = slot;
+        }
+    }
+}
+
+/// Slots of an open-addressing table for `items` (a power of two, at least twice as many).
+fn slots_for(items: usize) -> usize {
+    (items.saturating_mul(2)).max(16).next_power_of_two()
+}
+
+/// The slot of `hash` in a table of `mask + 1` slots: the top bits of its product with 2^64 / phi
+/// (Fibonacci hashing), which depend on every bit of `hash`.
+#[inline(always)]
+fn slot_of(hash: u64, mask: usize) -> usize {
+    (hash.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - mask.count_ones())) as usize
 }
 
 #[cfg(test)]
@@ -320,6 +340,44 @@ mod tests {
             assert_eq!(distinct, ["a", "b", "c", "d"]);
             assert_eq!(seen.len(), 4);
         }
+    }
+
+    #[test]
+    fn seen_keeps_its_numbers_as_it_grows() {
+        let mut seen = Seen::new();
+        let items: Vec<u64> = (0..5000).map(|i| i % 1500).collect();
+        let mut distinct: Vec<u64> = Vec::new();
+        for &item in &items {
+            // Half the items share a hash with another (colliding): `same` tells them apart.
+            match seen.insert(item / 2, |d| distinct[d] == item) {
+                Some(d) => assert_eq!(distinct[d], item),
+                None => distinct.push(item),
+            }
+        }
+        assert_eq!(distinct, (0..1500).collect::<Vec<u64>>());
+        assert_eq!(seen.len(), 1500);
+    }
+
+    #[test]
+    fn all_differ_finds_a_repeated_hash_wherever_it_lands() {
+        assert!(all_differ([].into_iter()));
+        assert!(all_differ([0, 1, u64::MAX].into_iter()));
+        assert!(!all_differ([0, 5, 0].into_iter()));
+        // Hashes in neighbouring slots: a repeat is found past a run of others.
+        let crowded: Vec<u64> = (1..100).collect();
+        assert!(all_differ(crowded.iter().copied()));
+        for repeat in [1, 50, 99] {
+            let with_repeat: Vec<u64> = crowded.iter().copied().chain([repeat]).collect();
+            assert!(!all_differ(with_repeat.into_iter()));
+        }
+        // A run of slots wraps around the end of the table.
+        let last = (1..)
+            .find(|&h| slot_of(h, 15) == 15)
+            .expect("some hash lands last");
+        let same_slot: Vec<u64> = (1..).filter(|&h| slot_of(h, 15) == 15).take(5).collect();
+        assert!(all_differ(same_slot.iter().copied()));
+        let wrapped: Vec<u64> = same_slot.iter().copied().chain([last]).collect();
+        assert!(!all_differ(wrapped.into_iter()));
     }
 
     #[test]

@@ -225,10 +225,27 @@ impl<B: Storage> Store<B> {
 
     /// `locate` of many keys.
     pub fn locate_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Found>>> {
+        let mut found = Vec::with_capacity(keys.len());
+        self.locate_each(keys, |_, f| {
+            found.push(f);
+            Ok(())
+        })?;
+        Ok(found)
+    }
+
+    /// `locate_many`, each key's result (with its index in `keys`) handed to `each` in order
+    /// rather than collected: a caller that makes something of each (`Collection::locate_batch`)
+    /// makes one list, not two.
+    pub fn locate_each(
+        &self,
+        keys: &[&[u8]],
+        mut each: impl FnMut(usize, Option<Found>) -> Result<()>,
+    ) -> Result<()> {
         let ranks = self.ranks(keys)?;
-        (ranks.into_iter())
-            .map(|rank| rank.map(|rank| self.found_at(rank)).transpose())
-            .collect()
+        for (i, rank) in ranks.into_iter().enumerate() {
+            each(i, rank.map(|rank| self.found_at(rank)).transpose()?)?;
+        }
+        Ok(())
     }
 
     /// Ranks of many keys (see `positions`), misses confirmed.
