@@ -135,7 +135,9 @@ def test_a_crafted_claim_of_2_gb_is_corrupt_not_an_abort(tmp_path):
 
 def test_a_genuine_document_too_large_for_the_memory_limit_raises_memory_error(tmp_path):
     """A genuine 256 MiB document (1 MB on disk) read under limits that leave it 128 MiB (its
-    decoding fails) and 384 MiB (it decodes, its copy into the batch fails): MemoryError, not an
+    decoding fails) and 384 MiB (it decodes, then its copy into the batch or, for a single lookup
+    alone in its process, which builds its value from the decoded record, CPython making the
+    `bytes` fails: a MemoryError of CPython's own, without a message): MemoryError, not an
     abort, and without the limit it reads."""
     size = 256 << 20
     path = tmp_path / "big.docstore"
@@ -150,7 +152,9 @@ def test_a_genuine_document_too_large_for_the_memory_limit_raises_memory_error(t
             outcomes = read_under_limit(path, headroom, read, reads)
             assert outcomes.keys() == reads.keys()
             for name, outcome in outcomes.items():
-                assert outcome.startswith("MemoryError: out of memory"), (headroom, read, name, outcome)
+                ours = outcome.startswith("MemoryError: out of memory")
+                cpythons = headroom > size and outcome == "MemoryError: "
+                assert ours or cpythons, (headroom, read, name, outcome)
     cli = run_python(CLI_UNDER_LIMIT.format(path=str(path), headroom=128 << 20))
     assert cli.returncode == 1 and "docstore get: error: out of memory" in cli.stderr, cli.stderr
     ok = read_under_limit(path, 1 << 40, reads={"get": 'store["big"].b == b"0123456789abcdef" * (256 << 16)'})
