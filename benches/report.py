@@ -161,36 +161,70 @@ Instructions per document:
 | `take(1024 positions, field="text")` | 4,199 | 4,193 | 3,504 | 32,616 |
 | build (`docstore.build` of the 30,000 passages, one thread) | 58,269 | 58,269 | - | - |
 
-What a single passage lookup (6,104) is made of:
+Single lookups since, on 1M msmarco-like passages (`python -m benches.instructions STORE --ops
+get,loop`, the `fix-single` branch, 2026-11-27; the stores of one corpus written as format 3, 1
+and, by 9483221, 2):
+
+| `store[id].text` in a Python loop | format 3 | format 1 | format 2 (9483221) |
+|---|--:|--:|--:|
+| before (ef8fd51) | 6,157 | 5,864 | 5,717 |
+| alone in its process, the GIL kept (`gil::others_may_wait`) | 5,839 | - | - |
+| alone, the Doc built where the record was decoded (`Collection::with_one`) | 5,704 | - | - |
+| the Doc never tracked by the garbage collector (`PyObject_GC_NewVar`) | 5,558-5,600 | 5,290 | - |
+| beside another Python thread: the GIL released, the record copied (before / now) | 6,142 / 6,222 | - | - |
+
+(The same code counts 5,558 or 5,600 in two incremental builds: codegen moves ~40.) The loop over a
+dict of the same Docs is 844. A thread that waits on an `Event` is enough to take the second
+path; it did not get faster (the Doc's saving is eaten by the moved code and the thread check).
+
+What a single passage lookup alone in its process (5,600) is made of:
 
 | part | instructions | share |
 |---|--:|--:|
-| liblz4 decoding (`LZ4_decompress_*`): floor | 1,656 | 27% |
-| key search (`rank_of`, `found_at`: fences, block, entry): floor | 635 | 10% |
-| the `str` (`PyUnicode_New`, the copy): floor | ~190 | 3% |
-| the per-read check (xxh3 of key and body, `checked_body`) | 310 | 5.1% |
-| releasing and retaking the GIL around the read (pyo3 `detach`) | 457 | 7% |
-| the Doc: field walk, `DocBuilder`, its deallocation | ~600 | 10% |
-| the call: pyo3 trampoline, argument, `ArcSwap`, `with_single`, collection layers | ~700 | 11% |
-| Python's loop, the `.text` attribute | 844 | 14% |
-| the rest, by subtraction (allocator, decoder set-up, `RecordBatch`) | ~715 | 12% |
+| liblz4 decoding (`LZ4_decompress_*`): floor | 1,640 | 29% |
+| key search (`lower_bound`, `find`, fences, block, entry): floor | 760 | 14% |
+| the `str` (`PyUnicode_New`, the copy): floor | 139 | 2% |
+| the per-read check (xxh3 of key, position and body, `checked_body`) | 308 | 5.5% |
+| releasing and retaking the GIL around the read | 0 (~450 beside another thread) | 0% |
+| the Doc: field walk, `Reader::build`, allocation, its deallocation | ~576 | 10% |
+| the call, decoder set-up, allocator, collection layers (by subtraction) | ~1,330 | 24% |
+| Python's loop, the `.text` attribute | 844 | 15% |
 
-- **Single lookups.** The floor's parts are ~2,480 of 5,260 instructions in docstore's call (0.47;
-  0.54 with Python's loop on both sides), so the 0.7 target is not reached. No single part is
-  large: the GIL's release (457) is kept, as format 2 kept it, because a lookup that faults a page
-  in from disk must not stop every other Python thread; the check (310, 5.1%; 5.3% of a long
-  document's 41,034) is kept. A passage lookup already runs fewer instructions than format 2's
-  (6,104 against 6,219), which did no per-read check.
+- **Single lookups.** The floor's parts are ~2,540 of 4,756 instructions in docstore's call (0.53;
+  0.60 with Python's loop on both sides; before: 0.47 and 0.54), so the 0.7 target is not reached.
+  The GIL is released around the read whenever another Python thread or interpreter exists, or the
+  store is remote: alone in its process a lookup that waits on the disk stops nobody, and
+  CPython's mutex and condition variable cost ~320 instructions (more in time: the A/B below).
+  The check (308, 5.5%; format 1 runs 5.1% fewer instructions, 5,290) is kept: what is left of it
+  is xxh3 itself (~146 for a 129-240 byte body), fixed by the format.
+  Wall clock, alternating the two builds 4 times (`store[id].text` over 256 random ids x 400, load
+  6-7, so only the direction is worth reading): ef8fd51 1,455-2,430 ns a lookup (best 1,455), now
+  1,201-1,793 ns (best 1,201, -17%), faster in every round. Against 9483221 on its format 2 store,
+  3 rounds: 1,250-1,434 ns there, 1,012-1,362 ns now; fewer instructions too (5,600 against
+  5,717), where before format 3 ran 8% more.
 - **Batches.** Per document a `get_many(1024)` runs 0.84x the instructions of a single lookup in
   its loop (0.97x of the lookup's own 5,260), `take` 0.69x (0.80x): the 1.5x target is not reached
   on one thread. What a batch still does per document beyond the floor: the batch search (~810,
   more than the single search's 635 a key: 16 searches in lockstep trade instructions for
   overlapped cache misses; it was ~1,100 before `lower_bounds` shared one size per group),
   `Texts::prepare` (~400: the `str` layouts computed off the GIL, so that a second thread can make
-  them in parallel), the id dedup (`Seen`, ~130) and the result dict (~200). Against format 2,
-  `get_many` runs 7% more instructions and `take` 20% more: the per-read check (~310-330, 6-7% of
-  a batch's document, which format 2 did not do), `take`'s dedup of repeated positions
-  (`distinct`, ~140) and the checked read's key lookup.
+  them in parallel), the id dedup (`Seen`, ~130; ~90 since `fix-batch`, below) and the result dict
+  (~200). Against format 2, `get_many` runs 7% more instructions and `take` 20% more: the per-read
+  check (~310-330, 6-7% of a batch's document, which format 2 did not do), `take`'s dedup of
+  repeated positions (`distinct`, ~140; ~40 since `fix-batch`) and the checked read's key lookup.
+- **Batches, code against format 2's on the same file** (`fix-batch`, 2026-11-27): 1M
+  `msmarco_like` passages written as format 1 (no per-read check) and read by main's code and by
+  9483221's (its own store of the same passages), both built with the release profile, one
+  thread, `PYTHONHASHSEED=0`. `get_many(1024)`: 4,817 at main, 4,631 now, 4,545 at 9483221; the
+  search, reads and objects (inside `guard`) are level with 9483221 (4,316 against 4,311); what is
+  left is the id dedup (219 against 132 for a loop that did none): Python's cached `str` hash into
+  an open-addressing `Seen`, where xxh3 into a `HashMap` cost 302. `take(1024)`: 3,540 at main,
+  3,331 now, 3,177 at 9483221; what is left is the decoder's bookkeeping for many dictionaries
+  (`codec::decompress_with` and its thread-local decoder, which keeps a copy of each shard's
+  dictionary: ~250 against ~120) and `distinct` (~40, half of it callgrind counting the table's
+  zeroing byte by byte). On the default format 3 store: `get_many` 5,090 to 4,908, `take` 4,131
+  to 3,924. Wall-clock checks (`get_many(1024)` on one thread, the builds in turn) ran at load
+  4-5 and told nothing either way.
 - **Two threads of batches.** The decoding runs with the GIL released (`in_chunks_then`); the part
   of a `get_many(1024)` that holds it (making the values, the dict, the id dedup) is ~1,000 of
   5,110 instructions a document (those functions' own costs), ~20%: Amdahl's law caps two threads
