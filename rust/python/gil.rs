@@ -11,7 +11,6 @@
 //! state), so it is seen. One that C code attaches (`PyGILState_Ensure`) during a read waits
 //! for that read only, as for any C call that holds the GIL.
 
-use pyo3::ffi;
 use pyo3::prelude::*;
 
 /// Whether another Python thread may want the GIL during a read: one of the store's remote, or
@@ -32,6 +31,7 @@ pub(crate) fn others_may_wait(_py: Python<'_>, _fetches: bool) -> bool {
 /// interpreter.
 #[cfg(not(Py_GIL_DISABLED))]
 fn alone(_py: Python<'_>) -> bool {
+    use pyo3::ffi;
     // SAFETY: the GIL is held (`_py`): the current thread state and interpreter are valid and
     // stay so. Our own thread state is not freed while we run, so reading its successor is
     // safe; CPython changes these lists under a lock of its own that it does not export, so a
