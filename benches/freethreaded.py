@@ -58,14 +58,7 @@ def measure(path: str, ids: list[str], op: str, threads: int, seconds: float) ->
             for i in range(calls):
                 store.get_many(batches[i % 64])
 
-    # Calibrate on one thread: the number of calls that take about `seconds`.
-    calls, took = 1, 0.0
-    while took < seconds / 4:
-        calls *= 2
-        start = time.perf_counter()
-        work(calls)
-        took = time.perf_counter() - start
-    calls = max(1, int(calls * seconds / took))
+    calls = _calls_for(work, seconds, first=1, probe=seconds / 4)
     barrier = threading.Barrier(threads + 1)
 
     def run() -> None:
@@ -85,6 +78,18 @@ def measure(path: str, ids: list[str], op: str, threads: int, seconds: float) ->
     return threads * calls * size / wall, cores
 
 
+def _calls_for(work, seconds: float, first: int, probe: float) -> int:
+    """Calibrated on one thread: how many calls of ``work`` take about ``seconds`` (doubling from
+    ``first`` until a run takes ``probe`` seconds)."""
+    calls, took = first, 0.0
+    while took < probe:
+        calls *= 2
+        start = time.perf_counter()
+        work(calls)
+        took = time.perf_counter() - start
+    return max(1, int(calls * seconds / took))
+
+
 def measure_python(seconds: float) -> tuple[float, float]:
     """Iterations per second, and cores, of two threads each running the same pure-Python loop."""
 
@@ -93,13 +98,7 @@ def measure_python(seconds: float) -> tuple[float, float]:
         for i in range(n):
             total += i
 
-    calls, took = 1024, 0.0
-    while took < seconds / 8:
-        calls *= 2
-        start = time.perf_counter()
-        work(calls)
-        took = time.perf_counter() - start
-    calls = max(1, int(calls * seconds / 4 / took))
+    calls = _calls_for(work, seconds / 4, first=1024, probe=seconds / 8)
     pool = [threading.Thread(target=work, args=(calls,)) for _ in range(2)]
     start, cpu = time.perf_counter(), time.process_time()
     for t in pool:
