@@ -491,6 +491,9 @@ const KEEP_ROOM_PER_DICTIONARY: usize = 256 << 10;
 #[derive(Default)]
 struct Decoder {
     kept: Vec<Kept>,
+    /// The kept copy the last document was decoded behind: the next one almost always is too
+    /// (one store, or a run of one shard's documents), and then nothing is looked up.
+    current: Option<usize>,
     clock: u64,
     /// The dictionary not kept that was asked for last.
     missed: u64,
@@ -501,8 +504,53 @@ struct Decoder {
 struct Kept {
     /// Which dictionary (see `decoded_after_dict`).
     id: u64,
+    /// When it last became the current copy: between two switches only the current copy is
+    /// used, so this orders the copies by their last use.
     last_used: u64,
     buf: Vec<u8>,
+}
+
+impl Decoder {
+    /// The kept copy of dictionary `id` (`dict`), made the current one, or `None` where it is
+    /// decoded against the caller's (external mode).
+    fn switch_to(&mut self, id: u64, dict: &[u8]) -> Option<usize> {
+        self.clock += 1;
+        // The copy used until now keeps little room: many of them stay alive.
+        if let Some(previous) = self.current.take() {
+            let buf = &mut self.kept[previous].buf;
+            if buf.capacity() > buf.len() + KEEP_ROOM_PER_DICTIONARY {
+                buf.shrink_to(buf.len() + KEEP_ROOM_PER_DICTIONARY);
+            }
+        }
+        let mut kept = self.kept.iter().position(|k| k.id == id);
+        if kept.is_none() && (self.kept.len() < KEPT_DICTIONARIES || self.missed == id) {
+            let slot = if self.kept.len() < KEPT_DICTIONARIES {
+                self.kept.push(Kept {
+                    id,
+                    last_used: 0,
+                    buf: Vec::new(),
+                });
+                self.kept.len() - 1
+            } else {
+                let oldest = (self.kept.iter().enumerate()).min_by_key(|(_, k)| k.last_used);
+                oldest.map_or(0, |(i, _)| i)
+            };
+            let entry = &mut self.kept[slot];
+            entry.id = id;
+            entry.buf.clear();
+            entry.buf.extend_from_slice(dict);
+            kept = Some(slot);
+        }
+        match kept {
+            Some(slot) => {
+                self.missed = 0;
+                self.kept[slot].last_used = self.clock;
+                self.current = Some(slot);
+            }
+            None => self.missed = id,
+        }
+        kept
+    }
 }
 
 thread_local! {
@@ -541,41 +589,13 @@ fn decoded_after_dict<R>(
         };
         let state = &mut *guard;
         let id = dict_id ^ (dict.len() as u64).rotate_left(32);
-        state.clock += 1;
-        let mut kept = state.kept.iter().position(|k| k.id == id);
-        if kept.is_none() && (state.kept.len() < KEPT_DICTIONARIES || state.missed == id) {
-            let slot = if state.kept.len() < KEPT_DICTIONARIES {
-                state.kept.push(Kept {
-                    id,
-                    last_used: 0,
-                    buf: Vec::new(),
-                });
-                state.kept.len() - 1
-            } else {
-                let oldest = state
-                    .kept
-                    .iter()
-                    .enumerate()
-                    .min_by_key(|(_, k)| k.last_used);
-                oldest.map_or(0, |(i, _)| i)
-            };
-            let entry = &mut state.kept[slot];
-            entry.id = id;
-            entry.buf.clear();
-            entry.buf.extend_from_slice(dict);
-            kept = Some(slot);
-        }
+        let kept = match state.current {
+            Some(slot) if state.kept[slot].id == id => Some(slot),
+            _ => state.switch_to(id, dict),
+        };
         let (buf, start, history) = match kept {
-            Some(slot) => {
-                state.missed = 0;
-                let entry = &mut state.kept[slot];
-                entry.last_used = state.clock;
-                (&mut entry.buf, dict.len(), None)
-            }
-            None => {
-                state.missed = id;
-                (&mut state.scratch, 0, Some(dict.as_ptr()))
-            }
+            Some(slot) => (&mut state.kept[slot].buf, dict.len(), None),
+            None => (&mut state.scratch, 0, Some(dict.as_ptr())),
         };
         buf.truncate(start);
         try_reserve(buf, raw_len)?;
@@ -593,14 +613,6 @@ fn decoded_after_dict<R>(
             .map(|()| f(std::slice::from_raw_parts(buf.as_ptr().add(start), raw_len)))
         };
         release_if_huge(buf, start);
-        // Copies other than the current one keep little room: many of them stay alive.
-        for entry in &mut state.kept {
-            if entry.id != id && entry.buf.capacity() > entry.buf.len() + KEEP_ROOM_PER_DICTIONARY {
-                entry
-                    .buf
-                    .shrink_to(entry.buf.len() + KEEP_ROOM_PER_DICTIONARY);
-            }
-        }
         result
     })
 }
@@ -839,6 +851,57 @@ mod tests {
                 .max()
                 .unwrap_or(0);
             assert!(capacity < dicts[0].len() + KEEP_DECODE_BYTES, "{capacity}");
+        });
+    }
+
+    #[test]
+    fn more_dictionaries_than_a_thread_keeps_decode_right_and_keep_little_room() {
+        // Past KEPT_DICTIONARIES the least recently used copy goes; a copy switched away from
+        // gives back what a large document made it grow by.
+        let n = KEPT_DICTIONARIES + 6;
+        let dicts: Vec<Vec<u8>> = (0..n)
+            .map(|k| {
+                dictionary_for(
+                    (0..20)
+                        .map(|i| text(k * 20 + i))
+                        .collect::<Vec<_>>()
+                        .iter()
+                        .map(Vec::as_slice),
+                    2048,
+                )
+            })
+            .collect();
+        let doc = |k: usize| text(k % 40);
+        let blob = |k: usize, doc: &[u8]| {
+            let mut blob = Vec::new();
+            Compressor::new(3, &dicts[k])
+                .unwrap()
+                .compress(doc, &mut blob);
+            blob
+        };
+        let order = (0..n)
+            .chain((0..n).rev())
+            .chain((0..3 * n).map(|i| (i * 7) % n));
+        for k in order.flat_map(|k| [k, k]) {
+            let dict = &dicts[k];
+            let got = decompress_with(&blob(k, &doc(k)), dict, xxh3_64(dict), <[u8]>::to_vec);
+            assert_eq!(got.unwrap(), doc(k), "dictionary {k}");
+        }
+        let large = text(3).repeat((4 * KEEP_ROOM_PER_DICTIONARY) / text(3).len());
+        for k in [0, 1] {
+            let (dict, large_blob) = (&dicts[k], blob(k, &large));
+            let got = decompress_with(&large_blob, dict, xxh3_64(dict), |raw| raw == &large[..]);
+            assert!(got.unwrap());
+        }
+        DECODE.with(|cell| {
+            let state = cell.borrow();
+            assert!(state.kept.len() <= KEPT_DICTIONARIES);
+            let first = state
+                .kept
+                .iter()
+                .find(|k| k.id == xxh3_64(&dicts[0]) ^ (dicts[0].len() as u64).rotate_left(32));
+            let first = first.expect("dictionary 0 was used second to last: it is kept");
+            assert!(first.buf.capacity() <= dicts[0].len() + KEEP_ROOM_PER_DICTIONARY);
         });
     }
 
