@@ -33,6 +33,7 @@ import os
 import platform
 import random
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -389,6 +390,23 @@ def versions() -> dict[str, str]:
             out[extra] = "-"
     out["fio"] = _cmd(["fio", "--version"]) or "-"
     return out
+
+
+def paired_scaling(one, two, target_s: float = BENCH_TIME, min_pairs: int = 9) -> float:
+    """How much faster ``two`` (the work on two threads) runs than ``one`` (the same work on one):
+    the median, over pairs of rounds timed back to back, of one's time over two's. A shared host
+    gives this machine's cores unevenly for seconds at a time; timed apart, the one-thread and
+    two-thread figures each caught a different share (2.2x one run, 1.3x the next, measured),
+    where a pair shares it."""
+    ratios = []
+    deadline = time.perf_counter() + target_s
+    while len(ratios) < min_pairs or time.perf_counter() < deadline:
+        t0 = time.perf_counter()
+        one()
+        t1 = time.perf_counter()
+        two()
+        ratios.append((t1 - t0) / max(time.perf_counter() - t1, 1e-9))
+    return statistics.median(ratios)
 
 
 def timed_rounds(fn, target_s: float = BENCH_TIME, min_rounds: int = 3, max_rounds: int = 500) -> int:

@@ -206,13 +206,17 @@ def test_threads(benchmark, stores, corpus, pool, system, threads):
         for b in bs:
             many(b)
 
-    def run():
+    def run(parts=parts):
         for f in [pool.submit(work, *p) for p in parts]:
             f.result()
 
     try:
         with COMPARE_PEERS[system].lookup_threads():
             rounds = C.timed_rounds(run)
+            paired = {}
+            if threads == 2:  # the same batches on one thread, timed beside two in pairs
+                one = [(all_ops[0].get_many, batches)]
+                paired = {"paired_scaling": C.paired_scaling(lambda: run(one), run)}
             _info(
                 benchmark,
                 system,
@@ -221,6 +225,7 @@ def test_threads(benchmark, stores, corpus, pool, system, threads):
                 unit="docs",
                 threads=threads,
                 note=peer.thread_note,
+                **paired,
                 **_docstore_threads(system),
             )
             benchmark.pedantic(run, rounds=rounds, iterations=1)
