@@ -12,7 +12,10 @@ from typing import Any
 
 
 def bar(total: int | None, unit: str, progress: bool | None = None, desc: str | None = None) -> Any:
-    """A tqdm bar of ``total`` units (``"B"``: bytes, shown in KB/MB; else items)."""
+    """A tqdm bar of ``total`` units (``"B"``: bytes, shown in KB/MB; else items); a `Hidden` one,
+    without importing tqdm, when it would not be drawn."""
+    if not drawn(progress):
+        return Hidden(total)
     from tqdm import tqdm
 
     return tqdm(
@@ -26,6 +29,42 @@ def bar(total: int | None, unit: str, progress: bool | None = None, desc: str | 
         mininterval=0.2,
         dynamic_ncols=True,
     )
+
+
+def drawn(progress: bool | None) -> bool:
+    """Whether a bar is drawn: ``progress``, or for None whether stderr is a terminal (as tqdm's
+    ``disable=None`` decides)."""
+    if progress is not None:
+        return progress
+    isatty = getattr(sys.stderr, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except ValueError:  # a closed stream
+        return False
+
+
+class Hidden:
+    """A bar that is not drawn, with the part of tqdm's interface the callers use. Importing tqdm
+    costs ~55 ms (it pulls in logging, email, csv, subprocess...), as long as building a 5 MB
+    store: a `build()` in a script or a worker process, where no bar is drawn, does not pay it."""
+
+    disable = True
+
+    def __init__(self, total: int | None = None) -> None:
+        self.total = total
+        self.n = 0
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> Hidden:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
 
 
 def verify(store: Any, progress: bool | None = None) -> None:

@@ -213,3 +213,24 @@ def test_seal_reports_its_steps_two_a_document(tmp_path, capsys):
     assert "seal: 100%" in err and "30.0k/30.0k" in err, err
     docstore.seal(tmp_path / "e", shards)  # progress=False, the default: quiet
     assert capsys.readouterr().err == ""
+
+
+def test_a_build_that_draws_no_bar_does_not_import_tqdm(tmp_path):
+    # Importing tqdm costs ~55 ms, as long as building a 5 MB store: a build in a script or a
+    # worker (stderr not a terminal) must not pay it; one that draws a bar does.
+    code = (
+        "import sys, docstore\n"
+        "rows = [{'doc_id': f'd{i}', 'text': 'x'} for i in range(100)]\n"
+        "docstore.build(sys.argv[1], rows)\n"
+        "print('tqdm' in sys.modules)\n"
+        "docstore.build(sys.argv[2], rows, progress=True)\n"
+        "print('tqdm' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "a"), str(tmp_path / "b")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert out.stdout.split() == ["False", "True"], out.stderr

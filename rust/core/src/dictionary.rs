@@ -10,6 +10,7 @@
 //! MS MARCO-like passages (`benches/levels.py`).
 
 use crate::prefetch::prefetch;
+use rayon::prelude::*;
 
 /// Bytes of one dictionary segment (zstd's k); 32 did best on held-out documents of both
 /// benchmark corpora.
@@ -44,6 +45,88 @@ struct Bucket {
 /// How far ahead of its use a d-mer's bucket is prefetched (the table outgrows the L2 cache).
 const AHEAD: usize = 16;
 
+/// Positions hashed per task of `hashed_dmers`, and bytes of samples per part of `sample_counts`:
+/// enough work per task to outweigh handing it to another thread.
+const HASH_TASK: usize = 1 << 16;
+const COUNT_PART: usize = 1 << 20;
+
+/// The d-mer bucket at each of the first `positions` positions of `data`.
+fn hashed_dmers(data: &[u8], positions: usize) -> Vec<u32> {
+    let mut dmers = vec![0u32; positions];
+    crate::parallel::pool().install(|| {
+        dmers
+            .par_chunks_mut(HASH_TASK)
+            .enumerate()
+            .for_each(|(task, out)| {
+                for (i, d) in out.iter_mut().enumerate() {
+                    *d = dmer_hash(data, task * HASH_TASK + i) as u32;
+                }
+            });
+    });
+    dmers
+}
+
+/// Per d-mer bucket, in how many of the samples (of `sizes` bytes each, laid end to end in
+/// `dmers`) it occurs: a part of whole samples per pool thread (of `COUNT_PART` bytes at least)
+/// counted at once, each into its own table, then summed. A d-mer counts once per sample and a
+/// sample lies in one part, so the sums are the same however the samples are cut.
+fn sample_counts(dmers: &[u32], sizes: &[usize]) -> Vec<Bucket> {
+    let threads = crate::parallel::pool().current_num_threads();
+    let part_bytes = dmers.len().div_ceil(threads.max(1)).max(COUNT_PART);
+    sample_counts_in_parts(dmers, sizes, part_bytes)
+}
+
+/// `sample_counts`, the samples cut into parts of at least `part_bytes`.
+fn sample_counts_in_parts(dmers: &[u32], sizes: &[usize], part_bytes: usize) -> Vec<Bucket> {
+    let positions = dmers.len();
+    // (first sample, its start) of each part.
+    let mut parts = vec![(0, 0)];
+    let mut start = 0;
+    for (sample, len) in sizes.iter().enumerate() {
+        if start - parts.last().map_or(0, |p| p.1) >= part_bytes {
+            parts.push((sample, start));
+        }
+        start += len;
+    }
+    let count = |part: usize| {
+        let (first, mut start) = parts[part];
+        let last = parts.get(part + 1).map_or(sizes.len(), |p| p.0);
+        let mut buckets = vec![
+            Bucket {
+                frequency: 0,
+                mark: u32::MAX
+            };
+            1 << BUCKET_BITS
+        ];
+        for (sample, len) in sizes.iter().enumerate().take(last).skip(first) {
+            let end = (start + len).min(positions);
+            for i in start.min(positions)..end {
+                prefetch(
+                    &buckets,
+                    dmers.get(i + AHEAD).map_or(usize::MAX, |&d| d as usize),
+                );
+                let bucket = &mut buckets[dmers[i] as usize];
+                if bucket.mark != sample as u32 {
+                    bucket.mark = sample as u32;
+                    bucket.frequency += 1;
+                }
+            }
+            start += len;
+        }
+        buckets
+    };
+    let tables: Vec<Vec<Bucket>> =
+        crate::parallel::pool().install(|| (0..parts.len()).into_par_iter().map(count).collect());
+    let mut tables = tables.into_iter();
+    let mut sum = tables.next().expect("at least one part");
+    for table in tables {
+        for (into, from) in sum.iter_mut().zip(&table) {
+            into.frequency += from.frequency;
+        }
+    }
+    sum
+}
+
 /// A dictionary of at most `size` bytes for documents like `samples`, made of their most shared
 /// segments, filled from its end in the order they are chosen. Deterministic.
 pub fn train<'a>(samples: impl Iterator<Item = &'a [u8]> + Clone, size: usize) -> Vec<u8> {
@@ -53,33 +136,13 @@ pub fn train<'a>(samples: impl Iterator<Item = &'a [u8]> + Clone, size: usize) -
     if data.len() < SEGMENT.max(size) {
         return data[..data.len().min(size)].to_vec();
     }
-    // Hashed d-mer at every position, and in how many samples each d-mer occurs.
+    // Hashed d-mer at every position, and in how many samples each d-mer occurs: both on the
+    // pool's threads (the build's other threads wait for this dictionary), the samples counted in
+    // parts whose counts are then summed, so the result is the same on any number of threads.
     let positions = data.len() - DMER + 1;
     data.resize(data.len() + 8 - DMER, 0); // whole words for the last d-mers
-    let dmers: Vec<u32> = (0..positions).map(|i| dmer_hash(&data, i) as u32).collect();
-    let mut buckets = vec![
-        Bucket {
-            frequency: 0,
-            mark: u32::MAX
-        };
-        1 << BUCKET_BITS
-    ];
-    let mut start = 0;
-    for (sample, len) in sizes.iter().enumerate() {
-        let end = (start + len).min(positions);
-        for i in start.min(positions)..end {
-            prefetch(
-                &buckets,
-                dmers.get(i + AHEAD).map_or(usize::MAX, |&d| d as usize),
-            );
-            let bucket = &mut buckets[dmers[i] as usize];
-            if bucket.mark != sample as u32 {
-                bucket.mark = sample as u32;
-                bucket.frequency += 1;
-            }
-        }
-        start += len;
-    }
+    let dmers = hashed_dmers(&data, positions);
+    let mut buckets = sample_counts(&dmers, &sizes);
     buckets.iter_mut().for_each(|b| b.mark = 0);
 
     // Epochs as zstd's COVER_computeEpochs: about size / SEGMENT / PASSES of them, each at least
@@ -185,6 +248,25 @@ mod tests {
                 doc.into_bytes()
             })
             .collect()
+    }
+
+    #[test]
+    fn counts_are_the_same_however_the_samples_are_cut() {
+        let docs = corpus();
+        let sizes: Vec<usize> = docs.iter().map(Vec::len).collect();
+        let mut data = docs.concat();
+        let positions = data.len() - DMER + 1;
+        data.resize(data.len() + 8, 0);
+        let dmers = hashed_dmers(&data, positions);
+        let one: Vec<u32> = (sample_counts_in_parts(&dmers, &sizes, usize::MAX).iter())
+            .map(|b| b.frequency)
+            .collect();
+        assert!(one.iter().any(|&f| f > 1), "d-mers shared by samples");
+        for part_bytes in [20_000, 100_000, data.len() / 3] {
+            let cut = sample_counts_in_parts(&dmers, &sizes, part_bytes);
+            let cut: Vec<u32> = cut.iter().map(|b| b.frequency).collect();
+            assert!(cut == one, "parts of {part_bytes} bytes");
+        }
     }
 
     #[test]
