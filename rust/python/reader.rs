@@ -9,7 +9,7 @@ use crate::errors::{guard, key_error, new_error, Exc, IntoPy};
 use crate::gil::others_may_wait;
 use crate::scratch::{with_single, Batches, Decoded};
 use crate::text::{no_texts, RecordTexts, Wants};
-use arc_swap::ArcSwapOption;
+use arc_swap::{ArcSwapOption, Guard};
 use docstore_core::record;
 use docstore_core::repeats::{distinct, Seen};
 use docstore_core::storage::Source;
@@ -59,13 +59,26 @@ pub struct Reader {
 
 impl Reader {
     fn store(&self, py: Python<'_>) -> PyResult<Arc<Collection>> {
-        self.store.load_full().ok_or_else(|| {
-            new_error(
-                py,
-                Exc::Closed,
-                format!("store {} is closed", self.path.display()),
-            )
-        })
+        self.store.load_full().ok_or_else(|| self.closed_error(py))
+    }
+
+    /// The store for one short call: `arc_swap`'s guard takes no reference count (it notes the
+    /// pointer in a slot of this thread), so threads of single lookups on one store do not all
+    /// write one count's cache line, as `store()`'s `Arc` clone does.
+    fn store_for_call(&self, py: Python<'_>) -> PyResult<Guard<Option<Arc<Collection>>>> {
+        let guard = self.store.load();
+        match *guard {
+            Some(_) => Ok(guard),
+            None => Err(self.closed_error(py)),
+        }
+    }
+
+    fn closed_error(&self, py: Python<'_>) -> PyErr {
+        new_error(
+            py,
+            Exc::Closed,
+            format!("store {} is closed", self.path.display()),
+        )
     }
 
     fn field_index(&self, py: Python<'_>, name: &str) -> PyResult<usize> {
@@ -550,24 +563,25 @@ impl Reader {
         field: Option<&str>,
         fields: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let store = self.store(py)?;
+        let loaded = self.store_for_call(py)?;
+        let store: &Collection = loaded.as_ref().expect("store_for_call checked it is open");
         let select = self.select(py, field, fields)?;
-        let pos = Self::resolve_position(&store, position_arg(index)?)?;
+        let pos = Self::resolve_position(store, position_arg(index)?)?;
         guard(py, || {
             if !others_may_wait(py, store.source().fetches()) {
                 // Alone (`gil`): built from the record where it was decoded, without a copy.
-                let key = || Self::key_object(py, &store, pos);
-                let build = |raw: &[u8]| self.build(py, &store, &select, key, raw, no_texts());
+                let key = || Self::key_object(py, store, pos);
+                let build = |raw: &[u8]| self.build(py, store, &select, key, raw, no_texts());
                 return store.with_at(pos, build).py_err(py)?;
             }
             with_single(|decoded| {
-                py.detach(|| decoded.read_at(&store, pos, &select))
+                py.detach(|| decoded.read_at(store, pos, &select))
                     .py_err(py)?;
                 self.build(
                     py,
-                    &store,
+                    store,
                     &select,
-                    || Self::key_object(py, &store, pos),
+                    || Self::key_object(py, store, pos),
                     decoded.records.get(0),
                     decoded.texts.record(0),
                 )
@@ -816,7 +830,8 @@ impl Reader {
         key: &Bound<'py, PyAny>,
         select: &Select,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let store = self.store(py)?;
+        let loaded = self.store_for_call(py)?;
+        let store: &Collection = loaded.as_ref().expect("store_for_call checked it is open");
         let Some(key) = key.cast::<PyString>().ok().map(|k| plain_str(k.clone())) else {
             return Ok(None);
         };
@@ -827,7 +842,7 @@ impl Reader {
             if !others_may_wait(py, store.source().fetches()) {
                 // Alone (`gil`): built from the record where it was decoded, without a copy.
                 let key = || Ok(key.clone().into_any());
-                let build = |_, raw: &[u8]| self.build(py, &store, select, key, raw, no_texts());
+                let build = |_, raw: &[u8]| self.build(py, store, select, key, raw, no_texts());
                 return store
                     .with_one(text.as_bytes(), build)
                     .py_err(py)?
@@ -835,7 +850,7 @@ impl Reader {
             }
             with_single(|decoded| {
                 let found = py
-                    .detach(|| decoded.read_key(&store, text.as_bytes(), select))
+                    .detach(|| decoded.read_key(store, text.as_bytes(), select))
                     .py_err(py)?
                     .is_some();
                 if !found {
@@ -843,7 +858,7 @@ impl Reader {
                 }
                 self.build(
                     py,
-                    &store,
+                    store,
                     select,
                     || Ok(key.clone().into_any()),
                     decoded.records.get(0),
