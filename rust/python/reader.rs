@@ -44,6 +44,20 @@ impl Wants for Select {
     }
 }
 
+/// An open store borrowed for one call (`Reader::store_for_call`): a guard that is only made
+/// when the store is open, so it derefs to the `Collection` itself.
+struct OpenStore(Guard<Option<Arc<Collection>>>);
+
+impl std::ops::Deref for OpenStore {
+    type Target = Collection;
+
+    fn deref(&self) -> &Collection {
+        self.0
+            .as_deref()
+            .expect("OpenStore is only made for an open store")
+    }
+}
+
 #[pyclass(subclass, frozen, module = "docstore._docstore")]
 pub struct Reader {
     store: ArcSwapOption<Collection>,
@@ -65,10 +79,10 @@ impl Reader {
     /// The store for one short call: `arc_swap`'s guard takes no reference count (it notes the
     /// pointer in a slot of this thread), so threads of single lookups on one store do not all
     /// write one count's cache line, as `store()`'s `Arc` clone does.
-    fn store_for_call(&self, py: Python<'_>) -> PyResult<Guard<Option<Arc<Collection>>>> {
+    fn store_for_call(&self, py: Python<'_>) -> PyResult<OpenStore> {
         let guard = self.store.load();
         match *guard {
-            Some(_) => Ok(guard),
+            Some(_) => Ok(OpenStore(guard)),
             None => Err(self.closed_error(py)),
         }
     }
@@ -564,7 +578,7 @@ impl Reader {
         fields: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let loaded = self.store_for_call(py)?;
-        let store: &Collection = loaded.as_ref().expect("store_for_call checked it is open");
+        let store: &Collection = &loaded;
         let select = self.select(py, field, fields)?;
         let pos = Self::resolve_position(store, position_arg(index)?)?;
         guard(py, || {
@@ -831,7 +845,7 @@ impl Reader {
         select: &Select,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
         let loaded = self.store_for_call(py)?;
-        let store: &Collection = loaded.as_ref().expect("store_for_call checked it is open");
+        let store: &Collection = &loaded;
         let Some(key) = key.cast::<PyString>().ok().map(|k| plain_str(k.clone())) else {
             return Ok(None);
         };
