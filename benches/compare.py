@@ -37,6 +37,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -418,3 +419,51 @@ def timed_rounds(fn, target_s: float = BENCH_TIME, min_rounds: int = 3, max_roun
     if dt > target_s:
         return 1
     return int(min(max_rounds, max(min_rounds, target_s / max(dt, 1e-7))))
+
+
+def lookup_draws(corpus: Corpus, workload: str) -> list[list]:
+    """The keys of one round of ``cmp:<workload>``: ``[keys]`` for single lookups, else the
+    batches (ids or positions, seeded: every system and the floors look up the same ones)."""
+    by_pos = workload.endswith("_pos")
+    if workload.startswith("get_"):
+        n = SINGLE_LOOKUPS
+        return [corpus.sample_positions(n, 11) if by_pos else corpus.sample_ids(n, 11)]
+    batch = int(workload[5:].split("_")[0])
+    return [
+        corpus.distinct_positions(batch, 20 + b) if by_pos else corpus.distinct_ids(batch, 20 + b)
+        for b in range(max(1, BATCH_DOCS // batch))
+    ]
+
+
+def lookup_round(ops: Any, workload: str, draws: list[list]) -> Callable[[], None]:
+    """One round of ``cmp:<workload>`` over ``draws`` (``lookup_draws``) through a system's ``ops``."""
+    by_pos = workload.endswith("_pos")
+    if workload.startswith("get_"):
+        one, keys = (ops.at if by_pos else ops.get), draws[0]
+
+        def run() -> None:
+            for k in keys:
+                one(k)
+
+        return run
+    many = ops.take if by_pos else ops.get_many
+
+    def run() -> None:
+        for d in draws:
+            many(d)
+
+    return run
+
+
+def best_rate(run: Callable[[], None], docs: int, target_s: float = BENCH_TIME / 2) -> float:
+    """Docs/s of ``run``'s fastest round in about ``target_s`` (at least 5 rounds, after one
+    untimed): a best case, as the floors are, for ratios timed beside them."""
+    run()
+    best, rounds = float("inf"), 0
+    deadline = time.perf_counter() + target_s
+    while rounds < 5 or time.perf_counter() < deadline:
+        t = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - t)
+        rounds += 1
+    return docs / best

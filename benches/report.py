@@ -818,6 +818,23 @@ FLOOR_ROWS = [
 ]
 
 
+def floor_rate(f: dict, what: str, dict_rate: float | None = None) -> float | None:
+    """The floor of row ``what`` (docs/s) from floor parts ``f`` (``test_floors.py``);
+    ``dict_rate``: the dict's single lookups, which ``get_id:python`` adds."""
+    lookup_ns = f["search_ns"] + f["decode_ns"] + f["object_ns"]
+    if what == "get_id":
+        return 1e9 / lookup_ns
+    if what == "get_id:python":
+        return 1e9 / (lookup_ns + 1e9 / dict_rate) if dict_rate else None
+    if what == "batch1024_id":
+        return f["cores"] * 1e9 / f["batch_decode_ns"]
+    if what == "batch1024_id:objects":
+        return _parallel_floor(f, f["cores"])
+    if what == "threads":
+        return _parallel_floor(f, min(2, f["cores"]))
+    return f["cores"] * 1e9 / f["hc_ns"] if f.get("hc_ns") else None
+
+
 def figure_and_floor(run: dict, corpus: str, what: str) -> tuple[float | None, float | None]:
     """docstore's figure and its floor in one run (docs/s); None where the run lacks either."""
     f = floor_parts(run, corpus)
@@ -836,28 +853,28 @@ def figure_and_floor(run: dict, corpus: str, what: str) -> tuple[float | None, f
         fig = _build_rate(g("build", {}).get(corpus, {}).get("docstore"))
     if not f:
         return fig, None
-    cores = f["cores"]
-    lookup_ns = f["search_ns"] + f["decode_ns"] + f["object_ns"]
-    if what == "get_id":
-        flo = 1e9 / lookup_ns
-    elif what == "get_id:python":
-        d = hot("get_id", "dict")
-        flo = 1e9 / (lookup_ns + 1e9 / d) if d else None
-    elif what == "batch1024_id":
-        flo = cores * 1e9 / f["batch_decode_ns"]
-    elif what == "batch1024_id:objects":
-        flo = _parallel_floor(f, cores)
-    elif what == "threads":
-        flo = _parallel_floor(f, min(2, cores))
-    else:
-        flo = cores * 1e9 / f["hc_ns"] if f.get("hc_ns") else None
-    return fig, flo
+    return fig, floor_rate(f, what, hot("get_id", "dict"))
+
+
+def paired_ratios(run: dict, corpus: str, what: str) -> list[float]:
+    """docstore / floor of row ``what`` in each pair of one run that timed the two back to back
+    (``test_floors.py``: the best round of each); empty for the rows not timed in pairs."""
+    figure = what.split(":")[0]
+    out = []
+    for pair in (floor_parts(run, corpus) or {}).get("pairs", []):
+        if figure in pair and (flo := floor_rate(pair["floors"], what, pair.get("dict:get_id"))):
+            out.append(pair[figure] / flo)
+    return out
 
 
 def of_floor(runs: list[dict], corpus: str, what: str) -> list[float]:
-    """docstore's figure / its floor within each run that measured both."""
+    """docstore's figure / its floor, one per run: the median over the run's pairs where it timed
+    them back to back, else the figure over the floor, timed apart."""
     out = []
     for run in runs:
+        if paired := paired_ratios(run, corpus, what):
+            out.append(statistics.median(paired))
+            continue
         fig, flo = figure_and_floor(run, corpus, what)
         if fig and flo:
             out.append(fig / flo)
@@ -1042,7 +1059,10 @@ FLOORS_INTRO = (
     "The floor is what a figure could be at best on this machine: the work no store can skip (find "
     "the document, lz4-decode its stored bytes, create the Python object), timed alone on docstore's "
     "own store file, on the same documents, in the same pytest run (`benches/test_floors.py`). "
-    "*docstore / floor* is 1.00 at the floor (below 1: how far from it). Each peer's column gives "
+    "*docstore / floor* is 1.00 at the floor (below 1: how far from it); for single lookups and "
+    "batches it is the median over pairs of the floor and docstore's figure timed back to back, "
+    "the best round of each (the *docstore* and *floor* columns are each timed apart, the figure "
+    "as every peer's is: its median round). Each peer's column gives "
     "its figure and, in parentheses, docstore's divided by it (> 1: docstore is faster); the "
     "fastest other store on disk excludes docstore's own variants, ir_datasets (its own column) "
     "and the in-memory dict."
@@ -1196,7 +1216,8 @@ def readme_block(runs: list[dict], res: dict, data: dict, cmd: str) -> str:
         f"{', '.join(map(str, sorted(cores)))} cores, load average {_load(meta.get('loadavg_at_start'))} "
         f"at the start and {_load(meta.get('loadavg_at_end'))} at the end. Each cell: docstore's "
         "figure divided by its floor (1.00 is the floor: the work no store can skip, timed alone in "
-        "the same run), then by ir_datasets' and by the fastest other store on disk (above 1: "
+        "the same run; for lookups and batches, timed back to back with the figure in pairs, the "
+        "median of the pairs), then by ir_datasets' and by the fastest other store on disk (above 1: "
         "docstore is faster). The figures, the floors and what they are made of: "
         "[docs/benchmarks.md](docs/benchmarks.md).",
         "",

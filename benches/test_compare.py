@@ -138,36 +138,17 @@ def test_lookup(benchmark, stores, corpus, system, workload):
     h = stores.open(system, corpus)
     ops = peer.ops(h, corpus.field)
     by_pos = workload.endswith("_pos")
+    draws = C.lookup_draws(corpus, workload)
     if workload.startswith("get_"):
-        keys = (
-            corpus.sample_positions(C.SINGLE_LOOKUPS, 11)
-            if by_pos
-            else corpus.sample_ids(C.SINGLE_LOOKUPS, 11)
-        )
-        one = ops.at if by_pos else ops.get
+        one, keys = (ops.at if by_pos else ops.get), draws[0]
         _check(system, corpus, [one(k) for k in keys[:20]], keys[:20], by_pos=by_pos)
-
-        def run():
-            for k in keys:
-                one(k)
-
         ops_n, batch = len(keys), 1
     else:
-        batch = int(workload[5:].split("_")[0])
         many = ops.take if by_pos else ops.get_many
-        nb = max(1, C.BATCH_DOCS // batch)
-        draws = [
-            corpus.distinct_positions(batch, 20 + b) if by_pos else corpus.distinct_ids(batch, 20 + b)
-            for b in range(nb)
-        ]
         for d in draws[:2]:
             _check(system, corpus, batch_values(many(d), d), d, by_pos=by_pos)
-
-        def run():
-            for d in draws:
-                many(d)
-
-        ops_n = sum(len(d) for d in draws)
+        ops_n, batch = sum(len(d) for d in draws), len(draws[0])
+    run = C.lookup_round(ops, workload, draws)
     with COMPARE_PEERS[system].lookup_threads():
         rounds = C.timed_rounds(run)
         _info(
