@@ -467,3 +467,25 @@ def best_rate(run: Callable[[], None], docs: int, target_s: float = BENCH_TIME /
         best = min(best, time.perf_counter() - t)
         rounds += 1
     return docs / best
+
+
+def thread_batches(corpus: Corpus) -> list[list]:
+    """The batches of one round of ``cmp:threads`` (split across the threads)."""
+    return [corpus.distinct_ids(BATCH_DOCS, 100 + b) for b in range(THREAD_BATCHES)]
+
+
+def threads_round(pool: Any, many: list[Callable], batches: list[list]) -> Callable[[], None]:
+    """One round of ``cmp:threads``: thread t of ``len(many)`` looks up every len(many)-th batch
+    with its own ``get_many``, on ``pool``'s threads (the caller only waits)."""
+    n = len(many)
+    parts = [(many[t], batches[t::n]) for t in range(n)]
+
+    def work(get_many: Callable, bs: list[list]) -> None:
+        for b in bs:
+            get_many(b)
+
+    def run() -> None:
+        for f in [pool.submit(work, *p) for p in parts]:
+            f.result()
+
+    return run

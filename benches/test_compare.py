@@ -179,25 +179,17 @@ def test_threads(benchmark, stores, corpus, pool, system, threads):
     h = stores.open(system, corpus)
     handles = [h] + [peer.for_thread(h, path) for _ in range(threads - 1)]
     all_ops = [peer.ops(x, corpus.field) for x in handles]
-    batches = [corpus.distinct_ids(C.BATCH_DOCS, 100 + b) for b in range(C.THREAD_BATCHES)]
+    batches = C.thread_batches(corpus)
     _check(system, corpus, batch_values(all_ops[-1].get_many(batches[0]), batches[0]), batches[0], False)
-    parts = [(all_ops[t].get_many, batches[t::threads]) for t in range(threads)]
-
-    def work(many, bs):
-        for b in bs:
-            many(b)
-
-    def run(parts=parts):
-        for f in [pool.submit(work, *p) for p in parts]:
-            f.result()
+    run = C.threads_round(pool, [o.get_many for o in all_ops], batches)
 
     try:
         with COMPARE_PEERS[system].lookup_threads():
             rounds = C.timed_rounds(run)
             paired = {}
             if threads == 2:  # the same batches on one thread, timed beside two in pairs
-                one = [(all_ops[0].get_many, batches)]
-                paired = {"paired_scaling": C.paired_scaling(lambda: run(one), run)}
+                one = C.threads_round(pool, [all_ops[0].get_many], batches)
+                paired = {"paired_scaling": C.paired_scaling(one, run)}
             _info(
                 benchmark,
                 system,

@@ -129,12 +129,12 @@ def object_floors(single: list, batch: list, corpus) -> dict:
 
 
 @pytest.mark.benchmark(group="cmp:floors")
-def test_floors(benchmark, stores, corpus, tmp_path):
-    """The floors, then ``PAIRS`` pairs of the floors and docstore's figures (and the dict's
-    single lookups) timed back to back, the best round of each: this host gives its cores
-    unevenly for minutes at a time, and a figure timed minutes from its floor caught another
-    share (the same build measured 0.17 and 0.56 of its floor in two runs that way). The report
-    takes each row's ratio from the pairs."""
+def test_floors(benchmark, stores, corpus, pool, tmp_path):
+    """The floors, then ``PAIRS`` pairs of the floors and docstore's figures (single lookups,
+    batches, two threads of batches; and the dict's single lookups) timed back to back, the best
+    round of each: this host gives its cores unevenly for minutes at a time, and a figure timed
+    minutes from its floor caught another share (the same build measured 0.17 and 0.56 of its
+    floor in two runs that way). The report takes each row's ratio from the pairs."""
     pytest.importorskip("docstore", reason="docstore is not installed")
     if "docstore" not in C.SYSTEMS:
         pytest.skip("docstore not selected (DOCSTORE_BENCH_PEERS)")
@@ -165,16 +165,19 @@ def test_floors(benchmark, stores, corpus, tmp_path):
     }
     rounds = {w: C.lookup_round(ops["docstore"], w, draws[w]) for w in PAIRED}
     dict_round = C.lookup_round(ops["dict"], "get_id", draws["get_id"])
+    # cmp:threads' docstore:t1: two threads, each decoding its own batches
+    threads_round = C.threads_round(pool, [ops["docstore"].get_many] * 2, C.thread_batches(corpus))
     pairs = []
     for i in range(PAIRS):
         parts = first if i == 0 else floors(1)  # the build floor is timed once
-        pairs.append(
-            {
-                "floors": {k: parts[k] for k in PAIR_FLOORS},
-                **{w: C.best_rate(rounds[w], sum(map(len, draws[w]))) for w in PAIRED},
-                "dict:get_id": C.best_rate(dict_round, len(single)),
-            }
-        )
+        pair = {
+            "floors": {k: parts[k] for k in PAIR_FLOORS},
+            **{w: C.best_rate(rounds[w], sum(map(len, draws[w]))) for w in PAIRED},
+            "dict:get_id": C.best_rate(dict_round, len(single)),
+        }
+        with COMPARE_PEERS["docstore:t1"].lookup_threads():
+            pair["threads"] = C.best_rate(threads_round, C.BATCH_DOCS * C.THREAD_BATCHES)
+        pairs.append(pair)
     benchmark.extra_info.update(
         system="docstore",
         corpus=corpus.name,
