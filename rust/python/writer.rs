@@ -454,8 +454,7 @@ impl State {
     }
 
     fn finish<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let writer = self.inner(py)?;
-        let _ = writer;
+        self.inner(py)?; // a finished writer raises here
         let writer = self.inner.take().expect("checked above");
         let summary = guard(py, || py.detach(|| writer.finish()).py_err(py))?;
         let out = PyDict::new(py);

@@ -364,7 +364,7 @@ def test_cli_build_shards_splits_the_input_between_lines_and_keeps_its_order(tmp
 
 
 def test_shard_plan_covers_every_byte_once_in_order(tmp_path):
-    from docstore.cli.commands import shard_plan
+    from docstore.cli.shards import shard_plan
 
     (tmp_path / "x.jsonl").write_bytes(b"{}\n" * 1000)
     (tmp_path / "y.csv").write_bytes(b"a\n" * 10)
@@ -382,7 +382,7 @@ def test_shard_plan_gives_shards_about_equal_bytes(tmp_path):
     """One file of JSON lines in 4 shards held 4.2 / 39.3 / 39.7 / 80.4 MB (a first shard of the
     dictionary's sample, then equal bytes per worker): every shard now holds about 1/N of the
     bytes, whatever the number of cores."""
-    from docstore.cli.commands import balanced_groups, shard_plan
+    from docstore.cli.shards import balanced_groups, shard_plan
 
     assert [list(g) for g in balanced_groups(7, 2)] == [[0, 1, 2, 3], [4, 5, 6]]
     assert [len(g) for g in balanced_groups(3, 5)] == [1, 1, 1]
@@ -427,7 +427,7 @@ def test_cli_build_shards_failures_name_the_place_and_leave_nothing(tmp_path, ca
 def test_cli_build_shards_stops_the_workers_after_a_failed_one(tmp_path, capsys, monkeypatch):
     import multiprocessing
 
-    from docstore.cli import commands
+    from docstore.cli import shards
 
     lines = [json.dumps({"doc_id": f"d{i}", "text": "t"}) for i in range(3000)]
     (tmp_path / "a.jsonl").write_text("\n".join(lines) + "\n")
@@ -435,17 +435,17 @@ def test_cli_build_shards_stops_the_workers_after_a_failed_one(tmp_path, capsys,
     args = ({"text": "str"}, "doc_id", None, None, None, {"jsonl": {}})
     # Group 0 failed: group 0 goes on, group 1 stops at its next look (every 1024 records),
     # leaving no shard.
-    monkeypatch.setattr(commands, "_FAILED", multiprocessing.RawValue("q", 0))
-    assert commands.build_shard(str(tmp_path / "s1.docstore"), pieces, *args) == 3000
-    monkeypatch.setattr(commands, "_GROUP", 1)
-    with pytest.raises(commands._Stopped):
-        commands.build_shard(str(tmp_path / "s2.docstore"), pieces, *args)
+    monkeypatch.setattr(shards, "_FAILED", multiprocessing.RawValue("q", 0))
+    assert shards.build_shard(str(tmp_path / "s1.docstore"), pieces, *args) == 3000
+    monkeypatch.setattr(shards, "_GROUP", 1)
+    with pytest.raises(shards._Stopped):
+        shards.build_shard(str(tmp_path / "s2.docstore"), pieces, *args)
     assert not (tmp_path / "s2.docstore").exists()
     monkeypatch.undo()
 
     # A real build, each shard's outcome logged by the workers (forked: they see the patch).
     log = tmp_path / "log"
-    build_shard = commands.build_shard
+    build_shard = shards.build_shard
 
     def logged(path, *a, **k):
         try:
@@ -455,7 +455,7 @@ def test_cli_build_shards_stops_the_workers_after_a_failed_one(tmp_path, capsys,
                 f.write(f"{os.path.basename(path)} {type(exc).__name__}\n")
             raise
 
-    monkeypatch.setattr(commands, "build_shard", logged)
+    monkeypatch.setattr(shards, "build_shard", logged)
     # 200,000 records in 4 shards of 50,000, built by 2 workers (on 2 cores): shards 0 and 1 by
     # the first, 2 and 3 by the second.
     lines = [json.dumps({"doc_id": f"d{i}", "text": "some words " * 10}) for i in range(200_000)]
