@@ -3,6 +3,7 @@ on the same documents: each builds its own store of the same msmarco-like passag
 take turns, a fresh process for each op, and the best round of each counts.
 
     python -m benches.versus OTHER_PYTHON_DIR [--docs 1000000] [--rounds 5] [--ops get,get_many,...]
+    python -m benches.versus OTHER_PYTHON_DIR --paired --seconds 20 [--dir DIR] [--format-version 1]
 
 ``OTHER_PYTHON_DIR`` holds the other build's ``docstore`` package with its extension built in (for
 a commit: ``git worktree add /tmp/old COMMIT && cd /tmp/old && cargo build --release --lib``, then
@@ -16,6 +17,13 @@ this checkout's store in an older format too, to tell a format's cost from the c
 Turns alternate so that a machine's load drifts over both alike, each op of each side in a fresh
 process; the best of ``--rounds`` is the figure (a floor-like best case, as the floors are).
 Needs nothing but the two builds.
+
+``--paired`` instead loads both builds into one process (the other's package copied under the
+name ``docstore_other``; its modules import each other relatively) and times their rounds in
+turns, one round of each side back to back, for ``--seconds`` per op in a fresh process per op:
+the figure is the median over the pairs of this build's time over the other's. A host that gives
+its cores unevenly for seconds at a time moves both rounds of a pair alike, where turns seconds
+apart each caught another share (the same round varied 1.5x from minute to minute here).
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -82,6 +91,88 @@ print(json.dumps(out))
 """
 
 
+# One process per op: both builds, their rounds in turns; prints JSON.
+PAIRED_CHILD = r"""
+import importlib, json, random, statistics, sys, time
+
+sides = json.loads(sys.argv[1])  # [[name, module, store path], ...]: "this" first
+op, seconds = sys.argv[2], float(sys.argv[3])
+opened = []
+for name, module, path in sides:
+    m = importlib.import_module(module)
+    m.set_num_threads(1 if op.endswith("_t1") else 0)
+    opened.append((name, m.open(path)))
+first = opened[0][1]
+n = len(first)
+rng = random.Random(11)
+single = [first.at(rng.randrange(n), field="doc_id") for _ in range(256)]
+positions = [rng.sample(range(n), 1024) for _ in range(8)]
+batches = [[first.at(p, field="doc_id") for p in b] for b in positions]
+
+
+def work(s):
+    if op == "get":
+        def run():
+            for k in single:
+                s[k].text
+        return run, len(single)
+    if op.startswith("get_many"):
+        return (lambda: [s.get_many(b, field="text") for b in batches]), 8 * 1024
+    return (lambda: [s.take(p, field="text") for p in positions]), 8 * 1024
+
+
+runs = [(name, *work(s)) for name, s in opened]
+for _, run, _ in runs:
+    run()  # warm
+times = {name: [] for name, _, _ in runs}
+deadline, pairs = time.perf_counter() + seconds, 0
+while pairs < 20 or time.perf_counter() < deadline:
+    order = runs if pairs % 2 == 0 else runs[::-1]  # neither side always first
+    for name, run, docs in order:
+        t = time.perf_counter()
+        run()
+        times[name].append((time.perf_counter() - t) / docs * 1e9)
+    pairs += 1
+out = {
+    name: {
+        "median_ns": statistics.median(t),
+        "best_ns": min(t),
+        # this side's time over each other side's, the median over the pairs
+        "over": {o: statistics.median(a / b for a, b in zip(t, u)) for o, u in times.items()},
+    }
+    for name, t in times.items()
+}
+print(json.dumps({"pairs": pairs, "sides": out}))
+"""
+
+
+def paired(other_dir: str, sides: dict, ops: list[str], seconds: float) -> None:
+    """``--paired``: both builds in one process per op, their rounds in turns (see the module doc)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copytree(Path(other_dir) / "docstore", Path(tmp) / "docstore_other")
+        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", PYTHONPATH=tmp)
+        spec = [
+            [name, "docstore_other" if python_dir else "docstore", str(store)]
+            for name, (python_dir, store, _) in sides.items()
+        ]
+        spec.sort(key=lambda side: side[0] != "this")
+        print(f"ns per document, median round; rounds of each side in turns, {seconds:g} s per op")
+        names = [side[0] for side in spec]
+        mine = [n for n in names if n != "other"]
+        print("| op | pairs | " + " | ".join(names) + " | " + " | ".join(f"{n} / other" for n in mine) + " |")
+        print("|---|--:|" + "--:|" * (len(names) + len(mine)))
+        for op in ops:
+            args = [sys.executable, "-c", PAIRED_CHILD, json.dumps(spec), op, str(seconds)]
+            out = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
+            if out.returncode != 0:
+                raise SystemExit(f"{op}: {out.stderr.strip()[-2000:]}")
+            got = json.loads(out.stdout.strip().splitlines()[-1])
+            s = got["sides"]
+            cells = [f"{s[n]['median_ns']:,.0f}" for n in names]
+            ratios = [f"{s[n]['over']['other']:.2f}" for n in mine]
+            print(f"| {op} | {got['pairs']} | " + " | ".join(cells + ratios) + " |")
+
+
 def turn(python_dir: str | None, store: Path, arrow: Path, version: int, ops, seconds: float) -> dict:
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
     if python_dir:
@@ -102,6 +193,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ops", default=",".join(OPS))
     ap.add_argument("--format-version", type=int, default=0, help="also this checkout in this older format")
     ap.add_argument("--dir", type=Path, help="where the stores are kept (default: a temporary directory)")
+    ap.add_argument("--paired", action="store_true", help="both builds in one process, rounds in turns")
     args = ap.parse_args(argv)
     ops = args.ops.split(",")
     arrow = corpora.msmarco_path(args.docs)
@@ -113,6 +205,12 @@ def main(argv: list[str] | None = None) -> None:
         if args.format_version:
             v = args.format_version
             sides[f"this, format {v}"] = (None, root / f"this-{args.docs}-v{v}.docstore", v)
+        for python_dir, store, version in sides.values():
+            if not store.exists():  # built by a turn of its own build
+                turn(python_dir, store, arrow, version, [], 0.0)
+        if args.paired:
+            paired(args.other, sides, ops, args.seconds)
+            return
         best: dict[str, dict[str, float]] = {name: {} for name in sides}
         for _ in range(args.rounds):
             # One process per side and op: an op timed after others in the same process ran
