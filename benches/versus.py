@@ -41,9 +41,35 @@ from . import corpora
 
 OPS = ("get", "get_many", "take", "get_many_t1", "take_t1")
 
-# One process per turn: builds the store on first use, times each op, prints JSON.
+# What both children time: the documents looked up (drawn from store `s`, the same in every
+# build's store of the same passages) and one round of an op over them.
+WORK = r"""
+import random
+
+
+def draws(s):
+    n = len(s)
+    rng = random.Random(11)
+    single = [s.at(rng.randrange(n), field="doc_id") for _ in range(256)]
+    positions = [rng.sample(range(n), 1024) for _ in range(8)]
+    batches = [[s.at(p, field="doc_id") for p in b] for b in positions]
+    return single, positions, batches
+
+
+def work(s, op, single, positions, batches):  # one round of `op` on `s`, the documents it reads
+    if op == "get":
+        def run():
+            for k in single:
+                s[k].text
+        return run, len(single)
+    if op.startswith("get_many"):
+        return (lambda: [s.get_many(b, field="text") for b in batches]), 8 * 1024
+    return (lambda: [s.take(p, field="text") for p in positions]), 8 * 1024
+"""
+
+# One process per turn (after WORK): builds the store on first use, times each op, prints JSON.
 CHILD = r"""
-import json, os, random, sys, time
+import json, os, sys, time
 import docstore
 
 path, arrow, version = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -57,11 +83,7 @@ if not os.path.exists(path):
         for k, v in zip(ids, texts):
             w.add(k, text=v)
 s = docstore.open(path)
-n = len(s)
-rng = random.Random(11)
-single = [s.at(rng.randrange(n), field="doc_id") for _ in range(256)]
-positions = [rng.sample(range(n), 1024) for _ in range(8)]
-batches = [[s.at(p, field="doc_id") for p in b] for b in positions]
+keys = draws(s)
 
 
 def timed(run, docs):
@@ -76,24 +98,16 @@ def timed(run, docs):
 
 
 out = {}
-for op in ops:
+for op in filter(None, ops):
     docstore.set_num_threads(1 if op.endswith("_t1") else 0)
-    if op == "get":
-        def run():
-            for k in single:
-                s[k].text
-        out[op] = timed(run, len(single))
-    elif op.startswith("get_many"):
-        out[op] = timed(lambda: [s.get_many(b, field="text") for b in batches], 8 * 1024)
-    elif op.startswith("take"):
-        out[op] = timed(lambda: [s.take(p, field="text") for p in positions], 8 * 1024)
+    out[op] = timed(*work(s, op, *keys))
 print(json.dumps(out))
 """
 
 
-# One process per op: both builds, their rounds in turns; prints JSON.
+# One process per op (after WORK): both builds, their rounds in turns; prints JSON.
 PAIRED_CHILD = r"""
-import importlib, json, random, statistics, sys, time
+import importlib, json, statistics, sys, time
 
 sides = json.loads(sys.argv[1])  # [[name, module, store path], ...]: "this" first
 op, seconds = sys.argv[2], float(sys.argv[3])
@@ -102,26 +116,8 @@ for name, module, path in sides:
     m = importlib.import_module(module)
     m.set_num_threads(1 if op.endswith("_t1") else 0)
     opened.append((name, m.open(path)))
-first = opened[0][1]
-n = len(first)
-rng = random.Random(11)
-single = [first.at(rng.randrange(n), field="doc_id") for _ in range(256)]
-positions = [rng.sample(range(n), 1024) for _ in range(8)]
-batches = [[first.at(p, field="doc_id") for p in b] for b in positions]
-
-
-def work(s):
-    if op == "get":
-        def run():
-            for k in single:
-                s[k].text
-        return run, len(single)
-    if op.startswith("get_many"):
-        return (lambda: [s.get_many(b, field="text") for b in batches]), 8 * 1024
-    return (lambda: [s.take(p, field="text") for p in positions]), 8 * 1024
-
-
-runs = [(name, *work(s)) for name, s in opened]
+keys = draws(opened[0][1])
+runs = [(name, *work(s, op, *keys)) for name, s in opened]
 for _, run, _ in runs:
     run()  # warm
 times = {name: [] for name, _, _ in runs}
@@ -162,7 +158,7 @@ def paired(other_dir: str, sides: dict, ops: list[str], seconds: float) -> None:
         print("| op | pairs | " + " | ".join(names) + " | " + " | ".join(f"{n} / other" for n in mine) + " |")
         print("|---|--:|" + "--:|" * (len(names) + len(mine)))
         for op in ops:
-            args = [sys.executable, "-c", PAIRED_CHILD, json.dumps(spec), op, str(seconds)]
+            args = [sys.executable, "-c", WORK + PAIRED_CHILD, json.dumps(spec), op, str(seconds)]
             out = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
             if out.returncode != 0:
                 raise SystemExit(f"{op}: {out.stderr.strip()[-2000:]}")
@@ -177,7 +173,8 @@ def turn(python_dir: str | None, store: Path, arrow: Path, version: int, ops, se
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
     if python_dir:
         env["PYTHONPATH"] = python_dir
-    args = [sys.executable, "-c", CHILD, str(store), str(arrow), str(version), ",".join(ops), str(seconds)]
+    argv = [str(store), str(arrow), str(version), ",".join(ops), str(seconds)]
+    args = [sys.executable, "-c", WORK + CHILD, *argv]
     out = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"{python_dir or 'this checkout'}: {out.stderr.strip()[-2000:]}")
