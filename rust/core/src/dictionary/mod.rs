@@ -12,6 +12,8 @@
 use crate::prefetch::prefetch;
 use rayon::prelude::*;
 
+mod select;
+
 /// Bytes of one dictionary segment (zstd's k); 32 did best on held-out documents of both
 /// benchmark corpora.
 const SEGMENT: usize = 32;
@@ -38,7 +40,7 @@ struct Bucket {
     /// In how many samples the d-mer occurs; zero once a dictionary segment covers it.
     frequency: u32,
     /// While counting, the last sample it was seen in; while choosing segments, its occurrences
-    /// in the sliding window.
+    /// in the sliding window (`select.rs`).
     mark: u32,
 }
 
@@ -136,14 +138,18 @@ pub fn train<'a>(samples: impl Iterator<Item = &'a [u8]> + Clone, size: usize) -
     if data.len() < SEGMENT.max(size) {
         return data[..data.len().min(size)].to_vec();
     }
+    if size == 0 {
+        return Vec::new();
+    }
     // Hashed d-mer at every position, and in how many samples each d-mer occurs: both on the
     // pool's threads (the build's other threads wait for this dictionary), the samples counted in
     // parts whose counts are then summed, so the result is the same on any number of threads.
     let positions = data.len() - DMER + 1;
     data.resize(data.len() + 8 - DMER, 0); // whole words for the last d-mers
     let dmers = hashed_dmers(&data, positions);
-    let mut buckets = sample_counts(&dmers, &sizes);
-    buckets.iter_mut().for_each(|b| b.mark = 0);
+    let frequency: Vec<u32> = (sample_counts(&dmers, &sizes).iter())
+        .map(|b| b.frequency)
+        .collect();
 
     // Epochs as zstd's COVER_computeEpochs: about size / SEGMENT / PASSES of them, each at least
     // ten segments long.
@@ -153,66 +159,27 @@ pub fn train<'a>(samples: impl Iterator<Item = &'a [u8]> + Clone, size: usize) -
         epoch_len = (10 * SEGMENT).min(positions);
         epochs = positions / epoch_len;
     }
+    let epoch = |visit: usize| {
+        let epoch = visit % epochs;
+        (epoch * epoch_len, (epoch + 1) * epoch_len)
+    };
+    // Segments fill the dictionary from its end, in the order they are chosen; the loop gives
+    // up after this many epochs in a row with nothing left to cover.
     let give_up_after = (epochs / 8).clamp(10, 100);
-    let window = SEGMENT - DMER + 1;
     let mut dict = vec![0u8; size];
-    let mut free = size;
-    let (mut epoch, mut fruitless) = (0, 0);
-    while free > 0 {
-        let (begin, end) = (epoch * epoch_len, (epoch + 1) * epoch_len);
-        epoch = (epoch + 1) % epochs;
-        // The window whose distinct d-mers have the largest summed frequency.
-        let (mut score, mut best, mut best_range) = (0u64, 0u64, (0, 0));
-        let mut low = begin;
-        for high in begin..end {
-            prefetch(
-                &buckets,
-                dmers.get(high + AHEAD).map_or(usize::MAX, |&d| d as usize),
-            );
-            let entering = &mut buckets[dmers[high] as usize];
-            if entering.mark == 0 {
-                score += u64::from(entering.frequency);
-            }
-            entering.mark += 1;
-            if high + 1 - low > window {
-                let leaving = &mut buckets[dmers[low] as usize];
-                leaving.mark -= 1;
-                if leaving.mark == 0 {
-                    score -= u64::from(leaving.frequency);
-                }
-                low += 1;
-            }
-            if score > best {
-                best = score;
-                best_range = (low, high + 1);
-            }
-        }
-        for &d in &dmers[low..end] {
-            buckets[d as usize].mark -= 1; // zero again for the next epoch
-        }
-        if best == 0 {
+    let (mut free, mut fruitless) = (size, 0);
+    let choose = |segment: Option<(usize, usize)>| {
+        let Some((first, last)) = segment else {
             fruitless += 1;
-            if fruitless >= give_up_after {
-                break;
-            }
-            continue;
-        }
+            return fruitless < give_up_after;
+        };
         fruitless = 0;
-        // Trim covered d-mers off both ends, then mark the rest covered.
-        let (mut first, mut last) = best_range;
-        while buckets[dmers[first] as usize].frequency == 0 {
-            first += 1;
-        }
-        while buckets[dmers[last - 1] as usize].frequency == 0 {
-            last -= 1;
-        }
-        for &d in &dmers[first..last] {
-            buckets[d as usize].frequency = 0;
-        }
         let len = (last - first + DMER - 1).min(free);
         free -= len;
         dict[free..free + len].copy_from_slice(&data[first..first + len]);
-    }
+        free > 0
+    };
+    crate::parallel::pool().install(|| select::choose_segments(&dmers, &frequency, &epoch, choose));
     dict.drain(..free);
     dict
 }
