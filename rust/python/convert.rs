@@ -82,6 +82,8 @@ fn str_from_utf8<'py>(py: Python<'py>, bytes: &[u8]) -> PyResult<Bound<'py, PyAn
 /// numpy's dtype for `elem`s: its own, or for bfloat16, which numpy lacks, `ml_dtypes`'s
 /// (`docstore._convert.bfloat16`, which says how to install it where it is missing).
 fn dtype_of<'py>(py: Python<'py>, elem: ElemType) -> PyResult<Bound<'py, PyArrayDescr>> {
+    // numpy makes these from their names, parsed each time: made once.
+    static FLOAT16: PyOnceLock<Py<PyArrayDescr>> = PyOnceLock::new();
     static BFLOAT16: PyOnceLock<Py<PyArrayDescr>> = PyOnceLock::new();
     Ok(match elem {
         ElemType::I8 => i8::get_dtype(py),
@@ -94,7 +96,10 @@ fn dtype_of<'py>(py: Python<'py>, elem: ElemType) -> PyResult<Bound<'py, PyArray
         ElemType::U64 => u64::get_dtype(py),
         ElemType::F32 => f32::get_dtype(py),
         ElemType::F64 => f64::get_dtype(py),
-        ElemType::F16 => PyArrayDescr::new(py, "float16")?,
+        ElemType::F16 => FLOAT16
+            .get_or_try_init(py, || PyArrayDescr::new(py, "float16").map(Bound::unbind))?
+            .bind(py)
+            .clone(),
         ElemType::BF16 => BFLOAT16
             .get_or_try_init(py, || -> PyResult<_> {
                 let dtype = py.import("docstore._convert")?.call_method0("bfloat16")?;
