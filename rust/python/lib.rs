@@ -20,17 +20,19 @@ use pyo3::prelude::*;
 
 /// Sets the number of threads used for parallel compression and batch decoding (0 = all cores).
 #[pyfunction]
-fn set_num_threads(n: &Bound<'_, PyAny>) -> PyResult<()> {
-    use pyo3::exceptions::PyValueError;
+fn set_num_threads(py: Python<'_>, n: &Bound<'_, PyAny>) -> PyResult<()> {
+    use docstore_core::{parallel, Error};
+    use errors::IntoPy;
     let n = args::int_arg("the number of threads", n)?;
-    let max = docstore_core::parallel::MAX_THREADS;
+    let max = parallel::MAX_THREADS;
     let n = usize::try_from(n)
         .ok()
         .filter(|&n| n <= max)
         .ok_or_else(|| {
-            PyValueError::new_err(format!("threads must be 0 (all cores) to {max}, got {n}"))
-        })?;
-    docstore_core::parallel::set_num_threads(n).map_err(|e| PyValueError::new_err(e.to_string()))
+            Error::InvalidArgument(format!("threads must be 0 (all cores) to {max}, got {n}"))
+        })
+        .py_err(py)?;
+    parallel::set_num_threads(n).py_err(py)
 }
 
 /// The number of threads used for parallel work.

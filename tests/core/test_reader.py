@@ -583,6 +583,9 @@ def test_thread_count_is_configurable():
     assert docstore.get_num_threads() == before
     with pytest.raises(TypeError, match="must be an int, got bool"):
         docstore.set_num_threads(True)
+    for bad in (-1, 10**6):  # one exception family for every refusal (and a ValueError)
+        with pytest.raises(docstore.InvalidArgumentError, match=f"0 \\(all cores\\) to .*, got {bad}"):
+            docstore.set_num_threads(bad)
     assert docstore.get_num_threads() == before
 
 
