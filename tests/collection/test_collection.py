@@ -469,10 +469,13 @@ def test_cli_build_shards_stops_the_workers_after_a_failed_one(tmp_path, capsys,
     assert f"b.jsonl: the line at byte {offset}: invalid JSON" in capsys.readouterr().err
     if len(os.sched_getaffinity(0)) >= 2:  # two workers: the second stopped
         # At its first shard, or at its second where it started long before the first worker
-        # (forked later on a loaded machine) reached the bad line.
+        # (forked later on a loaded machine) reached the bad line, or not at all when it built
+        # both before that (seen once in a full run: the stop itself is shown above, with
+        # `_FAILED` set by hand).
         assert sorted(log.read_text().split("\n")[:-1]) in (
             ["part-00000.docstore UsageError", "part-00002.docstore _Stopped"],
             ["part-00000.docstore UsageError", "part-00003.docstore _Stopped"],
+            ["part-00000.docstore UsageError"],
         )
     # The second worker fails first, the first later: the first one's failure is reported
     # (the first in the file), as it would be without any stop.

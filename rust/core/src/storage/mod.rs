@@ -27,8 +27,9 @@ pub use source::Source;
 
 /// The bytes of a store file, as one slice, and a way to make ranges of them readable: "read
 /// these ranges". What a remote store does behind it (purchases of whole sections, counters,
-/// retries of requests, its options) is its own (`remote`), not the reader's.
-pub trait Storage: AsRef<[u8]> {
+/// retries of requests, its options) is its own (`remote`), not the reader's. `Sync`: one store
+/// is searched and read by the pool's threads at once.
+pub trait Storage: AsRef<[u8]> + Sync {
     /// Whether ranges must be `ensure`d before they are read (a remote store).
     #[inline(always)]
     fn is_remote(&self) -> bool {

@@ -12,11 +12,23 @@ use crate::error::Result;
 use crate::format::Section;
 use crate::storage::Storage;
 use std::ops::Range;
-use std::sync::atomic;
+use std::sync::atomic::{self, AtomicUsize};
+use std::sync::Mutex;
 
 /// The most rounds a remote search resumes in (`search_fetching`): past them, the cache evicts
 /// faster than a round fetches.
 const SEARCH_ROUNDS: usize = 64;
+
+/// Keys per task of a round of `search_fetching` on the pool's threads.
+const SEARCH_PART: usize = 64;
+
+/// What a part of a round of `search_fetching` did: keys settled (index, rank), keys still
+/// pending, and what their searches lacked.
+struct Round {
+    settled: Vec<(usize, Option<u64>)>,
+    pending: Vec<usize>,
+    lack: Lack,
+}
 
 impl<B: Storage> Store<B> {
     /// Makes bytes `range` of section `s` readable before they are read: nothing to do for a
@@ -112,43 +124,28 @@ impl<B: Storage> Store<B> {
             return Ok(());
         }
         let mut pending: Vec<usize> = (0..keys.len()).collect();
-        let mut lack = Lack(Vec::new());
         for _ in 0..SEARCH_ROUNDS {
             // Until the common prefix is fetched, keys are searched for as if they had it (a key
             // without it fetches a block for nothing, once), and none is settled.
             let prefix = self.prefix_present();
+            let mut lack = Lack(Vec::new());
             if !prefix {
                 lack.0.push((Section::Keys, self.common_prefix.clone()));
             }
-            let mut failed = None;
-            pending.retain(|&i| {
-                let key = keys[i];
-                let target = match prefix {
-                    true => self.target(key),
-                    false => self.guess(key),
-                };
-                let Some(target) = target else {
-                    return !prefix;
-                };
-                match self.find(key, target, &mut lack) {
-                    Ok(Some(rank)) if prefix => {
-                        out[i] = rank;
-                        false
-                    }
-                    Ok(_) => true,
-                    Err(e) => {
-                        failed.get_or_insert(e);
-                        true
-                    }
+            let mut still = Vec::new();
+            for part in self.search_round(keys, &pending, prefix) {
+                let part = part?;
+                for (i, rank) in part.settled {
+                    out[i] = rank;
                 }
-            });
-            if let Some(e) = failed {
-                return Err(e);
+                still.extend(part.pending);
+                lack.0.extend(part.lack.0);
             }
+            pending = still;
             if pending.is_empty() {
                 return Ok(());
             }
-            self.fetch(lack.0.drain(..))?;
+            self.fetch(lack.0)?;
         }
         // A cache that evicts what a round fetched before the search reads it: the rest
         // searched fetching as they read.
@@ -159,6 +156,71 @@ impl<B: Storage> Store<B> {
             };
         }
         Ok(())
+    }
+
+    /// One round of `search_fetching` over the keys `pending` (indexes into `keys`), in parts
+    /// in key order: what each settles, leaves pending and found lacking (a part stops at its
+    /// first error). A large round runs on the pool's threads (a warm batch is all search), its
+    /// parts in the order a single pass makes them, so that the round fetches the same.
+    fn search_round(&self, keys: &[&[u8]], pending: &[usize], prefix: bool) -> Vec<Result<Round>> {
+        let part = |indexes: &[usize]| -> Result<Round> {
+            let mut round = Round {
+                settled: Vec::new(),
+                pending: Vec::new(),
+                lack: Lack(Vec::new()),
+            };
+            if prefix {
+                // In lockstep groups, as a local search.
+                let mut found = [None; GROUP];
+                let mut group: [&[u8]; GROUP] = [&[]; GROUP];
+                for indexes in indexes.chunks(GROUP) {
+                    for (key, &i) in group.iter_mut().zip(indexes) {
+                        *key = keys[i];
+                    }
+                    self.find_group(&group[..indexes.len()], &mut round.lack, &mut found)?;
+                    for (&i, found) in indexes.iter().zip(found) {
+                        match found {
+                            Some(rank) => round.settled.push((i, rank)),
+                            None => round.pending.push(i),
+                        }
+                    }
+                }
+                return Ok(round);
+            }
+            // Searched as if they had the prefix, to fetch their blocks with it; none settled.
+            for &i in indexes {
+                if let Some(target) = self.guess(keys[i]) {
+                    self.find(keys[i], target, &mut round.lack)?;
+                }
+                round.pending.push(i);
+            }
+            Ok(round)
+        };
+        let claim = match pending.len() >= 2 * SEARCH_PART {
+            true => crate::parallel::claim(),
+            false => None,
+        };
+        let Some(claim) = claim else {
+            return vec![part(pending)];
+        };
+        let parts: Vec<&[usize]> = pending.chunks(SEARCH_PART).collect();
+        let done: Vec<Mutex<Option<Result<Round>>>> =
+            parts.iter().map(|_| Mutex::new(None)).collect();
+        let next = AtomicUsize::new(0);
+        claim.run_with_caller(|| loop {
+            let at = next.fetch_add(1, atomic::Ordering::Relaxed);
+            let Some(indexes) = parts.get(at) else {
+                break;
+            };
+            let round = part(indexes);
+            *done[at].lock().unwrap_or_else(|e| e.into_inner()) = Some(round);
+        });
+        (done.into_iter())
+            .map(|slot| {
+                let slot = slot.into_inner().unwrap_or_else(|e| e.into_inner());
+                slot.expect("every part is searched before run_with_caller returns")
+            })
+            .collect()
     }
 
     /// For a remote store, fetches what reading `found` reads (with `keys`, the keys of their

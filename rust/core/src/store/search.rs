@@ -257,8 +257,12 @@ impl<B: Storage> Store<B> {
         match self.buf.is_remote() {
             true => self.search_fetching(keys, &mut out)?,
             false => {
+                let mut found = [None; GROUP];
                 for (keys, out) in keys.chunks(GROUP).zip(out.chunks_mut(GROUP)) {
-                    self.ranks_into(keys, out)?;
+                    self.find_group(keys, &mut Fetch, &mut found)?;
+                    for (out, found) in out.iter_mut().zip(found) {
+                        *out = found.flatten();
+                    }
                 }
             }
         }
@@ -306,20 +310,24 @@ impl<B: Storage> Store<B> {
         key.len() > self.header.common_prefix as usize + 8
     }
 
-    /// `ranks` for at most GROUP keys of a local store, misses not confirmed: the fences say which block (page)
-    /// of the key index can hold a key, a search in that block finds its first candidate, and the
-    /// entries settle it. Only keys longer than the common prefix plus 8 bytes are compared with
-    /// the keys.
-    fn ranks_into(&self, keys: &[&[u8]], out: &mut [Option<u64>]) -> Result<()> {
+    /// `find` for at most GROUP keys at once (`out[i]` for `keys[i]`): the fences say which
+    /// block (page) of the key index can hold a key, a search in that block finds its first
+    /// candidate, and the entries settle it (only keys longer than the common prefix plus 8
+    /// bytes are compared with whole keys). The searches advance in lockstep, each prefetching
+    /// what it reads next, so that their cache misses overlap instead of queuing. Where `reach`
+    /// cannot read a key's block yet (a remote cache), each key is searched alone, as `find`,
+    /// noting what it lacks in the same order.
+    pub(super) fn find_group<R: Reach>(
+        &self,
+        keys: &[&[u8]],
+        reach: &mut R,
+        out: &mut [Option<Option<u64>>],
+    ) -> Result<()> {
         let n = self.len();
-        out.fill(None);
-        if n == 0 {
-            return Ok(());
-        }
         // Keys without the common prefix are absent; the others search by their next 8 bytes.
         let mut targets = [None; GROUP];
         for (target, key) in targets.iter_mut().zip(keys) {
-            *target = self.target(key);
+            *target = self.target(key).filter(|_| n > 0);
         }
         let fences = self.section(Section::KeyFences);
         let index = self.section(Section::KeyIndex);
@@ -330,14 +338,31 @@ impl<B: Storage> Store<B> {
         let mut sizes = [blocks; GROUP];
         lower_bounds(&targets, &mut lows, &mut sizes, fences, 8);
         for (low, size) in lows.iter_mut().zip(&mut sizes) {
-            let start = low.saturating_sub(1) * self.block;
-            *low = start;
-            *size = self.block.min(n - start);
+            *low = low.saturating_sub(1); // the block
+            *size = self.block.min(n.saturating_sub(*low * self.block));
+        }
+        let ready = (keys.iter().zip(&targets).zip(&lows)).all(|((key, target), &block)| {
+            target.is_none() || reach.ready(self, block, self.long(key))
+        });
+        for (i, key) in keys.iter().enumerate() {
+            out[i] = match targets[i] {
+                None => Some(None),
+                Some(target) if !ready => self.find(key, target, reach)?,
+                Some(_) => {
+                    reach.block(self, lows[i], self.long(key))?;
+                    lows[i] *= self.block; // the block's first rank
+                    continue;
+                }
+            };
+        }
+        if !ready {
+            return Ok(());
         }
         lower_bounds(&targets, &mut lows, &mut sizes, index, self.entry_size);
         for (i, target) in targets.iter().enumerate().take(keys.len()) {
-            let Some(target) = *target else { continue };
-            out[i] = self.settle(keys[i], target, lows[i], &mut Fetch)?.flatten();
+            if let Some(target) = *target {
+                out[i] = self.settle(keys[i], target, lows[i], reach)?;
+            }
         }
         Ok(())
     }
@@ -415,6 +440,8 @@ impl<B: Storage> Store<B> {
 /// concurrent requests and searches again (`Store::search_fetching`). One search either way:
 /// there is no second copy of it to predict what it reads.
 pub(super) trait Reach {
+    /// Whether `block` would answer true, asked without noting or fetching anything.
+    fn ready<B: Storage>(&self, store: &Store<B>, block: u64, long: bool) -> bool;
     /// Whether block `block` of the key index, where a search starts, can be read.
     fn block<B: Storage>(&mut self, store: &Store<B>, block: u64, long: bool) -> Result<bool>;
     /// Whether the entry of `rank` can be read (for a `long` key: see `Store::long`).
@@ -427,6 +454,11 @@ pub(super) trait Reach {
 pub(super) struct Fetch;
 
 impl Reach for Fetch {
+    #[inline(always)]
+    fn ready<B: Storage>(&self, _: &Store<B>, _: u64, _: bool) -> bool {
+        true
+    }
+
     #[inline(always)]
     fn block<B: Storage>(&mut self, store: &Store<B>, block: u64, _: bool) -> Result<bool> {
         let span = store.block_span(block);
@@ -474,13 +506,15 @@ impl Lack {
 }
 
 impl Reach for Lack {
-    fn block<B: Storage>(&mut self, store: &Store<B>, block: u64, long: bool) -> Result<bool> {
+    fn ready<B: Storage>(&self, store: &Store<B>, block: u64, long: bool) -> bool {
         let span = store.block_span(block);
         let size = store.entry_size;
-        let mut present = store.has(Section::KeyIndex, span.start * size..span.end * size);
-        if long {
-            present &= store.has(Section::KeyOffsets, span.start * 8..span.end * 8 + 8);
-        }
+        store.has(Section::KeyIndex, span.start * size..span.end * size)
+            && (!long || store.has(Section::KeyOffsets, span.start * 8..span.end * 8 + 8))
+    }
+
+    fn block<B: Storage>(&mut self, store: &Store<B>, block: u64, long: bool) -> Result<bool> {
+        let present = self.ready(store, block, long);
         if !present {
             self.add_block(store, block, long);
         }
@@ -548,7 +582,7 @@ mod tests {
 
     /// `lower_bounds` agrees with `lower_bound` key by key, in groups whose ranges are all as
     /// long (its shared-size path), of different lengths (its general loop), with missing
-    /// targets, and at both ends of the values. Ranges are never empty (`ranks_into`).
+    /// targets, and at both ends of the values. Ranges are never empty (`find_group`).
     #[test]
     fn lower_bounds_agrees_with_lower_bound() {
         let stride = 16;
