@@ -65,7 +65,7 @@ pub(super) fn choose_segments(
     let helpers = (rayon::current_num_threads() - 1).min(LOOKAHEAD - 1);
     rayon::in_place_scope(|scope| {
         for _ in 0..helpers {
-            scope.spawn(|_| ahead.help(Table::new(dmers, frequency), epoch));
+            scope.spawn(|_| ahead.help(dmers, frequency, epoch));
         }
         // Ends the helpers' loops however the chooser's ends (a panic in `choose` included,
         // which would otherwise leave the scope waiting for them).
@@ -250,7 +250,17 @@ impl Ahead {
     }
 
     /// A helper's loop: scan the visits it can claim, until the chooser is done.
-    fn help(&self, mut table: Table, epoch: &(dyn Fn(usize) -> (usize, usize) + Sync)) {
+    fn help(
+        &self,
+        dmers: &[u32],
+        frequency: &[u32],
+        epoch: &(dyn Fn(usize) -> (usize, usize) + Sync),
+    ) {
+        // A helper the pool starts late (the loop over) copies no table.
+        if self.done.load(Acquire) {
+            return;
+        }
+        let mut table = Table::new(dmers, frequency);
         let mut idle = 0u32;
         while !self.done.load(Acquire) {
             match self.claim(self.chosen.load(Acquire)) {

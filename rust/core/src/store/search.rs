@@ -327,7 +327,7 @@ impl<B: Storage> Store<B> {
         // Keys without the common prefix are absent; the others search by their next 8 bytes.
         let mut targets = [None; GROUP];
         for (target, key) in targets.iter_mut().zip(keys) {
-            *target = self.target(key).filter(|_| n > 0);
+            *target = self.target(key); // None in an empty store
         }
         let fences = self.section(Section::KeyFences);
         let index = self.section(Section::KeyIndex);
