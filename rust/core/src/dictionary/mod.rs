@@ -27,11 +27,94 @@ const BUCKET_BITS: u32 = 18;
 /// the dictionary is full) give ~0.5% smaller output at 1.5x the training time.
 const PASSES: usize = 1;
 
-/// The bucket of the d-mer at `pos` (`data` has 8 readable bytes there).
-fn dmer_hash(data: &[u8], pos: usize) -> usize {
-    const DMER_BITS: u64 = (1 << (8 * DMER)) - 1;
-    let word = u64::from_le_bytes(data[pos..pos + 8].try_into().expect("8 bytes")) & DMER_BITS;
-    (word.wrapping_mul(0xCF1B_BCDC_B7A5_6463) >> (64 - BUCKET_BITS)) as usize
+/// The d-mer bucket at each position of the samples laid end to end.
+trait Dmers: Sync {
+    /// Positions (of the samples' bytes, less the last `DMER - 1`).
+    fn len(&self) -> usize;
+    /// The bucket of the d-mer at `pos` (below `len`).
+    fn at(&self, pos: usize) -> usize;
+}
+
+/// Samples' d-mers hashed each time they are read (a load, a multiply, a shift; once per position
+/// of a walk, by `Ring`). Not stored: a table of them took 4 bytes a sample byte (20 MB for BBC
+/// articles' 5 MB), whose first touch in a fresh process (5,000 page faults) cost more than
+/// hashing again. Training on two threads, first round / best of 8 (`train_timing`): BBC articles
+/// 33-46 / 17.6 ms stored, 26-32 / 18.3 ms hashed; 8 MiB of passages 48 / 37 ms, 44 / 33 ms.
+struct Hashed<'a> {
+    /// The samples, and 8 - `DMER` bytes after them, so that every d-mer is read as one word.
+    data: &'a [u8],
+    positions: usize,
+}
+
+impl Dmers for Hashed<'_> {
+    fn len(&self) -> usize {
+        self.positions
+    }
+
+    #[inline]
+    fn at(&self, pos: usize) -> usize {
+        const DMER_BITS: u64 = (1 << (8 * DMER)) - 1;
+        let word = u64::from_le_bytes(self.data[pos..pos + 8].try_into().expect("8 bytes"));
+        ((word & DMER_BITS).wrapping_mul(0xCF1B_BCDC_B7A5_6463) >> (64 - BUCKET_BITS)) as usize
+    }
+}
+
+/// Positions a `Ring` keeps behind the last one it hashed: room for a window and the prefetch
+/// distance (a power of two, so that a position's slot is a mask).
+const RING: usize = 64;
+
+/// The buckets of a run of d-mer positions in order, each hashed once, `AHEAD` positions before
+/// it is used (its bucket prefetched then), and kept for `RING - AHEAD` positions after.
+struct Ring<'a, D: ?Sized> {
+    dmers: &'a D,
+    /// Positions from here on are not hashed.
+    end: usize,
+    ring: [u32; RING],
+}
+
+impl<'a, D: Dmers + ?Sized> Ring<'a, D> {
+    /// Ready to walk `begin..end` (within the d-mers).
+    fn new(dmers: &'a D, (begin, end): (usize, usize)) -> Self {
+        let mut ring = Ring {
+            dmers,
+            end,
+            ring: [0; RING],
+        };
+        for at in begin..(begin + AHEAD).min(end) {
+            ring.ring[at % RING] = dmers.at(at) as u32;
+        }
+        ring
+    }
+
+    /// The bucket at `at`, the next position of the walk; hashes the one `AHEAD` of it and
+    /// prefetches its bucket in `buckets`.
+    #[inline]
+    fn step<T>(&mut self, at: usize, buckets: &[T]) -> usize {
+        let ahead = at + AHEAD;
+        if ahead < self.end {
+            let bucket = self.dmers.at(ahead);
+            self.ring[ahead % RING] = bucket as u32;
+            prefetch(buckets, bucket);
+        }
+        self.ring[at % RING] as usize
+    }
+
+    /// The bucket at `at`, a position stepped over at most `RING - AHEAD` positions ago.
+    #[inline]
+    fn behind(&self, at: usize) -> usize {
+        self.ring[at % RING] as usize
+    }
+}
+
+/// Buckets given outright (tests).
+impl Dmers for [u32] {
+    fn len(&self) -> usize {
+        <[u32]>::len(self)
+    }
+
+    fn at(&self, pos: usize) -> usize {
+        self[pos] as usize
+    }
 }
 
 /// What training keeps per d-mer bucket, together so that one cache line serves both.
@@ -47,39 +130,26 @@ struct Bucket {
 /// How far ahead of its use a d-mer's bucket is prefetched (the table outgrows the L2 cache).
 const AHEAD: usize = 16;
 
-/// Positions hashed per task of `hashed_dmers`, and bytes of samples per part of `sample_counts`:
-/// enough work per task to outweigh handing it to another thread.
-const HASH_TASK: usize = 1 << 16;
+/// Bytes of samples per part of `sample_counts`: enough work per task to outweigh handing it to
+/// another thread.
 const COUNT_PART: usize = 1 << 20;
-
-/// The d-mer bucket at each of the first `positions` positions of `data`.
-fn hashed_dmers(data: &[u8], positions: usize) -> Vec<u32> {
-    let mut dmers = vec![0u32; positions];
-    crate::parallel::pool().install(|| {
-        dmers
-            .par_chunks_mut(HASH_TASK)
-            .enumerate()
-            .for_each(|(task, out)| {
-                for (i, d) in out.iter_mut().enumerate() {
-                    *d = dmer_hash(data, task * HASH_TASK + i) as u32;
-                }
-            });
-    });
-    dmers
-}
 
 /// Per d-mer bucket, in how many of the samples (of `sizes` bytes each, laid end to end in
 /// `dmers`) it occurs: a part of whole samples per pool thread (of `COUNT_PART` bytes at least)
 /// counted at once, each into its own table, then summed. A d-mer counts once per sample and a
 /// sample lies in one part, so the sums are the same however the samples are cut.
-fn sample_counts(dmers: &[u32], sizes: &[usize]) -> Vec<Bucket> {
+fn sample_counts(dmers: &(impl Dmers + ?Sized), sizes: &[usize]) -> Vec<Bucket> {
     let threads = crate::parallel::pool().current_num_threads();
     let part_bytes = dmers.len().div_ceil(threads.max(1)).max(COUNT_PART);
     sample_counts_in_parts(dmers, sizes, part_bytes)
 }
 
 /// `sample_counts`, the samples cut into parts of at least `part_bytes`.
-fn sample_counts_in_parts(dmers: &[u32], sizes: &[usize], part_bytes: usize) -> Vec<Bucket> {
+fn sample_counts_in_parts(
+    dmers: &(impl Dmers + ?Sized),
+    sizes: &[usize],
+    part_bytes: usize,
+) -> Vec<Bucket> {
     let positions = dmers.len();
     // (first sample, its start) of each part.
     let mut parts = vec![(0, 0)];
@@ -101,13 +171,11 @@ fn sample_counts_in_parts(dmers: &[u32], sizes: &[usize], part_bytes: usize) -> 
             1 << BUCKET_BITS
         ];
         for (sample, len) in sizes.iter().enumerate().take(last).skip(first) {
-            let end = (start + len).min(positions);
-            for i in start.min(positions)..end {
-                prefetch(
-                    &buckets,
-                    dmers.get(i + AHEAD).map_or(usize::MAX, |&d| d as usize),
-                );
-                let bucket = &mut buckets[dmers[i] as usize];
+            let run = (start.min(positions), (start + len).min(positions));
+            let mut ring = Ring::new(dmers, run);
+            for i in run.0..run.1 {
+                let at = ring.step(i, &buckets);
+                let bucket = &mut buckets[at];
                 if bucket.mark != sample as u32 {
                     bucket.mark = sample as u32;
                     bucket.frequency += 1;
@@ -141,12 +209,15 @@ pub fn train<'a>(samples: impl Iterator<Item = &'a [u8]> + Clone, size: usize) -
     if size == 0 {
         return Vec::new();
     }
-    // Hashed d-mer at every position, and in how many samples each d-mer occurs: both on the
-    // pool's threads (the build's other threads wait for this dictionary), the samples counted in
-    // parts whose counts are then summed, so the result is the same on any number of threads.
+    // In how many samples each d-mer occurs, on the pool's threads (the build's other threads
+    // wait for this dictionary): the samples counted in parts whose counts are then summed, so
+    // the result is the same on any number of threads.
     let positions = data.len() - DMER + 1;
     data.resize(data.len() + 8 - DMER, 0); // whole words for the last d-mers
-    let dmers = hashed_dmers(&data, positions);
+    let dmers = Hashed {
+        data: &data,
+        positions,
+    };
     let frequency: Vec<u32> = (sample_counts(&dmers, &sizes).iter())
         .map(|b| b.frequency)
         .collect();
@@ -224,7 +295,10 @@ mod tests {
         let mut data = docs.concat();
         let positions = data.len() - DMER + 1;
         data.resize(data.len() + 8, 0);
-        let dmers = hashed_dmers(&data, positions);
+        let dmers = Hashed {
+            data: &data,
+            positions,
+        };
         let one: Vec<u32> = (sample_counts_in_parts(&dmers, &sizes, usize::MAX).iter())
             .map(|b| b.frequency)
             .collect();

@@ -29,8 +29,7 @@ use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Mutex;
 
-use super::{Bucket, AHEAD, DMER, SEGMENT};
-use crate::prefetch::prefetch;
+use super::{Bucket, Dmers, Ring, DMER, RING, SEGMENT};
 
 /// How many visits from the one being chosen may be scanned at once: more lets more threads
 /// help, from older frequencies (their scans are kept less often).
@@ -48,8 +47,8 @@ struct Window {
 /// 2 ..., `choose(the d-mer positions it covers)` (None where nothing is left to cover in the
 /// epoch) until it returns false. `epoch(visit)` is the range of d-mer positions a visit scans.
 /// The current rayon pool's other threads scan ahead; the choices are the same on any number.
-pub(super) fn choose_segments(
-    dmers: &[u32],
+pub(super) fn choose_segments<D: Dmers + ?Sized>(
+    dmers: &D,
     frequency: &[u32],
     epoch: &(dyn Fn(usize) -> (usize, usize) + Sync),
     mut choose: impl FnMut(Option<(usize, usize)>) -> bool,
@@ -78,7 +77,7 @@ pub(super) fn choose_segments(
             if helpers > 0 {
                 if let Some((first, last)) = segment {
                     let mut covered = ahead.covered.lock().unwrap_or_else(|e| e.into_inner());
-                    covered.extend_from_slice(&dmers[first..last]);
+                    covered.extend((first..last).map(|at| dmers.at(at) as u32));
                 }
             }
             if !choose(segment) {
@@ -100,14 +99,14 @@ impl Drop for Done<'_> {
 
 /// A scanner's frequencies (those of the first `synced` buckets of the covered log zeroed) and
 /// its marks: a d-mer's occurrences in the sliding window, in the same cache line.
-struct Table<'a> {
-    dmers: &'a [u32],
+struct Table<'a, D: ?Sized> {
+    dmers: &'a D,
     buckets: Vec<Bucket>,
     synced: usize,
 }
 
-impl<'a> Table<'a> {
-    fn new(dmers: &'a [u32], frequency: &[u32]) -> Self {
+impl<'a, D: Dmers + ?Sized> Table<'a, D> {
+    fn new(dmers: &'a D, frequency: &[u32]) -> Self {
         let buckets = (frequency.iter())
             .map(|&frequency| Bucket { frequency, mark: 0 })
             .collect();
@@ -139,17 +138,18 @@ impl<'a> Table<'a> {
                 range: (0, 0),
             },
         );
+        const { assert!(SEGMENT - DMER + 1 + super::AHEAD < RING) };
+        let mut ring = Ring::new(dmers, (begin, end));
         let mut low = begin;
         for high in begin..end {
-            let ahead = dmers.get(high + AHEAD).map_or(usize::MAX, |&d| d as usize);
-            prefetch(buckets, ahead);
-            let entering = &mut buckets[dmers[high] as usize];
+            let at = ring.step(high, buckets);
+            let entering = &mut buckets[at];
             if entering.mark == 0 {
                 score += u64::from(entering.frequency);
             }
             entering.mark += 1;
             if high + 1 - low > window {
-                let leaving = &mut buckets[dmers[low] as usize];
+                let leaving = &mut buckets[ring.behind(low)];
                 leaving.mark -= 1;
                 if leaving.mark == 0 {
                     score -= u64::from(leaving.frequency);
@@ -163,25 +163,24 @@ impl<'a> Table<'a> {
                 };
             }
         }
-        for &d in &dmers[low..end.max(low)] {
-            buckets[d as usize].mark -= 1;
+        for at in low..end.max(low) {
+            buckets[ring.behind(at)].mark -= 1;
         }
         best
     }
 
     /// What the window `(first, last)` scores with these frequencies.
     fn score(&mut self, (first, last): (usize, usize)) -> u64 {
-        let window = &self.dmers[first..last];
         let mut score = 0;
-        for &d in window {
-            let bucket = &mut self.buckets[d as usize];
+        for at in first..last {
+            let bucket = &mut self.buckets[self.dmers.at(at)];
             if bucket.mark == 0 {
                 score += u64::from(bucket.frequency);
             }
             bucket.mark += 1;
         }
-        for &d in window {
-            self.buckets[d as usize].mark -= 1;
+        for at in first..last {
+            self.buckets[self.dmers.at(at)].mark -= 1;
         }
         score
     }
@@ -189,15 +188,15 @@ impl<'a> Table<'a> {
     /// Covers the window `range` (of a score above 0), its covered d-mers at either end trimmed
     /// off: the d-mer positions it covers.
     fn cover(&mut self, (mut first, mut last): (usize, usize)) -> (usize, usize) {
-        let frequency = |table: &Self, at: usize| table.buckets[table.dmers[at] as usize].frequency;
+        let frequency = |table: &Self, at: usize| table.buckets[table.dmers.at(at)].frequency;
         while frequency(self, first) == 0 {
             first += 1;
         }
         while frequency(self, last - 1) == 0 {
             last -= 1;
         }
-        for &d in &self.dmers[first..last] {
-            self.buckets[d as usize].frequency = 0;
+        for at in first..last {
+            self.buckets[self.dmers.at(at)].frequency = 0;
         }
         (first, last)
     }
@@ -250,9 +249,9 @@ impl Ahead {
     }
 
     /// A helper's loop: scan the visits it can claim, until the chooser is done.
-    fn help(
+    fn help<D: Dmers + ?Sized>(
         &self,
-        dmers: &[u32],
+        dmers: &D,
         frequency: &[u32],
         epoch: &(dyn Fn(usize) -> (usize, usize) + Sync),
     ) {
@@ -286,7 +285,7 @@ impl Ahead {
     fn window(
         &self,
         visit: usize,
-        table: &mut Table,
+        table: &mut Table<impl Dmers + ?Sized>,
         epoch: &(dyn Fn(usize) -> (usize, usize) + Sync),
     ) -> Window {
         loop {
@@ -319,7 +318,7 @@ mod tests {
         let dmers: Vec<u32> = (0..40u32)
             .map(|i| if i % 5 == 0 { 3 } else { i % 8 })
             .collect();
-        let mut table = Table::new(&dmers, &[1, 1, 1, 50, 1, 1, 1, 1]);
+        let mut table = Table::new(dmers.as_slice(), &[1, 1, 1, 50, 1, 1, 1, 1]);
         let found = table.scan((0, 40));
         assert!(
             table.buckets.iter().all(|b| b.mark == 0),
@@ -353,7 +352,7 @@ mod tests {
             .expect("a pool");
         let mut chosen = Vec::new();
         pool.install(|| {
-            choose_segments(&dmers, &frequency, &epoch, |segment| {
+            choose_segments(dmers.as_slice(), &frequency, &epoch, |segment| {
                 chosen.push(segment);
                 chosen.len() < 300
             })
@@ -385,7 +384,7 @@ mod tests {
             let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 pool.install(|| {
                     let mut visits = 0;
-                    choose_segments(&dmers, &frequency, &epoch, |_| {
+                    choose_segments(dmers.as_slice(), &frequency, &epoch, |_| {
                         visits += 1;
                         assert!(visits < 5, "a failing choice");
                         true
