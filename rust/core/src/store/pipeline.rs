@@ -28,6 +28,9 @@ impl<B: Storage> Store<B> {
         const LINE: usize = 64;
         const SPAN_LINES: usize = 8;
         let section = self.section(s);
+        if range.start >= section.len() {
+            return; // a corrupt offset, which the read that follows reports
+        }
         prefetch(section, range.start);
         let last = range.end.min(range.start + SPAN_LINES * LINE);
         let mut line = (range.start / LINE + 1) * LINE;
