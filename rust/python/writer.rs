@@ -156,7 +156,7 @@ impl State {
         if count.saturating_add(rows as u64) > MAX_DOCS {
             return Err(new_error(
                 py,
-                Exc::Schema,
+                Exc::InvalidArgument, // as the core's own check of each document
                 format!("a store holds at most {MAX_DOCS} documents"),
             ));
         }
