@@ -29,56 +29,7 @@ use std::hint::black_box;
 use std::os::raw::{c_char, c_int};
 use std::time::Instant;
 
-use lz4_sys as _;
-
-#[allow(non_snake_case)]
-mod ffi {
-    use std::os::raw::{c_char, c_int};
-
-    #[repr(C)]
-    pub struct StreamHC {
-        _opaque: [u8; 0],
-    }
-    #[repr(C)]
-    pub struct Stream {
-        _opaque: [u8; 0],
-    }
-
-    extern "C" {
-        pub fn LZ4_createStreamHC() -> *mut StreamHC;
-        pub fn LZ4_resetStreamHC_fast(stream: *mut StreamHC, level: c_int);
-        pub fn LZ4_loadDictHC(stream: *mut StreamHC, dict: *const c_char, size: c_int) -> c_int;
-        pub fn LZ4_attach_HC_dictionary(work: *mut StreamHC, dict: *const StreamHC);
-        pub fn LZ4_compress_HC_continue(
-            stream: *mut StreamHC,
-            src: *const c_char,
-            dst: *mut c_char,
-            src_size: c_int,
-            dst_capacity: c_int,
-        ) -> c_int;
-        pub fn LZ4_createStream() -> *mut Stream;
-        pub fn LZ4_resetStream_fast(stream: *mut Stream);
-        pub fn LZ4_loadDict(stream: *mut Stream, dict: *const c_char, size: c_int) -> c_int;
-        pub fn LZ4_attach_dictionary(work: *mut Stream, dict: *const Stream);
-        pub fn LZ4_compress_fast_continue(
-            stream: *mut Stream,
-            src: *const c_char,
-            dst: *mut c_char,
-            src_size: c_int,
-            dst_capacity: c_int,
-            acceleration: c_int,
-        ) -> c_int;
-        pub fn LZ4_compressBound(input_size: c_int) -> c_int;
-        pub fn LZ4_decompress_safe_usingDict(
-            src: *const c_char,
-            dst: *mut c_char,
-            src_size: c_int,
-            dst_capacity: c_int,
-            dict: *const c_char,
-            dict_size: c_int,
-        ) -> c_int;
-    }
-}
+use codec::ffi;
 
 /// Nanoseconds per item of `f` over `items` items in its fastest round: rounds until `MIN_TIME`
 /// has passed (at least 7, at most 1000), the first round a warm-up. A floor is a best case, and

@@ -27,8 +27,11 @@ use xxhash_rust::xxh3::xxh3_64;
 // we need ourselves because lz4-sys does not bind them.
 use lz4_sys as _;
 
+/// The liblz4 functions docstore calls. Public (hidden) for `benches/floors.rs`, whose floors
+/// must call liblz4 itself, not this codec.
+#[doc(hidden)]
 #[allow(non_snake_case)]
-mod ffi {
+pub mod ffi {
     use std::os::raw::{c_char, c_int};
 
     #[repr(C)]
