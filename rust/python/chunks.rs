@@ -49,24 +49,12 @@ pub(crate) fn in_chunks<T: Sync, S: Default + Clearable + Send, R: Send>(
             .collect();
     };
     // Chunks are claimed in turn by the calling thread and the pool's, each with its scratch.
-    let slots: Vec<Slot<'_, S, R>> = scratch.iter_mut().map(|s| Mutex::new((s, None))).collect();
-    let next = AtomicUsize::new(0);
-    pool.run_with_caller(|| loop {
-        let k = next.fetch_add(1, Ordering::Relaxed);
-        let Some(slot) = slots.get(k) else { break };
-        // Never contended: each chunk index is claimed once.
-        let mut slot = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let (scratch, result) = &mut *slot;
+    pool.map(scratch, |k, scratch| {
         let end = (k * chunk + chunk).min(items.len());
-        *result = Some(f(&items[k * chunk..end], scratch));
-    });
-    slots
-        .into_iter()
-        .map(|slot| {
-            let (_, result) = slot.into_inner().unwrap_or_else(|p| p.into_inner());
-            result.expect("every chunk ran")
-        })
-        .collect()
+        f(&items[k * chunk..end], scratch)
+    })
+    .into_iter()
+    .collect()
 }
 
 /// `f` over chunks of `items` as `in_chunks` does (with Python released), then `then` on each

@@ -14,7 +14,7 @@
 use crate::error::{Error, Result};
 use crate::process::PerProcess;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 struct OwnedPool {
     threads: usize,
@@ -63,6 +63,35 @@ impl Claim {
     /// which on a busy VM costs more than a batch of short documents takes to decode.
     pub fn run_with_caller(&self, work: impl Fn() + Sync) {
         self.run_beside(&work, &work);
+    }
+
+    /// `f(k, &mut items[k])` for every item, shared out among the calling thread and the pool's
+    /// (each item taken once, in turn, by whichever thread is free): the results in the items'
+    /// order. A panic in `f` reaches the caller (once every run has finished).
+    pub fn map<T: Send, R: Send>(
+        &self,
+        items: &mut [T],
+        f: impl Fn(usize, &mut T) -> R + Sync,
+    ) -> Vec<R> {
+        let slots: Vec<Mutex<(&mut T, Option<R>)>> = items
+            .iter_mut()
+            .map(|item| Mutex::new((item, None)))
+            .collect();
+        let next = AtomicUsize::new(0);
+        self.run_with_caller(|| loop {
+            let k = next.fetch_add(1, Ordering::Relaxed);
+            let Some(slot) = slots.get(k) else { break };
+            // Never contended: each index is taken once.
+            let mut slot = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let (item, result) = &mut *slot;
+            *result = Some(f(k, item));
+        });
+        (slots.into_iter())
+            .map(|slot| {
+                let (_, result) = slot.into_inner().unwrap_or_else(|p| p.into_inner());
+                result.expect("every item ran before run_with_caller returned")
+            })
+            .collect()
     }
 
     /// Runs `helper` on all but one of the pool's threads while `caller` runs on the calling
@@ -158,6 +187,17 @@ mod tests {
         assert!(
             second,
             "another thread works on its own while the pool is held"
+        );
+        // A claim maps every item once, the results in order.
+        let mut items: Vec<u64> = (0..1000).collect();
+        let doubled = first.map(&mut items, |k, item| {
+            *item += 1;
+            k as u64 * 2
+        });
+        assert_eq!(doubled, (0..1000).map(|k| k * 2).collect::<Vec<u64>>());
+        assert!(
+            items.iter().zip(1..).all(|(&item, k)| item == k),
+            "each once"
         );
         drop(first);
         assert!(claim().is_some(), "released when the claim is dropped");

@@ -12,8 +12,7 @@ use crate::error::Result;
 use crate::format::Section;
 use crate::storage::Storage;
 use std::ops::Range;
-use std::sync::atomic::{self, AtomicUsize};
-use std::sync::Mutex;
+use std::sync::atomic;
 
 /// The most rounds a remote search resumes in (`search_fetching`): past them, the cache evicts
 /// faster than a round fetches.
@@ -203,24 +202,8 @@ impl<B: Storage> Store<B> {
         let Some(claim) = claim else {
             return vec![part(pending)];
         };
-        let parts: Vec<&[usize]> = pending.chunks(SEARCH_PART).collect();
-        let done: Vec<Mutex<Option<Result<Round>>>> =
-            parts.iter().map(|_| Mutex::new(None)).collect();
-        let next = AtomicUsize::new(0);
-        claim.run_with_caller(|| loop {
-            let at = next.fetch_add(1, atomic::Ordering::Relaxed);
-            let Some(indexes) = parts.get(at) else {
-                break;
-            };
-            let round = part(indexes);
-            *done[at].lock().unwrap_or_else(|e| e.into_inner()) = Some(round);
-        });
-        (done.into_iter())
-            .map(|slot| {
-                let slot = slot.into_inner().unwrap_or_else(|e| e.into_inner());
-                slot.expect("every part is searched before run_with_caller returns")
-            })
-            .collect()
+        let mut parts: Vec<&[usize]> = pending.chunks(SEARCH_PART).collect();
+        claim.map(&mut parts, |_, indexes| part(indexes))
     }
 
     /// For a remote store, fetches what reading `found` reads (with `keys`, the keys of their
