@@ -32,8 +32,13 @@ def as_array(
             raise FieldTypeError(f"{where}, got a value numpy cannot read: {exc}") from None
         if array.shape != shape and not (array.ndim == 1 and array.size == int(np.prod(shape))):
             raise FieldTypeError(f"{where}, got an array of shape {array.shape}")
+        flat: Any = array.reshape(-1)
+        if isinstance(value, (list, tuple)) and array.dtype.kind in "fO":
+            # numpy reads ints beyond int64 (uint64's upper half) as floats: the elements go as a
+            # list, to which the rules for ints in a list apply, as to a 1-D field's
+            flat = np.asarray(value, dtype=object).reshape(-1).tolist()
         try:
-            return as_array(array.reshape(-1), dtype, doc_id, field).reshape(shape)
+            return as_array(flat, dtype, doc_id, field).reshape(shape)
         except FieldTypeError as exc:  # the elements' error, naming the field's own type
             raise FieldTypeError(str(exc).replace(f"is {dtype}[],", f"is {name},", 1)) from None
     target = bfloat16() if dtype == "bfloat16" else np.dtype(dtype)

@@ -9,6 +9,7 @@ import itertools
 import json
 import math
 import os
+import struct
 import sys
 import time
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from .._store import is_url
 from .._writer import INFER_RECORDS, infer_fields, seal_without_repeats
 from ..errors import DuplicateKeyError, InvalidKeyError, SchemaError
 from .inputs import (
+    FLOAT_SIZES,
     GZIP_ERRORS,
     UsageError,
     bytes_read,
@@ -30,6 +32,7 @@ from .inputs import (
     detect_format,
     first_repeated,
     ids_as_text,
+    nan_text,
     needs_coercion_from_json,
     parquet_fields,
     parse_fields,
@@ -317,19 +320,38 @@ def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
 
 
 def _finite(x: float) -> float | str:
-    """JSON has no NaN or infinities: they go out as the strings Python's ``float()`` reads."""
-    return x if math.isfinite(x) else str(x)
+    """JSON has no NaN or infinities: they go out as strings (``"inf"``, ``"-inf"``, and for a
+    NaN ``"nan"`` or its bits, `nan_text`) that ``build`` reads back exactly."""
+    if math.isfinite(x):
+        return x
+    if math.isnan(x):
+        return nan_text(struct.unpack("<Q", struct.pack("<d", x))[0], "float64")
+    return str(x)
+
+
+def _floats_json(value: np.ndarray) -> Any:
+    """A float array (any shape, ``bfloat16`` included) as nested lists of JSON numbers, every
+    NaN and infinity as the string `_finite` gives it, each NaN from its own bits: converting
+    it to a Python float could change them (float16 payloads, float32's signalling NaNs)."""
+    with np.errstate(invalid="ignore"):  # a signalling NaN: its bits are read below
+        numbers = value.astype(np.float64)  # exact for every finite value, bfloat16's too
+    finite = np.isfinite(numbers)
+    if finite.all():
+        return numbers.tolist()
+    items = numbers.astype(object)  # Python floats, to be replaced where not finite
+    bits = value.view(f"<u{value.dtype.itemsize}")
+    elem = value.dtype.name
+    for i in np.flatnonzero(~finite):
+        x = items.flat[i]
+        items.flat[i] = nan_text(int(bits.flat[i]), elem) if math.isnan(x) else str(x)
+    return items.tolist()
 
 
 def _jsonable(value: Any) -> Any:
-    if isinstance(value, np.ndarray) and value.dtype.name == "bfloat16":
-        value = value.astype(np.float32)  # exact: JSON numbers, not ml_dtypes scalars
     if isinstance(value, list):  # list[str], list[bytes]
         return [_jsonable(v) for v in value]
     if isinstance(value, np.ndarray):
-        if value.dtype.kind == "f" and not np.isfinite(value).all():
-            return [_finite(x) for x in value.tolist()]
-        return value.tolist()
+        return _floats_json(value) if value.dtype.name in FLOAT_SIZES else value.tolist()
     if isinstance(value, bytes):
         return base64.b64encode(value).decode("ascii")
     if isinstance(value, float):

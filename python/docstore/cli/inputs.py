@@ -11,12 +11,17 @@ import io
 import itertools
 import json
 import os
+import re
+import struct
 import sys
 import zlib
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+
 from .._arrow import field_type, unsupported
+from .._convert import as_array, bfloat16
 from ..errors import FieldTypeError
 
 FORMATS = ("jsonl", "tsv", "csv", "parquet")
@@ -289,7 +294,8 @@ def parse_fields(spec: str | None) -> dict[str, str] | None:
     if not spec:
         return None
     fields = {}
-    for item in spec.split(","):
+    # A comma inside brackets separates a fixed shape's dimensions (`emb:float32[2,3]`), not fields.
+    for item in re.split(r",(?![^\[]*\])", spec):
         name, sep, ty = item.partition(":")
         if not sep:
             raise UsageError(f"--fields wants name:type pairs, got {item!r}")
@@ -312,33 +318,89 @@ def needs_coercion_from_json(ty: str) -> bool:
     """Whether JSON values of a field of type ``ty`` need ``_coerce``: bytes come as base64
     strings, floats may come as the strings ``export`` writes for NaN and infinities."""
     base = ty.removesuffix("?")
-    return base in ("bytes", "list[bytes]", "float64", "float16[]", "bfloat16[]", "float32[]", "float64[]")
+    return base in ("bytes", "list[bytes]", "float64") or float_array(base) is not None
+
+
+# The element types of float arrays, and their element's size in bytes.
+FLOAT_SIZES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+
+_ARRAY_TYPE = re.compile(r"(\w+)\[([\d, ]*)\]")
+
+
+def float_array(ty: str) -> tuple[str, tuple[int, ...] | None] | None:
+    """The element type and shape (None: 1-D of any length) of a float array type such as
+    ``float16[]`` or ``float32[2,3]``; None for any other type."""
+    match = _ARRAY_TYPE.fullmatch(ty)
+    if match is None or match[1] not in FLOAT_SIZES:
+        return None
+    dims = match[2].strip()
+    return match[1], tuple(int(d) for d in dims.split(",")) if dims else None
+
+
+def canonical_nan(elem: str) -> int:
+    """The bits of the NaN that ``float("nan")`` becomes in element type ``elem``: ``export``
+    writes it as ``"nan"``, and every other NaN with its bits (`nan_text`)."""
+    target = bfloat16() if elem == "bfloat16" else np.dtype(elem)
+    return int(np.array([float("nan")]).astype(target).view(f"<u{FLOAT_SIZES[elem]}")[0])
+
+
+def nan_text(bits: int, elem: str) -> str:
+    """How ``export`` writes a NaN of element type ``elem`` whose bits are ``bits``: ``"nan"``,
+    or, to keep its sign and payload, ``"nan:0x"`` and its bits in hex (4, 8 or 16 digits)."""
+    if bits == canonical_nan(elem):
+        return "nan"
+    return f"nan:0x{bits:0{2 * FLOAT_SIZES[elem]}x}"
+
+
+def _nan_bits(text: str, elem: str) -> int | None:
+    """The bits of a NaN written as ``"nan:0x..."`` (`nan_text`) for element type ``elem``;
+    None for any other text."""
+    if not text.startswith("nan:"):
+        return None
+    digits = 2 * FLOAT_SIZES[elem]
+    hex_digits = text[len("nan:0x") :]
+    if not text.startswith("nan:0x") or len(hex_digits) != digits or not _is_hex(hex_digits):
+        raise ValueError(f"a NaN of {elem} is written nan:0x and {digits} hex digits")
+    bits = int(hex_digits, 16)
+    exponent = {"float16": 0x7C00, "bfloat16": 0x7F80, "float32": 0x7F80_0000, "float64": 0x7FF0 << 48}[elem]
+    sign = 1 << (8 * FLOAT_SIZES[elem] - 1)
+    if bits & exponent != exponent or not bits & ~(exponent | sign):
+        raise ValueError(f"{text} is not the bits of a NaN of {elem}")
+    return bits
+
+
+def _is_hex(text: str) -> bool:
+    return all(c in "0123456789abcdefABCDEF" for c in text)
 
 
 def coerce_record(record: dict[str, Any], types: dict[str, str], id_field: str) -> None:
     for name, ty in types.items():
         if name in record:
             try:
-                record[name] = _coerce(record[name], ty)
+                record[name] = _coerce(record[name], ty, record.get(id_field), name)
+            except FieldTypeError:
+                raise  # the writer's own error for an array (`_float_items`), which names both
             except ValueError as exc:
                 raise FieldTypeError(
                     f"doc {record.get(id_field)!r}: field {name!r} is {ty}, got {_clip(record[name])} ({exc})"
                 ) from None
 
 
-def _coerce(value: Any, ty: str) -> Any:
+def _coerce(value: Any, ty: str, doc_id: Any = None, name: str = "") -> Any:
     """Values from text formats (and from JSON: base64 bytes, non-finite floats written as
     strings by ``export``) into their field's type. A ValueError says briefly what is wrong.
     A nullable field's JSON null is None, and so is its empty CSV/TSV cell unless it holds
-    text (an empty ``str?`` or ``bytes?`` cell is the empty value)."""
+    text (an empty ``str?`` or ``bytes?`` cell is the empty value). ``doc_id`` and ``name``
+    name the document and field in the errors of a float array holding NaN bits."""
     if ty == ID:
         return str(value) if type(value) is int else value
     if ty.endswith("?"):
         if value is None or (value == "" and ty not in ("str?", "bytes?")):
             return None
         ty = ty[:-1]
-    if isinstance(value, list) and ty in ("float16[]", "bfloat16[]", "float32[]", "float64[]"):
-        return [_float(v) if isinstance(v, str) else v for v in value]
+    floats = float_array(ty)
+    if isinstance(value, list) and floats is not None:
+        return _float_items(value, *floats, doc_id, name)
     if isinstance(value, list) and ty == "list[bytes]":
         return [_coerce(v, "bytes") for v in value]
     if not isinstance(value, str) or ty == "str":
@@ -359,16 +421,48 @@ def _coerce(value: Any, ty: str) -> Any:
         except ValueError:
             raise ValueError("not an integer") from None
     if ty in ("float64", "float"):
-        return _float(value)
-    if ty.endswith("[]") or ty.startswith("list["):
+        bits = _nan_bits(value, "float64")
+        return _float(value) if bits is None else struct.unpack("<d", struct.pack("<Q", bits))[0]
+    if ty.endswith("]") or ty.startswith("list["):  # a list, or an array of any shape
         try:
             items = json.loads(value)
         except (json.JSONDecodeError, RecursionError) as exc:
             raise ValueError(f"not a JSON array: {exc}") from None
         if not isinstance(items, list):
             raise ValueError("not a JSON array")
-        return _coerce(items, ty)
+        return _coerce(items, ty, doc_id, name)
     return value
+
+
+def _float_items(
+    items: list[Any], elem: str, shape: tuple[int, ...] | None, doc_id: Any, name: str
+) -> list[Any] | np.ndarray:
+    """A float array's (nested) list with its strings read: ``"nan"``, ``"inf"``, ``"-inf"``
+    (and whatever else ``float()`` reads) as floats, which the writer converts; when a NaN is
+    given by its bits (``"nan:0x..."``), the array itself, of the field's type, holding them."""
+    given: list[tuple[tuple[int, ...], int]] = []  # (where, bits) of each NaN given by its bits
+
+    def read(value: Any, at: tuple[int, ...]) -> Any:
+        if isinstance(value, list):
+            return [read(v, (*at, i)) for i, v in enumerate(value)]
+        if not isinstance(value, str):
+            return value
+        bits = _nan_bits(value, elem)
+        if bits is None:
+            return _float(value)
+        given.append((at, bits))
+        return float("nan")
+
+    numbers = read(items, ())
+    if not given:
+        return numbers  # type: ignore[no-any-return]
+    # The writer's own conversion (and its checks), then the NaNs' bits, which no float
+    # conversion is sure to keep (float32's signalling NaNs become quiet in float64).
+    array = as_array(numbers, elem, doc_id, name, shape)
+    flat = array.reshape(-1).view(f"<u{FLOAT_SIZES[elem]}")
+    for at, bits in given:
+        flat[np.ravel_multi_index(at, array.shape) if len(at) == array.ndim else at[0]] = bits
+    return array
 
 
 def _float(text: str) -> float:
