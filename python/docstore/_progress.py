@@ -2,7 +2,8 @@
 ``seal`` across shards): tqdm, already a dependency (pure Python, nothing of its own to
 install; rich would bring pygments and markdown-it for one bar). A bar goes to stderr, shows its
 total and an ETA, and is drawn only on a terminal: ``progress=None`` (the default) means "when
-stderr is a TTY", ``False`` never, ``True`` always.
+stderr is a TTY", ``False`` never, ``True`` always (where there is a stderr: none is drawn when
+``sys.stderr`` is None, as in a ``pythonw`` process or a daemon).
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ def bar(total: int | None, unit: str, progress: bool | None = None, desc: str | 
 
 def drawn(progress: bool | None) -> bool:
     """Whether a bar is drawn: ``progress``, or for None whether stderr is a terminal (as tqdm's
-    ``disable=None`` decides)."""
+    ``disable=None`` decides); never without a stderr to draw it on."""
+    if sys.stderr is None:  # tqdm would write to None and raise AttributeError
+        return False
     if progress is not None:
         return progress
     isatty = getattr(sys.stderr, "isatty", None)

@@ -234,3 +234,19 @@ def test_a_build_that_draws_no_bar_does_not_import_tqdm(tmp_path):
         check=True,
     )
     assert out.stdout.split() == ["False", "True"], out.stderr
+
+
+def test_progress_true_without_a_stderr_draws_nothing(tmp_path, monkeypatch):
+    """``sys.stderr`` is None in a ``pythonw`` process or a daemon: ``progress=True`` then means
+    no bar, not tqdm's AttributeError."""
+    monkeypatch.setattr(sys, "stderr", None)
+    rows = [{"doc_id": f"d{i}", "text": "x"} for i in range(100)]
+    store = docstore.build(tmp_path / "a", rows, progress=True)
+    docstore.build(tmp_path / "b", [{"doc_id": "e", "text": "y"}], progress=True)
+    sealed = docstore.seal(tmp_path / "c", [tmp_path / "a", tmp_path / "b"], progress=True)
+    assert len(store) == 100 and len(sealed) == 101
+    assert len(docstore.upgrade(tmp_path / "a", tmp_path / "d", progress=True)) == 100
+    docstore._progress.verify(sealed, progress=True)
+    with docstore._progress.bar(10, "docs", progress=True) as shown:
+        shown.update(10)
+    assert shown.disable
