@@ -2,13 +2,19 @@
 //! Arrow's `large_string` / `large_binary` / `large_list` / primitive arrays, so that the
 //! engines' readers (`docstore._engine_read`) build Arrow blocks from them without a Python
 //! object per document.
+//!
+//! Every buffer sized by the documents grows fallibly (`try_reserve`) and becomes a numpy array
+//! without a copy and without a panic (`into_array`): a batch too large for the memory at hand
+//! raises `MemoryError`, as `store[id]` does, where an infallible allocation aborted the process.
 
 use crate::errors::{guard, IntoPy};
+use docstore_core::error::try_reserve;
 use docstore_core::record::{self, RawValue, Value};
 use docstore_core::{planes, Collection, Field, FieldType, RecordBatch, Result};
-use numpy::{IntoPyArray, PyArray1};
+use numpy::npyffi::{self, NpyTypes, PY_ARRAY_API};
+use numpy::{Element, PyArrayDescrMethods};
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyCapsule, PyTuple};
 
 /// Records read at a time: bounds the raw records held beside the columns being built.
 const CHUNK: usize = 1024;
@@ -48,46 +54,53 @@ impl ColumnBuf {
 
     fn push(&mut self, value: RawValue<'_>) -> Result<()> {
         if let Some(valid) = &mut self.valid {
+            try_reserve(valid, 1)?;
             valid.push(u8::from(value != RawValue::Other(Value::Null)));
         }
         match value {
             RawValue::Utf8(bytes) => {
                 // Arrow strings must be UTF-8: checked here, as Python's decoder checks `take`'s.
                 check_utf8(bytes)?;
-                self.push_bytes(bytes, bytes.len());
+                self.push_bytes(bytes, bytes.len())?;
             }
-            RawValue::Other(Value::Str(text)) => self.push_bytes(text.as_bytes(), text.len()),
-            RawValue::Other(Value::Bytes(bytes)) => self.push_bytes(bytes, bytes.len()),
-            RawValue::Other(Value::Int64(v)) => self.data.extend_from_slice(&v.to_le_bytes()),
-            RawValue::Other(Value::Float64(v)) => self.data.extend_from_slice(&v.to_le_bytes()),
-            RawValue::Other(Value::Bool(v)) => self.data.push(u8::from(v)),
+            RawValue::Other(Value::Str(text)) => self.push_bytes(text.as_bytes(), text.len())?,
+            RawValue::Other(Value::Bytes(bytes)) => self.push_bytes(bytes, bytes.len())?,
+            RawValue::Other(Value::Int64(v)) => self.extend(&v.to_le_bytes())?,
+            RawValue::Other(Value::Float64(v)) => self.extend(&v.to_le_bytes())?,
+            RawValue::Other(Value::Bool(v)) => self.extend(&[u8::from(v)])?,
             RawValue::Other(Value::Array(elem, bytes)) => {
-                self.push_bytes(bytes, bytes.len() / elem.size())
+                self.push_bytes(bytes, bytes.len() / elem.size())?
             }
             RawValue::Other(Value::Planes(elem, bytes)) => {
-                self.push_planes(elem.size(), bytes);
-                self.next_offset(bytes.len() / elem.size());
+                self.push_planes(elem.size(), bytes)?;
+                self.next_offset(bytes.len() / elem.size())?;
             }
             // Fixed width: no offsets, the shape is the field's.
-            RawValue::Other(Value::Tensor(elem, _, bytes)) => self.push_planes(elem.size(), bytes),
+            RawValue::Other(Value::Tensor(elem, _, bytes)) => {
+                self.push_planes(elem.size(), bytes)?
+            }
             RawValue::Other(Value::List { utf8, raw }) => {
+                let items = self.items.get_or_insert_with(|| vec![0]);
                 let mut count = 0;
                 for item in record::list_items(raw) {
                     let item = item?;
                     if utf8 {
                         check_utf8(item)?;
                     }
+                    try_reserve(&mut self.data, item.len())?;
                     self.data.extend_from_slice(item);
-                    let end = self.data.len() as i64;
-                    self.items.get_or_insert_with(|| vec![0]).push(end);
+                    // Amortised: a list of 60M empty items is 480 MB of item offsets.
+                    try_reserve(items, 1)?;
+                    items.push(self.data.len() as i64);
                     count += 1;
                 }
-                self.next_offset(count);
+                self.next_offset(count)?;
             }
             RawValue::Other(Value::Null) => {
                 if self.width == 0 {
-                    self.next_offset(0);
+                    self.next_offset(0)?;
                 } else {
+                    try_reserve(&mut self.data, self.width)?;
                     self.data.resize(self.data.len() + self.width, 0);
                 }
             }
@@ -101,20 +114,30 @@ impl ColumnBuf {
         Ok(())
     }
 
-    fn push_planes(&mut self, size: usize, bytes: &[u8]) {
+    fn push_planes(&mut self, size: usize, bytes: &[u8]) -> Result<()> {
         let start = self.data.len();
+        try_reserve(&mut self.data, bytes.len())?;
         self.data.resize(start + bytes.len(), 0);
         planes::join(bytes, size, &mut self.data[start..]);
+        Ok(())
     }
 
-    fn push_bytes(&mut self, bytes: &[u8], units: usize) {
+    fn extend(&mut self, bytes: &[u8]) -> Result<()> {
+        try_reserve(&mut self.data, bytes.len())?;
         self.data.extend_from_slice(bytes);
-        self.next_offset(units);
+        Ok(())
     }
 
-    fn next_offset(&mut self, units: usize) {
+    fn push_bytes(&mut self, bytes: &[u8], units: usize) -> Result<()> {
+        self.extend(bytes)?;
+        self.next_offset(units)
+    }
+
+    fn next_offset(&mut self, units: usize) -> Result<()> {
         let last = *self.offsets.last().unwrap_or(&0);
+        try_reserve(&mut self.offsets, 1)?;
         self.offsets.push(last + units as i64);
+        Ok(())
     }
 }
 
@@ -151,20 +174,67 @@ fn read_columns(
             }
             // The key of a record just read and checked with it (as `take` gives `doc_id`).
             let key = store.key_at_after_read(pos)?;
-            ids.push_bytes(key.as_bytes(), key.len());
+            ids.push_bytes(key.as_bytes(), key.len())?;
         }
     }
     Ok((ids, columns))
 }
 
+/// A 1-D numpy array over `values`, which it then owns (no copy), or the Python error of making
+/// it (`MemoryError`): numpy's `into_pyarray` panics on a failure instead.
+fn into_array<T: Element + Send + 'static>(
+    py: Python<'_>,
+    values: Vec<T>,
+) -> PyResult<Bound<'_, PyAny>> {
+    let mut dims = [values.len() as npyffi::npy_intp];
+    let data = values.as_ptr();
+    // Moving the vector into the capsule moves its header, not its buffer: `data` stays valid
+    // for as long as the capsule lives.
+    let owner = PyCapsule::new_with_value(py, values, c"docstore.arrow_read.buffer")?;
+    // SAFETY: a 1-D array of `dims[0]` elements of `T`'s dtype over `data`, which holds that
+    // many initialised `T`s, C-contiguous (null strides), as numpy's `from_raw_parts` makes it;
+    // a null result comes with the exception set (`from_owned_ptr_or_err`), and then `owner`
+    // drops the vector. `PyArray_SetBaseObject` takes the reference `into_ptr` gives it, even
+    // when it fails (-1, exception set), and from then on the array keeps `data` alive.
+    unsafe {
+        let ptr = PY_ARRAY_API.PyArray_NewFromDescr(
+            py,
+            npyffi::get_type_object(py, NpyTypes::PyArray_Type),
+            T::get_dtype(py).into_dtype_ptr(),
+            1,
+            dims.as_mut_ptr(),
+            std::ptr::null_mut(),
+            data as *mut std::ffi::c_void,
+            npyffi::NPY_ARRAY_WRITEABLE,
+            std::ptr::null_mut(),
+        );
+        let array = Bound::from_owned_ptr_or_err(py, ptr)?;
+        let base = PY_ARRAY_API.PyArray_SetBaseObject(py, ptr.cast(), owner.into_ptr());
+        if base != 0 {
+            return Err(PyErr::fetch(py));
+        }
+        Ok(array)
+    }
+}
+
 fn to_python<'py>(py: Python<'py>, column: ColumnBuf) -> PyResult<Bound<'py, PyTuple>> {
-    let or_none = |v: Option<Bound<'py, PyAny>>| v.unwrap_or_else(|| py.None().into_bound(py));
-    let offsets =
-        or_none((!column.offsets.is_empty()).then(|| column.offsets.into_pyarray(py).into_any()));
-    let data: Bound<'py, PyArray1<u8>> = column.data.into_pyarray(py);
-    let items = or_none(column.items.map(|v| v.into_pyarray(py).into_any()));
-    let valid = or_none(column.valid.map(|v| v.into_pyarray(py).into_any()));
-    PyTuple::new(py, [offsets, data.into_any(), items, valid])
+    let none = || py.None().into_bound(py);
+    let offsets = match column.offsets.is_empty() {
+        true => none(),
+        false => into_array(py, column.offsets)?,
+    };
+    let data = into_array(py, column.data)?;
+    let items = column.items.map(|v| into_array(py, v)).transpose()?;
+    let valid = column.valid.map(|v| into_array(py, v)).transpose()?;
+    PyTuple::new(
+        py,
+        [
+            offsets,
+            data,
+            items.unwrap_or_else(none),
+            valid.unwrap_or_else(none),
+        ],
+    )
 }
 
 /// `(ids, [columns])`, each `(offsets, data, items, valid)` as numpy arrays (int64 offsets and
