@@ -222,3 +222,16 @@ def test_fields_with_a_shape_of_several_dimensions(tmp_path, capsys):
     store = docstore.open(tmp_path / "s")
     assert store.fields == {"m": "int16[2,3]", "t": "list[str]", "e": "float32[1]"}
     assert store["a"].m.tolist() == [[1, 2, 3], [4, 5, 6]]
+    # CSV cells hold a shape's nested JSON arrays as they hold a list's
+    (tmp_path / "in.csv").write_text('doc_id,m\na,"[[1,2,3],[4,5,""-inf""]]"\n', encoding="utf-8")
+    run(
+        capsys,
+        "build",
+        str(tmp_path / "in.csv"),
+        "-o",
+        str(tmp_path / "c"),
+        "-q",
+        "--fields",
+        "m:float16[2,3]",
+    )
+    assert docstore.open(tmp_path / "c")["a"].m.tolist() == [[1, 2, 3], [4, 5, float("-inf")]]
