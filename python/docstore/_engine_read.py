@@ -21,11 +21,12 @@ import copy
 import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from ._damage import read_skipping, warn_once
 from ._store import DocStore, is_url
 from ._store import open as open_store
 from .errors import DocstoreError, InvalidArgumentError, SchemaError, StoreChangedError
@@ -38,6 +39,10 @@ DEFAULT_BLOCK_ROWS = 8192
 DEFAULT_LOOKUP_BATCH = 4096
 
 MISSING = ("error", "null", "drop")
+
+# A collection directory's manifest (rust/core/src/collection/manifest.rs): rewritten, under a new
+# inode, by every append and rebuild.
+MANIFEST = "docstore-collection.json"
 
 
 @dataclass(frozen=True)
@@ -54,26 +59,89 @@ class StoreSpec:
         path = path_or_url if is_url(path_or_url) else os.path.abspath(os.fspath(path_or_url))
         return StoreSpec(path, dict(open_options or {}))
 
+    def plan(self) -> tuple[StoreSpec, DocStore]:
+        """On the driver: the store at the path now, and this spec pinned to it (its
+        fingerprint), which every task then checks. A store rebuilt since an earlier job is the
+        new one here: a local file is known by its identity, and a URL is opened again."""
+        store = self._open(fresh=True)
+        return replace(self, fingerprint=store.fingerprint), store
+
     def open(self) -> DocStore:
-        """The store, opened once per process and spec (tasks of one worker share it)."""
-        key = (self.path, tuple(sorted((k, repr(v)) for k, v in self.open_options.items())))
-        with _OPEN_LOCK:
-            store = _OPEN.get(key)
-            if store is None or store.closed:
-                store = _OPEN[key] = open_store(self.path, **self.open_options)
+        """In a task: the store the driver planned, opened once per process and version (tasks
+        of one worker share it); ``StoreChangedError`` if another store is at the path now."""
+        store = self._open(fresh=False)
         if self.fingerprint is not None and store.fingerprint != self.fingerprint:
+            self.forget()  # the next job, planned anew, opens what is there then
             raise StoreChangedError(
                 f"{self.label()} changed since the job was planned (another store is there now); "
                 "start the job again"
             )
         return store
 
+    def _open(self, fresh: bool) -> DocStore:
+        """The store of this spec's path as it is now, from the process's cache of open stores.
+        A local store's entry is keyed by its file's identity (a rebuilt store is a new file), a
+        remote one's by the fingerprint the job planned; a remote store is opened afresh when
+        ``fresh`` (planning: what is there now) or when no job pinned it."""
+        options = tuple(sorted((k, repr(v)) for k, v in self.open_options.items()))
+        remote = is_url(self.path)
+        for _ in range(3):
+            version = _file_identity(self.path) if not remote else None if fresh else self.fingerprint
+            key = (self.path, options, version)
+            with _OPEN_LOCK:
+                store = _OPEN.get(key)
+            if store is not None and not store.closed and (version is not None):
+                return store
+            store = open_store(self.path, **self.open_options)
+            if remote:
+                version = store.fingerprint
+            elif _file_identity(self.path) != version:
+                continue  # replaced while it was opened: which one is open is not known
+            with _OPEN_LOCK:
+                # Other versions of this path are dropped (closed when their last user lets go).
+                for stale in [k for k in _OPEN if k[:2] == key[:2] and k[2] != version]:
+                    del _OPEN[stale]
+                return _OPEN.setdefault((self.path, options, version), store)
+        raise StoreChangedError(f"{self.label()} was replaced three times while it was opened")
+
+    def forget(self) -> None:
+        """Drops this path's open stores from the process's cache (after StoreChangedError)."""
+        with _OPEN_LOCK:
+            for key in [k for k in _OPEN if k[0] == self.path]:
+                del _OPEN[key]
+
     def label(self) -> str:
         return f"store {_redact(self.path)}"
 
+    def __repr__(self) -> str:
+        # No secrets in logs: the URL's userinfo and query redacted, storage options by name.
+        options = {
+            k: ({o: "***" for o in v} if k == "storage_options" and isinstance(v, Mapping) else v)
+            for k, v in self.open_options.items()
+        }
+        return f"StoreSpec({_redact(self.path)!r}, {options!r}, fingerprint={self.fingerprint!r})"
 
+
+# The stores this process has open, by path, options and version (see StoreSpec._open).
 _OPEN: dict[Any, DocStore] = {}
 _OPEN_LOCK = threading.Lock()
+
+
+def _file_identity(path: str) -> tuple[int, ...] | None:
+    """What tells one version of a local store from another without opening it: the file's
+    device, inode, size and times; for a collection, the directory's and its manifest's (an
+    append or a rebuild writes a new manifest). None where there is nothing (open says why)."""
+
+    def stat(p: str) -> tuple[int, ...]:
+        s = os.stat(p)
+        return (s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns, s.st_ctime_ns)
+
+    try:
+        if os.path.isdir(path):
+            return stat(path)[:2] + stat(os.path.join(path, MANIFEST))
+        return stat(path)
+    except OSError:
+        return None
 
 
 def _redact(path: str) -> str:
@@ -264,17 +332,47 @@ def take_batch(store: DocStore, positions: Any, fields: Mapping[str, str], colum
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(fields, columns))
 
 
-def read_split(spec: StoreSpec, split: Split, columns: Sequence[str], block_rows: int) -> Iterator[Any]:
+def read_split(
+    spec: StoreSpec, split: Split, columns: Sequence[str], block_rows: int, on_corrupt: str = "raise"
+) -> Iterator[Any]:
     """The documents of ``split`` in position order, ``block_rows`` at a time, as Arrow
-    RecordBatches; an error names the store, the shard and the range, and keeps its class."""
+    RecordBatches; an error names the store, the shard and the range, and keeps its class.
+    ``on_corrupt="skip"`` leaves damaged documents out of their batch (``_damage``)."""
     with named(spec, split):
         store = spec.open()
         fields = store.fields
         for start in range(split.start, split.stop, block_rows):
             positions = np.arange(start, min(start + block_rows, split.stop), dtype=np.int64)
             with named(spec, split):
-                batch = take_batch(store, positions, fields, columns)
+                batch, damaged = read_skipping(
+                    lambda p: take_batch(store, p, fields, columns), positions, on_corrupt
+                )
+            if len(damaged):
+                _skipped(spec, damaged)
             yield batch
+
+
+# The stores this process has warned of damaged documents, and how many it skipped in each.
+_WARNED: set[str] = set()
+SKIPPED: dict[str, int] = {}
+
+
+def _skipped(spec: StoreSpec, damaged: np.ndarray) -> None:
+    """Counts and names the damaged documents a task left out: one warning per worker process
+    and store (also logged, for engines that keep their workers' logs, not their warnings)."""
+    import logging
+
+    where = spec.label()
+    SKIPPED[where] = SKIPPED.get(where, 0) + len(damaged)
+    positions = damaged.tolist()
+    if where not in _WARNED:
+        logging.getLogger("docstore").warning(
+            "%s: left out %d damaged document(s) at position(s) %s (on_corrupt='skip')",
+            where,
+            len(positions),
+            positions[:10],
+        )
+    warn_once(_WARNED, where, positions, len(positions))
 
 
 class named:
@@ -282,12 +380,15 @@ class named:
     attributes), so that the driver's error says where the task failed."""
 
     def __init__(self, spec: StoreSpec, split: Split | None = None) -> None:
+        self.spec = spec
         self.where = spec.label() + (f", {split.label()}" if split is not None else "")
 
     def __enter__(self) -> None:
         return None
 
     def __exit__(self, kind: Any, error: BaseException | None, tb: Any) -> bool:
+        if isinstance(error, StoreChangedError):
+            self.spec.forget()  # a remote store replaced under its reader: the next job reopens it
         if isinstance(error, DocstoreError) and self.where not in str(error):
             renamed = copy.copy(error)
             renamed.args = (f"{self.where}: {error}",)
@@ -321,11 +422,13 @@ def lookup_table(
     missing: str,
     spec: StoreSpec,
     batch_ids: int = DEFAULT_LOOKUP_BATCH,
+    on_corrupt: str = "raise",
 ) -> Any:
     """``table`` (a pyarrow Table or RecordBatch) with the store's ``columns`` of the document
     each row's ``id_column`` names appended, in row order: missing ids raise ``KeyError``
     (``missing="error"``), get nulls (``"null"``) or lose their row (``"drop"``). The ids are
-    found with ``positions`` (batches of ``batch_ids``) and the documents read as Arrow."""
+    found with ``positions`` (batches of ``batch_ids``) and the documents read as Arrow. With
+    ``on_corrupt="skip"`` a damaged document reads as missing (``missing`` says what follows)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -333,6 +436,8 @@ def lookup_table(
     ids = table.column(id_column)
     if isinstance(ids, pa.ChunkedArray):
         ids = ids.combine_chunks()
+    if pa.types.is_dictionary(ids.type):  # as the writers take them: the values they stand for
+        ids = ids.dictionary_decode()
     if pa.types.is_integer(ids.type):
         ids = ids.cast(pa.string())  # the id 7 is "7", as every writer stores it
     if not (pa.types.is_string(ids.type) or pa.types.is_large_string(ids.type)):
@@ -352,23 +457,29 @@ def lookup_table(
     )
     if ids.null_count:
         positions[np.asarray(ids.is_null())] = -1
+    # The documents of the rows found, in row order (a damaged one left out, its row missing).
+    docs, damaged = read_skipping(
+        lambda p: take_batch(store, p, fields, columns), positions[positions >= 0], on_corrupt
+    )
+    if len(damaged):
+        _skipped(spec, damaged)
+        positions[np.isin(positions, damaged)] = -1
     found = positions >= 0
     if missing == "error" and not found.all():
         absent = [values[i] for i in np.flatnonzero(~found)[:5]]
+        also = f" ({len(damaged)} of them damaged, skipped)" if len(damaged) else ""
         raise KeyError(
-            f"{spec.label()}: {int((~found).sum())} id(s) of column {id_column!r} not in the store, "
+            f"{spec.label()}: {int((~found).sum())} id(s) of column {id_column!r} not in the store{also}, "
             f"first {absent}; pass missing='null' or missing='drop' to keep going"
         )
     if missing == "drop" and not found.all():
         keep = np.flatnonzero(found)
         table = table.take(pa.array(keep))
-        positions = positions[keep]
         found = found[keep]
-    docs = take_batch(store, positions[found], fields, columns)
     if found.all():
         added = [docs.column(i + 1) for i in range(len(columns))]
     else:  # rows without a document: nulls, through a take with null indices
-        index = np.full(len(positions), 0, np.int64)
+        index = np.full(len(found), 0, np.int64)
         index[found] = np.arange(int(found.sum()))
         take = pa.array(index, mask=~found)
         added = [pc.take(docs.column(i + 1), take) for i in range(len(columns))]

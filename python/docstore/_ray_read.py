@@ -14,6 +14,7 @@ import ray
 from ray.data import Datasource, ReadTask
 from ray.data.block import BlockMetadata
 
+from ._damage import check_on_corrupt
 from ._engine_read import (
     DEFAULT_BLOCK_ROWS,
     DEFAULT_LOOKUP_BATCH,
@@ -47,7 +48,8 @@ class DocstoreDatasource(Datasource):
     and position range (``_engine_read.plan``). Each task yields Arrow tables of ``block_rows``
     documents, in position order, with columns ``doc_id`` then ``columns``. ``open_options`` go
     to ``docstore.open`` in every task (``read``, ``cache_dir``, ``cache_bytes``,
-    ``storage_options``: remote stores read through each node's cache).
+    ``storage_options``: remote stores read through each node's cache). ``on_corrupt="skip"``
+    leaves damaged documents out (each worker warns once, naming the store and positions).
     """
 
     def __init__(
@@ -56,12 +58,12 @@ class DocstoreDatasource(Datasource):
         columns: Sequence[str] | None = None,
         *,
         block_rows: int = DEFAULT_BLOCK_ROWS,
+        on_corrupt: str = "raise",
         **open_options: Any,
     ) -> None:
         super().__init__()
-        spec = StoreSpec.of(path, open_options)
-        store = spec.open()
-        self.spec = StoreSpec(spec.path, spec.open_options, store.fingerprint)
+        self.on_corrupt = check_on_corrupt(on_corrupt)
+        self.spec, store = StoreSpec.of(path, open_options).plan()
         self.columns = check_columns(store, columns)
         self.block_rows = check_block_rows(block_rows)
         self.fields = dict(store.fields)
@@ -88,7 +90,9 @@ class DocstoreDatasource(Datasource):
         for split in plan(self.shards, max(1, parallelism)):
             size = self._size * split.count // max(1, total)
             metadata = BlockMetadata(num_rows=split.count, size_bytes=size, input_files=None, exec_stats=None)
-            read = functools.partial(_read_task, self.spec, split, self.columns, self.block_rows)
+            read = functools.partial(
+                _read_task, self.spec, split, self.columns, self.block_rows, self.on_corrupt
+            )
             tasks.append(ReadTask(read, metadata, schema=self.schema, per_task_row_limit=per_task_row_limit))
         if not tasks:  # an empty store: one task giving an empty block, so the schema is known
             empty = functools.partial(_empty_task, self.schema)
@@ -101,11 +105,13 @@ def _empty_task(schema: Any) -> Iterator[Any]:
     yield schema.empty_table()
 
 
-def _read_task(spec: StoreSpec, split: Any, columns: list[str], block_rows: int) -> Iterator[Any]:
+def _read_task(
+    spec: StoreSpec, split: Any, columns: list[str], block_rows: int, on_corrupt: str
+) -> Iterator[Any]:
     """One read task: its split's documents, as Arrow tables (Ray's blocks)."""
     import pyarrow as pa
 
-    for batch in read_split(spec, split, columns, block_rows):
+    for batch in read_split(spec, split, columns, block_rows, on_corrupt):
         yield pa.Table.from_batches([batch])
 
 
@@ -117,6 +123,7 @@ def read(
     block_rows: int = DEFAULT_BLOCK_ROWS,
     ray_remote_args: Mapping[str, Any] | None = None,
     concurrency: int | None = None,
+    on_corrupt: str = "raise",
     **open_options: Any,
 ) -> ray.data.Dataset:
     """A Ray Dataset of the documents of the store or collection at ``path_or_url``: columns
@@ -129,11 +136,14 @@ def read(
     Read tasks are retried as ``ray_remote_args`` say (default ``DEFAULT_READ_REMOTE_ARGS``);
     ``open_options`` go to ``docstore.open`` (``cache_dir``, ``storage_options`` ...). Bad
     options fail here, before the job: an unknown column (``SchemaError``), a parallelism or
-    block size below 1 (``InvalidArgumentError``)."""
+    block size below 1 (``InvalidArgumentError``). ``on_corrupt``: ``"raise"`` (a damaged
+    document fails the job) or ``"skip"`` (it is left out; docs/engines.md)."""
     parallelism = check_parallelism(parallelism)
     if concurrency is not None:
         check_parallelism(concurrency, "concurrency")
-    source = DocstoreDatasource(path_or_url, columns, block_rows=block_rows, **open_options)
+    source = DocstoreDatasource(
+        path_or_url, columns, block_rows=block_rows, on_corrupt=on_corrupt, **open_options
+    )
     kwargs: dict[str, Any] = {
         "ray_remote_args": dict(DEFAULT_READ_REMOTE_ARGS if ray_remote_args is None else ray_remote_args)
     }
@@ -151,17 +161,30 @@ class _Lookup:
     """The map_batches callable of ``lookup``: one per actor, which opens the store once."""
 
     def __init__(
-        self, spec: StoreSpec, id_column: str, columns: list[str], missing: str, batch_ids: int
+        self,
+        spec: StoreSpec,
+        id_column: str,
+        columns: list[str],
+        missing: str,
+        batch_ids: int,
+        on_corrupt: str = "raise",
     ) -> None:
         self.spec, self.id_column, self.columns = spec, id_column, columns
-        self.missing, self.batch_ids = missing, batch_ids
+        self.missing, self.batch_ids, self.on_corrupt = missing, batch_ids, on_corrupt
         with named(spec):
             self.store = spec.open()
 
     def __call__(self, batch: Any) -> Any:
         with named(self.spec):
             return lookup_table(
-                self.store, batch, self.id_column, self.columns, self.missing, self.spec, self.batch_ids
+                self.store,
+                batch,
+                self.id_column,
+                self.columns,
+                self.missing,
+                self.spec,
+                self.batch_ids,
+                self.on_corrupt,
             )
 
 
@@ -175,6 +198,7 @@ def lookup(
     concurrency: int | tuple[int, int] = 2,
     batch_size: int = DEFAULT_LOOKUP_BATCH,
     ray_remote_args: Mapping[str, Any] | None = None,
+    on_corrupt: str = "raise",
     **open_options: Any,
 ) -> ray.data.Dataset:
     """``ds`` with the fields ``columns`` (default: all) of the document that each row's
@@ -186,8 +210,10 @@ def lookup(
     (``positions``, then the documents read as Arrow). ``missing``: ``"error"`` (a ``KeyError``
     naming the first missing ids fails the job), ``"null"`` (the row is kept, the store columns
     null) or ``"drop"`` (the row is dropped). Fails before the job for an unknown column, a
-    missing id column, or an input column a store column would overwrite."""
+    missing id column, or an input column a store column would overwrite. With
+    ``on_corrupt="skip"`` a damaged document reads as missing."""
     check_missing(missing)
+    check_on_corrupt(on_corrupt)
     if isinstance(store, str | os.PathLike):
         spec = StoreSpec.of(store, open_options)
     else:  # an open DocStore: its path or URL, as it was opened
@@ -199,8 +225,7 @@ def lookup(
             **open_options,
         }
         spec = StoreSpec.of(url or os.fspath(store.path), options)
-    opened = spec.open()
-    spec = StoreSpec(spec.path, spec.open_options, opened.fingerprint)
+    spec, opened = spec.plan()
     columns = check_columns(opened, columns)
     names = ds.schema().names if ds.schema() is not None else []
     check_lookup_names(names, id_column, columns)
@@ -216,7 +241,7 @@ def lookup(
         compute = ray.data.ActorPoolStrategy(size=size)
     return ds.map_batches(
         _Lookup,
-        fn_constructor_args=(spec, id_column, columns, missing, check_block_rows(batch_size)),
+        fn_constructor_args=(spec, id_column, columns, missing, check_block_rows(batch_size), on_corrupt),
         batch_size=batch_size,
         batch_format="pyarrow",
         compute=compute,

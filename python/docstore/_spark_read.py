@@ -25,6 +25,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
+from ._damage import check_on_corrupt
 from ._engine_read import (
     DEFAULT_BLOCK_ROWS,
     DEFAULT_LOOKUP_BATCH,
@@ -44,7 +45,16 @@ from ._engine_read import (
 )
 from .errors import InvalidArgumentError, SchemaError
 
-READ_OPTIONS = ("path", "columns", "parallelism", "block_rows", "read", "cache_dir", "cache_bytes")
+READ_OPTIONS = (
+    "path",
+    "columns",
+    "parallelism",
+    "block_rows",
+    "read",
+    "cache_dir",
+    "cache_bytes",
+    "on_corrupt",
+)
 
 # Spark's types for docstore's fields (Spark has no unsigned integers: each unsigned element
 # goes to the next wider signed type; uint64 to long, refused by value beyond its range).
@@ -94,6 +104,7 @@ class ReadOptions:
     columns: list[str] | None
     parallelism: int
     block_rows: int
+    on_corrupt: str = "raise"
 
 
 def parse_options(options: Mapping[str, str]) -> ReadOptions:
@@ -126,7 +137,11 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
         _int(options, "block_rows") if "block_rows" in options else DEFAULT_BLOCK_ROWS
     )
     return ReadOptions(
-        StoreSpec.of(path, open_options), columns, parallelism or (os.cpu_count() or 1), block_rows
+        StoreSpec.of(path, open_options),
+        columns,
+        parallelism or (os.cpu_count() or 1),
+        block_rows,
+        check_on_corrupt(options.get("on_corrupt", "raise")),
     )
 
 
@@ -142,7 +157,7 @@ def _int(options: Mapping[str, str], name: str) -> int:
 def schema(options: Mapping[str, str]) -> Any:
     """``DocstoreDataSource.schema()``: the store's fields (or the ``columns`` option's)."""
     parsed = parse_options(options)
-    store = parsed.spec.open()
+    _, store = parsed.spec.plan()
     with named(parsed.spec):
         return spark_schema(store.fields, check_columns(store, parsed.columns))
 
@@ -161,8 +176,7 @@ class DocstoreReader(DataSourceReader):
 
     def __init__(self, options: Mapping[str, str], schema: Any) -> None:
         parsed = parse_options(options)
-        store = parsed.spec.open()
-        self.spec = StoreSpec(parsed.spec.path, parsed.spec.open_options, store.fingerprint)
+        self.spec, store = parsed.spec.plan()
         names = [f.name for f in schema.fields]
         if "doc_id" not in names:
             raise SchemaError(
@@ -174,6 +188,7 @@ class DocstoreReader(DataSourceReader):
         self.shards = shards_of(store)
         self.parallelism = parsed.parallelism
         self.block_rows = parsed.block_rows
+        self.on_corrupt = parsed.on_corrupt
         expected = {f.name: f.dataType for f in spark_schema(self.fields, self.columns).fields}
         for f in schema.fields:
             if f.dataType != expected[f.name]:
@@ -188,7 +203,7 @@ class DocstoreReader(DataSourceReader):
     def read(self, partition: SplitPartition) -> Iterator[Any]:
         if getattr(partition, "split", None) is None:  # an empty store: Spark's one partition
             return
-        for batch in read_split(self.spec, partition.split, self.columns, self.block_rows):
+        for batch in read_split(self.spec, partition.split, self.columns, self.block_rows, self.on_corrupt):
             yield to_spark_batch(batch, self.schema)
 
 
@@ -215,19 +230,20 @@ def lookup(
     columns: Sequence[str] | None = None,
     missing: str = "error",
     batch_size: int = DEFAULT_LOOKUP_BATCH,
+    on_corrupt: str = "raise",
     **open_options: Any,
 ) -> Any:
     """``df`` with the fields ``columns`` (default: all) of the document that each row's
     ``id_column`` names appended, through ``df.mapInArrow``: each task opens the store once (per
     Python worker) and looks up its Arrow batches ``batch_size`` ids at a time. ``missing`` as
     for ``docstore.ray.lookup``: ``"error"``, ``"null"`` or ``"drop"``. Checked before the job:
-    an unknown column, a missing id column, an input column a store column would overwrite."""
+    an unknown column, a missing id column, an input column a store column would overwrite.
+    With ``on_corrupt="skip"`` a damaged document reads as missing."""
     from pyspark.sql.types import StructType
 
     check_missing(missing)
-    spec = StoreSpec.of(store, open_options)
-    opened = spec.open()
-    spec = StoreSpec(spec.path, spec.open_options, opened.fingerprint)
+    check_on_corrupt(on_corrupt)
+    spec, opened = StoreSpec.of(store, open_options).plan()
     columns = check_columns(opened, columns)
     check_lookup_names(df.columns, id_column, columns)
     added = spark_schema(opened.fields, columns).fields[1:]
@@ -238,7 +254,7 @@ def lookup(
         with named(spec):
             handle = spec.open()
             for batch in batches:
-                table = lookup_table(handle, batch, id_column, columns, missing, spec, batch_ids)
+                table = lookup_table(handle, batch, id_column, columns, missing, spec, batch_ids, on_corrupt)
                 for part in table.to_batches() if hasattr(table, "to_batches") else [table]:
                     yield to_spark_batch(part, out)
 

@@ -296,3 +296,51 @@ def test_lookup_opens_the_store_once_per_worker(lookup_store, monkeypatch):
         out = worker(pa.table({"doc_id": ids[i * 10 : i * 10 + 10]}))
         assert out.column("label").to_pylist() == [lookup_store[d].label for d in ids[i * 10 : i * 10 + 10]]
     assert len(opened) == 1
+
+
+# -- versions and damage (issue 36) --------------------------------------------------------------
+
+
+def test_a_rebuilt_store_is_read_anew_by_read_and_lookup(tmp_path):
+    """The driver and Ray's reused workers cache open stores: by version, not by path."""
+    path = tmp_path / "s.docstore"
+    for version in ("old", "new"):
+        docstore.build(
+            path, [{"doc_id": f"d{i}", "text": f"{version} {i}"} for i in range(300)], overwrite=True
+        )
+        texts = table_of(docstore_ray.read(path, parallelism=4)).column("text").to_pylist()
+        assert texts == [f"{version} {i}" for i in range(300)]
+        joined = docstore_ray.lookup(ray.data.from_items([{"doc_id": "d7"}, {"doc_id": "d9"}]), path)
+        assert table_of(joined).column("text").to_pylist() == [f"{version} 7", f"{version} 9"]
+
+
+def test_a_store_replaced_after_planning_fails_the_job_once(tmp_path):
+    path = tmp_path / "s.docstore"
+    build = lambda v: docstore.build(  # noqa: E731
+        path, [{"doc_id": f"d{i}", "text": f"{v} {i}"} for i in range(100)], overwrite=True
+    )
+    build("old")
+    ds = docstore_ray.read(path, parallelism=2)  # planned against the old store
+    build("new")
+    with pytest.raises(docstore.StoreChangedError, match=f"store {path}"):
+        ds.materialize()
+    assert table_of(docstore_ray.read(path)).column("text").to_pylist()[:2] == ["new 0", "new 1"]
+
+
+def test_on_corrupt_skip_reads_every_undamaged_document_in_order(tmp_path):
+    from ..support.damage import damaged_store, text_of
+
+    damaged = [0, 150, 151, 299]
+    store = damaged_store(tmp_path / "c", 300, damaged, shards=3)
+    with pytest.raises(docstore.CorruptStoreError):
+        docstore_ray.read(store.path, ray_remote_args={"max_retries": 0}).materialize()
+    table = table_of(docstore_ray.read(store.path, parallelism=3, block_rows=32, on_corrupt="skip"))
+    good = [i for i in range(300) if i not in damaged]
+    assert table.column("doc_id").to_pylist() == [f"d{i}" for i in good]
+    assert table.column("text").to_pylist() == [text_of(i) for i in good]
+    # The lookup join: a damaged document reads as missing.
+    ids = ray.data.from_items([{"doc_id": "d150"}, {"doc_id": "d1"}])
+    joined = docstore_ray.lookup(ids, store.path, columns=["n"], missing="null", on_corrupt="skip")
+    assert table_of(joined).column("n").to_pylist() == [None, 1]
+    with pytest.raises(docstore.InvalidArgumentError, match="on_corrupt"):
+        docstore_ray.read(store.path, on_corrupt="no")

@@ -165,3 +165,33 @@ def test_lookup_with_map_in_arrow(spark, tmp_path):
         docstore_spark.lookup(df, store.path, columns=["label"]).collect()
     with pytest.raises(docstore.SchemaError, match="already has column"):
         docstore_spark.lookup(df.withColumnRenamed("qid", "label"), store.path, columns=["label"])
+
+
+def test_a_rebuilt_store_is_read_anew_by_read_and_lookup(spark, tmp_path):
+    """Spark's reused Python workers cache open stores: by version, not by path."""
+    path = tmp_path / "s.docstore"
+    ids = spark.createDataFrame([("d3",), ("d5",)], "doc_id string")
+    for version in ("old", "new"):
+        docstore.build(
+            path, [{"doc_id": f"d{i}", "text": f"{version} {i}"} for i in range(200)], overwrite=True
+        )
+        texts = rows_of(docstore_spark.read(spark, path, parallelism=2))["text"]
+        assert sorted(texts) == sorted(f"{version} {i}" for i in range(200))
+        joined = rows_of(docstore_spark.lookup(ids, path, columns=["text"]))
+        assert joined["text"] == [f"{version} 3", f"{version} 5"]
+
+
+def test_on_corrupt_skip_reads_every_undamaged_document(spark, tmp_path):
+    from ..support.damage import damaged_store, text_of
+
+    damaged = [2, 99, 100]
+    store = damaged_store(tmp_path / "c", 200, damaged, shards=2)
+    with pytest.raises(Exception, match="CorruptStoreError"):
+        docstore_spark.read(spark, store.path).collect()
+    got = rows_of(docstore_spark.read(spark, store.path, parallelism=2, on_corrupt="skip"))
+    good = [i for i in range(200) if i not in damaged]
+    assert got["doc_id"] == [f"d{i}" for i in good]
+    assert got["text"] == [text_of(i) for i in good]
+    ids = spark.createDataFrame([("d99",), ("d7",)], "doc_id string")
+    joined = rows_of(docstore_spark.lookup(ids, store.path, columns=["n"], missing="null", on_corrupt="skip"))
+    assert joined["n"] == [None, 7]

@@ -39,8 +39,9 @@ class ArrayDataset(StoreDataset):
         *,
         label_field: str | None = None,
         dtype: torch.dtype | None = torch.float32,
+        on_corrupt: str = "raise",
     ) -> None:
-        super().__init__(store_or_path)
+        super().__init__(store_or_path, on_corrupt)
         self.field = self._check_field(field, NUMERIC_ARRAY_OR_SCALAR)
         self.label_field = None if label_field is None else self._check_field(label_field)
         self._np_dtype = None if dtype is torch.bfloat16 else numpy_dtype(dtype)
@@ -60,6 +61,6 @@ class ArrayDataset(StoreDataset):
     def __getitems__(self, indices: Positions) -> list[Any]:
         positions = as_positions(indices)
         if self.label_field is None:
-            return [self._tensor(v) for v in self.store.take(positions, field=self.field)]
-        rows = self.store.take(positions, fields=(self.field, self.label_field))
+            return [self._tensor(v) for v in self._kept(self._take(positions, field=self.field))]
+        rows = self._kept(self._take(positions, fields=(self.field, self.label_field)))
         return [(self._tensor(value), label) for value, label in rows]

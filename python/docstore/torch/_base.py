@@ -13,8 +13,10 @@ from torch.utils.data import Dataset
 
 import docstore
 
+from .._damage import check_on_corrupt, read_skipping, warn_once
 from .._docstore import _redact_urls
 from .._store import DocStore, _pickled_url, _remote_kwargs, is_url
+from ._epoch import DamageTally
 
 NUMERIC_ARRAY: tuple[str, ...] = ("int8[]", "uint8[]", "int16[]", "uint16[]", "int32[]", "uint32[]")
 NUMERIC_ARRAY += ("int64[]", "uint64[]", "float16[]", "bfloat16[]", "float32[]", "float64[]")
@@ -165,12 +167,69 @@ class _Options:
     _remote: dict[str, Any]
 
 
-class StoreDataset(Dataset):
-    """Base: a lazily (re)opened store, batch fetches, cheap pickling."""
+# What ``StoreDataset._take`` gives in place of a damaged document it left out.
+DAMAGED: Any = type("Damaged", (), {"__repr__": lambda self: "<damaged document>"})()
 
-    def __init__(self, store_or_path: Any) -> None:
+# The stores this process has warned of damaged documents (one warning per process and store).
+_WARNED: set[str] = set()
+
+
+class StoreDataset(Dataset):
+    """Base: a lazily (re)opened store, batch fetches, cheap pickling, and the policy for
+    damaged documents.
+
+    ``on_corrupt="raise"`` (the default): a document that fails its check raises
+    ``CorruptStoreError`` and stops the DataLoader. ``"skip"``: a batch leaves out every item
+    that needs a damaged document (it comes back shorter; nothing takes its place), each process
+    warns once, naming the store and the positions, and ``skipped`` / ``damaged_positions``
+    count them over this process and its DataLoader workers."""
+
+    def __init__(self, store_or_path: Any, on_corrupt: str = "raise") -> None:
+        self.on_corrupt = check_on_corrupt(on_corrupt)
+        self._damage = DamageTally()
         self._handle = StoreHandle(store_or_path)
         self._handle.get()  # open now: a missing or corrupt file fails here, not in a worker
+
+    @property
+    def skipped(self) -> int:
+        """Items left out because a document they need is damaged (``on_corrupt="skip"``), in
+        this process and the DataLoader workers it started."""
+        return self._damage.skipped
+
+    @property
+    def damaged_positions(self) -> list[int]:
+        """The store positions of the damaged documents met (the first 256, sorted)."""
+        return self._damage.positions
+
+    def _take(self, positions: Any, store: DocStore | None = None, **options: Any) -> list[Any]:
+        """``store.take(positions, **options)`` (this dataset's store by default); with
+        ``on_corrupt="skip"``, each damaged document is ``DAMAGED`` in the list, recorded."""
+        store = self.store if store is None else store
+        if self.on_corrupt == "raise":
+            return store.take(positions, **options)
+        positions = np.asarray(positions, dtype=np.int64)
+        values, damaged = read_skipping(lambda p: store.take(p, **options), positions, self.on_corrupt)
+        if not len(damaged):
+            return values
+        damaged = np.where(damaged < 0, damaged + len(store), damaged)
+        normal = np.where(positions < 0, positions + len(store), positions)
+        out: list[Any] = [DAMAGED] * len(positions)
+        for i, value in zip(np.flatnonzero(~np.isin(normal, damaged)).tolist(), values):
+            out[i] = value
+        self._damage.add(damaged.tolist(), 0)
+        warn_once(_WARNED, f"store {_redact_urls(os.fspath(store.path))}", damaged.tolist(), len(damaged))
+        return out
+
+    def _kept(self, items: list[Any], needs: Any = None) -> list[Any]:
+        """``items`` without those that need a damaged document: ``needs(item)`` gives the values
+        an item was made of (by default the item itself)."""
+        if self.on_corrupt == "raise":
+            return items
+        parts = (lambda item: (item,)) if needs is None else needs
+        kept = [item for item in items if not any(part is DAMAGED for part in parts(item))]
+        if len(kept) < len(items):
+            self._damage.add((), len(items) - len(kept))
+        return kept
 
     @property
     def store(self) -> DocStore:

@@ -24,8 +24,10 @@ class DocDataset(StoreDataset):
         field: str | None = None,
         fields: Sequence[str] | None = None,
         transform: Callable[[Any], Any] | None = None,
+        *,
+        on_corrupt: str = "raise",
     ) -> None:
-        super().__init__(store_or_path)
+        super().__init__(store_or_path, on_corrupt)
         if field is not None and fields is not None:
             raise ValueError("give field= or fields=, not both")
         if isinstance(fields, str):
@@ -45,7 +47,7 @@ class DocDataset(StoreDataset):
         return self.store.keys_range(index % n, index % n + 1)[0]
 
     def __getitems__(self, indices: Positions) -> list[Any]:
-        values = self.store.take(as_positions(indices), field=self.field, fields=self.fields)
+        values = self._kept(self._take(as_positions(indices), field=self.field, fields=self.fields))
         if self.transform is not None:
             values = [self.transform(value) for value in values]
         return values

@@ -26,8 +26,9 @@ class PairDataset(StoreDataset):
         label_field: str | None = "label",
         *,
         input_example: bool | None = None,
+        on_corrupt: str = "raise",
     ) -> None:
-        super().__init__(store_or_path)
+        super().__init__(store_or_path, on_corrupt)
         if isinstance(fields, str):
             raise TypeError("fields must be a sequence of names, e.g. ('sentence1', 'sentence2')")
         self.fields = tuple(self._text_field(f) for f in fields)
@@ -47,7 +48,7 @@ class PairDataset(StoreDataset):
     def __getitems__(self, indices: Positions) -> list[Any]:
         # Only the fields asked for are decoded: (doc_id, *texts[, label]) per item.
         wanted = ("doc_id", *self.fields) + ((self.label_field,) if self.label_field else ())
-        rows = self.store.take(as_positions(indices), fields=wanted)
+        rows = self._kept(self._take(as_positions(indices), fields=wanted))
         n = len(self.fields)
         if self.input_example:
             from sentence_transformers import InputExample

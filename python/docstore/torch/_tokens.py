@@ -6,26 +6,34 @@ import bisect
 import operator
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
-from .._store import DocStore
-from ._base import NUMERIC_ARRAY, Positions, StoreDataset, as_positions, check_dtype_fits, numpy_dtype
+from ._base import (
+    DAMAGED,
+    NUMERIC_ARRAY,
+    Positions,
+    StoreDataset,
+    as_positions,
+    check_dtype_fits,
+    numpy_dtype,
+)
 from ._shared import SharesArrays
 
 # Rows decoded per ``take`` while scanning a whole store (the window index).
 _SCAN_CHUNK = 8192
 
 
-def _scan_lengths(store: DocStore, field: str) -> np.ndarray:
-    """Length of every document's array in ``field`` (decodes the whole store once)."""
-    n = len(store)
+def _scan_lengths(take: Callable[..., list[Any]], n: int, field: str) -> np.ndarray:
+    """Length of each of the ``n`` documents' arrays in ``field`` (decodes the whole store once,
+    through ``take``); -1 for a damaged one that ``take`` left out (``on_corrupt="skip"``)."""
     lengths = np.empty(n, dtype=np.int64)
     for start in range(0, n, _SCAN_CHUNK):
         stop = min(start + _SCAN_CHUNK, n)
-        lengths[start:stop] = [len(a) for a in store.take(range(start, stop), field=field)]
+        arrays = take(np.arange(start, stop), field=field)
+        lengths[start:stop] = [-1 if a is DAMAGED else len(a) for a in arrays]
     return lengths
 
 
@@ -92,8 +100,9 @@ class TokenDataset(SharesArrays, StoreDataset):
         pack: bool = False,
         sep: int | None = None,
         dtype: torch.dtype | None = torch.long,
+        on_corrupt: str = "raise",
     ) -> None:
-        super().__init__(store_or_path)
+        super().__init__(store_or_path, on_corrupt)
         self.field = self._check_field(field, NUMERIC_ARRAY)
         self._np_dtype = numpy_dtype(dtype)
         check_dtype_fits(type(self).__name__, self.field, self.store.fields[self.field], dtype)
@@ -126,10 +135,13 @@ class TokenDataset(SharesArrays, StoreDataset):
             stored = np.dtype(self.store.fields[self.field][:-2])
             if not np.can_cast(np.min_scalar_type(sep), stored):
                 raise ValueError(f"sep={sep} does not fit the field's type {stored}")
-        lengths = _scan_lengths(self.store, self.field)
+        lengths = _scan_lengths(self._take, len(self.store), self.field)
+        damaged = lengths < 0  # no window lies in a damaged document
+        lengths[damaged] = 0
         if pack:
             if sep is not None:
                 lengths += 1
+                lengths[damaged] = 0
             # Stream offset of each document, and the end of the stream.
             self._starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
             self._count = int(_window_count(int(self._starts[-1]), seq_len, self.stride, partial))
@@ -167,7 +179,7 @@ class TokenDataset(SharesArrays, StoreDataset):
     def __getitems__(self, indices: Positions) -> list[Any]:
         index = as_positions(indices)
         if self.seq_len is None:
-            return [self._tensor(a) for a in self.store.take(index, field=self.field)]
+            return [self._tensor(a) for a in self._kept(self._take(index, field=self.field))]
         if index.size == 0:
             return []
         count = len(self)
@@ -180,8 +192,9 @@ class TokenDataset(SharesArrays, StoreDataset):
         offsets = ((index - self._starts[docs]) * self.stride).tolist()
         # Each document once, however many of the batch's windows lie in it.
         unique, which = np.unique(docs, return_inverse=True)
-        arrays = self.store.take(unique, field=self.field)
-        return [self._pair(arrays[w], o) for w, o in zip(which.tolist(), offsets)]
+        arrays = self._take(unique, field=self.field)
+        windows = self._kept([(arrays[w], o) for w, o in zip(which.tolist(), offsets)], lambda w: w[:1])
+        return [self._pair(tokens, offset) for tokens, offset in windows]
 
     def _pair(self, tokens: np.ndarray, offset: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``(x, y)`` of the window at ``offset`` of ``tokens``: two tensors with their own memory
@@ -202,9 +215,14 @@ class TokenDataset(SharesArrays, StoreDataset):
         first = np.searchsorted(starts, begin, side="right") - 1
         last = np.searchsorted(starts, end - 1, side="right") - 1
         needed = np.unique(np.concatenate([np.arange(a, b + 1) for a, b in zip(first, last)]))
-        fetched = dict(zip(needed.tolist(), self.store.take(needed, field=self.field)))
+        fetched = dict(zip(needed.tolist(), self._take(needed, field=self.field)))
+        # A window that needs a damaged document is left out (on_corrupt="skip").
+        spans = self._kept(
+            list(zip(first.tolist(), last.tolist(), begin.tolist(), end.tolist())),
+            lambda span: [fetched[d] for d in range(span[0], span[1] + 1)],
+        )
         out = []
-        for a, b, s, e in zip(first.tolist(), last.tolist(), begin.tolist(), end.tolist()):
+        for a, b, s, e in spans:
             parts = []  # only the pieces of each document that lie inside [s, e)
             for d in range(a, b + 1):
                 tokens, at = fetched[d], int(starts[d])

@@ -172,8 +172,9 @@ class TripletDataset(SharesArrays, StoreDataset):
         seed: int = 0,
         *,
         query_field: str = "text",
+        on_corrupt: str = "raise",
     ) -> None:
-        super().__init__(store_or_path)
+        super().__init__(store_or_path, on_corrupt)
         store = self.store
         self.field = self._check_field(field)
         self.seed = operator.index(seed)
@@ -323,15 +324,15 @@ class TripletDataset(SharesArrays, StoreDataset):
     def __getitems__(self, indices: Positions) -> list[tuple[str, Any, Any]]:
         index = np.asarray(as_positions(indices), dtype=np.int64)
         positive, negative = self.positions(index)
-        texts = self.store.take(np.concatenate([positive, negative]).tolist(), field=self.field)
+        texts = self._take(np.concatenate([positive, negative]), field=self.field)
         query = self._pair_query[np.where(index < 0, index + len(self), index)]
         if self._query_store is not None:
             keys = self._query_keys[query].tolist()
-            query_texts = self._query_store.get().take(keys, field=self.query_field)
+            query_texts = self._take(keys, store=self._query_store.get(), field=self.query_field)
         else:
             starts = self._query_offsets[query].tolist()
             ends = self._query_offsets[query + 1].tolist()
             blob = memoryview(self._query_keys)
             query_texts = [str(blob[a:b], "utf-8") for a, b in zip(starts, ends)]
         m = len(index)
-        return list(zip(query_texts, texts[:m], texts[m:]))
+        return self._kept(list(zip(query_texts, texts[:m], texts[m:])), lambda item: item)
