@@ -56,15 +56,40 @@ def read_skipping(
     return read(kept), damaged_array
 
 
-def warn_once(seen: set[str], where: str, positions: Sequence[int], total: int) -> None:
+def positions_skipping(store: Any, doc_ids: list[str], on_corrupt: str) -> tuple[np.ndarray, list[str]]:
+    """``store.positions(doc_ids)``, and the ids whose documents it found damaged: a
+    collection checks the document an id names when it finds it, so a damaged one fails the
+    search. With ``on_corrupt="skip"`` those ids get position -1 (not found)."""
+    try:
+        return store.positions(doc_ids), []
+    except CorruptStoreError:
+        if on_corrupt != "skip":
+            raise
+    positions = np.empty(len(doc_ids), dtype=np.int64)
+    damaged = []
+    for i, doc_id in enumerate(doc_ids):
+        try:
+            positions[i] = store.positions([doc_id])[0]
+        except CorruptStoreError:
+            positions[i] = -1
+            damaged.append(doc_id)
+    return positions, damaged
+
+
+def described(items: Sequence[Any], kind: str) -> str:
+    """``3 damaged document(s) at position(s) 1, 5, 9``: the first ten named."""
+    shown = ", ".join(map(str, items[:10])) + (" ..." if len(items) > 10 else "")
+    return f"{len(items)} damaged document(s) at {kind} {shown}"
+
+
+def warn_once(seen: set[str], where: str, what: str) -> None:
     """One warning per process and store (``seen`` holds the stores warned of already)."""
     if where in seen:
         return
     seen.add(where)
-    shown = ", ".join(map(str, positions[:10])) + (" ..." if len(positions) > 10 else "")
     warnings.warn(
-        f"{where}: left out {total} damaged document(s) at position(s) {shown} (on_corrupt='skip'); "
-        "further ones in this process are counted, not warned of",
+        f"{where}: left out {what} (on_corrupt='skip'); further ones in this process are counted, "
+        "not warned of",
         DamagedDocumentWarning,
         stacklevel=3,
     )

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ._damage import read_skipping, warn_once
+from ._damage import described, positions_skipping, read_skipping, warn_once
 from ._store import DocStore, is_url
 from ._store import open as open_store
 from .errors import DocstoreError, InvalidArgumentError, SchemaError, StoreChangedError
@@ -348,7 +348,7 @@ def read_split(
                     lambda p: take_batch(store, p, fields, columns), positions, on_corrupt
                 )
             if len(damaged):
-                _skipped(spec, damaged)
+                _skipped(spec, len(damaged), described(damaged.tolist(), "position(s)"))
             yield batch
 
 
@@ -357,22 +357,16 @@ _WARNED: set[str] = set()
 SKIPPED: dict[str, int] = {}
 
 
-def _skipped(spec: StoreSpec, damaged: np.ndarray) -> None:
+def _skipped(spec: StoreSpec, count: int, what: str) -> None:
     """Counts and names the damaged documents a task left out: one warning per worker process
     and store (also logged, for engines that keep their workers' logs, not their warnings)."""
     import logging
 
     where = spec.label()
-    SKIPPED[where] = SKIPPED.get(where, 0) + len(damaged)
-    positions = damaged.tolist()
+    SKIPPED[where] = SKIPPED.get(where, 0) + count
     if where not in _WARNED:
-        logging.getLogger("docstore").warning(
-            "%s: left out %d damaged document(s) at position(s) %s (on_corrupt='skip')",
-            where,
-            len(positions),
-            positions[:10],
-        )
-    warn_once(_WARNED, where, positions, len(positions))
+        logging.getLogger("docstore").warning("%s: left out %s (on_corrupt='skip')", where, what)
+    warn_once(_WARNED, where, what)
 
 
 class named:
@@ -448,13 +442,13 @@ def lookup_table(
                 f"id column {id_column!r} has Arrow type {ids.type}; doc ids are strings: cast it"
             )
     values = ids.to_pylist()  # one str per id (positions() takes strs); never one per document
-    positions = np.concatenate(
-        [
-            store.positions(["" if v is None else v for v in values[i : i + batch_ids]])
-            for i in range(0, len(values), batch_ids)
-        ]
-        or [np.zeros(0, np.int64)]
-    )
+    parts, damaged_ids = [np.zeros(0, np.int64)], []
+    for i in range(0, len(values), batch_ids):
+        batch = ["" if v is None else v for v in values[i : i + batch_ids]]
+        found_here, damaged_here = positions_skipping(store, batch, on_corrupt)
+        parts.append(found_here)
+        damaged_ids += damaged_here
+    positions = np.concatenate(parts)
     if ids.null_count:
         positions[np.asarray(ids.is_null())] = -1
     # The documents of the rows found, in row order (a damaged one left out, its row missing).
@@ -462,12 +456,15 @@ def lookup_table(
         lambda p: take_batch(store, p, fields, columns), positions[positions >= 0], on_corrupt
     )
     if len(damaged):
-        _skipped(spec, damaged)
+        _skipped(spec, len(damaged), described(damaged.tolist(), "position(s)"))
         positions[np.isin(positions, damaged)] = -1
+    if damaged_ids:
+        _skipped(spec, len(damaged_ids), described(damaged_ids, "id(s)"))
     found = positions >= 0
     if missing == "error" and not found.all():
         absent = [values[i] for i in np.flatnonzero(~found)[:5]]
-        also = f" ({len(damaged)} of them damaged, skipped)" if len(damaged) else ""
+        also = len(damaged) + len(damaged_ids)
+        also = f" ({also} of them damaged, skipped)" if also else ""
         raise KeyError(
             f"{spec.label()}: {int((~found).sum())} id(s) of column {id_column!r} not in the store{also}, "
             f"first {absent}; pass missing='null' or missing='drop' to keep going"

@@ -13,7 +13,7 @@ from torch.utils.data import Dataset
 
 import docstore
 
-from .._damage import check_on_corrupt, read_skipping, warn_once
+from .._damage import check_on_corrupt, described, read_skipping, warn_once
 from .._docstore import _redact_urls
 from .._store import DocStore, _pickled_url, _remote_kwargs, is_url
 from ._epoch import DamageTally
@@ -217,7 +217,8 @@ class StoreDataset(Dataset):
         for i, value in zip(np.flatnonzero(~np.isin(normal, damaged)).tolist(), values):
             out[i] = value
         self._damage.add(damaged.tolist(), 0)
-        warn_once(_WARNED, f"store {_redact_urls(os.fspath(store.path))}", damaged.tolist(), len(damaged))
+        where = f"store {_redact_urls(os.fspath(store.path))}"
+        warn_once(_WARNED, where, described(damaged.tolist(), "position(s)"))
         return out
 
     def _kept(self, items: list[Any], needs: Any = None) -> list[Any]:
