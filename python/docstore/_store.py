@@ -112,6 +112,40 @@ class DocStore(Reader):
         positions = self.positions(doc_ids)
         return self.take(positions[positions >= 0], field=field, fields=fields)
 
+    def to_arrow(self, columns: Sequence[str] | None = None, *, rows: Any = None) -> Any:
+        """The documents as a ``pyarrow.Table``: ``doc_id``, then ``columns`` (default: every
+        field), typed as the engines read them (``str`` as ``large_string``, arrays as
+        ``large_list``, fixed shapes as ``fixed_shape_tensor``, nullable fields with nulls;
+        docs/format.md §5.3). ``rows`` picks the documents: a slice, a ``range`` or positions
+        (negative ones count from the end), in that order; default every document. Read
+        ``_CHUNK`` documents at a time, as Arrow buffers with no Python object per document."""
+        import pyarrow as pa
+
+        from ._engine_read import arrow_schema, check_columns, take_batch
+
+        names = check_columns(self, columns)
+        positions = _rows(rows, len(self))
+        fields = self.fields
+        chunks = (positions[i : i + _CHUNK] for i in range(0, len(positions), _CHUNK))
+        batches = [take_batch(self, chunk, fields, names) for chunk in chunks]
+        return pa.Table.from_batches(batches, schema=arrow_schema(fields, names))
+
+    def to_pandas(self, columns: Sequence[str] | None = None, *, rows: Any = None, **options: Any) -> Any:
+        """``to_arrow(columns, rows=rows).to_pandas(**options)``: a ``pandas.DataFrame`` with a
+        ``doc_id`` column (``options`` go to pyarrow's ``to_pandas``); a fixed-shape field's
+        cells are numpy arrays of its shape (None for a null), as ``store[id]`` gives them."""
+        import pyarrow as pa
+
+        table = self.to_arrow(columns, rows=rows)
+        frame = table.to_pandas(**options)
+        for name, column in zip(table.column_names, table.columns):
+            if isinstance(column.type, pa.FixedShapeTensorType):
+                storage = column.combine_chunks().storage  # fixed-size lists: a slot per row, nulls too
+                values = storage.values.to_numpy(zero_copy_only=False)
+                cells = list(values.reshape(len(storage), *column.type.shape))
+                frame[name] = [None if null else c for c, null in zip(cells, storage.is_null().to_pylist())]
+        return frame
+
     @property
     def dictionary(self) -> bytes:
         """The store's compression dictionary (a collection's: its first shard's), as
@@ -149,6 +183,27 @@ class DocStore(Reader):
 
 
 Mapping.register(DocStore)
+
+
+def _rows(rows: Any, count: int) -> np.ndarray:
+    """``to_arrow``'s ``rows`` as int64 positions in ``0..count``: None (all), a slice, a range or
+    integers; a position out of range is an ``IndexError`` naming it."""
+    if rows is None:
+        return np.arange(count, dtype=np.int64)
+    if isinstance(rows, slice):
+        return np.arange(*rows.indices(count), dtype=np.int64)
+    if isinstance(rows, (str, bytes)) or not isinstance(rows, Iterable):
+        raise TypeError(f"rows must be a slice, a range or positions, got {type(rows).__name__}")
+    positions = np.asarray(rows if isinstance(rows, (range, np.ndarray)) else list(rows))
+    if positions.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if positions.ndim != 1 or positions.dtype.kind not in "iu":
+        raise TypeError(f"rows must be integer positions, got {positions.dtype} with shape {positions.shape}")
+    positions = positions.astype(np.int64)
+    bad = (positions < -count) | (positions >= count)
+    if bad.any():
+        raise IndexError(f"position {int(positions[np.argmax(bad)])} out of range for {count} documents")
+    return np.where(positions < 0, positions + count, positions)
 
 
 def open(
