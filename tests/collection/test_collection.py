@@ -444,11 +444,23 @@ def test_cli_build_shards_stops_the_workers_after_a_failed_one(tmp_path, capsys,
     monkeypatch.undo()
 
     # A real build, each shard's outcome logged by the workers (forked: they see the patch).
+    # Two workers whatever the cores: shards 0 and 1 built by the first (group 0), 2 and 3 by
+    # the second (group 1). Which worker meets its bad line first is not left to the scheduler:
+    # a worker waits, at the start of its first shard, until the shared failure word says the
+    # other group failed (what a worker did, never how long it took).
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
     log = tmp_path / "log"
     build_shard = shards.build_shard
+    waits_for: dict[int, int] = {}  # group -> the group whose failure it waits for
 
     def logged(path, *a, **k):
         try:
+            if shards._GROUP in waits_for and path.endswith(("part-00000.docstore", "part-00002.docstore")):
+                other = waits_for[shards._GROUP]
+                deadline = time.monotonic() + 120  # a hang would be a bug: fail, do not wait forever
+                while shards._FAILED.value != other:
+                    assert time.monotonic() < deadline, f"group {other} never failed"
+                    time.sleep(0.01)
             return build_shard(path, *a, **k)
         except BaseException as exc:
             with open(log, "a") as f:
@@ -456,29 +468,27 @@ def test_cli_build_shards_stops_the_workers_after_a_failed_one(tmp_path, capsys,
             raise
 
     monkeypatch.setattr(shards, "build_shard", logged)
-    # 200,000 records in 4 shards of 50,000, built by 2 workers (on 2 cores): shards 0 and 1 by
-    # the first, 2 and 3 by the second.
+    # 200,000 records in 4 shards of 50,000.
     lines = [json.dumps({"doc_id": f"d{i}", "text": "some words " * 10}) for i in range(200_000)]
     good = list(lines)
-    bad = 37_000  # the first worker's, at once
+    bad = 37_000  # in the first worker's first shard
     lines[bad] = '{"doc_id": "x", "text": 5'
     (tmp_path / "b.jsonl").write_text("\n".join(lines) + "\n")
     target = str(tmp_path / "c.docstore")
+    # The first worker fails; the second starts only then, and stops at its first look.
+    waits_for[1] = 0
     assert cli(["build", str(tmp_path / "b.jsonl"), "-o", target, "--shards", "4"]) == 1
     offset = sum(len(line) + 1 for line in lines[:bad])
     assert f"b.jsonl: the line at byte {offset}: invalid JSON" in capsys.readouterr().err
-    if len(os.sched_getaffinity(0)) >= 2:  # two workers: the second stopped
-        # At its first shard, or at its second where it started long before the first worker
-        # (forked later on a loaded machine) reached the bad line, or not at all when it built
-        # both before that (seen once in a full run: the stop itself is shown above, with
-        # `_FAILED` set by hand).
-        assert sorted(log.read_text().split("\n")[:-1]) in (
-            ["part-00000.docstore UsageError", "part-00002.docstore _Stopped"],
-            ["part-00000.docstore UsageError", "part-00003.docstore _Stopped"],
-            ["part-00000.docstore UsageError"],
-        )
-    # The second worker fails first, the first later: the first one's failure is reported
-    # (the first in the file), as it would be without any stop.
+    assert sorted(log.read_text().splitlines()) == [
+        "part-00000.docstore UsageError",
+        "part-00002.docstore _Stopped",
+    ]
+    # The second worker fails first, the first (which waits for that) later: the first one's
+    # failure is reported (the first in the file), as it would be without any stop.
+    log.unlink()
+    waits_for.clear()
+    waits_for[0] = 1
     lines = list(good)
     lines[45_000] = '{"doc_id": "y", "text": 5'
     lines[120_000] = '{"doc_id": "z", "text": 5'
@@ -486,15 +496,10 @@ def test_cli_build_shards_stops_the_workers_after_a_failed_one(tmp_path, capsys,
     assert cli(["build", str(tmp_path / "b.jsonl"), "-o", target, "--shards", "4"]) == 1
     offset = sum(len(line) + 1 for line in lines[:45_000])
     assert f"b.jsonl: the line at byte {offset}: invalid JSON" in capsys.readouterr().err
-    if len(os.sched_getaffinity(0)) >= 2:
-        # The first worker failed on its own line; so did the second, unless the first failed
-        # before it got there (two processes on a loaded machine may run so), when it stopped
-        # instead. Either way the failure reported above is the first in the file.
-        second_round = log.read_text().split("\n")[2:-1]
-        assert sorted(second_round) in (
-            ["part-00000.docstore UsageError", "part-00002.docstore UsageError"],
-            ["part-00000.docstore UsageError", "part-00002.docstore _Stopped"],
-        )
+    assert sorted(log.read_text().splitlines()) == [
+        "part-00000.docstore UsageError",
+        "part-00002.docstore UsageError",
+    ]
     assert sorted(os.listdir(tmp_path)) == ["a.jsonl", "b.jsonl", "log", "s1.docstore"]
 
 
