@@ -35,10 +35,12 @@ def as_list(batch):
     return batch
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_a_dataloader_reads_exactly_the_undamaged_documents_in_order(store_path, workers):
+@pytest.mark.parametrize("workers, start", [(0, None), (2, "fork"), (2, "spawn")])
+def test_a_dataloader_reads_exactly_the_undamaged_documents_in_order(store_path, workers, start):
     dataset = DocDataset(store_path, fields=("doc_id", "text"), on_corrupt="skip")
-    loader = DataLoader(dataset, batch_size=16, num_workers=workers, collate_fn=as_list)
+    loader = DataLoader(
+        dataset, batch_size=16, num_workers=workers, collate_fn=as_list, multiprocessing_context=start
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DamagedDocumentWarning)  # the main process's (workers=0)
         rows = [row for batch in loader for row in batch]
