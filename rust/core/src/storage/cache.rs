@@ -22,6 +22,11 @@
 //! the umask; a directory another user owns, or may write without the sticky bit, is refused; no
 //! file of it is opened through a symbolic link (`O_NOFOLLOW`), and only entries and files this
 //! user owns are used (another's, in a shared sticky directory, make this store's cache private).
+//! Two shared directories are accepted besides (`Sharing`): a sticky one that every user may write
+//! (1777, `/tmp`-like), where each user keeps entries and a `usage` counter of their own, and a
+//! group's (setgid and group-writable, not writable by others: 2775, 2770), whose members share
+//! entries and counter: made 2770 and 0660 whatever the umask, trusted when of the directory's
+//! group, as a user trusts their own processes.
 //!
 //! Concurrency, between threads and processes alike (everything shared is an atomic word in a
 //! shared mapping):
@@ -120,6 +125,54 @@ impl Usage {
     }
 }
 
+/// Who may use a cache directory, from its mode (`check_dir`), and so what its entries are made
+/// as and which it trusts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sharing {
+    /// This user's own (writable by no one else): entries 0700, files 0600.
+    Private,
+    /// Writable by every user, with the sticky bit (`/tmp`-like): no user can rename or delete
+    /// another's files, nor may trust them. Each user's entries carry their uid in their name
+    /// and the counter is `usage.<uid>`: users of one directory never meet each other's files.
+    Sticky(u32),
+    /// A group's (setgid, writable by the group, not by others): its members share entries and
+    /// the counter, made 2770 and 0660 whatever the umask (the setgid bit gives them the
+    /// directory's group). An entry or file of that group that others cannot write is trusted
+    /// whichever member made it: only members (and root) can write the directory.
+    Group(u32),
+}
+
+impl Sharing {
+    fn dir_mode(self) -> u32 {
+        match self {
+            Sharing::Group(_) => 0o2770,
+            _ => 0o700,
+        }
+    }
+
+    fn file_mode(self) -> u32 {
+        match self {
+            Sharing::Group(_) => 0o660,
+            _ => 0o600,
+        }
+    }
+
+    /// The name of the entry `key` of `size` bytes.
+    fn entry_name(self, key: &str, size: u64) -> String {
+        match self {
+            Sharing::Sticky(uid) => format!("{key}u{uid}-{size:x}"),
+            _ => format!("{key}-{size:x}"),
+        }
+    }
+
+    fn usage_name(self) -> String {
+        match self {
+            Sharing::Sticky(uid) => format!("usage.{uid}"),
+            _ => "usage".to_string(),
+        }
+    }
+}
+
 /// One store's cache: its sparse data file and its map.
 pub struct CacheFile {
     data: File,
@@ -134,6 +187,8 @@ pub struct CacheFile {
     /// The cache directory and this entry's name in it (none for a private cache): where the
     /// other entries are, which eviction takes from too.
     entry: Option<(PathBuf, String)>,
+    /// Who shares the directory: which of its other entries this one may evict.
+    sharing: Sharing,
     /// The second this entry last swept the others (see `evict_others`).
     swept_others: std::sync::atomic::AtomicU32,
 }
@@ -163,15 +218,16 @@ impl CacheFile {
         let Some(dir) = &config.dir else {
             return CacheFile::private(config, size);
         };
-        check_dir(dir)?;
-        let usage = shared_usage(dir)?;
-        let name = format!("{key}-{size:x}");
+        let sharing = check_dir(dir)?;
+        let usage = shared_usage(dir, sharing)?;
+        let name = sharing.entry_name(key, size);
         let target = dir.join(&name);
         for _ in 0..3 {
-            match CacheFile::open_existing(&target, size, Some(fingerprint)) {
+            match CacheFile::open_existing(&target, size, Some(fingerprint), sharing) {
                 Ok(Some((data, (map, map_file)))) => {
                     let entry = Some((dir.clone(), name));
-                    let file = CacheFile::new(data, map, map_file, size, usage, config, entry);
+                    let mut file = CacheFile::new(data, map, map_file, size, usage, config, entry);
+                    file.sharing = sharing;
                     file.word(LEASE_AT)
                         .fetch_max(u64::from(config.lease), Ordering::Relaxed);
                     return Ok(file);
@@ -195,10 +251,10 @@ impl CacheFile {
                 .prefix(".new-")
                 .tempdir_in(dir)
                 .map_err(|e| io(dir.display(), e))?;
-            // Private whatever the umask (`permissions` goes through it).
-            platform::set_mode(scratch.path(), 0o700)
+            // Private, or the group's, whatever the umask (`permissions` goes through it).
+            platform::set_mode(scratch.path(), sharing.dir_mode())
                 .map_err(|e| io(scratch.path().display(), e))?;
-            create_files(scratch.path(), size, fingerprint)?;
+            create_files(scratch.path(), size, fingerprint, sharing.file_mode())?;
             let scratch = scratch.keep();
             if std::fs::rename(&scratch, &target).is_err() {
                 // Another process made it first: use theirs.
@@ -219,7 +275,7 @@ impl CacheFile {
             .prefix("docstore-cache-")
             .tempdir()
             .map_err(|e| io("temporary directory", e))?;
-        let (data, (map, map_file)) = create_files(scratch.path(), size, 0)?;
+        let (data, (map, map_file)) = create_files(scratch.path(), size, 0, 0o600)?;
         drop(scratch); // unlinks both: the open files live on
         let config = CacheConfig {
             budget: PRIVATE_BUDGET,
@@ -237,24 +293,26 @@ impl CacheFile {
     }
 
     /// The entry at `dir`: `None` if there is none; an error if it is not one this user can
-    /// trust: a link or not a directory, files that are links or not this user's, another size
-    /// or layout, or (with `fingerprint`) another store's.
+    /// trust: a link or not a directory, files that are links or not this user's (nor, in a
+    /// group's directory, the group's), another size or layout, or (with `fingerprint`) another
+    /// store's.
     fn open_existing(
         dir: &Path,
         size: u64,
         fingerprint: Option<u64>,
+        sharing: Sharing,
     ) -> Result<Option<(File, (MmapMut, File))>> {
         match std::fs::symlink_metadata(dir) {
-            Ok(meta) => owned(dir, &meta, true)?,
+            Ok(meta) => trusted(dir, &meta, true, sharing)?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(io(dir.display(), e)),
         }
-        let data = match open_owned(&dir.join("data"), false) {
+        let data = match open_trusted(&dir.join("data"), false, sharing) {
             Ok(file) => file,
             Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),
         };
-        let map_file = open_owned(&dir.join("map"), false)?;
+        let map_file = open_trusted(&dir.join("map"), false, sharing)?;
         if data.metadata()?.len() != size || map_file.metadata()?.len() != map_len(size) {
             return Err(Error::corrupt("cache entry of another size"));
         }
@@ -297,6 +355,7 @@ impl CacheFile {
             budget: config.budget,
             lease: config.lease,
             entry,
+            sharing: Sharing::Private,
             swept_others: std::sync::atomic::AtomicU32::new(0),
         }
     }
@@ -606,7 +665,7 @@ impl CacheFile {
             .filter_map(|e| {
                 let e = e.ok()?;
                 let name = e.file_name().into_string().ok()?;
-                // `<fingerprint>-<size>`: scratch entries (`.new-...`) and `usage` are not.
+                // `<key>-<size>`: scratch entries (`.new-...`) and `usage` are not.
                 let size = u64::from_str_radix(name.split_once('-')?.1, 16).ok()?;
                 let changed = std::fs::symlink_metadata(e.path().join("map"))
                     .ok()?
@@ -622,9 +681,10 @@ impl CacheFile {
             }
             // The same shared counter, mapped once more (a recount per entry was quadratic in
             // the number of entries).
-            let (Ok(Some((data, (map, map_file)))), Ok(usage)) =
-                (CacheFile::open_existing(&path, size, None), map_usage(dir))
-            else {
+            let (Ok(Some((data, (map, map_file)))), Ok(usage)) = (
+                CacheFile::open_existing(&path, size, None, self.sharing),
+                map_usage(dir, self.sharing),
+            ) else {
                 continue;
             };
             let mut other = CacheFile::new(
@@ -779,17 +839,22 @@ fn reserve(file: &File, len: u64) -> std::io::Result<()> {
 }
 
 /// Makes `data` (sparse, `size` bytes) and `map` (header written, `fingerprint` included) in
-/// `dir`: 0600 whatever the umask, never through a link.
-fn create_files(dir: &Path, size: u64, fingerprint: u64) -> Result<(File, (MmapMut, File))> {
+/// `dir`: `mode` whatever the umask, never through a link.
+fn create_files(
+    dir: &Path,
+    size: u64,
+    fingerprint: u64,
+    mode: u32,
+) -> Result<(File, (MmapMut, File))> {
     let create = |name: &str| -> Result<File> {
         let path = dir.join(name);
         let file = platform::no_follow(
             File::options().read(true).write(true).create_new(true),
-            0o600,
+            mode,
         )
         .open(&path)
         .map_err(|e| io(path.display(), e))?;
-        platform::set_mode(&path, 0o600).map_err(|e| io(path.display(), e))?;
+        platform::set_mode(&path, mode).map_err(|e| io(path.display(), e))?;
         Ok(file)
     };
     let data = create("data")?;
@@ -811,9 +876,10 @@ fn create_files(dir: &Path, size: u64, fingerprint: u64) -> Result<(File, (MmapM
     Ok((data, (map, map_file)))
 }
 
-/// Refuses what `meta` describes unless it is this user's own (`dir`: a directory, else a
-/// regular file), never a link: another user's file could be changed under the readers.
-fn owned(path: &Path, meta: &std::fs::Metadata, dir: bool) -> Result<()> {
+/// Refuses what `meta` describes unless it is this user's own or, in a group's directory, of
+/// that group and not writable by others (`dir`: a directory, else a regular file), never a
+/// link: another user's file could be changed under the readers.
+fn trusted(path: &Path, meta: &std::fs::Metadata, dir: bool, sharing: Sharing) -> Result<()> {
     let kind = meta.file_type();
     let what = match dir {
         true => "a directory",
@@ -827,7 +893,7 @@ fn owned(path: &Path, meta: &std::fs::Metadata, dir: bool) -> Result<()> {
     }
     // Windows: no uid; the cache directory's ACL keeps other users out.
     if let Some((uid, me)) = platform::owner(meta).zip(platform::user()) {
-        if uid != me {
+        if uid != me && !of_group(meta, sharing) {
             return Err(io(
                 path.display(),
                 std::io::Error::other(format!(
@@ -839,28 +905,65 @@ fn owned(path: &Path, meta: &std::fs::Metadata, dir: bool) -> Result<()> {
     Ok(())
 }
 
+/// Whether `meta` is of the group whose directory `sharing` is, and not writable by others.
+fn of_group(meta: &std::fs::Metadata, sharing: Sharing) -> bool {
+    match sharing {
+        Sharing::Group(gid) => {
+            group_of(meta) == Some(gid) && platform::mode(meta).is_some_and(|m| m & 0o002 == 0)
+        }
+        _ => false,
+    }
+}
+
+/// The group that owns what `meta` describes; `None` on Windows.
+fn group_of(meta: &std::fs::Metadata) -> Option<u32> {
+    #[cfg(unix)]
+    return Some(std::os::unix::fs::MetadataExt::gid(meta));
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        None
+    }
+}
+
 /// Opens a file of the cache for reading and writing, never through a link (`O_NOFOLLOW`), and
-/// only if it is a regular file this user owns (`create`: made 0600 if missing).
-fn open_owned(path: &Path, create: bool) -> Result<File> {
-    let file = platform::no_follow(
-        File::options()
-            .read(true)
-            .write(true)
-            .create(create)
-            .truncate(false),
-        0o600,
-    )
-    .open(path)
+/// only if it is a regular file this user may trust (`trusted`; `create`: made if missing, with
+/// the directory's file mode whatever the umask, so that a group's members can all write it).
+fn open_trusted(path: &Path, create: bool, sharing: Sharing) -> Result<File> {
+    let mode = sharing.file_mode();
+    let open = |new: bool| {
+        platform::no_follow(
+            File::options()
+                .read(true)
+                .write(true)
+                .create_new(new)
+                .truncate(false),
+            mode,
+        )
+        .open(path)
+    };
+    let file = match create {
+        true => match open(true) {
+            Ok(file) => {
+                platform::set_mode(path, mode).map_err(|e| io(path.display(), e))?;
+                Ok(file)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => open(false),
+            Err(e) => Err(e),
+        },
+        false => open(false),
+    }
     .map_err(|e| io(path.display(), e))?;
-    owned(path, &file.metadata()?, false)?;
+    trusted(path, &file.metadata()?, false, sharing)?;
     Ok(file)
 }
 
 /// Makes `dir` (0700, whatever the umask) if missing, and refuses it unless this user or root
-/// owns it, and only they may write it (or others may, with the sticky bit: a shared `/tmp`-like
-/// directory, where no user can rename or delete another's entries). A `cache_dir` that is a
-/// link is followed: the user named it.
-pub fn check_dir(dir: &Path) -> Result<()> {
+/// owns it, and only they may write it, or others may with the sticky bit (a shared `/tmp`-like
+/// directory, where no user can rename or delete another's entries), or its group may with the
+/// setgid bit (a group's directory: `Sharing`). A `cache_dir` that is a link is followed: the
+/// user named it.
+fn check_dir(dir: &Path) -> Result<Sharing> {
     let meta = match std::fs::metadata(dir) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             match platform::create_dir_all(dir, 0o700) {
@@ -893,30 +996,73 @@ pub fn check_dir(dir: &Path) -> Result<()> {
             ));
         }
     }
-    if let Some(mode) = platform::mode(&meta) {
-        if mode & 0o022 != 0 && mode & 0o1000 == 0 {
-            return refuse(format!(
-                "writable by other users (mode {mode:o}) without the sticky bit"
-            ));
-        }
+    let (Some(mode), Some(me), Some(gid)) =
+        (platform::mode(&meta), platform::user(), group_of(&meta))
+    else {
+        return Ok(Sharing::Private);
+    };
+    let group = mode & 0o2020 == 0o2020 && mode & 0o002 == 0;
+    if mode & 0o022 != 0 && mode & 0o1000 == 0 && !group {
+        return refuse(format!(
+            "writable by other users (mode {mode:o}) without the sticky bit (nor, writable by \
+             its group alone, the setgid bit of a group's directory)"
+        ));
     }
-    Ok(())
+    if group && !writable(dir) {
+        return Err(Error::InvalidArgument(format!(
+            "cache_dir {}: the directory of group {gid} (mode {mode:o}), which this user may \
+             not write: not a member of the group? Give a directory of your own",
+            dir.display()
+        )));
+    }
+    Ok(match mode {
+        _ if group => Sharing::Group(gid),
+        _ if mode & 0o022 != 0 => Sharing::Sticky(me),
+        _ => Sharing::Private,
+    })
+}
+
+/// Whether this process may make files in `dir` (`faccessat` with the effective ids and groups).
+fn writable(dir: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+            return false;
+        };
+        // SAFETY: a NUL-terminated path that outlives the call; no other pointer is passed.
+        let got = unsafe {
+            libc::faccessat(
+                libc::AT_FDCWD,
+                path.as_ptr(),
+                libc::W_OK | libc::X_OK,
+                libc::AT_EACCESS,
+            )
+        };
+        got == 0
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = dir;
+        true
+    }
 }
 
 /// The node's `usage` counter, made if missing; recounted from the stores' own counters, so that
 /// a store directory deleted by hand stops counting.
-fn shared_usage(dir: &Path) -> Result<Usage> {
-    let usage = map_usage(dir)?;
+fn shared_usage(dir: &Path, sharing: Sharing) -> Result<Usage> {
+    let usage = map_usage(dir, sharing)?;
     let mut total = 0u64;
     if let Ok(entries) = std::fs::read_dir(dir) {
         for entry in entries.flatten() {
-            // This user's entries only, never through a link.
+            // The entries this user trusts only, never through a link.
             let path = entry.path();
-            if !std::fs::symlink_metadata(&path).is_ok_and(|m| owned(&path, &m, true).is_ok()) {
+            let meta = std::fs::symlink_metadata(&path);
+            if !meta.is_ok_and(|m| trusted(&path, &m, true, sharing).is_ok()) {
                 continue;
             }
             let mut held = [0u8; 8];
-            if let Ok(file) = open_owned(&path.join("map"), false) {
+            if let Ok(file) = open_trusted(&path.join("map"), false, sharing) {
                 let mut magic = [0u8; 8];
                 if platform::read_exact_at(&file, &mut magic, 0).is_ok()
                     && &magic == MAGIC
@@ -932,10 +1078,10 @@ fn shared_usage(dir: &Path) -> Result<Usage> {
 }
 
 /// The directory's shared byte counter, mapped as it is (`shared_usage` also recounts it). A
-/// `usage` that is a link, or not this user's file, is replaced, never written through.
-fn map_usage(dir: &Path) -> Result<Usage> {
-    let path = dir.join("usage");
-    let file = match open_owned(&path, true) {
+/// `usage` that is a link, or not a file this user trusts, is replaced, never written through.
+fn map_usage(dir: &Path, sharing: Sharing) -> Result<Usage> {
+    let path = dir.join(sharing.usage_name());
+    let file = match open_trusted(&path, true, sharing) {
         Ok(file) => file,
         Err(_) => {
             match std::fs::remove_file(&path) {
@@ -943,7 +1089,7 @@ fn map_usage(dir: &Path) -> Result<Usage> {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(io(path.display(), e)),
             }
-            open_owned(&path, true)?
+            open_trusted(&path, true, sharing)?
         }
     };
     reserve(&file, 8).map_err(|e| io(path.display(), e))?;
@@ -1162,6 +1308,31 @@ mod tests {
         );
         mode(0o1777).unwrap();
         CacheFile::open(&config(dir.path(), 1 << 30, 30), "k", 1, SEGMENT).unwrap();
+    }
+
+    #[test]
+    #[cfg(unix)] // modes as Unix has them
+    fn a_groups_directory_gets_entries_its_group_can_write_and_a_sticky_one_per_user_names() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let me = platform::user().unwrap();
+        let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().mode() & 0o7777;
+        let group = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(group.path(), std::fs::Permissions::from_mode(0o2770)).unwrap();
+        let file = CacheFile::open(&config(group.path(), 1 << 30, 30), "k", 1, SEGMENT).unwrap();
+        file.write(file.units(&(0..64)), &[1u8; 64]).unwrap();
+        let entry = group.path().join(format!("k-{SEGMENT:x}"));
+        assert_eq!(mode(&entry), 0o2770);
+        for name in ["data", "map"] {
+            assert_eq!(mode(&entry.join(name)), 0o660, "{name}");
+        }
+        assert_eq!(mode(&group.path().join("usage")), 0o660);
+        let sticky = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(sticky.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+        CacheFile::open(&config(sticky.path(), 1 << 30, 30), "k", 1, SEGMENT).unwrap();
+        let entry = sticky.path().join(format!("ku{me}-{SEGMENT:x}"));
+        assert_eq!(mode(&entry), 0o700);
+        assert_eq!(mode(&sticky.path().join(format!("usage.{me}"))), 0o600);
+        assert!(!sticky.path().join("usage").exists());
     }
 
     #[test]
