@@ -43,7 +43,6 @@ import itertools
 import json
 import operator
 import os
-import sys
 import types
 import typing
 from collections.abc import Iterable, Iterator, Sequence
@@ -59,6 +58,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without ir_datas
         "docstore.ir_datasets needs ir_datasets: pip install ir_datasets (or 'docstore[ir_datasets]')"
     ) from exc
 
+from . import _progress
 from ._store import DocStore
 from ._store import open as open_store
 from ._writer import Writer
@@ -455,8 +455,6 @@ def build(
     go to :class:`docstore.Writer` (``overwrite``, ``level`` ...). A repeated doc id fails the
     build with ``DuplicateKeyError``.
     """
-    from tqdm import tqdm
-
     dataset = _dataset(dataset_or_id)
     if hasattr(dataset, "has_docs") and not dataset.has_docs():
         raise ValueError(f"{dataset!r} provides no documents")
@@ -466,11 +464,7 @@ def build(
     json_names, encoders = set(schema.json), schema.encoders
     total = _docs_count(dataset)
     with Writer(path, schema.store_fields, **writer_options) as writer:
-        bar = tqdm(
-            total=total, unit=" docs", unit_scale=True, file=sys.stderr,
-            disable=None if progress is None else not progress,
-        )  # fmt: skip
-        with bar:
+        with _progress.bar(total, "docs", progress) as bar:
             docs = iter(dataset.docs_iter())
             while True:
                 batch = list(itertools.islice(docs, _BATCH))

@@ -291,6 +291,11 @@ def test_build_shows_progress_sized_by_docs_count(tmp_path, rich, capsys):
     assert "200/200" in capsys.readouterr().err
 
 
+def test_build_with_progress_and_no_stderr_draws_nothing(tmp_path, rich, monkeypatch):
+    monkeypatch.setattr(sys, "stderr", None)  # pythonw, some services: tqdm would raise
+    assert len(dsi.build(RICH, tmp_path / "p.docstore", progress=True)) == 200
+
+
 def test_build_accepts_a_dataset_object_and_writer_options(tmp_path, tsv_dir):
     store = dsi.build(ir_datasets.load(TSV), tmp_path / "s", level=-1)
     assert store.info()["codec"] == "none" and len(store) == N_DOCS
