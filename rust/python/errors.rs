@@ -86,7 +86,9 @@ pub fn to_pyerr(py: Python<'_>, err: Error) -> PyErr {
     let message = err.to_string();
     let class = match err {
         Error::Corrupt(_) => Exc::Corrupt,
-        Error::UnsupportedVersion { .. } => Exc::UnsupportedVersion,
+        Error::UnsupportedVersion { .. } | Error::UnsupportedManifestVersion { .. } => {
+            Exc::UnsupportedVersion
+        }
         Error::DuplicateKey(key) | Error::DuplicateKeyIn { key, .. } => {
             return match exception_class(py, Exc::DuplicateKey) {
                 Ok(cls) => PyErr::from_type(cls, (message, key)),

@@ -253,7 +253,8 @@ def test_a_changed_collection_is_refused_at_open(tmp_path, docs, sealed):
         with pytest.raises((docstore.CorruptStoreError, docstore.UnsupportedVersionError)):
             docstore.open(root)
     (root / "docstore-collection.json").write_text(json.dumps({**manifest, "version": 9}))
-    with pytest.raises(docstore.UnsupportedVersionError):
+    # the manifest's own version, not the stores' format version
+    with pytest.raises(docstore.UnsupportedVersionError, match="collection manifest version 9 is not"):
         docstore.open(root)
     os.remove(root / "docstore-collection.json")
     with pytest.raises(docstore.StoreIOError, match="not a docstore collection"):

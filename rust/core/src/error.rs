@@ -9,12 +9,18 @@ use std::path::PathBuf;
 pub enum Error {
     /// The file is not a valid store (bad magic, checksum mismatch, out-of-range offsets ...).
     Corrupt(String),
-    /// The store (or manifest) was written in a format version outside `min..=max`, the
+    /// The store was written in a format version outside `min..=max`, the
     /// versions this docstore reads.
     UnsupportedVersion {
         found: u32,
         min: u32,
         max: u32,
+    },
+    /// A collection's manifest has a version other than `supported`, the one this docstore
+    /// reads (a collection sealed by a newer or an older docstore).
+    UnsupportedManifestVersion {
+        found: u32,
+        supported: u32,
     },
     /// Two documents share one key.
     DuplicateKey(String),
@@ -89,6 +95,16 @@ impl fmt::Display for Error {
                 f,
                 "store format version {found} is older than the versions this docstore reads \
                  ({min} to {max}); rebuild the store"
+            ),
+            Error::UnsupportedManifestVersion { found, supported } if found > supported => write!(
+                f,
+                "collection manifest version {found} is not supported by this docstore \
+                 (it reads version {supported}); upgrade docstore"
+            ),
+            Error::UnsupportedManifestVersion { found, supported } => write!(
+                f,
+                "collection manifest version {found} is older than the version this docstore \
+                 reads ({supported}); seal the collection's shards again"
             ),
             Error::DuplicateKey(key) => write!(f, "duplicate doc id {key:?}"),
             Error::DuplicateKeyAt { key, first, second } => write!(

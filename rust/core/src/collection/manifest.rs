@@ -146,10 +146,9 @@ impl Manifest {
             )));
         }
         if manifest.version != VERSION {
-            return Err(Error::UnsupportedVersion {
+            return Err(Error::UnsupportedManifestVersion {
                 found: manifest.version,
-                min: VERSION,
-                max: VERSION,
+                supported: VERSION,
             });
         }
         if manifest.checksum != manifest.expected_checksum() {
