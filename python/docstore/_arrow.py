@@ -193,6 +193,7 @@ def writer_columns(doc_ids: Any, columns: Sequence[Any], fields: Mapping[str, st
     are not Arrow's (lists, numpy arrays) also give None."""
     for (name, kind), column in zip(fields.items(), columns):
         _check_tensor_type(column, name, kind, doc_ids)
+        _check_shape_rows(column, name, kind, doc_ids)
     if not _is_arrow(doc_ids) or not all(_is_arrow(c) for c in columns):
         return None
     ids = _buffers(doc_ids, "str")
@@ -227,6 +228,106 @@ def _check_tensor_type(column: Any, name: str, kind: str, doc_ids: Any) -> None:
     base, said = kind.removesuffix("?"), _tensor_type(t)  # None: a dimension of no fixed size
     if base.endswith("]") and base.partition("[")[2][:1].isdigit() and said not in (None, base):
         raise FieldTypeError(f"{doc} an array of shape {tuple(t.shape)} ({t})")
+
+
+def _check_shape_rows(column: Any, name: str, kind: str, doc_ids: Any) -> None:
+    """Refuses an Arrow column of a fixed-shape field ``kind`` (``float32[2,3]``) that has a row
+    of another shape, naming its document: the flat elements of rows ``[1, 2, 3], [4]`` would
+    pass for two rows of ``float32[2]``, ``[1, 2], [3, 4]``. A row is, as in ``add``, nested
+    lists of the field's shape or one flat list of all its elements. Checked on the offsets of
+    every list level at once, with numpy; null rows (a nullable field's) are left out."""
+    import pyarrow as pa
+
+    base = kind.removesuffix("?")
+    if not (base.endswith("]") and base.partition("[")[2][:1].isdigit()) or not _is_arrow(column):
+        return
+    dims = [int(d) for d in base[:-1].partition("[")[2].split(",")]
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    start = 0
+    for chunk in chunks:
+        if isinstance(chunk, pa.Array):
+            _check_chunk_shape(chunk, start, name, base, dims, doc_ids)
+        start += len(chunk)
+
+
+def _check_chunk_shape(array: Any, start: int, name: str, kind: str, dims: list[int], doc_ids: Any) -> None:
+    """``_check_shape_rows`` for one chunk, whose first row is row ``start`` of ``doc_ids``."""
+    import pyarrow as pa
+
+    def doc(row: int) -> str:
+        doc_id = doc_ids[start + row] if start + row < len(doc_ids) else None
+        return f"doc {getattr(doc_id, 'as_py', lambda: doc_id)()!r}: field {name!r} is {kind}"
+
+    if isinstance(array.type, pa.BaseExtensionType):
+        array = array.storage
+    depth, t = 0, array.type
+    while _is_list(t):
+        depth, t = depth + 1, t.value_type
+    if depth == 0 or not len(array):
+        return  # not lists (the row path names the row), or no rows
+    if depth == 1:
+        wanted = [int(np.prod(dims))]  # a flat row of every element
+    elif depth == len(dims):
+        wanted = dims
+    else:
+        first = int(np.argmax(_valid(array)))
+        flat = f"one flat list of its {int(np.prod(dims))} elements"
+        row = flat if len(dims) == 1 else f"{len(dims)} nested lists of its shape, or {flat}"
+        raise FieldTypeError(
+            f"{doc(first)}, got rows of lists nested {depth} deep (Arrow type {array.type}): a row is {row}"
+        )
+    level = array
+    live = _valid(level)  # the elements of this level that belong to a row that is not null
+    ups: list[np.ndarray] = []  # each level's offsets into the next: a bad element's row
+    for d, size in enumerate(wanted):
+        if d and level.null_count and (live & ~_valid(level)).any():
+            bad = _row(int(np.argmax(live & ~_valid(level))), ups)
+            raise FieldTypeError(f"{doc(bad)}, got a row holding a null list (shape {tuple(dims)})")
+        if pa.types.is_fixed_size_list(level.type):
+            width = level.type.list_size
+            offsets = np.arange(len(level) + 1, dtype=np.int64) * width
+            child = level.values.slice(level.offset * width, len(level) * width)
+        else:
+            offsets = level.offsets.to_numpy().astype(np.int64)  # this slice's, into .values
+            child = level.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+            offsets -= offsets[0]
+        lengths = np.diff(offsets)
+        wrong = live & (lengths != size)
+        if wrong.any():
+            bad = int(np.argmax(wrong))
+            row, length = _row(bad, ups), int(lengths[bad])
+            if depth == 1:
+                got = f"got an array of shape ({length},)"
+            else:
+                got = f"got a row with {length} elements in dimension {d + 1} of shape {tuple(dims)}"
+            raise FieldTypeError(f"{doc(row)}, {got}: rows of another shape are refused, never re-cut")
+        if d + 1 < len(wanted):
+            live = np.repeat(live, lengths)
+            ups.append(offsets)
+            level = child
+
+
+def _is_list(arrow_type: Any) -> bool:
+    """Whether ``arrow_type`` is a list, large list or fixed-size list."""
+    import pyarrow as pa
+
+    t = arrow_type
+    return bool(pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t))
+
+
+def _valid(array: Any) -> np.ndarray:
+    """Whether each element of ``array`` is not null, as a numpy bool array."""
+    if not array.null_count:
+        return np.ones(len(array), dtype=bool)
+    return array.is_valid().to_numpy(zero_copy_only=False)
+
+
+def _row(index: int, ups: list[np.ndarray]) -> int:
+    """The top-level row of element ``index`` of the level below the levels whose offsets
+    ``ups`` holds (top first)."""
+    for offsets in reversed(ups):
+        index = int(np.searchsorted(offsets, index, side="right")) - 1
+    return index
 
 
 def _is_arrow(obj: Any) -> bool:
@@ -289,7 +390,8 @@ def _tensors(column: Any, kind: str) -> tuple[np.ndarray, np.ndarray] | None:
     if isinstance(column.type, pa.BaseExtensionType):
         column = column.storage
     flat = column
-    while pa.types.is_fixed_size_list(flat.type) or pa.types.is_list(flat.type):
+    # Every row's shape is checked already (_check_shape_rows): the flat elements are the rows'.
+    while _is_list(flat.type):
         if pa.types.is_fixed_size_list(flat.type):  # the slots of null rows too
             width = flat.type.list_size
             flat = flat.values.slice(flat.offset * width, len(flat) * width)

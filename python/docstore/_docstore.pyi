@@ -3,7 +3,7 @@
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, SupportsIndex
+from typing import Any, SupportsIndex, final
 
 import numpy as np
 import numpy.typing as npt
@@ -16,6 +16,7 @@ __all__ = [
     "DEFAULT_LEVEL",
     "EXCEPTION_CLASSES",
     "FORMAT_VERSION",
+    "HeldTarget",
     "Reader",
     "Writer",
     "_redact_urls",
@@ -23,6 +24,8 @@ __all__ = [
     "check_replaceable",
     "check_writer",
     "get_num_threads",
+    "lock_target",
+    "publish_file",
     "seal",
     "set_num_threads",
     "train_dictionary",
@@ -42,6 +45,23 @@ def seal(
     progress: Callable[[int, int], object] | None = None,
 ) -> int: ...
 def check_replaceable(target: str | os.PathLike[str]) -> None: ...
+def publish_file(
+    finished: str | os.PathLike[str], target: str | os.PathLike[str], *, overwrite: bool = False
+) -> None: ...
+def lock_target(target: str | os.PathLike[str]) -> HeldTarget: ...
+
+@final
+class HeldTarget:
+    def append(
+        self,
+        shards: Sequence[str | os.PathLike[str]],
+        *,
+        progress: Callable[[int, int], object] | None = None,
+    ) -> int: ...
+    def release(self) -> None: ...
+    def __enter__(self) -> HeldTarget: ...
+    def __exit__(self, exc_type: object, exc: object, tb: object, /) -> None: ...
+
 def check_writer(
     fields: Mapping[str, str] | Sequence[tuple[str, str]],
     *,

@@ -205,8 +205,11 @@ class Writer(_Writer):
         try:
             inner = os.path.join(self._staging.path, "store.docstore")
             overwrite = bool(self._options.get("overwrite"))
-            if not self._dropped and not os.path.isdir(self._target):
-                os.replace(inner, self._target)  # nothing to drop: the file as written
+            if not self._dropped:
+                # Nothing to drop: the file as written, published as every writer publishes
+                # (under the target's lock; over nothing without overwrite, and over nothing
+                # but a store with it).
+                _docstore.publish_file(inner, self._target, overwrite=overwrite)
             else:
                 with open_store(inner) as store:
                     options = {k: v for k, v in self._options.items() if k != "overwrite"}
@@ -368,8 +371,11 @@ def check_on_duplicate(on_duplicate: str) -> None:
 
 def _take(column: Any, rows: list[int]) -> Any:
     """The values of ``column`` (a list, numpy or pyarrow array) at ``rows``."""
-    if isinstance(column, np.ndarray) or hasattr(column, "take"):
-        return column.take(np.asarray(rows, dtype=np.int64))  # typed: [] is no null-typed array
+    picked = np.asarray(rows, dtype=np.int64)  # typed: [] is no null-typed array
+    if isinstance(column, np.ndarray):
+        return column.take(picked, axis=0)  # rows, not elements: a 2-D column gives its rows
+    if hasattr(column, "take"):
+        return column.take(picked)
     return [column[r] for r in rows]
 
 
@@ -513,7 +519,11 @@ def _as_list(column: Any) -> list[Any]:
         import pyarrow as pa
 
         inner = getattr(column.type, "value_type", None)  # an extension type's may be a str (HF's)
-        nested = isinstance(inner, pa.DataType) and pa.types.is_fixed_size_list(inner)
+        # Lists of lists (a fixed shape's rows) as Python lists: numpy makes each row an array
+        # of arrays, which reads as a 1-D array of objects.
+        nested = isinstance(inner, pa.DataType) and (
+            pa.types.is_fixed_size_list(inner) or pa.types.is_list(inner) or pa.types.is_large_list(inner)
+        )
         if (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)) and not nested:
             import pyarrow.compute as pc
 
@@ -942,9 +952,32 @@ def seal_without_repeats(
             "on_duplicate='last' with append=True would drop documents of the shards sealed before; "
             "use 'first' (new repeats are dropped) or seal all shards again"
         )
+    if append and overwrite:  # as the core's seal says it
+        raise InvalidArgumentError(
+            "overwrite and append exclude each other: append replaces the collection with its "
+            "shards and the new ones"
+        )
+    if not append:
+        return _seal_without_repeats(target, shards, on_duplicate, None, overwrite, progress)
+    # The ids of the collection appended to are read under the target's lock, held to the
+    # append's end: an append that published meanwhile would otherwise hold the ids this one
+    # drops as repeats, and the seal would find them twice.
+    with _docstore.lock_target(target) as held:
+        return _seal_without_repeats(target, shards, on_duplicate, held, overwrite, progress)
+
+
+def _seal_without_repeats(
+    target: str,
+    shards: list[str],
+    on_duplicate: str,
+    held: Any,
+    overwrite: bool,
+    progress: bool | None,
+) -> int:
+    """``seal_without_repeats``; an append (``held``: the target's lock, held) seals under it."""
     winner: dict[str, tuple[int, int]] = {}  # id -> (shard, position) of the document kept
     dropped: list[set[int]] = [set() for _ in shards]
-    if append and os.path.exists(target):
+    if held is not None and os.path.exists(target):
         with open_store(target) as existing:
             for position, doc_id in enumerate(existing):
                 winner[doc_id] = (-1, position)
@@ -954,8 +987,15 @@ def seal_without_repeats(
             _note_repeats(path, k, on_duplicate, winner, dropped)
     del winner
     count = sum(map(len, dropped))
+
+    def seal(kept: list[str]) -> None:
+        if held is None:
+            _progress.seal(target, kept, progress, overwrite=overwrite, append=False)
+        elif kept:  # every new document a repeat: the collection holds them all already
+            _append_held(held, kept, progress)
+
     if not count:
-        _progress.seal(target, shards, progress, overwrite=overwrite, append=append)
+        seal(shards)
         return 0
     name = hashlib.sha1(os.fsencode(os.path.basename(os.path.abspath(target)))).hexdigest()[:12]
     with Staging(os.path.dirname(os.path.abspath(target)), f".docstore-dedup-{name}-") as scratch:
@@ -969,8 +1009,22 @@ def seal_without_repeats(
                 if len(store) > len(dropped[k]):
                     _rewrite(store, new, {}, dropped[k], progress=progress)
                     kept.append(new)
-        _progress.seal(target, kept, progress, overwrite=overwrite, append=append)
+        seal(kept)
     return count
+
+
+def _append_held(held: Any, shards: list[str], progress: bool | None) -> None:
+    """``held.append(shards)`` (the target's lock, held) with ``_progress.seal``'s bar."""
+    with _progress.bar(None, "steps", progress, desc="seal") as shown:
+        if shown.disable:
+            held.append(shards)
+            return
+
+        def report(done: int, total: int) -> None:
+            shown.total = total
+            shown.update(done - shown.n)
+
+        held.append(shards, progress=report)
 
 
 def _note_repeats(

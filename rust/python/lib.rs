@@ -64,6 +64,9 @@ fn _docstore(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(collection::seal, m)?)?;
     m.add_function(wrap_pyfunction!(writer::train_dictionary, m)?)?;
     m.add_function(wrap_pyfunction!(writer::check_writer, m)?)?;
+    m.add_function(wrap_pyfunction!(writer::publish_file, m)?)?;
+    m.add_function(wrap_pyfunction!(writer::lock_target, m)?)?;
+    m.add_class::<writer::HeldTarget>()?;
     m.add_function(wrap_pyfunction!(collection::check_replaceable, m)?)?;
     m.add_function(wrap_pyfunction!(set_num_threads, m)?)?;
     m.add_function(wrap_pyfunction!(get_num_threads, m)?)?;

@@ -751,3 +751,98 @@ impl Writer {
         Ok(())
     }
 }
+
+/// `_docstore.publish_file(finished, target, *, overwrite=False)`: moves the finished store file
+/// `finished` (in a directory beside `target`) to `target` as every writer publishes
+/// (`writer::publish_file`): under the target's lock, never over anything but a store, and over
+/// nothing at all without `overwrite` (`StoreExistsError`, even for a file that appeared since
+/// the writer began).
+#[pyfunction]
+#[pyo3(signature = (finished, target, *, overwrite=false))]
+pub(crate) fn publish_file(
+    py: Python<'_>,
+    finished: PathBuf,
+    target: PathBuf,
+    overwrite: bool,
+) -> PyResult<()> {
+    guard(py, || {
+        py.detach(|| docstore_core::writer::publish_file(&finished, &target, overwrite))
+            .py_err(py)
+    })
+}
+
+/// `_docstore.lock_target(target)`: waits for the lock of `target` (`writer::lock_target`) and
+/// holds it until `append` spends it or `release` (or leaving its `with` block) lets it go.
+#[pyfunction]
+pub(crate) fn lock_target(py: Python<'_>, target: PathBuf) -> PyResult<HeldTarget> {
+    let held = guard(py, || {
+        py.detach(|| docstore_core::writer::lock_target(&target))
+            .py_err(py)
+    })?;
+    Ok(HeldTarget {
+        held: Mutex::new(Some(held)),
+    })
+}
+
+/// A target's lock, held (`lock_target`).
+#[pyclass(frozen, module = "docstore._docstore")]
+pub struct HeldTarget {
+    held: Mutex<Option<docstore_core::writer::HeldTarget>>,
+}
+
+impl HeldTarget {
+    fn take(&self, py: Python<'_>) -> PyResult<docstore_core::writer::HeldTarget> {
+        let held = self.held.lock().unwrap_or_else(|e| e.into_inner()).take();
+        held.ok_or_else(|| {
+            new_error(
+                py,
+                Exc::Closed,
+                "the target's lock was let go already (released, or spent by an append)".into(),
+            )
+        })
+    }
+}
+
+#[pymethods]
+impl HeldTarget {
+    /// Appends `shards` to the target (`seal(target, shards, append=True)`) under this lock,
+    /// which it lets go at the end; returns the number of documents in the collection.
+    #[pyo3(signature = (shards, *, progress=None))]
+    fn append(
+        &self,
+        py: Python<'_>,
+        shards: Vec<PathBuf>,
+        progress: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<u64> {
+        let held = self.take(py)?;
+        let state = docstore_core::collection::SealProgress::default();
+        let shared = &state;
+        let work = move || held.append(&shards, shared);
+        guard(py, || {
+            let summary = match &progress {
+                None => py.detach(work).py_err(py)?,
+                Some(progress) => {
+                    use std::sync::atomic::Ordering::Relaxed;
+                    let counts = || (state.done.load(Relaxed), state.total.load(Relaxed));
+                    crate::progress::reporting(py, progress, counts, work)?
+                }
+            };
+            Ok(summary.count)
+        })
+    }
+
+    /// Lets the lock go (nothing if it is gone already).
+    fn release(&self) {
+        drop(self.held.lock().unwrap_or_else(|e| e.into_inner()).take());
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (exc_type, exc, tb, /))]
+    fn __exit__(&self, exc_type: &Bound<'_, PyAny>, exc: &Bound<'_, PyAny>, tb: &Bound<'_, PyAny>) {
+        let _ = (exc_type, exc, tb); // the lock goes whatever ended the block
+        self.release();
+    }
+}

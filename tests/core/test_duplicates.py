@@ -151,3 +151,17 @@ def test_the_table_of_ids_is_bounded_unless_one_of_each_is_kept(tmp_path):
         for doc_id, text in zip("abcc", "1234"):
             w.add(doc_id, text=text, n=0)
     assert [d.text for d in docstore.open(tmp_path / "f").values()] == ["1", "2", "3"]
+
+
+@pytest.mark.parametrize(("policy", "kept"), [("first", [0, 1, 3]), ("last", [1, 2, 3])])
+def test_a_2d_numpy_column_keeps_its_rows_under_a_policy(tmp_path, policy, kept):
+    """A repeat dropped from a 2-D numpy column drops its row, not elements of the flat array."""
+    vectors = np.arange(8, dtype=np.float32).reshape(4, 2)
+    with docstore.Writer(tmp_path / "s", {"v": "float32[]", "m": "float32[2]"}, on_duplicate=policy) as w:
+        w.add_many(["a", "b", "a", "c"], {"v": vectors, "m": vectors})
+        assert w.duplicates == 1
+    store = docstore.open(tmp_path / "s")
+    assert [d.doc_id for d in store.values()] == (["a", "b", "c"] if policy == "first" else ["b", "a", "c"])
+    for doc, row in zip(store.values(), kept):
+        np.testing.assert_array_equal(doc.v, vectors[row])
+        np.testing.assert_array_equal(doc.m, vectors[row])

@@ -502,30 +502,43 @@ impl Writer {
         }
     }
 
-    /// Moves the finished file to the target: atomically, and without replacing an existing
-    /// store unless asked to (nor anything but a store: see `check_replaceable_file`). Under the
-    /// target's lock, so that a collection appended to meanwhile is not replaced under its
-    /// append, nor this store by it.
+    /// Moves the finished file to the target (`publish_file`).
     fn publish(&self, finished: &Path) -> Result<()> {
-        let (parent, name) = split_target(&self.target)?;
-        let _lock = TargetLock::acquire(&parent, &name)?;
-        if self.options.overwrite {
-            check_replaceable_file(&self.target)?;
-            std::fs::rename(finished, &self.target)?;
-        } else {
-            // link() fails if the target exists, so a store created meanwhile is never clobbered.
-            std::fs::hard_link(finished, &self.target).map_err(|e| match e.kind() {
-                std::io::ErrorKind::AlreadyExists => Error::AlreadyExists(self.target.clone()),
-                _ => Error::Io(e),
-            })?;
-        }
-        if let Some(parent) = self.target.parent().filter(|p| !p.as_os_str().is_empty()) {
-            if let Ok(dir) = File::open(parent) {
-                let _ = dir.sync_all();
-            }
-        }
-        Ok(())
+        publish_file(finished, &self.target, self.options.overwrite)
     }
+}
+
+/// Moves the finished store file `finished` to `target`: atomically, and without replacing an
+/// existing store unless `overwrite` (nor anything but a store: see `check_replaceable_file`).
+/// Under the target's lock, so that a collection appended to meanwhile is not replaced under its
+/// append, nor this store by it. The one way every writer publishes a store file; `finished`
+/// must be on the target's file system (a scratch or staging directory beside it). Without
+/// `overwrite`, `finished` is linked, not moved: its caller removes it with its directory.
+pub fn publish_file(finished: &Path, target: &Path, overwrite: bool) -> Result<()> {
+    if !starts_with_magic(finished)? {
+        return Err(Error::InvalidArgument(format!(
+            "{} is not a docstore store file: only a finished store is published",
+            finished.display()
+        )));
+    }
+    let (parent, name) = split_target(target)?;
+    let _lock = TargetLock::acquire(&parent, &name)?;
+    if overwrite {
+        check_replaceable_file(target)?;
+        std::fs::rename(finished, target)?;
+    } else {
+        // link() fails if the target exists, so a store created meanwhile is never clobbered.
+        std::fs::hard_link(finished, target).map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => Error::AlreadyExists(target.to_path_buf()),
+            _ => Error::Io(e),
+        })?;
+    }
+    if let Some(parent) = target.parent().filter(|p| !p.as_os_str().is_empty()) {
+        if let Ok(dir) = File::open(parent) {
+            let _ = dir.sync_all();
+        }
+    }
+    Ok(())
 }
 
 impl Drop for Writer {
@@ -746,6 +759,32 @@ impl Drop for TargetLock {
             drop(file);
         }
     }
+}
+
+/// The lock of a target, held (`lock_target`): other docstore writers of the target, seals and
+/// appends wait until it is dropped, or spent by `HeldTarget::append` (in `collection::seal`).
+pub struct HeldTarget {
+    pub(crate) target: PathBuf,
+    pub(crate) lock: TargetLock,
+}
+
+impl HeldTarget {
+    pub fn target(&self) -> &Path {
+        &self.target
+    }
+}
+
+/// Waits for the lock of `target`, for a caller that reads what is there and then appends to it
+/// (`HeldTarget::append`) with nothing published in between: the ids that
+/// `seal(append=True, on_duplicate="first")` drops as repeats must be those of the collection it
+/// appends to. A writer or seal of the same target started meanwhile, in this process too,
+/// waits for it.
+pub fn lock_target(target: &Path) -> Result<HeldTarget> {
+    let (parent, name) = split_target(target)?;
+    Ok(HeldTarget {
+        target: target.to_path_buf(),
+        lock: TargetLock::acquire(&parent, &name)?,
+    })
 }
 
 /// Refuses to replace what is at `target` unless it is a docstore store file (a regular file that

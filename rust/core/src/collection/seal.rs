@@ -14,7 +14,7 @@ use crate::format;
 use crate::keys::merge::{self, SortedKeys};
 use crate::schema::Schema;
 use crate::store::Store;
-use crate::writer::{self, Summary, TargetLock, Writer, WriterOptions, MAX_DOCS};
+use crate::writer::{self, HeldTarget, Summary, TargetLock, Writer, WriterOptions, MAX_DOCS};
 use memmap2::Mmap;
 use std::fs::File;
 use std::io::Write;
@@ -99,11 +99,38 @@ fn seal_into(
     if existing == Existing::Refuse && std::fs::symlink_metadata(target).is_ok() {
         return Err(Error::AlreadyExists(target.to_path_buf()));
     }
-    let (parent, name) = writer::split_target(target)?;
     if existing == Existing::Replace {
         check_replaceable(target)?; // before the work; again under the lock, before publishing
     }
-    let lock = TargetLock::acquire(&parent, &name)?;
+    let held = writer::lock_target(target)?;
+    seal_held(held, shards, existing, progress)
+}
+
+/// An append under a target's lock held since the caller read what is there
+/// (`writer::lock_target`); here, beside the seal it runs.
+impl HeldTarget {
+    /// `append` to this target, under this lock: nothing was published at the target since it
+    /// was taken. The lock is let go at the end.
+    pub fn append(self, shards: &[PathBuf], progress: &Progress) -> Result<Summary> {
+        if shards.is_empty() {
+            return Err(Error::InvalidArgument(
+                "no shards to seal: give at least one store file".into(),
+            ));
+        }
+        seal_held(self, shards, Existing::Append, progress)
+    }
+}
+
+/// `seal_into` once the target's lock is held.
+fn seal_held(
+    held: HeldTarget,
+    shards: &[PathBuf],
+    existing: Existing,
+    progress: &Progress,
+) -> Result<Summary> {
+    let HeldTarget { target, lock } = held;
+    let target = target.as_path();
+    let (parent, name) = writer::split_target(target)?;
     // The shards of what is at the target, read under the lock that publishes the result.
     let mut sources: Vec<(PathBuf, Option<FileEntry>)> = match existing {
         Existing::Append => existing_shards(target)?,
