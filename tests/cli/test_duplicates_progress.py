@@ -88,7 +88,11 @@ def test_build_keeps_the_first_or_last_of_each_id(tmp_path, policy, kept):
     result = cli("build", str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "s"), "--on-duplicate", policy)
     assert result.returncode == 0, result.stderr
     assert texts(tmp_path / "s") == kept
-    assert "dropped 3 documents whose id came again" in result.stdout
+    if policy == "first":  # the repeats, which were dropped
+        assert "dropped 3 documents whose id came again (--on-duplicate first)" in result.stdout
+    else:  # the repeats, which were kept: never said to be dropped
+        assert "replaced 3 documents by a later one with the same id (--on-duplicate last)" in result.stdout
+        assert "dropped" not in result.stdout
     assert f"'a' at {tmp_path / 'in.jsonl'}:3" in result.stdout
 
 
@@ -108,7 +112,9 @@ def test_build_shards_applies_the_policy_within_and_across_shards(tmp_path, poli
         path.write_text("doc_id\ttext\n" + "".join(f"{i}\t{t}\n" for i, t in rows))
         inputs.append(str(path))
     out = tmp_path / "c"
-    result = cli("build", *inputs, "-o", str(out), "--shards", "3", "--on-duplicate", policy)
+    result = cli(
+        "build", *inputs, "-o", str(out), "--shards", "3", "--on-duplicate", policy, "--fields", "text:str"
+    )
     if kept is None:
         assert result.returncode == 1
         assert "3 duplicate doc ids (a document with the id of an earlier one)" in result.stderr
@@ -117,7 +123,7 @@ def test_build_shards_applies_the_policy_within_and_across_shards(tmp_path, poli
         return
     assert result.returncode == 0, result.stderr
     assert texts(out) == kept
-    assert "dropped 3 documents" in result.stdout
+    assert ("dropped 3 documents" if policy == "first" else "replaced 3 documents") in result.stdout
 
 
 def test_seal_on_duplicate_and_its_advice(tmp_path):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .. import DocstoreError
+from .. import DocstoreError, __version__
 from .._docstore import DEFAULT_LEVEL, _redact_urls
 from .._writer import ON_DUPLICATE
 from .commands import (
@@ -40,10 +40,12 @@ def _quiet(p: argparse.ArgumentParser) -> None:
 
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="docstore", description="Build and read docstore document stores.")
+    parser.add_argument("--version", action="version", version=f"docstore {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser(
-        "build", help="build a store from JSONL, TSV, CSV or Parquet files, or an ir_datasets corpus"
+        "build",
+        help="build a store from JSON lines, JSON arrays, TSV, CSV or Parquet, or an ir_datasets corpus",
     )
     p.add_argument(
         "inputs",
@@ -64,8 +66,16 @@ def make_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("-o", "--output", required=True, metavar="STORE", help="the store to create")
     p.add_argument("--id-field", default="doc_id", help="field holding the doc id (default: doc_id)")
-    p.add_argument("--format", choices=FORMATS, help="input format (default: from the extension)")
-    p.add_argument("--fields", help="field types, e.g. text:str,label:int64 (default: inferred)")
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        help="input format (default: from the extension; a .json file holding an array is json)",
+    )
+    p.add_argument(
+        "--fields",
+        help="field types, e.g. text:str,label:int64 (default: inferred from the first 1,000 records; "
+        "CSV/TSV columns of numbers as int64 or float64)",
+    )
     p.add_argument("--columns", help="column names of header-less TSV/CSV, e.g. doc_id,text")
     p.add_argument(
         "--level", type=int, help=f"0 = lz4 fast, 1-12 = lz4 HC, -1 = none (default {DEFAULT_LEVEL})"

@@ -9,6 +9,7 @@ import itertools
 import json
 import math
 import os
+import re
 import struct
 import sys
 import time
@@ -93,18 +94,23 @@ def cmd_build(args: argparse.Namespace) -> int:
                 raise UsageError(str(exc).replace("is None in", "is null in")) from None
             what = str(exc).split("; ")[0]
             raise UsageError(f"{what}; pass --fields, e.g. --fields text:str,n:int64") from None
+        if all(fmt in ("csv", "tsv") for _, _, _, fmt in ahead):
+            fields = _numbers_in_text(fields, [record for _, record, _, _ in ahead], args.id_field)
     _check_no_doc_id_beside(args.id_field, fields, sample)
     # Text formats carry every value as a string; JSON carries bytes as base64 strings.
     coerce = {
         "tsv": {n: t for n, t in fields.items() if t != "str"},
         "csv": {n: t for n, t in fields.items() if t != "str"},
         "jsonl": {n: t for n, t in fields.items() if needs_coercion_from_json(t)},
+        "json": {n: t for n, t in fields.items() if needs_coercion_from_json(t)},
         "parquet": {},
     }
     ids_as_text(coerce, args.id_field)
+    # What --overwrite would not replace either (a directory, a file of the user's) is refused
+    # first, so that the hint to pass --overwrite is given only where it helps.
+    check_replaceable(args.output)  # refused now, not once every shard is built
     if not args.overwrite and os.path.lexists(args.output):
         raise UsageError(f"{args.output} already exists (pass --overwrite to replace it)")
-    check_replaceable(args.output)  # refused now, not once every shard is built
     try:
         if args.shards > 1:
             source.close()  # the first records told the fields; each shard reads its own piece
@@ -119,9 +125,12 @@ def cmd_build(args: argparse.Namespace) -> int:
         raise _repeats_found(args, formats, columns, keep, exc) from None
     _report_build(args.output, start)
     if dropped:
-        kept = "first" if args.on_duplicate == "first" else "last"
         shown = f": {', '.join(examples)}{' ...' if dropped > len(examples) else ''}" if examples else ""
-        print(f"dropped {dropped:,} documents whose id came again (--on-duplicate {kept}){shown}")
+        if args.on_duplicate == "first":
+            print(f"dropped {dropped:,} documents whose id came again (--on-duplicate first){shown}")
+        else:  # the places named are those of the repeats, which were kept
+            what = f"replaced {dropped:,} documents by a later one with the same id"
+            print(f"{what} (--on-duplicate last){shown}")
     return 0
 
 
@@ -157,6 +166,8 @@ def _build_one(
                 add(record, args.id_field)
             except (SchemaError, InvalidKeyError) as exc:  # a bad record: say where it is
                 hint = _nullable_hint(fields, record, args.id_field)
+                if not hint and args.fields is None and fmt in ("csv", "tsv"):
+                    hint = f" (the fields were typed from the first {INFER_RECORDS:,} records: pass --fields)"
                 raise UsageError(f"{where(path, fmt, position)}: {exc}{hint}") from None
             except DuplicateKeyError as exc:
                 exc.place = where(path, fmt, position)  # type: ignore[attr-defined]
@@ -176,6 +187,32 @@ def _build_one(
         if total is not None:
             shown.update(total - shown.n)
     return writer.duplicates, examples
+
+
+# A CSV/TSV cell that is a number, written as numbers are: no leading zero (a code such as
+# "007" stays text), an optional fraction and exponent.
+_INT = re.compile(r"-?(?:0|[1-9][0-9]*)")
+_FLOAT = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
+
+
+def _numbers_in_text(fields: dict[str, str], sample: list[dict[str, Any]], id_field: str) -> dict[str, str]:
+    """CSV and TSV carry every value as text: a column whose sampled cells are all integers
+    (within int64) is ``int64``, all numbers ``float64``; an empty cell among them makes it
+    nullable. Other columns, and the id, stay as inferred."""
+    out = dict(fields)
+    for name, ty in fields.items():
+        if name == id_field or ty not in ("str", "str?"):
+            continue
+        cells = [r[name] for r in sample if isinstance(r.get(name), str)]
+        numbers = [c for c in cells if c != ""]
+        if not numbers:
+            continue
+        nullable = "?" if len(numbers) < len(cells) or ty == "str?" else ""
+        if all(_INT.fullmatch(c) and -(2**63) <= int(c) < 2**63 for c in numbers):
+            out[name] = "int64" + nullable
+        elif all(_FLOAT.fullmatch(c) for c in numbers):
+            out[name] = "float64" + nullable
+    return out
 
 
 def _null_hint(name: str) -> str:
@@ -291,7 +328,7 @@ def _check_build_args(args: argparse.Namespace, columns: list[str] | None, forma
     if "-" in args.inputs and args.format == "parquet":
         raise UsageError("parquet cannot be read from stdin ('-'): give its path")
     if columns is not None:
-        named = [p for p, fmt in zip(args.inputs, formats) if fmt in ("jsonl", "parquet")]
+        named = [p for p, fmt in zip(args.inputs, formats) if fmt in ("jsonl", "json", "parquet")]
         if named:  # their records name their own fields
             raise UsageError(f"--columns names the columns of header-less csv/tsv input, not of {named[0]}")
         repeated = first_repeated(columns)

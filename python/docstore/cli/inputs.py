@@ -24,7 +24,8 @@ from .._arrow import field_type, unsupported
 from .._convert import as_array, bfloat16
 from ..errors import FieldTypeError
 
-FORMATS = ("jsonl", "tsv", "csv", "parquet")
+# "json" is one JSON array of records (what many tools export as .json); "jsonl" one per line.
+FORMATS = ("jsonl", "json", "tsv", "csv", "parquet")
 
 
 class UsageError(Exception):
@@ -36,6 +37,8 @@ def detect_format(path: str) -> str:
         return "jsonl"
     name = path[:-3] if path.endswith(".gz") else path
     ext = os.path.splitext(name)[1].lower().lstrip(".")
+    if ext == "json" and os.path.isfile(path) and _first_char(path) == "[":
+        return "json"  # an array of records; JSON lines also go by .json
     if ext in ("jsonl", "json", "ndjson"):
         return "jsonl"
     if ext in FORMATS:
@@ -44,6 +47,15 @@ def detect_format(path: str) -> str:
 
 
 _GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _first_char(path: str) -> str:
+    """The file's first character that is not white space ('' for none), gunzipped."""
+    with _open_text(path) as f:
+        while True:
+            chunk = f.read(4096)
+            if not chunk or chunk.strip():
+                return chunk.strip()[:1]
 
 
 def _open_text(path: str) -> io.TextIOBase:
@@ -99,6 +111,8 @@ def read_records(
     with _open_text(path) as f:
         if fmt == "jsonl":
             yield from _read_jsonl(path, f)
+        elif fmt == "json":
+            yield from _read_json_array(path, f)
         else:
             yield from _read_delimited(path, f, fmt, columns)
 
@@ -107,6 +121,24 @@ def _read_jsonl(path: str, f: io.TextIOBase) -> Iterator[tuple[int, dict[str, An
     for line_no, line in enumerate(f, 1):
         if line.strip():
             yield line_no, _json_record(line, path, line_no)
+
+
+def _read_json_array(path: str, f: io.TextIOBase) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The records of a file holding one JSON array of objects (read whole: such files are
+    made for tools that read them whole too), each with its index in the array from 1."""
+    try:
+        records = json.load(f)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path}: invalid JSON: {exc}") from None
+    except RecursionError:
+        raise UsageError(f"{path}: JSON nested too deeply to read") from None
+    if not isinstance(records, list):
+        raise UsageError(f"{path}: --format json wants an array of records, got a {type(records).__name__}")
+    for i, record in enumerate(records, 1):
+        if not isinstance(record, dict):
+            got = "null" if record is None else type(record).__name__
+            raise UsageError(f"{path}: record {i}: a record must be a JSON object, got {got}")
+        yield i, record
 
 
 def _json_record(line: str | bytes, path: str, at: int, by_byte: bool = False) -> dict[str, Any]:
@@ -480,6 +512,8 @@ def _clip(value: Any, width: int = 40) -> str:
 def where(path: str, fmt: str, position: int, by_byte: bool = False) -> str:
     if by_byte:
         return f"{path}: the line at byte {position}"
+    if fmt == "json":
+        return f"{path}: record {position}"
     return f"{path}: row {position}" if fmt == "parquet" else f"{path}:{position}"
 
 
