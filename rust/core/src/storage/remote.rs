@@ -253,6 +253,13 @@ impl Identity {
         self.version.is_some() || self.strong_e_tag().is_some() || self.last_modified.is_some()
     }
 
+    /// Whether a server check ties every response to the version opened: a version, or a
+    /// strong ETag (`If-Match`). Else (Last-Modified alone, or a weak ETag) a replacement that
+    /// keeps them is not seen in a response: `RemoteFile::fetch` checks the header after.
+    pub fn pins_strongly(&self) -> bool {
+        self.version.is_some() || self.strong_e_tag().is_some()
+    }
+
     /// A range request for this object only: its version (S3, GCS, Azure: that version is
     /// served even after a replacement) and `If-Match` its strong ETag (the server checks it);
     /// `differs` checks every response besides, for what the server does not.
@@ -1142,16 +1149,50 @@ impl RemoteFile {
             .stats
             .data_bytes
             .fetch_add(data, Ordering::Relaxed);
-        self.remote.fetch(
-            &self.path,
-            &self.url,
-            &self.pin,
-            requests,
-            |range, bytes| {
-                let units = range.start / unit..range.end.div_ceil(unit);
-                self.cache.write(units, &bytes)
-            },
-        )
+        let write = |range: Range<u64>, bytes: &[u8]| {
+            let units = range.start / unit..range.end.div_ceil(unit);
+            self.cache.write(units, bytes)
+        };
+        // (An object nothing pins has a private cache, which no other open reads.)
+        if self.pin.pins_strongly() || !self.pin.pins() {
+            return (self.remote).fetch(&self.path, &self.url, &self.pin, requests, |r, b| {
+                write(r, &b)
+            });
+        }
+        // Nothing but Last-Modified (and the size) pins the object, which a replacement may keep:
+        // the round's bytes are kept aside until the header, fetched after them, still has the
+        // fingerprint this entry was made for; another version's are never written to the cache
+        // that later opens of this version read.
+        let fetched = std::sync::Mutex::new(Vec::with_capacity(requests.len()));
+        (self.remote).fetch(&self.path, &self.url, &self.pin, requests, |r, b| {
+            fetched
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((r, b));
+            Ok(())
+        })?;
+        self.fence()?;
+        let fetched = fetched.into_inner().unwrap_or_else(|e| e.into_inner());
+        fetched.into_iter().try_for_each(|(r, b)| write(r, &b))
+    }
+
+    /// Fetches the header again: `Error::Changed` unless it still has the fingerprint opened.
+    fn fence(&self) -> Result<()> {
+        let header = 0..crate::format::HEADER_SIZE as u64;
+        let got = std::sync::Mutex::new(None);
+        (self.remote).fetch(&self.path, &self.url, &self.pin, vec![header], |_, b| {
+            *got.lock().unwrap_or_else(|e| e.into_inner()) = Some(b);
+            Ok(())
+        })?;
+        let got = got.into_inner().unwrap_or_else(|e| e.into_inner());
+        match got {
+            Some(b) if crate::format::header_checksum(&b) == self.fingerprint => Ok(()),
+            _ => Err(Error::Changed(format!(
+                "{} was replaced since it was opened (its header changed; the server gives no \
+                 ETag that would say so): open it again",
+                self.url
+            ))),
+        }
     }
 
     /// The byte ranges to request for `runs` of units: each run split into requests of at most
