@@ -295,16 +295,22 @@ def _check_chunk_shape(array: Any, start: int, name: str, kind: str, dims: list[
         wrong = live & (lengths != size)
         if wrong.any():
             bad = int(np.argmax(wrong))
-            row, length = _row(bad, ups), int(lengths[bad])
-            if depth == 1:
-                got = f"got an array of shape ({length},)"
-            else:
-                got = f"got a row with {length} elements in dimension {d + 1} of shape {tuple(dims)}"
-            raise FieldTypeError(f"{doc(row)}, {got}: rows of another shape are refused, never re-cut")
+            row = _row(bad, ups)
+            raise FieldTypeError(f"{doc(row)}, {_row_shape(array, row, d, int(lengths[bad]))}")
         if d + 1 < len(wanted):
             live = np.repeat(live, lengths)
             ups.append(offsets)
             level = child
+
+
+def _row_shape(array: Any, row: int, level: int, length: int) -> str:
+    """What row ``row`` of ``array`` is, for the error that refuses it: the shape of its array
+    (as ``add`` says it), or where it is ragged (a list of ``length`` at ``level``)."""
+    value = array.slice(row, 1).to_pylist()[0]
+    try:
+        return f"got an array of shape {np.asarray(value, dtype=np.float64).shape}"
+    except (ValueError, TypeError):  # ragged: numpy cannot read it as one array
+        return f"got ragged lists (one of {length} elements in dimension {level + 1})"
 
 
 def _is_list(arrow_type: Any) -> bool:

@@ -61,13 +61,20 @@ def test_ragged_nested_rows_are_refused_at_every_level(tmp_path):
     good = [[1, 2, 3], [4, 5, 6]]
     # Six elements in each row: the old check (the column's total) let both through.
     inner = pa.table({"doc_id": ["a", "b"], "m": [good, [[1, 2], [3, 4, 5, 6]]]})
-    refused(tmp_path, fields, lambda w: w.add_many(inner), "doc 'b'", "'m'", "float32[2,3]", "2 elements")
+    message = ("doc 'b'", "'m'", "float32[2,3]", "ragged lists (one of 2 elements in dimension 2)")
+    refused(tmp_path, fields, lambda w: w.add_many(inner), *message)
     outer = pa.table({"doc_id": ["a", "b"], "m": [good, [[1, 2, 3], [4, 5, 6], []]]})
-    refused(tmp_path, fields, lambda w: w.add_many(outer), "doc 'b'", "3 elements in dimension 1")
+    refused(
+        tmp_path,
+        fields,
+        lambda w: w.add_many(outer),
+        "doc 'b'",
+        "ragged lists (one of 3 elements in dimension 1)",
+    )
     # Fixed-size lists of the transposed shape (3 of 2) hold as many elements too.
     transposed = pa.array([[[1, 2], [3, 4], [5, 6]]], pa.list_(pa.list_(pa.float32(), 2), 3))
     table = pa.table({"doc_id": ["t"], "m": transposed})
-    refused(tmp_path, fields, lambda w: w.add_many(table), "doc 't'", "3 elements in dimension 1")
+    refused(tmp_path, fields, lambda w: w.add_many(table), "doc 't'", "got an array of shape (3, 2)")
     # A null inner list, and lists nested deeper than the shape.
     holed = pa.table({"doc_id": ["a", "b"], "m": [good, [[1, 2, 3], None]]})
     refused(tmp_path, fields, lambda w: w.add_many(holed), "doc 'b'", "null list")
