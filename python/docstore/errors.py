@@ -73,6 +73,24 @@ class StoreChangedError(DocstoreError):
     documents: open it again."""
 
 
+class NotAnIdError(DocstoreError, KeyError):
+    """``store[key]`` with a key that cannot be a doc id: an int (a position?) or a slice. A
+    ``KeyError`` like any missing id (``args == (key,)``), whose message says how to read by
+    position: ``store.at(i)``, ``store.take(range(a, b))``."""
+
+    def __str__(self) -> str:
+        key = self.args[0] if self.args else None
+        if isinstance(key, slice):
+            start = 0 if key.start is None else key.start
+            stop = "len(store)" if key.stop is None else key.stop
+            step = "" if key.step is None else f", {key.step}"
+            return (
+                f"{key!r}: ids are strings, and a store is not sliced; for the documents at those "
+                f"positions, use store.take(range({start}, {stop}{step}))"
+            )
+        return f"{key!r}: ids are strings; for the document at position {key}, use store.at({key})"
+
+
 class InternalError(DocstoreError):
     """A bug inside docstore (a Rust panic caught at the boundary). Please report it."""
 
@@ -86,6 +104,7 @@ __all__ = [
     "InternalError",
     "InvalidArgumentError",
     "InvalidKeyError",
+    "NotAnIdError",
     "SchemaError",
     "StoreChangedError",
     "StoreExistsError",

@@ -34,11 +34,12 @@ pub enum Exc {
     StoreIO,
     Changed,
     Closed,
+    NotAnId,
     Internal,
 }
 
 impl Exc {
-    pub const ALL: [Exc; 13] = [
+    pub const ALL: [Exc; 14] = [
         Exc::Corrupt,
         Exc::UnsupportedVersion,
         Exc::Schema,
@@ -51,6 +52,7 @@ impl Exc {
         Exc::StoreIO,
         Exc::Changed,
         Exc::Closed,
+        Exc::NotAnId,
         Exc::Internal,
     ];
 
@@ -69,6 +71,7 @@ impl Exc {
             Exc::StoreIO => "StoreIOError",
             Exc::Changed => "StoreChangedError",
             Exc::Closed => "ClosedError",
+            Exc::NotAnId => "NotAnIdError",
             Exc::Internal => "InternalError",
         }
     }

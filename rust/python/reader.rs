@@ -5,7 +5,7 @@
 use crate::args::{field_names_arg, ids_of, plain_str, position_arg, positions_arg};
 use crate::chunks::{in_chunks, in_chunks_then};
 use crate::doc::{doc_class, raw_to_python, DocBuilder};
-use crate::errors::{guard, key_error, new_error, Exc, IntoPy};
+use crate::errors::{exception_class, guard, key_error, new_error, Exc, IntoPy};
 use crate::gil::others_may_wait;
 use crate::scratch::{with_single, Batches, Decoded};
 use crate::text::{no_texts, RecordTexts, Wants};
@@ -401,19 +401,14 @@ impl Reader {
     ) -> PyResult<Bound<'py, PyAny>> {
         match self.get_impl(py, key, &Select::Doc)? {
             Some(doc) => Ok(doc),
-            // Ids are strings: an int is most likely a position. The error still carries the
-            // key as given (`args == (key,)`, as for every missing id); the hint is a note.
-            None if key.is_instance_of::<pyo3::types::PyInt>() => {
-                let error = key_error(key);
-                let note = format!(
-                    "ids are strings; for the document at position {key}, use store.at({key})"
-                );
-                let value = error.value(py);
-                if value.call_method1("add_note", (&note,)).is_err() {
-                    // Python < 3.11 has no add_note; its tracebacks skip notes, but they stay.
-                    value.setattr("__notes__", vec![note])?;
-                }
-                Err(error)
+            // Ids are strings: an int is most likely a position, a slice positions. The error
+            // is a KeyError carrying the key as given (`args == (key,)`, as for every missing
+            // id) whose message says how to read by position.
+            None if key.is_instance_of::<pyo3::types::PyInt>()
+                || key.is_instance_of::<pyo3::types::PySlice>() =>
+            {
+                let class = exception_class(py, Exc::NotAnId)?;
+                Err(PyErr::from_type(class, (key.clone().unbind(),)))
             }
             None => Err(key_error(key)),
         }

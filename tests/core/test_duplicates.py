@@ -128,10 +128,14 @@ def test_an_int_key_points_to_positions(tmp_path):
     with pytest.raises(KeyError) as error:
         store[0]
     assert error.value.args == (0,)  # the key as given, as for any missing id
-    assert "use store.at(0)" in error.value.__notes__[0]
+    assert isinstance(error.value, docstore.NotAnIdError)
+    assert str(error.value) == "0: ids are strings; for the document at position 0, use store.at(0)"
+    with pytest.raises(KeyError, match=r"not sliced.*use store\.take\(range\(0, 3\)\)") as error:
+        store[0:3]
+    assert error.value.args == (slice(0, 3),)
     with pytest.raises(KeyError) as error:
         store["zz"]
-    assert error.value.args == ("zz",)
+    assert error.value.args == ("zz",) and not isinstance(error.value, docstore.NotAnIdError)
 
 
 def test_the_table_of_ids_is_bounded_unless_one_of_each_is_kept(tmp_path):
