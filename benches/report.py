@@ -9,7 +9,7 @@ Usage (from the repository root)::
                                                   #   pytest benches --benchmark-json=run.json
     python -m benches.report --json a.json b.json # figures measured in several runs: their median
     python -m benches.report --save-json run.json -- -k "not loader"   # args after -- go to pytest
-    python -m benches.report --quick --readme README.md   # also refresh the README's table
+    python -m benches.report --quick --readme docs/performance.md   # also refresh its table
 
 Sizes and subsets come from the environment (``DOCSTORE_BENCH_DOCS``, ``..._LONG_DOCS``,
 ``..._TOKEN_DOCS``, ``..._CORPORA``, ``..._PEERS``: see ``compare.py``). pytest's output goes
@@ -1219,7 +1219,7 @@ def readme_block(runs: list[dict], res: dict, data: dict, cmd: str) -> str:
         "the same run; for lookups and batches, timed back to back with the figure in pairs, the "
         "median of the pairs), then by ir_datasets' and by the fastest other store on disk (above 1: "
         "docstore is faster). The figures, the floors and what they are made of: "
-        "[docs/benchmarks.md](docs/benchmarks.md).",
+        "[benchmarks.md](benchmarks.md).",
         "",
         table(heads, rows),
     ]
@@ -1834,7 +1834,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--save-json", type=Path, help="keep the benchmark JSON here (run i > 1: NAME.i.json)")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
     ap.add_argument("--img", type=Path, default=ROOT / "docs" / "img")
-    ap.add_argument("--readme", type=Path, help="also replace the benchmarks block of this README")
+    ap.add_argument(
+        "--readme", type=Path, help="also replace the benchmarks block of this page (docs/performance.md)"
+    )
     ap.add_argument("--cmd", help="the command line to name in the report (default: this one)")
     args = ap.parse_args(argv)
     if args.runs < 1:
