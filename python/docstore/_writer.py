@@ -22,7 +22,14 @@ from ._docstore import Writer as _Writer
 from ._staging import Staging
 from ._store import DocStore
 from ._store import open as open_store
-from .errors import DocstoreError, InvalidArgumentError, InvalidKeyError, SchemaError, StoreExistsError
+from .errors import (
+    DocstoreError,
+    InvalidArgumentError,
+    InvalidKeyError,
+    SchemaError,
+    StoreExistsError,
+    StoreIOError,
+)
 
 # A "last" writer's stand-in id as an error message shows it (the core writes NUL as \0, Python's
 # repr as \x00): {hex} is the writer's, the number the position the stand-in is renamed at.
@@ -83,6 +90,8 @@ class Writer(_Writer):
                 raise StoreExistsError(
                     f"{os.fspath(path)} already exists (pass overwrite=True to replace it)"
                 )
+            if os.path.isdir(path):  # refused now, as the core's writer refuses it
+                raise StoreIOError(f"{os.fspath(path)} is a directory")
             check_replaceable(path)
             target = os.path.abspath(path)
             name = hashlib.sha1(os.fsencode(os.path.basename(target))).hexdigest()[:12]

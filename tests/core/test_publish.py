@@ -103,6 +103,17 @@ def test_concurrent_builds_of_one_target_publish_one_store(tmp_path, policy):
     assert sorted(os.listdir(tmp_path)) == ["s"]
 
 
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_collection_at_the_target_is_refused_when_the_writer_is_made(tmp_path, policy):
+    """A writer writes a store file: a directory there is refused at once, by every policy (the
+    "last" policy found it only at finish, in a message that said a collection is replaceable)."""
+    docstore.build(tmp_path / "s", [{"doc_id": "a", "text": "1"}])
+    docstore.seal(tmp_path / "c", [tmp_path / "s"])
+    with pytest.raises(docstore.StoreIOError, match="is a directory"):
+        docstore.Writer(tmp_path / "c", FIELDS, on_duplicate=policy, overwrite=True)
+    assert ids_and_texts(tmp_path / "c") == [("a", "1")]
+
+
 def test_publish_file_publishes_only_a_store(tmp_path):
     notes = tmp_path / "notes"
     notes.write_bytes(b"not a store")
