@@ -1110,6 +1110,37 @@ mod tests {
     }
 
     #[test]
+    fn publish_file_replaces_only_a_store_and_nothing_without_overwrite() {
+        use super::{publish_file, Writer};
+        use crate::Error;
+        let dir = tempfile::tempdir().unwrap();
+        let made = |name: &str| {
+            let path = dir.path().join(name);
+            let schema = crate::Schema::new(vec![]).unwrap();
+            let mut writer = Writer::create(&path, schema, WriterOptions::default()).unwrap();
+            writer.add("a", &[]).unwrap();
+            writer.finish().unwrap();
+            path
+        };
+        let (first, second) = (made("first"), made("second"));
+        let (target, notes) = (dir.path().join("target"), dir.path().join("notes"));
+        publish_file(&first, &target, false).unwrap();
+        let refused = publish_file(&second, &target, false);
+        assert!(
+            matches!(refused, Err(Error::AlreadyExists(_))),
+            "{refused:?}"
+        );
+        std::fs::write(&notes, b"the user's").unwrap();
+        assert!(publish_file(&second, &notes, true).is_err());
+        assert_eq!(std::fs::read(&notes).unwrap(), b"the user's");
+        let other = dir.path().join("other");
+        let not_a_store = publish_file(&notes, &other, false);
+        assert!(matches!(not_a_store, Err(Error::InvalidArgument(_))));
+        publish_file(&second, &target, true).unwrap(); // a store is replaced
+        assert!(!second.exists() && target.exists() && !other.exists());
+    }
+
+    #[test]
     fn scratch_directories_are_told_apart_by_their_whole_name() {
         let prefix = scratch_prefix;
         let corpus = prefix("corpus");
