@@ -272,9 +272,9 @@ def _check_chunk_shape(array: Any, start: int, name: str, kind: str, dims: list[
     else:
         first = int(np.argmax(_valid(array)))
         flat = f"one flat list of its {int(np.prod(dims))} elements"
-        row = flat if len(dims) == 1 else f"{len(dims)} nested lists of its shape, or {flat}"
+        form = flat if len(dims) == 1 else f"{len(dims)} nested lists of its shape, or {flat}"
         raise FieldTypeError(
-            f"{doc(first)}, got rows of lists nested {depth} deep (Arrow type {array.type}): a row is {row}"
+            f"{doc(first)}, got rows of lists nested {depth} deep (Arrow type {array.type}): a row is {form}"
         )
     level = array
     live = _valid(level)  # the elements of this level that belong to a row that is not null

@@ -979,7 +979,7 @@ def _seal_without_repeats(
     target: str,
     shards: list[str],
     on_duplicate: str,
-    held: Any,
+    held: _docstore.HeldTarget | None,
     overwrite: bool,
     progress: bool | None,
 ) -> int:
@@ -1022,7 +1022,7 @@ def _seal_without_repeats(
     return count
 
 
-def _append_held(held: Any, shards: list[str], progress: bool | None) -> None:
+def _append_held(held: _docstore.HeldTarget, shards: list[str], progress: bool | None) -> None:
     """``held.append(shards)`` (the target's lock, held) with ``_progress.seal``'s bar."""
     with _progress.bar(None, "steps", progress, desc="seal") as shown:
         if shown.disable:
