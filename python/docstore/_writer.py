@@ -559,21 +559,30 @@ def infer_fields(
     sample: Sequence[Mapping[str, Any]], id_field: str, hint: Any = _null_hint
 ) -> dict[str, str]:
     """The fields of the first record of ``sample``, each typed by its first value that is not
-    None and nullable when any is None. ``hint(name)`` says what to do about a field that is
-    None throughout (``SchemaError``)."""
+    None nor an empty list (which has no element type) and nullable when any is None.
+    ``hint(name)`` says what to do about a field that is None throughout (``SchemaError``)."""
     fields = {}
     for name in sample[0]:
         if name == id_field:
             continue
         values = [record[name] for record in sample if name in record]
-        known = next((v for v in values if v is not None), None)
+        known = next((v for v in values if v is not None and not _empty_list(v)), None)
+        where = "the one record" if len(sample) == 1 else f"all of the first {len(sample):,} records"
+        if known is None and any(v is not None for v in values):
+            raise SchemaError(
+                f"field {name!r} is an empty list in {where}, so its element type cannot be inferred; "
+                f"pass fields={{...}} naming it, e.g. {{{name!r}: 'list[str]'}}"
+            )
         if known is None:
-            where = "the one record" if len(sample) == 1 else f"all of the first {len(sample):,} records"
             raise SchemaError(
                 f"field {name!r} is None in {where}, so its type cannot be inferred; {hint(name)}"
             )
         fields[name] = infer_type(name, known) + ("?" if any(v is None for v in values) else "")
     return fields
+
+
+def _empty_list(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and not value
 
 
 def infer_type(name: str, value: Any) -> str:
