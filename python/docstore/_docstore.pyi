@@ -3,13 +3,17 @@
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, SupportsIndex, final
+from typing import Any, Literal, SupportsIndex, TypeVar, final, overload
 
 import numpy as np
 import numpy.typing as npt
 from typing_extensions import disjoint_base
 
 from ._doc import Doc
+
+_T = TypeVar("_T")
+# How documents are read: through the memory map, or one pread(2) each (docstore.open's doc).
+_ReadMode = Literal["mmap", "pread"]
 
 __all__ = [
     "ARRAY_DTYPES",
@@ -90,7 +94,7 @@ class Reader:
         cls,
         path: str | os.PathLike[str],
         *,
-        read: str = "mmap",
+        read: _ReadMode = "mmap",
         cache_dir: str | os.PathLike[str] | None = None,
         cache_bytes: int | None = None,
         storage_options: Mapping[str, str] | None = None,
@@ -102,7 +106,7 @@ class Reader:
     def _reopen_url(self, credentials: bool) -> str | None: ...
     def _remote_stats(self) -> dict[str, int] | None: ...
     @property
-    def read(self) -> str: ...
+    def read(self) -> _ReadMode: ...
     @property
     def fields(self) -> dict[str, str]: ...
     @property
@@ -115,29 +119,48 @@ class Reader:
     def __len__(self) -> int: ...
     def __contains__(self, key: object, /) -> bool: ...
     def __getitem__(self, key: str, /) -> Doc: ...
+    # Without field= or fields=: Doc objects; with field=: that field's values; with fields=:
+    # tuples of the fields asked for.
+    @overload
     def get(
-        self,
-        doc_id: str,
-        default: Any = None,
-        *,
-        field: str | None = None,
-        fields: Sequence[str] | None = None,
-    ) -> Any: ...
+        self, doc_id: str, default: None = None, *, field: None = None, fields: None = None
+    ) -> Doc | None: ...
+    @overload
+    def get(self, doc_id: str, default: _T, *, field: None = None, fields: None = None) -> Doc | _T: ...
+    @overload
+    def get(self, doc_id: str, default: Any = None, *, field: str, fields: None = None) -> Any: ...
+    @overload
+    def get(
+        self, doc_id: str, default: _T = ..., *, field: None = None, fields: Sequence[str]
+    ) -> tuple[Any, ...] | _T: ...
     def position(self, doc_id: str) -> int: ...
     def positions(self, doc_ids: Iterable[str]) -> npt.NDArray[np.int64]: ...
+    @overload
     def get_many(
-        self, doc_ids: Iterable[str], *, field: str | None = None, fields: Sequence[str] | None = None
-    ) -> dict[str, Any]: ...
-    def at(
-        self, index: SupportsIndex, *, field: str | None = None, fields: Sequence[str] | None = None
-    ) -> Any: ...
+        self, doc_ids: Iterable[str], *, field: None = None, fields: None = None
+    ) -> dict[str, Doc]: ...
+    @overload
+    def get_many(self, doc_ids: Iterable[str], *, field: str, fields: None = None) -> dict[str, Any]: ...
+    @overload
+    def get_many(
+        self, doc_ids: Iterable[str], *, field: None = None, fields: Sequence[str]
+    ) -> dict[str, tuple[Any, ...]]: ...
+    @overload
+    def at(self, index: SupportsIndex, *, field: None = None, fields: None = None) -> Doc: ...
+    @overload
+    def at(self, index: SupportsIndex, *, field: str, fields: None = None) -> Any: ...
+    @overload
+    def at(self, index: SupportsIndex, *, field: None = None, fields: Sequence[str]) -> tuple[Any, ...]: ...
+    @overload
     def take(
-        self,
-        positions: Iterable[SupportsIndex],
-        *,
-        field: str | None = None,
-        fields: Sequence[str] | None = None,
-    ) -> list[Any]: ...
+        self, positions: Iterable[SupportsIndex], *, field: None = None, fields: None = None
+    ) -> list[Doc]: ...
+    @overload
+    def take(self, positions: Iterable[SupportsIndex], *, field: str, fields: None = None) -> list[Any]: ...
+    @overload
+    def take(
+        self, positions: Iterable[SupportsIndex], *, field: None = None, fields: Sequence[str]
+    ) -> list[tuple[Any, ...]]: ...
     def keys_range(self, start: int, stop: int) -> list[str]: ...
     def _take_columns(
         self, positions: Iterable[SupportsIndex], fields: Sequence[str]

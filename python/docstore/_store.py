@@ -7,7 +7,7 @@ import multiprocessing.context
 import os
 import re
 from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, Sequence, ValuesView
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -209,7 +209,7 @@ def _rows(rows: Any, count: int) -> np.ndarray:
 def open(
     path: str | bytes | os.PathLike[str],
     *,
-    read: str = "mmap",
+    read: Literal["mmap", "pread"] = "mmap",
     cache_dir: str | os.PathLike[str] | None = None,
     cache_bytes: float | None = None,
     storage_options: Mapping[str, Any] | None = None,

@@ -10,7 +10,7 @@ import operator
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -78,7 +78,7 @@ class Writer(_Writer):
         path: str | os.PathLike[str],
         fields: Mapping[str, str] | Sequence[tuple[str, str]],
         *,
-        on_duplicate: str = "error",
+        on_duplicate: Literal["error", "first", "last"] = "error",
         **options: Any,
     ) -> Writer:
         check_on_duplicate(on_duplicate)
@@ -643,13 +643,21 @@ def build(
     *,
     batch_size: int = ARROW_BATCH_ROWS,
     progress: bool | None = None,
-    **options: Any,
+    overwrite: bool = False,
+    level: int | None = None,
+    dict_size: int | None = None,
+    batch_bytes: int | None = None,
+    key_buffer_bytes: int | None = None,
+    format_version: int | None = None,
+    dictionary: bytes | None = None,
+    on_duplicate: Literal["error", "first", "last"] = "error",
 ) -> DocStore:
     """Builds a store from an iterable of dicts, namedtuples or dataclasses; returns it opened.
 
     When ``fields`` is not given, the fields are the first record's, typed from the first 1,000
-    records: a field None in any of them is nullable (``str?``). ``options`` go to
-    :class:`Writer` (``overwrite``, ``level``, ``dict_size`` ...). An integer id is stored as its
+    records: a field None in any of them is nullable (``str?``). ``overwrite``, ``level``,
+    ``dict_size``, ``batch_bytes``, ``key_buffer_bytes``, ``format_version``, ``dictionary``
+    and ``on_duplicate`` go to :class:`Writer` (None: its default). An integer id is stored as its
     decimal text (the id ``7`` is ``"7"``), from records as from every other input.
 
     ``records`` may also be a Hugging Face ``datasets.Dataset``, a streaming
@@ -668,6 +676,17 @@ def build(
     a ``datasets.Dataset``) and stderr is a terminal; ``progress=False`` hides it, ``True``
     shows it always.
     """
+    given = {
+        "overwrite": overwrite,
+        "level": level,
+        "dict_size": dict_size,
+        "batch_bytes": batch_bytes,
+        "key_buffer_bytes": key_buffer_bytes,
+        "format_version": format_version,
+        "dictionary": dictionary,
+        "on_duplicate": on_duplicate,
+    }
+    options = {name: value for name, value in given.items() if value is not None}
     records = _from_pandas(records, id_field)
     total = _length(records)
     shown = _progress.bar(total, "docs", progress if total is not None or progress else False, desc="build")
