@@ -14,12 +14,12 @@ import ray
 from ray.data import Datasource, ReadTask
 from ray.data.block import BlockMetadata
 
+from ._arrow_read import arrow_schema
 from ._damage import check_on_corrupt
 from ._engine_read import (
     DEFAULT_BLOCK_ROWS,
     DEFAULT_LOOKUP_BATCH,
     StoreSpec,
-    arrow_schema,
     check_block_rows,
     check_columns,
     check_lookup_names,

@@ -25,6 +25,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
+from ._arrow_read import parse_kind
 from ._damage import check_on_corrupt
 from ._engine_read import (
     DEFAULT_BLOCK_ROWS,
@@ -38,7 +39,6 @@ from ._engine_read import (
     check_parallelism,
     lookup_table,
     named,
-    parse_kind,
     plan,
     read_split,
     shards_of,

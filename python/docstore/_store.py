@@ -121,9 +121,9 @@ class DocStore(Reader):
         ``_CHUNK`` documents at a time, as Arrow buffers with no Python object per document."""
         import pyarrow as pa
 
-        from ._engine_read import arrow_schema, check_columns, take_batch
+        from ._arrow_read import arrow_schema, check_columns, take_batch
 
-        names = check_columns(self, columns)
+        names = check_columns(self.fields, columns, f"store {os.fspath(self.path)}")
         positions = _rows(rows, len(self))
         fields = self.fields
         chunks = (positions[i : i + _CHUNK] for i in range(0, len(positions), _CHUNK))

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import docstore
+from docstore import _arrow_read as arrow_read
 from docstore import _engine_read as engine_read
 
 from ..conftest import make_docs, sections, write_store
@@ -97,7 +98,7 @@ def test_splits_read_every_document_once(tmp_path_factory, sizes, parallelism, b
     splits = engine_read.plan(engine_read.shards_of(store), parallelism)
     batches = [b for s in splits for b in engine_read.read_split(spec, s, columns, block_rows)]
     assert all(b.num_rows <= block_rows for b in batches)
-    schema = engine_read.arrow_schema(store.fields, columns)
+    schema = arrow_read.arrow_schema(store.fields, columns)
     table = pa.Table.from_batches(batches, schema=schema)
     assert table.to_pydict() == expected(store)
 

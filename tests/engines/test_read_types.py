@@ -1,4 +1,4 @@
-"""The engines' Arrow read path (``docstore._engine_read.take_batch``, which Ray's read tasks and
+"""The engines' Arrow read path (``docstore._arrow_read.take_batch``, which Ray's read tasks and
 Spark's partitions both run) on every field type, nulls included: each column equals what the
 store's own ``take`` gives, and Spark's conversion keeps the values."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import docstore
-from docstore._engine_read import arrow_type, take_batch
+from docstore._arrow_read import arrow_type, take_batch
 
 pa = pytest.importorskip("pyarrow")
 ml_dtypes = pytest.importorskip("ml_dtypes")
