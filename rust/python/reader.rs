@@ -256,6 +256,14 @@ impl Reader {
                             .and_then(|source| Collection::open_source(&url, source))
                     })
                     .py_err(py)?;
+                // A server that ignores Range: its files were read whole (docs/remote.md). At
+                // the caller of docstore.open (stacklevel 2: this runs under open()).
+                if let Some(warning) = store.source().take_warning() {
+                    let warning = std::ffi::CString::new(warning.replace('\0', ""))
+                        .expect("no NUL left in it");
+                    let category = py.get_type::<pyo3::exceptions::PyUserWarning>();
+                    PyErr::warn(py, &category, &warning, 2)?;
+                }
                 let shown = docstore_core::storage::url::redact(&url);
                 Reader::with_store(py, store, PathBuf::from(shown), Some(url), DataAccess::Mmap)
             });

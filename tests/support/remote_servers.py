@@ -315,3 +315,52 @@ def environment(values: dict[str, str]) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+class _QuietServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that stops reading a body it does not need (docstore drops the rest of a
+        # whole-object answer once it has what it wanted) is not an error of the test.
+        import sys
+
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
+
+
+class PlainHTTPServer:
+    """Python's own ``http.server`` (``SimpleHTTPRequestHandler``, what ``python -m http.server``
+    runs) serving ``root`` on 127.0.0.1, in a thread. It ignores ``Range`` (a ranged GET gets the
+    whole file, 200) and sends ``Last-Modified`` and no ETag; a missing file gets its HTML 404
+    page. ``log`` records each request as ``(method, path, status, had_range)``; nothing else
+    differs from the stock handler."""
+
+    def __init__(self, root: str) -> None:
+        import functools
+
+        log: list[tuple[str, str, int, bool]] = []
+        self.log = log
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def log_request(self, code: Any = "-", size: Any = "-") -> None:
+                log.append((self.command, self.path, int(code), "Range" in self.headers))
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        handler = functools.partial(Handler, directory=os.path.realpath(root))
+        self.server = _QuietServer(("127.0.0.1", 0), handler)
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def gets(self) -> int:
+        return sum(1 for method, *_ in self.log if method == "GET")
+
+    def stop(self) -> None:
+        """Stops serving and closes the listening socket: a connection is refused after."""
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=10)

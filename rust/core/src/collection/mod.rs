@@ -122,13 +122,11 @@ impl Collection {
         }
         let base = url.trim_end_matches('/');
         let manifest_url = format!("{base}/{MANIFEST}");
+        // Neither a store nor a collection: the URL the user gave, not the manifest's.
         let bytes = source.read_object(&manifest_url).map_err(|e| match e {
-            Error::Io(io) if io.kind() == std::io::ErrorKind::NotFound => {
-                Error::Io(std::io::Error::new(
-                    io.kind(),
-                    format!("no store or collection at {shown} ({io})"),
-                ))
-            }
+            Error::Io(io) if io.kind() == std::io::ErrorKind::NotFound => Error::Io(
+                std::io::Error::new(io.kind(), format!("not found: {shown}")),
+            ),
             e => e,
         })?;
         let manifest = Manifest::parse(&bytes, &manifest_url)?;

@@ -563,6 +563,17 @@ impl CacheFile {
         }
     }
 
+    /// The most bytes the cache holds past what the lease protects (`CacheConfig::budget`, or
+    /// `PRIVATE_BUDGET` for a private cache).
+    pub fn budget(&self) -> u64 {
+        self.budget
+    }
+
+    /// Whether this cache is this process's alone (`private`).
+    pub fn is_private(&self) -> bool {
+        self.entry.is_none()
+    }
+
     /// Bytes this store's cache holds.
     pub fn held(&self) -> u64 {
         self.bytes_held().load(Ordering::Relaxed)

@@ -272,6 +272,14 @@ impl Identity {
         }
     }
 
+    /// `get_options` for the whole object (a server that ignores Range: `Remote::fetch_whole`).
+    fn whole_options(&self) -> object_store::GetOptions {
+        object_store::GetOptions {
+            range: None,
+            ..self.get_options(0..0)
+        }
+    }
+
     /// How `response` (a response's identity) shows another object than this one, if it does:
     /// another size, version, ETag (weak ones included) or Last-Modified.
     fn differs(&self, response: &Identity) -> Option<String> {
@@ -363,6 +371,27 @@ pub struct Remote {
     /// The client to use instead of one built from the URL (`Remote::over`: tests).
     given: Option<Arc<dyn ObjectStore>>,
     pub stats: RemoteStats,
+    /// The server answered a ranged GET with the whole object (Python's `http.server`): its
+    /// files are read whole into the cache (`RemoteFile::fill`), within the cache's budget.
+    ignores_ranges: std::sync::atomic::AtomicBool,
+    /// What this remote's files read whole: what the budget check (`claim_whole`) and the
+    /// warning (`take_warning`) count.
+    whole: std::sync::Mutex<Whole>,
+    /// S3 with no credentials configured: the instance metadata endpoint that object_store asks
+    /// for them instead, so that its failure is told as "no credentials" (`error`).
+    metadata: std::sync::OnceLock<String>,
+}
+
+/// Files of one remote read whole (`Remote::ignores_ranges`).
+#[derive(Default)]
+struct Whole {
+    /// Files and their bytes, all claimed against the cache's budget.
+    files: u64,
+    bytes: u64,
+    /// Of those, the bytes fetched at open (the rest were in the cache already).
+    fetched: u64,
+    /// Whether the warning was given (once per open).
+    warned: bool,
 }
 
 impl Drop for Conn {
@@ -376,16 +405,116 @@ impl Drop for Conn {
     }
 }
 
-fn store_error(url: &str, what: &str, e: object_store::Error) -> Error {
-    let kind = match e {
-        object_store::Error::NotFound { .. } => std::io::ErrorKind::NotFound,
-        object_store::Error::PermissionDenied { .. }
-        | object_store::Error::Unauthenticated { .. } => std::io::ErrorKind::PermissionDenied,
-        _ => std::io::ErrorKind::Other,
-    };
-    // object_store's message may show the URL it requested, userinfo included.
-    let message = super::url::redact_text(&format!("{url}{what}: {e}"));
-    Error::Io(std::io::Error::new(kind, message))
+/// What failed under an object_store error, as a user can act on it: whether a connection could
+/// not be made (`HttpErrorKind::Connect`), the host and port asked (from the failed request's
+/// text: the URL's, or an endpoint's), the innermost cause ("Connection refused"), and the whole
+/// chain of messages.
+struct Cause {
+    connect: bool,
+    host: Option<String>,
+    innermost: String,
+    chain: String,
+}
+
+impl Cause {
+    fn of(e: &object_store::Error) -> Cause {
+        use object_store::client::{HttpError, HttpErrorKind};
+        let mut cause = Cause {
+            connect: false,
+            host: None,
+            innermost: String::new(),
+            chain: String::new(),
+        };
+        let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
+        while let Some(error) = next {
+            if let Some(http) = error.downcast_ref::<HttpError>() {
+                cause.connect |= http.kind() == HttpErrorKind::Connect;
+            }
+            cause.innermost = error.to_string();
+            cause.chain.push_str(&cause.innermost);
+            cause.chain.push('\n');
+            next = error.source();
+        }
+        // object_store's request errors read "Error performing GET http://host:port/path in ...".
+        cause.host = (cause.chain.split("Error performing ").nth(1))
+            .and_then(|rest| rest.split_whitespace().nth(1))
+            .and_then(|uri| url::Url::parse(uri).ok())
+            .and_then(|uri| {
+                Some(format!(
+                    "{}:{}",
+                    uri.host_str()?,
+                    uri.port_or_known_default()?
+                ))
+            });
+        cause
+    }
+
+    /// The status a server answered with, if it is one ("403 Forbidden").
+    fn status(&self) -> Option<&str> {
+        let rest = self.chain.split("status code: ").nth(1)?;
+        Some(rest.split([':', '\n']).next()?.trim())
+    }
+}
+
+impl Remote {
+    /// `e`, an object_store error of a request for `url` (`what`: the bytes asked), as a core
+    /// error a user can act on, without what the server's page says or the URL's credentials:
+    /// - a missing object: `not found: URL` (`StoreNotFoundError`);
+    /// - S3 with no credentials configured, whose instance metadata endpoint gave none: that no
+    ///   credentials were found, and where to give them;
+    /// - a connection that could not be made: `cannot connect to host:port`;
+    /// - anything else as object_store says it.
+    fn error(&self, url: &str, what: &str, e: object_store::Error) -> Error {
+        use std::io::ErrorKind;
+        let cause = Cause::of(&e);
+        let (kind, message) = match &e {
+            _ if (self.metadata.get()).is_some_and(|m| cause.chain.contains(m.as_str())) => {
+                let endpoint = self.metadata.get().map_or("", String::as_str);
+                let why = match cause.status() {
+                    Some(status) if !cause.connect => format!("it answered {status}"),
+                    _ => format!("it cannot be reached: {}", cause.innermost),
+                };
+                (
+                    ErrorKind::PermissionDenied,
+                    format!(
+                        "{url}{what}: no AWS credentials found: none in the environment or \
+                         storage_options, and the instance metadata service ({endpoint}) gave \
+                         none ({why}). Set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and \
+                         AWS_SESSION_TOKEN for temporary ones), or give storage_options=\
+                         {{\"aws_access_key_id\": ..., \"aws_secret_access_key\": ...}}; a public \
+                         bucket is read without credentials with storage_options=\
+                         {{\"skip_signature\": \"true\"}} (or AWS_SKIP_SIGNATURE=true)"
+                    ),
+                )
+            }
+            object_store::Error::NotFound { .. } => {
+                (ErrorKind::NotFound, format!("not found: {url}{what}"))
+            }
+            _ if cause.connect => {
+                let host = (cause.host.clone())
+                    .or_else(|| {
+                        let port = self.url.port_or_known_default()?;
+                        Some(format!("{}:{port}", self.url.host_str()?))
+                    })
+                    .unwrap_or_else(|| "the server".into());
+                (
+                    ErrorKind::ConnectionRefused,
+                    format!(
+                        "cannot connect to {host} ({url}{what}): {}; is the server running, \
+                         and is that its address?",
+                        cause.innermost
+                    ),
+                )
+            }
+            object_store::Error::PermissionDenied { .. }
+            | object_store::Error::Unauthenticated { .. } => {
+                (ErrorKind::PermissionDenied, format!("{url}{what}: {e}"))
+            }
+            _ => (ErrorKind::Other, format!("{url}{what}: {e}")),
+        };
+        // object_store's message may show the URL it requested, userinfo included.
+        Error::Io(std::io::Error::new(kind, super::url::redact_text(&message)))
+    }
 }
 
 impl Remote {
@@ -444,6 +573,9 @@ impl Remote {
             conn: PerProcess::new(),
             given,
             stats: RemoteStats::default(),
+            ignores_ranges: Default::default(),
+            whole: Default::default(),
+            metadata: std::sync::OnceLock::new(),
         });
         remote.conn()?;
         Ok(remote)
@@ -548,6 +680,23 @@ impl Remote {
                              storage_options={{\"allow_http\": \"true\"}}), or use https://"
                         ))));
                     }
+                    // No credentials configured: object_store asks the instance metadata service,
+                    // whose failure (a 403, no route) would be all the user sees.
+                    let given = |key| b.get_config_value(&key).is_some_and(|v| !v.is_empty());
+                    let none = !given(K::AccessKeyId)
+                        && !given(K::SecretAccessKey)
+                        && !(given(K::WebIdentityTokenFile) && given(K::RoleArn))
+                        && !given(K::ContainerCredentialsRelativeUri)
+                        && !given(K::ContainerCredentialsFullUri)
+                        && b.get_config_value(&K::SkipSignature).as_deref() != Some("true");
+                    if none {
+                        let endpoint = (b.get_config_value(&K::MetadataEndpoint))
+                            .filter(|e| !e.is_empty())
+                            .unwrap_or_else(|| "http://169.254.169.254".into());
+                        let _ = self
+                            .metadata
+                            .set(endpoint.trim_end_matches('/').to_string());
+                    }
                     Ok(())
                 };
                 build!(
@@ -628,22 +777,28 @@ impl Remote {
     }
 
     /// The first bytes of `path` (up to `len`) and what identifies the object (its size,
-    /// version, ETag, Last-Modified, as the server gives them): one request.
+    /// version, ETag, Last-Modified, as the server gives them): one request. A server that
+    /// answers the ranged GET with the whole object (`ignores_ranges`, then set) is asked again
+    /// without a range, and only the first bytes of its answer are read.
     pub fn head(&self, path: &ObjectPath, url: &str, len: u64) -> Result<(Bytes, Identity)> {
         let conn = self.conn()?;
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
         let _round = Round::start(conn, &self.stats);
-        let options = object_store::GetOptions {
-            range: Some(object_store::GetRange::Bounded(0..len)),
-            ..Default::default()
-        };
         let started = Instant::now();
         let mut attempt = 0;
         loop {
+            let whole = self.ignores_ranges();
+            let options = object_store::GetOptions {
+                range: (!whole).then_some(object_store::GetRange::Bounded(0..len)),
+                ..Default::default()
+            };
             let result = conn.runtime.block_on(async {
-                let got = conn.store.get_opts(path, options.clone()).await?;
+                let got = conn.store.get_opts(path, options).await?;
                 let identity = Identity::of(&got.meta);
-                let bytes = got.bytes().await?;
+                let bytes = match whole {
+                    true => prefix(got.into_stream(), len.min(identity.size)).await?,
+                    false => got.bytes().await?,
+                };
                 Ok::<_, object_store::Error>((bytes, identity))
             });
             let fail = match result {
@@ -658,12 +813,18 @@ impl Remote {
                     bytes.len(),
                     len.min(identity.size)
                 ))),
+                // object_store's HTTP client refuses a 200 to a ranged GET (it dropped the body).
+                Err(object_store::Error::NotSupported { .. }) if !whole => {
+                    self.ignores_ranges.store(true, Ordering::Relaxed);
+                    self.stats.requests.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
                 Err(
                     e @ (object_store::Error::NotFound { .. }
                     | object_store::Error::PermissionDenied { .. }
                     | object_store::Error::Unauthenticated { .. }),
-                ) => return Err(store_error(url, "", e)),
-                Err(e) => store_error(url, "", e),
+                ) => return Err(self.error(url, "", e)),
+                Err(e) => self.error(url, "", e),
             };
             attempt += 1;
             if attempt > EXTRA_ATTEMPTS || started.elapsed() > self.options.retry_timeout {
@@ -672,6 +833,96 @@ impl Remote {
             self.stats.retries.fetch_add(1, Ordering::Relaxed);
             std::thread::sleep(self.backoff(attempt));
         }
+    }
+
+    /// Whether the server answered a ranged GET with the whole object: this remote's files are
+    /// then read whole (`fetch_whole`).
+    pub fn ignores_ranges(&self) -> bool {
+        self.ignores_ranges.load(Ordering::Relaxed)
+    }
+
+    /// Counts a file of `size` bytes read whole (`fetched`: of them, fetched now rather than
+    /// found in the cache) against `budget`, the budget of its cache (`cache_bytes`, or the
+    /// private cache's): every file of this remote read whole must fit it together, else
+    /// `InvalidArgument` saying how much is needed and how to give it. `private` tells why the
+    /// cache is private when it is (`cache_bytes=0`, or a server that pins no version).
+    pub fn claim_whole(
+        &self,
+        url: &str,
+        size: u64,
+        budget: u64,
+        private: Option<&str>,
+    ) -> Result<()> {
+        let mut whole = self.whole.lock().unwrap_or_else(|e| e.into_inner());
+        let total = whole.bytes + size;
+        if total > budget {
+            let others = match whole.files {
+                0 => String::new(),
+                n => format!(
+                    ", {} with the {n} other file(s) of the collection",
+                    mib(total)
+                ),
+            };
+            let raise = match private {
+                Some(why) => format!(
+                    "{why}, so its bytes go to a private cache of {}: serve it from a server \
+                     that answers Range requests (nginx, Apache, caddy, S3 ...){}",
+                    mib(budget),
+                    if why.starts_with("cache_bytes=0") {
+                        format!(", or give cache_bytes={total} or more")
+                    } else {
+                        String::new()
+                    }
+                ),
+                None => format!(
+                    "give cache_bytes={total} or more to docstore.open (or set \
+                     DOCSTORE_CACHE_BYTES), or serve it from a server that answers Range \
+                     requests (nginx, Apache, caddy, S3 ...), which fetches only what lookups read"
+                ),
+            };
+            return Err(invalid(format!(
+                "{url}: the server ignores HTTP Range requests, so the whole object must be read \
+                 into the node cache, and it does not fit: {} ({size} bytes{others}) against \
+                 the cache's budget of {} ({budget} bytes, cache_bytes): {raise}",
+                mib(size),
+                mib(budget),
+            )));
+        }
+        whole.files += 1;
+        whole.bytes = total;
+        Ok(())
+    }
+
+    /// Counts `bytes` of a file read whole as fetched (not found in the cache).
+    pub fn note_fetched(&self, bytes: u64) {
+        self.whole.lock().unwrap_or_else(|e| e.into_inner()).fetched += bytes;
+    }
+
+    /// The warning of an open whose files were read whole (a server that ignores Range), once.
+    pub fn take_warning(&self) -> Option<String> {
+        let mut whole = self.whole.lock().unwrap_or_else(|e| e.into_inner());
+        if whole.files == 0 || whole.warned {
+            return None;
+        }
+        whole.warned = true;
+        let what = match whole.files {
+            1 => format!("the whole object ({})", mib(whole.bytes)),
+            n => format!("each of its {n} files whole ({} in all)", mib(whole.bytes)),
+        };
+        let how = match whole.fetched {
+            0 => {
+                "found whole in the node cache (an earlier open read it), not fetched again".into()
+            }
+            n if n == whole.bytes => "read into the node cache once".to_string(),
+            n => format!("what the node cache lacked ({}) read into it once", mib(n)),
+        };
+        Some(format!(
+            "{}: the server ignores HTTP Range requests (it answered a ranged GET with the whole \
+             object), so docstore reads {what}: {how}; later reads are served from the cache. A \
+             server that answers Range requests (nginx, Apache, caddy, S3 ...) fetches only what \
+             lookups read (docs/remote.md)",
+            self.shown
+        ))
     }
 
     fn backoff(&self, attempt: u32) -> Duration {
@@ -687,7 +938,7 @@ impl Remote {
         let bytes = conn
             .runtime
             .block_on(async { conn.store.get(path).await?.bytes().await })
-            .map_err(|e| store_error(url, "", e))?;
+            .map_err(|e| self.error(url, "", e))?;
         self.stats
             .bytes
             .fetch_add(bytes.len() as u64, Ordering::Relaxed);
@@ -728,6 +979,156 @@ impl Remote {
                 })
                 .await
         })
+    }
+
+    /// `fetch` from a server that ignores Range (`ignores_ranges`): one GET of the whole object,
+    /// asking for the object `pin` identifies as `fetch` does (its version, `If-Match` its strong
+    /// ETag; the response's identity checked before its body is read), whose body streams past
+    /// `ranges`: each is handed to `sink` once the body has passed its end, and the rest of the
+    /// body is not read once every range has been. With `fingerprint`, nothing is handed over
+    /// before the body's header is found to have it (else `Error::Changed`): the header and the
+    /// bytes come in one response, so they are of one version, which the header fetched again
+    /// after a fetch (`RemoteFile::fence`) would otherwise prove. A failed request or a body cut
+    /// short is tried again (`EXTRA_ATTEMPTS`), without the ranges handed over already.
+    pub fn fetch_whole(
+        &self,
+        path: &ObjectPath,
+        url: &str,
+        pin: &Identity,
+        fingerprint: Option<u64>,
+        mut ranges: Vec<Range<u64>>,
+        sink: impl Fn(Range<u64>, Bytes) -> Result<()>,
+    ) -> Result<()> {
+        ranges.retain(|r| !r.is_empty());
+        ranges.sort_unstable_by_key(|r| (r.start, r.end));
+        let mut done = vec![false; ranges.len()];
+        let conn = self.conn()?;
+        let _round = Round::start(conn, &self.stats);
+        let started = Instant::now();
+        let mut attempt = 0;
+        loop {
+            if done.iter().all(|d| *d) {
+                return Ok(());
+            }
+            let attempt_once = self.stream_whole(
+                &conn.store,
+                path,
+                url,
+                pin,
+                fingerprint,
+                &ranges,
+                &mut done,
+                &sink,
+            );
+            let fail = match conn.runtime.block_on(attempt_once) {
+                Ok(()) => return Ok(()),
+                Err(Attempt::Stop(e)) => return Err(e),
+                Err(Attempt::Retry(e)) => e,
+            };
+            attempt += 1;
+            if attempt > EXTRA_ATTEMPTS || started.elapsed() > self.options.retry_timeout {
+                return Err(fail);
+            }
+            self.stats.retries.fetch_add(1, Ordering::Relaxed);
+            std::thread::sleep(self.backoff(attempt));
+        }
+    }
+
+    /// One attempt of `fetch_whole`: the ranges not `done` yet, from one GET.
+    #[allow(clippy::too_many_arguments)]
+    async fn stream_whole(
+        &self,
+        store: &Arc<dyn ObjectStore>,
+        path: &ObjectPath,
+        url: &str,
+        pin: &Identity,
+        fingerprint: Option<u64>,
+        ranges: &[Range<u64>],
+        done: &mut [bool],
+        sink: &impl Fn(Range<u64>, Bytes) -> Result<()>,
+    ) -> std::result::Result<(), Attempt> {
+        let header = crate::format::HEADER_SIZE;
+        let changed = |why: String| {
+            Attempt::Stop(Error::Changed(format!(
+                "{url} was replaced since it was opened ({why}): open it again"
+            )))
+        };
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        let got = match store.get_opts(path, pin.whole_options()).await {
+            Ok(got) => got,
+            Err(e) if precondition_failed(&e) => return Err(changed(pin.describe())),
+            Err(
+                e @ (object_store::Error::NotFound { .. }
+                | object_store::Error::PermissionDenied { .. }
+                | object_store::Error::Unauthenticated { .. }),
+            ) => return Err(Attempt::Stop(self.error(url, "", e))),
+            Err(e) => return Err(Attempt::Retry(self.error(url, "", e))),
+        };
+        if let Some(why) = pin.differs(&Identity::of(&got.meta)) {
+            return Err(changed(why));
+        }
+        let size = got.meta.size;
+        let mut body = got.into_stream();
+        let (mut offset, mut next) = (0u64, 0usize);
+        let mut head: Vec<u8> = Vec::with_capacity(header);
+        let mut checked = fingerprint.is_none();
+        // The ranges begun and not handed over yet, with what came of each.
+        let mut open: Vec<(usize, Vec<u8>)> = Vec::new();
+        while next < ranges.len() || !open.is_empty() {
+            let Some(chunk) = body.next().await else {
+                break;
+            };
+            let chunk = chunk.map_err(|e| Attempt::Retry(self.error(url, "", e)))?;
+            let (at, end) = (offset, offset + chunk.len() as u64);
+            self.stats
+                .bytes
+                .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+            if head.len() < header {
+                let take = (header - head.len()).min(chunk.len());
+                head.extend_from_slice(&chunk[..take]);
+            }
+            if let (false, Some(fingerprint)) = (checked, fingerprint) {
+                if head.len() == header {
+                    if crate::format::header_checksum(&head) != fingerprint {
+                        return Err(changed("its header changed".into()));
+                    }
+                    checked = true;
+                }
+            }
+            while next < ranges.len() && ranges[next].start < end {
+                if !done[next] {
+                    let len = ranges[next].end - ranges[next].start;
+                    open.push((next, Vec::with_capacity(len as usize)));
+                }
+                next += 1;
+            }
+            for (i, bytes) in &mut open {
+                let r = &ranges[*i];
+                let (from, to) = (r.start.max(at), r.end.min(end));
+                if from < to {
+                    bytes.extend_from_slice(&chunk[(from - at) as usize..(to - at) as usize]);
+                }
+            }
+            offset = end;
+            if checked {
+                let mut k = 0;
+                while k < open.len() {
+                    if ranges[open[k].0].end <= offset {
+                        let (i, bytes) = open.swap_remove(k);
+                        sink(ranges[i].clone(), Bytes::from(bytes)).map_err(Attempt::Stop)?;
+                        done[i] = true;
+                    } else {
+                        k += 1;
+                    }
+                }
+            }
+        }
+        if done.iter().all(|d| *d) {
+            return Ok(());
+        }
+        Err(Attempt::Retry(Error::Io(std::io::Error::other(format!(
+            "{url}: short response (the body ended after {offset} of {size} bytes)"
+        )))))
     }
 
     async fn fetch_one(
@@ -780,8 +1181,8 @@ impl Remote {
                     e @ (object_store::Error::NotFound { .. }
                     | object_store::Error::PermissionDenied { .. }
                     | object_store::Error::Unauthenticated { .. }),
-                ) => return Err(store_error(url, &what, e)),
-                Err(e) => store_error(url, &what, e),
+                ) => return Err(self.error(url, &what, e)),
+                Err(e) => self.error(url, &what, e),
             };
             attempt += 1;
             if attempt > EXTRA_ATTEMPTS || started.elapsed() > self.options.retry_timeout {
@@ -808,6 +1209,34 @@ fn precondition_failed(e: &object_store::Error) -> bool {
         cause = error.source();
     }
     false
+}
+
+/// How an attempt of `Remote::fetch_whole` failed: worth another try, or not.
+enum Attempt {
+    Retry(Error),
+    Stop(Error),
+}
+
+/// The first `len` bytes of a response's body (the rest is not read: dropped with the stream).
+async fn prefix(
+    mut body: futures::stream::BoxStream<'static, object_store::Result<Bytes>>,
+    len: u64,
+) -> object_store::Result<Bytes> {
+    let mut first = Vec::with_capacity(len as usize);
+    while (first.len() as u64) < len {
+        let Some(chunk) = body.next().await else {
+            break;
+        };
+        let chunk = chunk?;
+        let take = (len as usize - first.len()).min(chunk.len());
+        first.extend_from_slice(&chunk[..take]);
+    }
+    Ok(Bytes::from(first))
+}
+
+/// `bytes` for a message: "1.5 MiB".
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
 }
 
 /// A fetch under way, counted as a round trip when no other was (`RemoteStats::rounds`).
@@ -888,6 +1317,9 @@ pub struct RemoteFile {
     guarded: AtomicU64,
     /// Requests for pieces of each index section so far (`rent`).
     rent: super::rent::Rent,
+    /// Its server ignores Range (`Remote::ignores_ranges`): what is missing comes whole
+    /// (`fill`), in one GET of the object.
+    whole: bool,
 }
 
 /// A purchase of whole index sections under way (`RemoteFile::ensure`), ended when dropped.
@@ -938,6 +1370,20 @@ impl RemoteFile {
             pinned: std::sync::Mutex::new(Vec::new()),
             guarded: AtomicU64::new(0),
             rent: Default::default(),
+            whole: remote.ignores_ranges(),
+        };
+        // What the cache lacks of an object read whole, before the open's own bytes go in: what
+        // this open fetches (the warning says whether it found the object there).
+        let lacked: u64 = match file.whole {
+            true => {
+                let mut missing = Vec::new();
+                (file.cache).missing(file.cache.units(&(0..size)), &mut missing);
+                (missing.iter())
+                    .map(|u| file.cache.bytes_of(u))
+                    .map(|r| r.end - r.start)
+                    .sum()
+            }
+            false => 0,
         };
         // What the first request brought, whole units only (or all of it at the end of the file).
         let whole = if first.len() as u64 == size {
@@ -962,6 +1408,19 @@ impl RemoteFile {
                 file.cache.write(header, &first[..len])?;
                 remote.stats.heals.fetch_add(1, Ordering::Relaxed);
             }
+        }
+        if file.whole {
+            // A server that ignores Range: the whole object, once, if the cache can hold it.
+            let private = match () {
+                _ if remote.options.cache.budget == 0 => Some("cache_bytes=0"),
+                _ if file.cache.is_private() => Some(
+                    "the server gives no ETag or Last-Modified that ties the bytes to a version",
+                ),
+                _ => None,
+            };
+            remote.claim_whole(url, size, file.cache.budget(), private)?;
+            file.fill(&mut Vec::new())?;
+            remote.note_fetched(lacked);
         }
         Ok(file)
     }
@@ -1100,6 +1559,9 @@ impl RemoteFile {
             let room = READ_MEMORY.saturating_sub(read.len());
             read.extend(ranges.iter().take(room).map(|range| (me, range.clone())));
         });
+        if self.whole {
+            return self.fill(ranges);
+        }
         let mut missing = Vec::new();
         for range in ranges.iter() {
             let units = self.cache.units(range);
@@ -1176,6 +1638,46 @@ impl RemoteFile {
         fetched.into_iter().try_for_each(|(r, b)| write(r, &b))
     }
 
+    /// `fetch` from a server that ignores Range: whatever of the object the cache lacks comes in
+    /// one GET of the whole object (`Remote::fetch_whole`, its header checked against the
+    /// fingerprint opened before any byte is written), so that later reads find it all. Each
+    /// piece written keeps what came before it within the lease (`touch`): a cache over its
+    /// budget evicts this entry's idle segments first, and would evict the start of the object
+    /// while its end is still coming. Empties `ranges`.
+    fn fill(&self, ranges: &mut Vec<Range<u64>>) -> Result<()> {
+        for range in ranges.drain(..) {
+            self.cache.touch(&self.cache.units(&range));
+        }
+        let mut missing = Vec::new();
+        self.cache
+            .missing(self.cache.units(&(0..self.size)), &mut missing);
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let unit = crate::storage::cache::UNIT;
+        let requests = self.requests(missing, (self.remote.options.max_request / unit).max(1));
+        self.get(requests, |range, bytes| {
+            let units = range.start / unit..range.end.div_ceil(unit);
+            self.cache.write(units, &bytes)?;
+            self.cache.touch(&self.cache.units(&(0..range.end)));
+            Ok(())
+        })
+    }
+
+    /// `Remote::fetch` of `ranges` of this file, or `Remote::fetch_whole` from a server that
+    /// ignores Range.
+    fn get(
+        &self,
+        ranges: Vec<Range<u64>>,
+        sink: impl Fn(Range<u64>, Bytes) -> Result<()>,
+    ) -> Result<()> {
+        let (path, url, pin) = (&self.path, self.url.as_str(), &self.pin);
+        match self.whole {
+            true => (self.remote).fetch_whole(path, url, pin, Some(self.fingerprint), ranges, sink),
+            false => self.remote.fetch(path, url, pin, ranges, sink),
+        }
+    }
+
     /// Fetches the header again: `Error::Changed` unless it still has the fingerprint opened.
     fn fence(&self) -> Result<()> {
         let header = 0..crate::format::HEADER_SIZE as u64;
@@ -1219,10 +1721,9 @@ impl RemoteFile {
         let ranges: Vec<Range<u64>> = (0..self.size.div_ceil(step))
             .map(|i| i * step..((i + 1) * step).min(self.size))
             .collect();
-        self.remote
-            .fetch(&self.path, &self.url, &self.pin, ranges, |range, bytes| {
-                crate::platform::write_all_at(&file, &bytes, range.start).map_err(Error::Io)
-            })?;
+        self.get(ranges, |range, bytes| {
+            crate::platform::write_all_at(&file, &bytes, range.start).map_err(Error::Io)
+        })?;
         // SAFETY: a private, unlinked file that nothing else can open or change.
         Ok(unsafe { Mmap::map(&file)? })
     }
@@ -1295,22 +1796,16 @@ impl RemoteFile {
             .collect();
         let runs = (buffers.iter()).map(|(bytes, _)| bytes.start / unit..bytes.end.div_ceil(unit));
         let requests = self.requests(runs, most);
-        self.remote.fetch(
-            &self.path,
-            &self.url,
-            &self.pin,
-            requests,
-            |range, fetched| {
-                for (bytes, buffer) in &buffers {
-                    if bytes.start <= range.start && range.end <= bytes.end {
-                        let at = (range.start - bytes.start) as usize;
-                        let mut buffer = buffer.lock().unwrap_or_else(|e| e.into_inner());
-                        buffer[at..at + fetched.len()].copy_from_slice(&fetched);
-                    }
+        self.get(requests, |range, fetched| {
+            for (bytes, buffer) in &buffers {
+                if bytes.start <= range.start && range.end <= bytes.end {
+                    let at = (range.start - bytes.start) as usize;
+                    let mut buffer = buffer.lock().unwrap_or_else(|e| e.into_inner());
+                    buffer[at..at + fetched.len()].copy_from_slice(&fetched);
                 }
-                Ok(())
-            },
-        )?;
+            }
+            Ok(())
+        })?;
         let mut damaged = None;
         for (range, (bytes, buffer)) in pinned.iter().zip(buffers) {
             let buffer = buffer.into_inner().unwrap_or_else(|e| e.into_inner());

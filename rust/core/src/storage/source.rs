@@ -69,6 +69,12 @@ impl Source {
         self.remote.as_ref().map(|r| &r.stats)
     }
 
+    /// What an open should warn of, once: that its server ignores Range, so its files were read
+    /// whole into the node cache (`Remote::take_warning`). `None` for local files.
+    pub fn take_warning(&self) -> Option<String> {
+        self.remote.as_ref()?.take_warning()
+    }
+
     fn client(&self) -> Result<&Arc<Remote>> {
         (self.remote.as_ref())
             .ok_or_else(|| Error::InvalidArgument("not a remote location: give a URL".into()))
@@ -76,9 +82,24 @@ impl Source {
 
     /// The object at `url` (under this source's location) opened as a store file: its first
     /// bytes fetched (header, schema, dictionary); `None` when there is no such object.
+    ///
+    /// An object that is not a store, under which a collection's manifest lies, is `None` too:
+    /// a directory whose URL the server answers with a page (Python's `http.server` redirects
+    /// it to the listing of the directory), where a collection was uploaded as it lay.
     pub fn open_file(&self, url: &str) -> Result<Option<StoreFile>> {
         match self.opened(url) {
             Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e @ Error::Corrupt(_)) => {
+                let manifest = format!(
+                    "{}/{}",
+                    url.trim_end_matches('/'),
+                    crate::collection::MANIFEST
+                );
+                match self.read_object(&manifest) {
+                    Ok(_) => Ok(None),
+                    Err(_) => Err(e),
+                }
+            }
             other => other.map(Some),
         }
     }
