@@ -87,7 +87,8 @@ def make_parser() -> argparse.ArgumentParser:
         default=1,
         metavar="N",
         help="build N shards in N processes, sealed into one collection (a directory) in input order; "
-        "uncompressed JSON lines files are split between lines, other files go whole to one shard",
+        "uncompressed JSON lines files are split between lines, other files go whole to one shard. "
+        "The collection adds a global id index: about 57 bytes per id plus the id's own bytes",
     )
     p.add_argument(
         "--on-duplicate",
