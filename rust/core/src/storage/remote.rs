@@ -683,13 +683,13 @@ impl Remote {
                     // No credentials configured: object_store asks the instance metadata service,
                     // whose failure (a 403, no route) would be all the user sees.
                     let given = |key| b.get_config_value(&key).is_some_and(|v| !v.is_empty());
-                    let none = !given(K::AccessKeyId)
-                        && !given(K::SecretAccessKey)
-                        && !(given(K::WebIdentityTokenFile) && given(K::RoleArn))
-                        && !given(K::ContainerCredentialsRelativeUri)
-                        && !given(K::ContainerCredentialsFullUri)
-                        && b.get_config_value(&K::SkipSignature).as_deref() != Some("true");
-                    if none {
+                    let configured = given(K::AccessKeyId)
+                        || given(K::SecretAccessKey)
+                        || (given(K::WebIdentityTokenFile) && given(K::RoleArn))
+                        || given(K::ContainerCredentialsRelativeUri)
+                        || given(K::ContainerCredentialsFullUri)
+                        || b.get_config_value(&K::SkipSignature).as_deref() == Some("true");
+                    if !configured {
                         let endpoint = (b.get_config_value(&K::MetadataEndpoint))
                             .filter(|e| !e.is_empty())
                             .unwrap_or_else(|| "http://169.254.169.254".into());
@@ -1234,9 +1234,13 @@ async fn prefix(
     Ok(Bytes::from(first))
 }
 
-/// `bytes` for a message: "1.5 MiB".
+/// `bytes` for a message: "1.5 MiB", "80.0 KiB", "512 bytes".
 fn mib(bytes: u64) -> String {
-    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
+    let units = [(30, "GiB"), (20, "MiB"), (10, "KiB")];
+    match units.iter().find(|(shift, _)| bytes >= 1u64 << shift) {
+        Some((shift, unit)) => format!("{:.1} {unit}", bytes as f64 / (1u64 << shift) as f64),
+        None => format!("{bytes} bytes"),
+    }
 }
 
 /// A fetch under way, counted as a round trip when no other was (`RemoteStats::rounds`).
