@@ -77,6 +77,24 @@ def staging_prefix(target: str) -> str:
     return f".{os.path.basename(target)}.staging-"
 
 
+def appended_fields(target: str, mode: str) -> dict[str, str] | None:
+    """The fields, in their order, of the collection an append adds to (None for another mode
+    or nothing there): a job's fields are put in that order when they are the same by name and
+    type (``in_order_of``), so that data whose columns come in another order appends."""
+    if mode != "append" or not os.path.lexists(target):
+        return None
+    with open_store(target) as existing:
+        return dict(existing.fields)
+
+
+def in_order_of(fields: Mapping[str, str], order: Mapping[str, str] | None) -> dict[str, str]:
+    """``fields`` in the order of ``order`` when both have the same names with the same types;
+    else as they are (the seal then refuses fields that differ, naming them)."""
+    if order is not None and set(fields) == set(order) and all(fields[n] == order[n] for n in order):
+        return {name: fields[name] for name in order}
+    return dict(fields)
+
+
 def make_staging(target: str, fields: Mapping[str, str] | None, options: Mapping[str, Any]) -> Staging:
     """Checks that a writer accepts ``fields`` (when known) and ``options``, so that a bad option
     fails the job on the driver, not in every task; then creates the job's staging directory
@@ -178,6 +196,7 @@ def write_shard(
     fields: Mapping[str, str] | None,
     options: Mapping[str, Any],
     where: str | None = None,
+    order: Mapping[str, str] | None = None,
 ) -> tuple[str | None, int, dict[str, str] | None]:
     """Writes the Arrow ``batches`` (Tables or RecordBatches) of one task attempt into the shard
     ``staging/name``; returns its path (None when the batches held no rows: no shard), its count
@@ -186,7 +205,8 @@ def write_shard(
     The staging directory is never created here: an attempt that outlives its job (a straggler
     after the commit or abort removed the directory) fails instead of leaving files behind, and
     a worker that does not share the driver's file system says so. A repeated id is named with
-    ``where`` the shard's rows come from ("write task 3", "partition 3")."""
+    ``where`` the shard's rows come from ("write task 3", "partition 3"). Fields inferred from
+    the batches are put in the order of ``order`` (an append's collection) when they match it."""
     if not os.path.isdir(staging):
         raise StoreNotFoundError(
             f"staging directory {staging} does not exist: the target must be on a file system that "
@@ -197,7 +217,7 @@ def write_shard(
     try:
         for batch in batches:
             if fields is None and batch.num_columns:
-                fields = schema_fields(batch.schema, id_field)
+                fields = in_order_of(schema_fields(batch.schema, id_field), order)
             if not batch.num_rows:
                 continue
             assert fields is not None

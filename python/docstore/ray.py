@@ -29,10 +29,12 @@ from ray.data.block import BlockAccessor
 from ._arrow import schema_fields
 from ._engines import (
     DICTIONARY_SAMPLE_ROWS,
+    appended_fields,
     check_mode,
     check_policy,
     check_target,
     check_writer_options,
+    in_order_of,
     make_staging,
     remove_staging,
     seal_shards,
@@ -100,6 +102,7 @@ class DocstoreDatasink(Datasink):
         self._staging: str | None = None  # its path, which the tasks get
         self._staging_lock: Staging | None = None  # driver only: held for the job's life
         self._fallback_schema: Any = None  # driver only: a callable giving the dataset's schema
+        self._order: dict[str, str] | None = None  # an append's collection's fields, in order
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -120,6 +123,9 @@ class DocstoreDatasink(Datasink):
         makes the staging directory (a fresh one for each write), locked by this process until
         the write ends; removes those that killed drivers left for the same path."""
         check_target(self.path, self.mode)
+        self._order = appended_fields(self.path, self.mode)
+        if self.fields is not None:
+            self.fields = in_order_of(self.fields, self._order)
         # ``schema`` is not used: it is the first input bundle's, which, where Ray fuses the
         # write with the operators before it (a read, a map), is not the data's (a file list).
         # Each task takes the fields from its own blocks, unless ``fields`` gives them.
@@ -143,6 +149,7 @@ class DocstoreDatasink(Datasink):
                 self.fields,
                 self.writer_options,
                 where=f"write task {task}",
+                order=self._order,
             )
         return {"task_idx": task, "path": path, "count": count, "fields": fields}
 

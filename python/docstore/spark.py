@@ -36,11 +36,13 @@ from ._engines import (
     DICTIONARY_SAMPLE_ROWS,
     POLICY_OPTION,
     WRITER_OPTIONS,
+    appended_fields,
     check_mode,
     check_policy,
     check_staging,
     check_target,
     check_writer,
+    in_order_of,
     make_unlocked_staging,
     remove_staging,
     report_error,
@@ -138,8 +140,10 @@ class DocstoreWriter(DataSourceArrowWriter):
             check_policy(self.mode, self.writer_options)
             given = parse_fields(options["fields"]) if options.get("fields") else None
             needed = None if given is None else {self.id_field, *given}
-            self.fields = schema_fields(_arrow_schema(schema, needed), self.id_field, given)
+            fields = schema_fields(_arrow_schema(schema, needed), self.id_field, given)
             check_target(self.path, self.mode)
+            # An append takes the collection's order for the same fields in another order.
+            self.fields = in_order_of(fields, appended_fields(self.path, self.mode))
             check_writer(self.fields, self.writer_options)
             if options.get("staging"):  # made and locked by write() in the user's process
                 self.staging = options["staging"]

@@ -214,6 +214,22 @@ def test_overwrite_and_append(tmp_path):
     only(tmp_path, "c")
 
 
+def test_append_matches_fields_by_name(tmp_path):
+    """Data whose columns come in another order appends (issue 39: a Spark append onto a
+    collection Ray wrote failed on the order alone); another type is still refused."""
+    path = tmp_path / "c"
+    docstore_ray.write(ray.data.from_items([{"doc_id": "a", "text": "x", "n": 1}]), path)
+    moved = ray.data.from_items([{"n": 2, "doc_id": "b", "text": "y"}])
+    store = docstore_ray.write(moved, path, append=True)
+    assert list(store.fields) == ["text", "n"] and (store["b"].text, store["b"].n) == ("y", 2)
+    with pytest.raises(
+        docstore.DocstoreError,
+        match=r"has fields \{n: str, text: str\}, but shard .* has \{text: str, n: int64\}",
+    ):
+        docstore_ray.write(ray.data.from_items([{"doc_id": "c", "n": "3", "text": "z"}]), path, append=True)
+    assert list(docstore.open(path).keys()) == ["a", "b"]
+
+
 def test_empty_dataset(tmp_path):
     empty = ray.data.from_arrow(arrow_table(make_docs(5)).slice(0, 0))
     store = write_blocks(empty, tmp_path / "a")

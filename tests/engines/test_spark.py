@@ -182,6 +182,23 @@ def test_modes(spark, tmp_path):
     only(tmp_path, "c")
 
 
+def test_append_matches_fields_by_name(spark, tmp_path):
+    """An append whose columns come in another order than the collection's fields appends (it
+    failed on the order alone); another type is still refused."""
+    path = tmp_path / "c"
+    docstore_spark.write(spark.createDataFrame([("a", "x", 1)], "doc_id string, text string, n long"), path)
+    moved = spark.createDataFrame([(2, "b", "y")], "n long, doc_id string, text string")
+    store = docstore_spark.write(moved, path, mode="append")
+    assert list(store.fields) == ["text", "n"] and (store["b"].text, store["b"].n) == ("y", 2)
+    wrong = spark.createDataFrame([("3", "c", "z")], "n string, doc_id string, text string")
+    with pytest.raises(
+        docstore.DocstoreError,
+        match=r"has fields \{n: str, text: str\}, but shard .* has \{text: str, n: int64\}",
+    ):
+        docstore_spark.write(wrong, path, mode="append")
+    assert list(docstore.open(path).keys()) == ["a", "b"]
+
+
 def test_empty(spark, tmp_path):
     store = docstore_spark.write(frame(spark, {}, 2), tmp_path / "a")
     assert len(store) == 0 and store.fields == FIELDS
