@@ -21,17 +21,26 @@ pub fn seal(
     append: bool,
     progress: Option<Bound<'_, PyAny>>,
 ) -> PyResult<u64> {
+    sealing(py, progress.as_ref(), |state| {
+        collection::seal_counting(&target, &shards, overwrite, append, state).map(|s| s.count)
+    })
+}
+
+/// Runs `work` (a seal, given the counters it advances) without the GIL, and reports its
+/// progress to `progress(done, total)` every 0.1 s when given; what `work` returns.
+pub(crate) fn sealing(
+    py: Python<'_>,
+    progress: Option<&Bound<'_, PyAny>>,
+    work: impl FnOnce(&SealProgress) -> docstore_core::Result<u64> + Send,
+) -> PyResult<u64> {
     let state = SealProgress::default();
-    let work = || collection::seal_counting(&target, &shards, overwrite, append, &state);
-    guard(py, || {
-        let summary = match &progress {
-            None => py.detach(work).py_err(py)?,
-            Some(progress) => {
-                let counts = || (state.done.load(Relaxed), state.total.load(Relaxed));
-                crate::progress::reporting(py, progress, counts, work)?
-            }
-        };
-        Ok(summary.count)
+    let work = || work(&state);
+    guard(py, || match progress {
+        None => py.detach(work).py_err(py),
+        Some(progress) => {
+            let counts = || (state.done.load(Relaxed), state.total.load(Relaxed));
+            crate::progress::reporting(py, progress, counts, work)
+        }
     })
 }
 

@@ -815,19 +815,8 @@ impl HeldTarget {
         progress: Option<Bound<'_, PyAny>>,
     ) -> PyResult<u64> {
         let held = self.take(py)?;
-        let state = docstore_core::collection::SealProgress::default();
-        let shared = &state;
-        let work = move || held.append(&shards, shared);
-        guard(py, || {
-            let summary = match &progress {
-                None => py.detach(work).py_err(py)?,
-                Some(progress) => {
-                    use std::sync::atomic::Ordering::Relaxed;
-                    let counts = || (state.done.load(Relaxed), state.total.load(Relaxed));
-                    crate::progress::reporting(py, progress, counts, work)?
-                }
-            };
-            Ok(summary.count)
+        crate::collection::sealing(py, progress.as_ref(), move |state| {
+            held.append(&shards, state).map(|s| s.count)
         })
     }
 
