@@ -1847,6 +1847,66 @@ impl RemoteFile {
 mod tests {
     use super::*;
 
+    /// `fetch_whole` (a server that ignores Range) hands over each range, unsorted and
+    /// overlapping ones included, from one GET of the whole object; with a fingerprint that is
+    /// not the body's header's, nothing at all (`Error::Changed`).
+    #[test]
+    fn fetch_whole_cuts_ranges_out_of_one_body_after_its_header_passes() {
+        use object_store::memory::InMemory;
+        let object: Vec<u8> = (0..20_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let store = InMemory::new();
+        let path = ObjectPath::from("x.docstore");
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        runtime
+            .block_on(store.put(&path, object.clone().into()))
+            .unwrap();
+        let options = RemoteOptions::new(Vec::new(), None, Some(0)).unwrap();
+        let url = "http://127.0.0.1:1/x.docstore";
+        let remote = Remote::over(url, options, Arc::new(store)).unwrap();
+        let (_, pin) = remote.head(&path, url, 16).unwrap();
+        let ranges = vec![9_000..19_999, 0..512, 100..700, 5..6, 19_999..20_000];
+        let got = std::sync::Mutex::new(Vec::new());
+        let fingerprint = crate::format::header_checksum(&object[..crate::format::HEADER_SIZE]);
+        let requests = remote.stats.requests.load(Ordering::Relaxed);
+        (remote.fetch_whole(
+            &path,
+            url,
+            &pin,
+            Some(fingerprint),
+            ranges.clone(),
+            |r, b| {
+                got.lock().unwrap().push((r, b));
+                Ok(())
+            },
+        ))
+        .unwrap();
+        assert_eq!(remote.stats.requests.load(Ordering::Relaxed), requests + 1);
+        let mut got = got.into_inner().unwrap();
+        got.sort_by_key(|(r, _)| (r.start, r.end));
+        let mut want = ranges.clone();
+        want.sort_by_key(|r| (r.start, r.end));
+        assert_eq!(got.iter().map(|(r, _)| r.clone()).collect::<Vec<_>>(), want);
+        for (r, bytes) in &got {
+            assert_eq!(&bytes[..], &object[r.start as usize..r.end as usize]);
+        }
+        let handed = std::sync::atomic::AtomicBool::new(false);
+        let changed =
+            remote.fetch_whole(&path, url, &pin, Some(fingerprint ^ 1), ranges, |_, _| {
+                handed.store(true, Ordering::Relaxed);
+                Ok(())
+            });
+        assert!(matches!(changed, Err(Error::Changed(_))), "{changed:?}");
+        assert!(!handed.load(Ordering::Relaxed));
+    }
+
+    #[test]
+    fn sizes_read_in_their_unit() {
+        assert_eq!(mib(512), "512 bytes");
+        assert_eq!(mib(81_120), "79.2 KiB");
+        assert_eq!(mib(3 << 20), "3.0 MiB");
+        assert_eq!(mib(10 << 30), "10.0 GiB");
+    }
+
     #[test]
     fn durations_read_units_and_exponents_and_refuse_what_is_too_long() {
         let ok = |v: &str| duration("retry_timeout", v).unwrap();
