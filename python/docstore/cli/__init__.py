@@ -124,10 +124,15 @@ def make_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "export",
         help="print every document as JSON lines, in insertion order (bytes as base64, "
-        "NaN and infinities as strings)",
+        "NaN and infinities as strings), or write them to a Parquet file",
     )
     p.add_argument("store")
     p.add_argument("-o", "--output", help="write to a file instead of stdout")
+    p.add_argument(
+        "--format",
+        choices=("jsonl", "parquet"),
+        help="jsonl (the default) or parquet (default for an OUTPUT ending in .parquet; needs -o)",
+    )
     p.add_argument("--id-field", default="doc_id", help="name of the id in each record (default: doc_id)")
     _quiet(p)
     p.set_defaults(func=cmd_export)

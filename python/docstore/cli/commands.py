@@ -503,26 +503,56 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.id_field in store.fields:
         raise UsageError(f"--id-field {args.id_field!r} is already a field of the store")
     progress = False if args.quiet else None
+    fmt = args.format or ("parquet" if (args.output or "").endswith(".parquet") else "jsonl")
+    if fmt == "parquet" and not args.output:
+        raise UsageError("--format parquet writes a file: give it with -o OUTPUT")
     if not args.output:
         _write_docs(store, sys.stdout, args.id_field, progress)
         return 0
     if not is_url(args.store) and os.path.exists(args.output) and os.path.samefile(args.output, args.store):
         raise UsageError(f"{args.output} is the store being exported: export to another file")
-    _export_to(store, args.output, args.id_field, progress)
+    write = _write_parquet if fmt == "parquet" else _write_docs
+    _export_to(args.output, lambda out: write(store, out, args.id_field, progress), fmt == "parquet")
     return 0
 
 
-def _export_to(store: Any, output: str, id_field: str, progress: bool | None = False) -> None:
-    """Writes ``store``'s documents to the file ``output`` in one step: into a temporary file
-    beside it, renamed over it only once every document is written, so that a failure (a
-    damaged store, a full disk) leaves the file as it was. Through a symbolic link, the file it
-    names is replaced; what is not a regular file (``/dev/stdout``, a FIFO) is written as is."""
+def _write_parquet(store: Any, out: Any, id_field: str, progress: bool | None = False) -> None:
+    """The documents as one Parquet file, typed as ``store.to_arrow`` gives them (fixed shapes
+    as Arrow's fixed_shape_tensor, ``bfloat16[]`` widened exactly to float32), in row groups of
+    ``_PARQUET_ROWS``: the store is never held in memory whole."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise UsageError("writing parquet needs pyarrow: pip install pyarrow") from None
+    names = [id_field, *store.fields]
+    schema = store.to_arrow(rows=[]).rename_columns(names).schema
+    with (
+        pq.ParquetWriter(out, schema) as writer,
+        _progress.bar(len(store), "docs", progress, desc="export") as shown,
+    ):
+        for start in range(0, len(store), _PARQUET_ROWS):
+            table = store.to_arrow(rows=slice(start, start + _PARQUET_ROWS)).rename_columns(names)
+            writer.write_table(table)
+            shown.update(table.num_rows)
+
+
+# Documents per Parquet row group that export writes (and reads from the store at a time).
+_PARQUET_ROWS = 65536
+
+
+def _export_to(output: str, write: Any, binary: bool = False) -> None:
+    """Writes the file ``output`` (``write(file)``, the file opened ``binary`` or as text) in
+    one step: into a temporary file beside it, renamed over it only once every document is
+    written, so that a failure (a damaged store, a full disk) leaves the file as it was. Through
+    a symbolic link, the file it names is replaced; what is not a regular file
+    (``/dev/stdout``, a FIFO) is written as is."""
     import tempfile
 
     real = os.path.realpath(output)
+    how, encoding = ("wb", None) if binary else ("w", "utf-8")
     if os.path.exists(real) and not os.path.isfile(real):
-        with open(real, "w", encoding="utf-8") as out:
-            _write_docs(store, out, id_field, progress)
+        with open(real, how, encoding=encoding) as out:
+            write(out)
         return
     if os.path.exists(real):
         mode = os.stat(real).st_mode & 0o7777
@@ -534,8 +564,8 @@ def _export_to(store: Any, output: str, id_field: str, progress: bool | None = F
         prefix=f".{os.path.basename(real)}.", suffix=".export-tmp", dir=os.path.dirname(real)
     )
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            _write_docs(store, out, id_field, progress)
+        with os.fdopen(fd, how, encoding=encoding) as out:
+            write(out)
             out.flush()
             os.fchmod(out.fileno(), mode)
             os.fsync(out.fileno())
