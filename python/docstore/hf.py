@@ -1,5 +1,7 @@
 """Hugging Face ``datasets`` over a store: a streaming ``datasets.IterableDataset`` that reads the
-store in parallel chunks, for ``SentenceTransformerTrainer`` and anything else that takes one.
+store in parallel chunks, for ``SentenceTransformerTrainer`` and anything else that takes one
+(``to_iterable_dataset``), and a map-style ``datasets.Dataset`` of its documents, with their ids
+and types (``to_dataset``).
 
 >>> import docstore.hf
 >>> train = docstore.hf.to_iterable_dataset("pairs.docstore", {"anchor": "query", "positive": "text"},
@@ -94,6 +96,42 @@ def to_iterable_dataset(
     if not hasattr(dataset, "repeat"):
         raise ImportError(f"epochs={epochs} needs IterableDataset.repeat: pip install 'datasets>=3.4'")
     return dataset.repeat(epochs)
+
+
+def to_dataset(
+    store: DocStore | str | os.PathLike[str], columns: Sequence[str] | None = None, *, rows: Any = None
+) -> Any:
+    """A map-style ``datasets.Dataset`` of the store's documents (or those of ``rows``: a slice,
+    a ``range`` or positions), in the store's order: ``doc_id``, then ``columns`` (default:
+    every field). Its features come from the store's field types: ``str`` and ``bytes`` as
+    large strings and binaries, float32 and float16 arrays as ``List(Value("float32"))`` ...
+    (not widened), a fixed shape ``float32[2,3]`` as nested lists of those lengths
+    (``List(List(Value("float32"), length=3), length=2)``), a nullable field with ``None``
+    where it is null; ``bfloat16[]`` becomes float32 (exactly: Arrow has no bfloat16).
+
+    The table is built in memory, ``store.to_arrow(columns, rows=rows)`` with its fixed shapes
+    nested: for a corpus larger than memory, take ``rows`` in parts, or stream it with
+    ``to_iterable_dataset``."""
+    import datasets
+    import pyarrow as pa
+
+    if not isinstance(store, DocStore):
+        from ._store import open as open_store
+
+        store = open_store(store)
+    table = store.to_arrow(columns, rows=rows)
+    arrays = []
+    for column in table.columns:
+        column = column.combine_chunks()
+        if isinstance(column.type, pa.FixedShapeTensorType):
+            # datasets has no tensor type: lists of fixed lengths, one level a dimension.
+            shape, storage = list(column.type.shape), column.storage
+            nested = storage.values
+            for length in reversed(shape[1:]):
+                nested = pa.FixedSizeListArray.from_arrays(nested, length)
+            column = pa.FixedSizeListArray.from_arrays(nested, shape[0], mask=storage.is_null())
+        arrays.append(column)
+    return datasets.Dataset(pa.table(arrays, names=table.column_names))
 
 
 def _store_source(store: Any, columns: Sequence[str] | Mapping[str, str] | None) -> tuple[Any, list[str]]:
