@@ -230,6 +230,22 @@ def test_append_matches_fields_by_name(tmp_path):
     assert list(docstore.open(path).keys()) == ["a", "b"]
 
 
+def test_a_ragged_row_of_a_fixed_shape_is_refused_by_name(tmp_path):
+    """Never re-cut into the shape: rows [1, 2], [3, 4, 5], [6] into float32[2] are six
+    elements, three rows' worth."""
+    pa = pytest.importorskip("pyarrow")
+    ragged = [[1.0, 2.0], [3.0, 4.0, 5.0], [6.0]]
+    table = pa.table({"doc_id": ["a", "b", "c"], "v": pa.array(ragged, pa.list_(pa.float32()))})
+    with pytest.raises(docstore.FieldTypeError, match=r"doc 'b': field 'v' is float32\[2\].*shape \(3,\)"):
+        docstore_ray.write(
+            ray.data.from_arrow(table),
+            tmp_path / "c",
+            fields={"v": "float32[2]"},
+            ray_remote_args={"max_retries": 0},
+        )
+    assert os.listdir(tmp_path) == []
+
+
 def test_empty_dataset(tmp_path):
     empty = ray.data.from_arrow(arrow_table(make_docs(5)).slice(0, 0))
     store = write_blocks(empty, tmp_path / "a")

@@ -199,6 +199,16 @@ def test_append_matches_fields_by_name(spark, tmp_path):
     assert list(docstore.open(path).keys()) == ["a", "b"]
 
 
+def test_a_ragged_row_of_a_fixed_shape_is_refused_by_name(spark, tmp_path):
+    """Never re-cut into the shape: rows [1, 2], [3, 4, 5], [6] into float32[2] are six
+    elements, three rows' worth."""
+    ragged = [("a", [1.0, 2.0]), ("b", [3.0, 4.0, 5.0]), ("c", [6.0])]
+    df = spark.createDataFrame(ragged, "doc_id string, v array<float>")
+    with pytest.raises(docstore.FieldTypeError, match=r"doc 'b': field 'v' is float32\[2\].*shape \(3,\)"):
+        docstore_spark.write(df, tmp_path / "c", fields={"v": "float32[2]"})
+    assert os.listdir(tmp_path) == []
+
+
 def test_empty(spark, tmp_path):
     store = docstore_spark.write(frame(spark, {}, 2), tmp_path / "a")
     assert len(store) == 0 and store.fields == FIELDS
