@@ -796,7 +796,8 @@ def _build_from_arrow(
                 f"the data has a 'doc_id' column beside the id column {id_field!r}; 'doc_id' is the "
                 "name docstore gives the key, so rename or drop that column, or use it as id_field"
             )
-        fields = {f.name: _inferred(f, first) for f in schema if f.name != id_field}
+        whole = _all_rows(source, kind)
+        fields = {f.name: _inferred(f, first, whole) for f in schema if f.name != id_field}
     with Writer(path, fields, **options) as writer:
         if first is not None:
             for batch in itertools.chain([first], batches):
@@ -871,7 +872,8 @@ def _arrow_rows(
         schema = first.schema if first is not None else _hf_schema(source)
         if schema is None:
             raise SchemaError("no rows and no features to infer fields from; pass fields={...}")
-        fields = {f.name: _inferred(f, first) for f in schema if f.name != id_field}
+        whole = _all_rows(source, kind)
+        fields = {f.name: _inferred(f, first, whole) for f in schema if f.name != id_field}
     fields = dict(fields)
 
     def rows() -> Iterator[list[Any]]:
@@ -886,11 +888,26 @@ def _arrow_rows(
     return fields, rows()
 
 
-def _inferred(field: Any, first: Any) -> str:
-    """The type ``build`` infers for Arrow ``field``: nullable when the first batch holds a null
-    in its column (a later null in a field that is not is refused, naming it: pass
-    ``fields={name: "type?"}`` for a column whose nulls come later)."""
-    column = None if first is None else first.column(field.name)
+def _all_rows(source: Any, kind: str | None) -> Any:
+    """All of an Arrow source's data when it is at hand (a pyarrow table or batch, a map-style
+    Hugging Face dataset), None for a stream: so that a column with a null anywhere is nullable
+    from the start, not refused when its first null comes."""
+    import pyarrow as pa
+
+    if kind == "dataset":
+        return getattr(getattr(source, "data", None), "table", None)
+    if kind is None:
+        return source if isinstance(source, pa.Table) else pa.Table.from_batches([source])
+    return None
+
+
+def _inferred(field: Any, first: Any, whole: Any = None) -> str:
+    """The type ``build`` infers for Arrow ``field``: nullable when its column holds a null in
+    ``whole`` (all the data, when it is at hand) or else in the first batch (a stream's later
+    null in a field that is not is refused, naming it: pass ``fields={name: "type?"}`` for a
+    column whose nulls come later)."""
+    rows = whole if whole is not None and field.name in whole.column_names else first
+    column = None if rows is None else rows.column(field.name)
     return arrow_field_type(field.name, field.type, column)
 
 

@@ -44,3 +44,24 @@ def test_the_cli_infers_from_a_later_record(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert docstore.open(tmp_path / "s").fields == {"tags": "list[str]"}
+
+
+def test_a_null_late_in_a_table_makes_its_field_nullable_from_the_start(tmp_path):
+    """A table, a DataFrame or a map-style HF dataset is all at hand: a column with a null
+    anywhere is nullable, not refused when the batch holding the null comes (past 8,192 rows)."""
+    pa = pytest.importorskip("pyarrow")
+    n = 20_000
+    table = pa.table(
+        {
+            "doc_id": [f"d{i}" for i in range(n)],
+            "t": ["x" if i != 15_000 else None for i in range(n)],
+            "u": ["y"] * n,
+        }
+    )
+    sources = {"table": table, "frame": table.to_pandas()}
+    datasets = pytest.importorskip("datasets")
+    sources["hf"] = datasets.Dataset(table)
+    for name, source in sources.items():
+        store = docstore.build(tmp_path / name, source, batch_size=4096)
+        assert store.fields == {"t": "str?", "u": "str"}, name
+        assert store["d15000"].t is None and store["d14999"].t == "x"
