@@ -10,7 +10,7 @@ use crate::gil::others_may_wait;
 use crate::scratch::{with_single, Batches, Decoded};
 use crate::text::{no_texts, RecordTexts, Wants};
 use arc_swap::{ArcSwapOption, Guard};
-use docstore_core::record;
+use docstore_core::format::record;
 use docstore_core::repeats::{distinct, Seen};
 use docstore_core::storage::Source;
 use docstore_core::{Collection, DataAccess, Located, RemoteOptions};

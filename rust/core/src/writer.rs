@@ -6,19 +6,19 @@
 //! `keys::build`. Only a complete, checksummed and synced file is ever renamed to the target path,
 //! so a failure or a kill leaves nothing there.
 
-use crate::check;
 use crate::codec::{self, Compressor};
 use crate::columns::Columns;
 use crate::error::{Error, Result};
+use crate::format::check;
+use crate::format::record::{self, Value};
+use crate::format::schema::Schema;
+use crate::format::sections::SectionWriter;
 use crate::format::{self, Header, Section, SectionEntry, FLAG_SHARD_LOCATIONS, HEADER_SIZE};
 use crate::keys::build::{self, BlobLocations};
 use crate::keys::sort::KeySorter;
 use crate::parallel;
 use crate::platform;
-use crate::record::{self, Value};
 use crate::repeats::IdTable;
-use crate::schema::Schema;
-use crate::sections::SectionWriter;
 use rayon::prelude::*;
 use std::fs::File;
 use std::io::{BufWriter, Read, Seek, SeekFrom, Write};

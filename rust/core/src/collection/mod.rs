@@ -24,7 +24,7 @@ pub use seal::{append, check_replaceable, seal, seal_counting, Progress as SealP
 use dir::CollectionDir;
 
 use crate::error::{Error, Result};
-use crate::schema::Schema;
+use crate::format::schema::Schema;
 use crate::storage::source::{self, Source};
 use crate::storage::StoreFile;
 use crate::store::{self, DataAccess, Found, RecordBatch, Store};

@@ -44,9 +44,9 @@ mod search;
 mod verify;
 
 use crate::error::{Error, Result};
+use crate::format::schema::Schema;
 use crate::format::{Header, Section, HEADER_SIZE};
 use crate::pagecache;
-use crate::schema::Schema;
 use crate::storage::{remote::RemoteFile, Storage, StoreFile};
 use memmap2::Mmap;
 use std::fs::File;
