@@ -14,10 +14,12 @@
 //! storage, whose `Source` decides what a remote read needs besides (retries, fetching a batch
 //! at once, a whole copy to verify).
 
+mod batch;
 mod dir;
 mod manifest;
 mod seal;
 
+pub use batch::{LocatedChunk, RunChunks};
 pub use manifest::{FileEntry, Manifest, MANIFEST};
 pub use seal::{append, check_replaceable, seal, seal_counting, Progress as SealProgress};
 
