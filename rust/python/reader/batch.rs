@@ -212,14 +212,13 @@ impl Reader {
                 Ok(())
             };
             let mut no_scratch = Vec::<()>::new();
-            let mut run = Chunked {
+            let run = &mut Chunked {
                 py,
                 scratch: &mut no_scratch,
                 then,
             };
             let confirm = |items: LocatedChunk<'_, '_>, _: &mut ()| store.confirm_located(items);
-            store.search_in_chunks(&keys, &mut run, confirm)?;
-            drop(run);
+            store.search_in_chunks(&keys, run, confirm)?;
             Ok(PyArray1::from_vec(py, positions))
         })
     }
