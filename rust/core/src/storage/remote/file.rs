@@ -360,7 +360,7 @@ struct Conn {
 pub struct Remote {
     /// The URL as given, credentials included: only the client's builder sees it.
     url: url::Url,
-    /// The URL as shown in messages (`super::url::redact`).
+    /// The URL as shown in messages (`crate::storage::url::redact`).
     shown: String,
     scheme: ObjectStoreScheme,
     options: RemoteOptions,
@@ -513,7 +513,7 @@ impl Remote {
             _ => (ErrorKind::Other, format!("{url}{what}: {e}")),
         };
         // object_store's message may show the URL it requested, userinfo included.
-        Error::Io(std::io::Error::new(kind, super::url::redact_text(&message)))
+        Error::Io(std::io::Error::new(kind, crate::storage::url::redact_text(&message)))
     }
 }
 
@@ -554,9 +554,9 @@ impl Remote {
         options: RemoteOptions,
         given: Option<Arc<dyn ObjectStore>>,
     ) -> Result<Arc<Remote>> {
-        let shown = super::url::redact(url);
+        let shown = crate::storage::url::redact(url);
         let bad =
-            |e: &dyn std::fmt::Display| invalid(super::url::redact_text(&format!("{shown}: {e}")));
+            |e: &dyn std::fmt::Display| invalid(crate::storage::url::redact_text(&format!("{shown}: {e}")));
         let parsed = url::Url::parse(url).map_err(|e| bad(&e))?;
         let (scheme, _) = ObjectStoreScheme::parse(&parsed).map_err(|e| bad(&e))?;
         if matches!(scheme, ObjectStoreScheme::Local | ObjectStoreScheme::Memory) {
@@ -630,7 +630,7 @@ impl Remote {
     /// The object path of `url` (a URL under this remote's).
     pub fn path_of(&self, url: &str) -> Result<ObjectPath> {
         let bad =
-            |e: &dyn std::fmt::Display| invalid(super::url::redact_text(&format!("{url}: {e}")));
+            |e: &dyn std::fmt::Display| invalid(crate::storage::url::redact_text(&format!("{url}: {e}")));
         let parsed = url::Url::parse(url).map_err(|e| bad(&e))?;
         let (_, path) = ObjectStoreScheme::parse(&parsed).map_err(|e| bad(&e))?;
         Ok(path)
@@ -644,7 +644,7 @@ impl Remote {
         let options = &self.options.storage_options;
         let unknown = |key: &str| invalid(format!("unknown storage option {key:?} for {shown}"));
         let built =
-            |e: object_store::Error| invalid(super::url::redact_text(&format!("{shown}: {e}")));
+            |e: object_store::Error| invalid(crate::storage::url::redact_text(&format!("{shown}: {e}")));
         let retry = self.options.retry_config();
         // Each builder starts from the environment, then takes the options one by one: never
         // `with_client_options`, which would drop what came from the environment.
@@ -674,7 +674,7 @@ impl Remote {
                     let endpoint = b.get_config_value(&K::Endpoint).unwrap_or_default();
                     let allowed = b.get_config_value(&K::Client(ClientConfigKey::AllowHttp));
                     if endpoint.starts_with("http://") && allowed.as_deref() != Some("true") {
-                        return Err(invalid(super::url::redact_text(&format!(
+                        return Err(invalid(crate::storage::url::redact_text(&format!(
                             "{shown}: the endpoint {endpoint} is plain http://, which S3 clients \
                              refuse unless told: set AWS_ALLOW_HTTP=true in the environment (or \
                              storage_options={{\"allow_http\": \"true\"}}), or use https://"

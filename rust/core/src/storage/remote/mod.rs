@@ -1,0 +1,6 @@
+//! Remote stores (see `file`).
+
+mod file;
+mod rent;
+
+pub use file::*;
