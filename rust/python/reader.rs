@@ -196,7 +196,7 @@ impl Reader {
         pos: u64,
     ) -> PyResult<Bound<'py, PyAny>> {
         // A remote store may fetch (its bytes evicted since, or healed): with Python released.
-        let key = match store.source().fetches() {
+        let key = match store.may_block() {
             true => py.detach(|| store.key_at_after_read(pos)),
             false => store.key_at_after_read(pos),
         };
@@ -552,7 +552,7 @@ impl Reader {
             // A remote batch is searched whole first, so that its fetches are a few rounds for
             // the whole batch. A local one is searched chunk by chunk where each chunk is read:
             // one pass over the pool, not two (each pass waits for the pool's threads to wake).
-            match store.source().fetches() {
+            match store.may_block() {
                 true => {
                     let items = py.detach(|| store.locate_batch(&keys)).py_err(py)?;
                     let read = |items: &[(&[u8], Option<Located>)], decoded: &mut Decoded| {
@@ -585,7 +585,7 @@ impl Reader {
         let select = self.select(py, field, fields)?;
         let pos = Self::resolve_position(store, position_arg(index)?)?;
         guard(py, || {
-            if !others_may_wait(py, store.source().fetches()) {
+            if !others_may_wait(py, store.may_block()) {
                 // Alone (`gil`): built from the record where it was decoded, without a copy.
                 let key = || Self::key_object(py, store, pos);
                 let build = |raw: &[u8]| self.build(py, store, &select, key, raw, no_texts());
@@ -856,7 +856,7 @@ impl Reader {
             return Ok(None);
         };
         guard(py, || {
-            if !others_may_wait(py, store.source().fetches()) {
+            if !others_may_wait(py, store.may_block()) {
                 // Alone (`gil`): built from the record where it was decoded, without a copy.
                 let key = || Ok(key.clone().into_any());
                 let build = |_, raw: &[u8]| self.build(py, store, select, key, raw, no_texts());
@@ -894,7 +894,7 @@ fn locate<'k>(
     store: &Collection,
     keys: &[&'k [u8]],
 ) -> docstore_core::Result<Vec<(&'k [u8], Option<Located>)>> {
-    if store.source().fetches() {
+    if store.may_block() {
         return store.locate_batch(keys);
     }
     let mut parts = in_chunks(keys, &mut Vec::<()>::new(), |chunk, _| {
