@@ -20,7 +20,6 @@ pub mod cache;
 mod local;
 pub(crate) mod pagecache;
 pub mod remote;
-mod rent;
 pub mod source;
 mod tier;
 pub mod url;
