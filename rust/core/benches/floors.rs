@@ -25,7 +25,7 @@
 //! a floor must not inherit docstore's own overheads.
 
 use docstore_core::format::check;
-use docstore_core::{codec, Mmap, Store};
+use docstore_core::{codec, Store, StoreFile};
 use std::hint::black_box;
 use std::os::raw::{c_char, c_int};
 use std::time::Instant;
@@ -122,7 +122,7 @@ struct Lookups<'a> {
     raw_bytes: usize,
 }
 
-fn lookups<'a>(store: &'a Store<Mmap>, keys: Vec<String>) -> Lookups<'a> {
+fn lookups<'a>(store: &'a Store<StoreFile>, keys: Vec<String>) -> Lookups<'a> {
     let positions: Vec<u64> = keys
         .iter()
         .map(|k| {

@@ -10,7 +10,7 @@ mod encoder;
 pub mod error;
 pub mod format;
 pub mod keys;
-mod pagecache;
+
 pub mod parallel;
 pub mod platform;
 mod prefetch;
