@@ -468,9 +468,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     store = open_store(args.store)
     start = time.perf_counter()
     _progress.verify(store, False if args.quiet else None)
-    took = time.perf_counter() - start
-    print(f"OK: {_redact_urls(args.store)} ({len(store):,} docs, every byte checked in {took:.2f}s)")
-    return 0
+    return _done("OK: {store}", args.store, len(store), "every byte checked", start)
 
 
 def cmd_upgrade(args: argparse.Namespace) -> int:
@@ -486,10 +484,16 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
         new = upgrade(args.store, args.output, overwrite=args.overwrite, progress=progress)
     else:
         new = upgrade(args.store, progress=progress)
-    print(
-        f"{_redact_urls(args.output or args.store)}: format {version} -> {new.info()['format_version']} "
-        f"({len(new):,} docs, verified and rewritten in {time.perf_counter() - start:.2f}s)"
-    )
+    line = f"{{store}}: format {version} -> {new.info()['format_version']}"
+    return _done(line, args.output or args.store, len(new), "verified and rewritten", start)
+
+
+def _done(line: str, store: str, docs: int, what: str, start: float) -> int:
+    """Prints the line a command on ``store`` ends with: ``line``, ``{store}`` in it standing for
+    the path or URL (without the secrets a URL may carry), then the documents and what was done
+    to them, in how long; returns the command's exit status."""
+    took = time.perf_counter() - start
+    print(f"{line.format(store=_redact_urls(store))} ({docs:,} docs, {what} in {took:.2f}s)")
     return 0
 
 
