@@ -390,8 +390,7 @@ def read(
         if isinstance(columns, str):
             raise InvalidArgumentError(f"columns must be a list of field names, got one str {columns!r}")
         strings["columns"] = ",".join(columns)
-    parsed = _spark_read.parse_options({**strings, "path": path})
-    _spark_read.check_columns(parsed.spec.plan()[1], parsed.columns)  # an unknown column: SchemaError, here
+    _spark_read.parse_options({**strings, "path": path}).plan()  # a bad option or column: refused here
     return spark.read.format("docstore").options(**strings).load(path)
 
 
