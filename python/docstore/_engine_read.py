@@ -272,14 +272,13 @@ class named:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: Any, error: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, kind: Any, error: BaseException | None, tb: Any) -> None:
         if isinstance(error, StoreChangedError):
             self.spec.forget()  # a remote store replaced under its reader: the next job reopens it
         if isinstance(error, DocstoreError) and self.where not in str(error):
             renamed = copy.copy(error)
             renamed.args = (f"{self.where}: {error}",)
             raise renamed from error
-        return False
 
 
 @dataclass(frozen=True)
@@ -456,8 +455,8 @@ def lookup_table(
     found = positions >= 0
     if missing == "error" and not found.all():
         absent = [values[i] for i in np.flatnonzero(~found)[:5]]
-        also = len(damaged) + len(damaged_ids)
-        also = f" ({also} of them damaged, skipped)" if also else ""
+        skipped = len(damaged) + len(damaged_ids)
+        also = f" ({skipped} of them damaged, skipped)" if skipped else ""
         raise KeyError(
             f"{spec.label()}: {int((~found).sum())} id(s) of column {id_column!r} not in the store{also}, "
             f"first {absent}; pass missing='null' or missing='drop' to keep going"

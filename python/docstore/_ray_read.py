@@ -54,14 +54,14 @@ class DocstoreDatasource(Datasource):
         on_corrupt: str = "raise",
         **open_options: Any,
     ) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # Ray's is not annotated
         self.reader, store = EngineReader.plan(
             StoreSpec.of(path, open_options), columns, block_rows, on_corrupt
         )
         self.schema = arrow_schema(self.reader.fields, self.reader.columns)
         info = store.info()
         share = (len(self.reader.columns) + 1) / (len(self.reader.fields) + 1)  # a rough share of the bytes
-        self._size = int(info["raw_bytes"] * share) + 16 * info["count"]
+        self._size: int = int(info["raw_bytes"] * share) + 16 * info["count"]
 
     def get_name(self) -> str:
         return "Docstore"
@@ -140,7 +140,8 @@ def read(
     with warnings.catch_warnings():
         # Ray 2.5x deprecates ray_remote_args for reads, but has no named max_retries yet.
         warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
-        return ray.data.read_datasource(source, **kwargs)
+        dataset: ray.data.Dataset = ray.data.read_datasource(source, **kwargs)
+        return dataset
 
 
 class _Lookup:

@@ -56,7 +56,7 @@ DEFAULT_SHARD_BYTES = 128 << 20
 DEFAULT_RAY_REMOTE_ARGS: dict[str, Any] = {"max_retries": 3, "retry_exceptions": True}
 
 
-class DocstoreDatasink(Datasink):
+class DocstoreDatasink(Datasink[Any]):
     """A Ray Data ``Datasink`` writing a docstore collection at ``path``.
 
     ``id_field`` names the column of doc ids (strings); ``fields`` maps the columns to store to

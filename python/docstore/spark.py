@@ -85,7 +85,7 @@ class DocstoreDataSource(DataSource):
     def name(cls) -> str:
         return "docstore"
 
-    def schema(self) -> str:
+    def schema(self) -> Any:  # a StructType
         from ._spark_read import schema
 
         return schema(dict(self.options))

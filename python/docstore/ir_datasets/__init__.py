@@ -38,7 +38,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 try:
     import ir_datasets
@@ -170,7 +170,7 @@ def _hint(message: str, schema: _Schema) -> str:
     return message
 
 
-def load(dataset_or_id: Any, store: Any, *, read: str = "mmap") -> DocstoreDataset:
+def load(dataset_or_id: Any, store: Any, *, read: Literal["mmap", "pread"] = "mmap") -> DocstoreDataset:
     """``ir_datasets.load(dataset_id)`` (or the dataset object given) with its documents read from
     ``store`` (a path, or an open :class:`docstore.DocStore`) built by :func:`build`.
 

@@ -74,7 +74,7 @@ class DocstoreDocsIter:
         return f"<DocstoreDocsIter {os.fspath(self._docs._store.path)!r} [{s.start}:{s.stop}:{s.step or 1}]>"
 
 
-class DocstoreDocstore(_IrdsDocstore):
+class DocstoreDocstore(_IrdsDocstore):  # type: ignore[misc]  # ir_datasets has no types
     """What ``docs_store()`` returns: ir_datasets' docstore API over a docstore store.
 
     ``get(doc_id, field=None)`` raises ``KeyError('doc_id=... not found')`` for a missing id, as
@@ -149,7 +149,7 @@ class DocstoreDocstore(_IrdsDocstore):
 _MISSING = object()
 
 
-class DocstoreDocs(BaseDocs):
+class DocstoreDocs(BaseDocs):  # type: ignore[misc]  # ir_datasets has no types
     """The docs handler of a :class:`DocstoreDataset`: ``docs_iter()``, ``docs_store()``,
     ``docs_count()``, ``docs_cls()`` over a store; language and namespace are the dataset's."""
 
@@ -193,7 +193,7 @@ class DocstoreDocs(BaseDocs):
         return namespace() if namespace is not None else None
 
 
-class DocstoreDataset(ir_datasets.Dataset):
+class DocstoreDataset(ir_datasets.Dataset):  # type: ignore[misc]  # ir_datasets has no types
     """``ir_datasets.load(dataset_id)`` with its documents served from a store: an
     ``ir_datasets.Dataset`` whose docs handler is a :class:`DocstoreDocs` and whose every other
     attribute (queries, qrels, scoreddocs, docpairs, metadata, dataset_id ...) is the real

@@ -77,7 +77,7 @@ def _converter(tp: Any, where: str) -> Decoder | None:
         if missing:
             raise _unannotated(f"{where}.{missing[0]}", tp)
         convs = [_converter(hints[f], f"{where}.{f}") for f in tp._fields]
-        make = tp._make
+        make: Decoder = tp._make
         if not any(convs):
             return make
         return lambda v: make([x if c is None else c(x) for c, x in zip(convs, v)])
