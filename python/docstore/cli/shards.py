@@ -229,8 +229,10 @@ def build_shards(group: int, shards: list[tuple[str, list[Piece]]], *args: Any) 
     the shared first failed group to ``group`` (a race between two failing workers may leave
     the later one's: then fewer workers stop, which costs time, not the report). Returns the
     number of repeated ids its shards dropped (``on_duplicate`` "first" or "last")."""
-    global _GROUP
-    _GROUP = group
+    global _GROUP, _DROPPED
+    # A worker process may run several groups (the pool hands a free worker the next group):
+    # each returns its own shards' repeats only.
+    _GROUP, _DROPPED = group, 0
     *rest, threads = args
     try:
         for path, pieces in shards:
