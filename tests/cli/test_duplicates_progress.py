@@ -126,11 +126,13 @@ def test_build_shards_applies_the_policy_within_and_across_shards(tmp_path, poli
     assert ("dropped 3 documents" if policy == "first" else "replaced 3 documents") in result.stdout
 
 
-def test_a_worker_that_builds_two_groups_counts_each_groups_repeats_once(tmp_path):
+def test_a_worker_that_builds_two_groups_counts_each_groups_repeats_once(tmp_path, monkeypatch):
     """The pool may hand one worker process a second group (a loaded machine did, and the build
     said "dropped 4 documents" for 3): each group returns its own shards' repeats only."""
     from docstore.cli import shards
 
+    for name in ("_GROUP", "_DROPPED"):  # this process's, restored for the tests that follow
+        monkeypatch.setattr(shards, name, getattr(shards, name))
     (tmp_path / "in0.tsv").write_text("doc_id\ttext\na\t1\nb\t2\na\t3\n")
     (tmp_path / "in1.tsv").write_text("doc_id\ttext\nc\t4\n")
     args = ({"text": "str"}, "doc_id", None, None, None, {"tsv": {}}, "first", None, None)
