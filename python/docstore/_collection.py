@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterable
+from typing import Literal
 
 from . import _docstore, _progress
 from ._staging import Staging
@@ -25,7 +26,7 @@ def seal(
     *,
     overwrite: bool = False,
     append: bool = False,
-    read: str = "mmap",
+    read: Literal["mmap", "pread"] = "mmap",
     on_duplicate: str = "error",
     progress: bool | None = False,
 ) -> DocStore:

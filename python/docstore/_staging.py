@@ -66,7 +66,7 @@ def sweep(parent: str, prefix: str) -> list[str]:
     """Removes the directories ``PREFIX<suffix>`` in ``parent`` (a suffix of letters, digits and
     ``_``) whose lock is free: left by killed jobs. Returns their paths."""
     pattern = re.compile(re.escape(prefix) + r"[0-9A-Za-z_]+")
-    removed = []
+    removed: list[str] = []
     try:
         names = os.listdir(parent)
     except OSError:

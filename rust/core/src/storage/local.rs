@@ -98,13 +98,15 @@ impl Local {
     /// When the batch looks uncached (by a sample), asks for all its pages at once, round by
     /// round (a round's places are read from the pages the round before asked for).
     pub fn advise(&self, plan: &dyn Plan) {
-        if plan.len() < PREFETCH_MIN {
+        if plan.reads() < PREFETCH_MIN {
             return;
         }
         let map = &self.map[..];
         let sample = plan.sample();
         let cached = || {
-            sample.is_none_or(|r| r.start >= map.len() as u64 || pagecache::resident(map, r.start as usize))
+            sample.is_none_or(|r| {
+                r.start >= map.len() as u64 || pagecache::resident(map, r.start as usize)
+            })
         };
         if !self.cold.is_cold(cached) {
             return;

@@ -63,7 +63,7 @@ pub struct Region {
 /// plan once (`store/plan.rs`); each tier runs it its own way (`Storage::prepare`).
 pub trait Plan {
     /// Reads of the batch (what a tier weighs before hinting).
-    fn len(&self) -> usize;
+    fn reads(&self) -> usize;
     /// Rounds of dependent reads.
     fn rounds(&self) -> usize;
     /// Calls `each` with every range round `round` reads.
@@ -238,7 +238,9 @@ pub(crate) fn fetch_missing<S: Storage + ?Sized>(
 pub(crate) fn plan_lacks<S: Storage + ?Sized>(storage: &S, plan: &dyn Plan) -> bool {
     (0..plan.rounds()).any(|round| {
         let mut missing = false;
-        plan.each(round, &mut |r| missing |= !r.is_empty() && !storage.present(r));
+        plan.each(round, &mut |r| {
+            missing |= !r.is_empty() && !storage.present(r)
+        });
         missing
     })
 }

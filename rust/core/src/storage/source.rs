@@ -97,7 +97,10 @@ impl Source {
 
     /// What `files` hold in the node cache, and what its directory holds in all (`None` for
     /// local files).
-    pub fn cache_usage<'a>(&self, files: impl Iterator<Item = &'a StoreFile>) -> Option<(u64, u64)> {
+    pub fn cache_usage<'a>(
+        &self,
+        files: impl Iterator<Item = &'a StoreFile>,
+    ) -> Option<(u64, u64)> {
         self.remote.as_ref()?;
         let (mut held, mut usage) = (0u64, 0u64);
         for file in files.filter_map(StoreFile::remote_file) {

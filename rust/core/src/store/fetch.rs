@@ -53,7 +53,10 @@ impl<B: Storage> Store<B> {
         wants: impl IntoIterator<Item = (Section, Range<usize>)>,
     ) -> Result<()> {
         // Present ranges are only stamped (no allocation: a warm batch passes through here).
-        storage::fetch_missing(&self.buf, wants.into_iter().map(|(s, r)| self.in_file(s, r)))
+        storage::fetch_missing(
+            &self.buf,
+            wants.into_iter().map(|(s, r)| self.in_file(s, r)),
+        )
     }
 
     /// Whether the common prefix is readable: always, but for a remote store before its first

@@ -54,8 +54,8 @@ use std::path::Path;
 use std::sync::atomic::{self, AtomicBool};
 use xxhash_rust::xxh3::xxh3_64;
 
-pub(crate) use pipeline::read_pipelined;
 pub use crate::storage::DataAccess;
+pub(crate) use pipeline::read_pipelined;
 pub use records::RecordBatch;
 
 /// A document to read: its position and, when a key index entry gave it (format v3), where its
@@ -311,7 +311,9 @@ impl<B: Storage> Store<B> {
         let prefix = store.in_file(Section::Keys, store.common_prefix.clone());
         store.buf.pin(std::slice::from_ref(&prefix));
         let at_hand = prefix.is_empty() || store.buf.present(prefix);
-        store.prefix_fetched.store(at_hand, atomic::Ordering::Release);
+        store
+            .prefix_fetched
+            .store(at_hand, atomic::Ordering::Release);
         Ok(store)
     }
 
@@ -378,7 +380,9 @@ fn regions(header: &Header, fingerprint: u64) -> Regions {
         fingerprint,
         // What opening a remote store reads past its first bytes: the key fences (one
         // request), and the schema and the dictionary where they do not fit the first request.
-        pinned: [Section::Schema, Section::Dictionary, Section::KeyFences].map(region).to_vec(),
+        pinned: [Section::Schema, Section::Dictionary, Section::KeyFences]
+            .map(region)
+            .to_vec(),
         index: Section::INDEX.map(region).to_vec(),
         documents: region(Section::Data),
     }

@@ -76,7 +76,7 @@ impl<B: Storage> IndexPlan<'_, '_, B> {
 }
 
 impl<B: Storage> Plan for IndexPlan<'_, '_, B> {
-    fn len(&self) -> usize {
+    fn reads(&self) -> usize {
         self.keys.len()
     }
 

@@ -158,7 +158,7 @@ pub(crate) struct BatchPlan<'s, B, I> {
 }
 
 impl<B: Storage, I: Iterator<Item = Found> + Clone> Plan for BatchPlan<'_, B, I> {
-    fn len(&self) -> usize {
+    fn reads(&self) -> usize {
         self.len
     }
 
