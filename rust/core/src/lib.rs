@@ -6,11 +6,9 @@ pub mod codec;
 pub mod collection;
 pub mod columns;
 mod dictionary;
-mod encoder;
 pub mod error;
 pub mod format;
 pub mod keys;
-
 pub mod parallel;
 pub mod platform;
 mod prefetch;
