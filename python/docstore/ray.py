@@ -27,6 +27,7 @@ from ray.data import Datasink
 from ray.data.block import BlockAccessor
 
 from ._arrow import schema_fields
+from ._docstore import Staging
 from ._engines import (
     DICTIONARY_SAMPLE_ROWS,
     appended_fields,
@@ -41,7 +42,6 @@ from ._engines import (
     shared_dictionary,
     write_shard,
 )
-from ._staging import Staging
 from ._store import DocStore
 from .errors import DocstoreError, SchemaError
 
@@ -182,7 +182,7 @@ class DocstoreDatasink(Datasink):
 
     def _release_staging(self) -> None:
         """Removes the staging directory, then lets its lock go."""
-        remove_staging(self._staging_lock or self._staging)
+        remove_staging(self.path, self._staging_lock or self._staging)
         self._staging = self._staging_lock = None
 
 

@@ -17,6 +17,7 @@ pub mod planes;
 pub mod platform;
 mod prefetch;
 pub mod process;
+pub mod publish;
 pub mod record;
 pub mod repeats;
 pub mod schema;
