@@ -11,11 +11,13 @@ See ``docstore.open``, ``docstore.Writer``, ``docstore.build`` and ``docstore.Do
 from __future__ import annotations
 
 from . import errors
+from ._build import build, train_dictionary
 from ._collection import seal
 from ._doc import Doc
 from ._docstore import FORMAT_VERSION, get_num_threads, set_num_threads
 from ._store import DocStore, open
-from ._writer import Writer, build, train_dictionary, upgrade
+from ._upgrade import upgrade
+from ._writer import Writer
 from .errors import *  # noqa: F403 - the exception classes, listed in errors.__all__
 
 __version__ = "0.1.0"

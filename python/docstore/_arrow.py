@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -128,11 +128,7 @@ def schema_fields(schema: Any, id_field: str, fields: Mapping[str, str] | None =
         if missing:
             raise SchemaError(f"the data has no column for field(s) {missing} (columns: {names})")
         return fields
-    if id_field != "doc_id" and "doc_id" in names:
-        raise SchemaError(
-            f"the data has a 'doc_id' column beside the id column {id_field!r}; 'doc_id' is the name "
-            "docstore gives the key, so rename or drop that column, or use it as id_field"
-        )
+    check_no_doc_id_beside(id_field, names)
     result = {}
     for field in schema:
         if field.name == id_field:
@@ -145,6 +141,23 @@ def schema_fields(schema: Any, id_field: str, fields: Mapping[str, str] | None =
             )
         result[field.name] = kind
     return result
+
+
+def check_no_doc_id_beside(
+    id_field: str | None, names: Collection[str], *, what: str = "column", use: str = "use it as id_field"
+) -> None:
+    """Refuses data with a ``doc_id`` column (``what``: or field) that is not its id column:
+    the store calls every key ``doc_id``, so no field may have that name. Said in the user's
+    terms (``use``: how they name the id column), not the Writer's, which would speak of a
+    field name the user never chose. The one check of ``build``, the engines and the CLI."""
+    if id_field == "doc_id" or "doc_id" not in names:
+        return
+    data = "the records have" if what == "field" else "the data has"
+    beside = f"the id {what} {id_field!r}" if id_field is not None else "its rows numbered (id_field=None)"
+    raise SchemaError(
+        f"{data} a 'doc_id' {what} beside {beside}; 'doc_id' is the name docstore gives the key, "
+        f"so rename or drop that {what}, or {use}"
+    )
 
 
 def prepare(batch: Any, id_field: str, fields: Mapping[str, str]) -> Any:

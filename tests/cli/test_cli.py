@@ -458,7 +458,7 @@ BUILD_REFUSALS = [
         "key2.jsonl",
         '{"doc_id": "a", "text": "x"}\n',
         ["--id-field", "text", "--fields", "t:str"],
-        "rename or drop that field (or use it as the key: --id-field doc_id)",
+        "rename or drop that field, or use it as the key: --id-field doc_id",
     ),
 ]
 
@@ -492,7 +492,7 @@ def test_build_parquet_takes_field_types_from_the_arrow_schema(capsys, tmp_path)
     import numpy as np
     import pyarrow as pa
 
-    from docstore._writer import ARRAY_DTYPES
+    from docstore._docstore import ARRAY_DTYPES
 
     # every element type a field may have (float16 below; Arrow has no bfloat16)
     elements = [e for e in ARRAY_DTYPES if e not in ("float16", "bfloat16")]

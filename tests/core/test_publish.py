@@ -134,12 +134,12 @@ def test_publish_file_publishes_only_a_store(tmp_path):
 # the ids it appends to, until "b" has either read them too (the race: both miss each other's
 # documents) or is about to wait for the target's lock (read under it: "b" then reads a's).
 def _append(target: str, shard: str, role: str, a_read: object, b_ready: object, result: str) -> None:
-    from docstore import _writer
+    from docstore import _collection
 
-    note_repeats = _writer._note_repeats
+    note_repeats = _collection._note_repeats
 
     def after_reading_the_ids(*args: object) -> None:
-        _writer._note_repeats = note_repeats  # once
+        _collection._note_repeats = note_repeats  # once
         if role == "a":
             a_read.set()  # type: ignore[attr-defined]
             assert b_ready.wait(60)  # type: ignore[attr-defined]
@@ -147,15 +147,15 @@ def _append(target: str, shard: str, role: str, a_read: object, b_ready: object,
             b_ready.set()  # type: ignore[attr-defined]
         note_repeats(*args)
 
-    _writer._note_repeats = after_reading_the_ids
-    lock_target = getattr(_writer._docstore, "lock_target", None)
+    _collection._note_repeats = after_reading_the_ids
+    lock_target = getattr(_collection._docstore, "lock_target", None)
     if role == "b" and lock_target is not None:
 
         def waiting_for_the_lock(path: str) -> object:
             b_ready.set()  # type: ignore[attr-defined]
             return lock_target(path)
 
-        _writer._docstore.lock_target = waiting_for_the_lock
+        _collection._docstore.lock_target = waiting_for_the_lock
     try:
         docstore.seal(target, [shard], append=True, on_duplicate="first")
         outcome = "ok"

@@ -534,7 +534,7 @@ def _no_row_path(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("an Arrow batch took the value-by-value path")
 
-    monkeypatch.setattr(_writer, "_as_list", refuse)
+    monkeypatch.setattr(_writer, "as_list", refuse)
     monkeypatch.setattr(docstore.Writer, "_add_columns", refuse)
 
 

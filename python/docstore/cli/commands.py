@@ -20,9 +20,11 @@ import numpy as np
 
 from .. import Writer, _progress, seal, upgrade
 from .. import open as open_store
+from .._arrow import check_no_doc_id_beside
+from .._build import INFER_RECORDS, infer_fields
+from .._collection import seal_without_repeats
 from .._docstore import FORMAT_VERSION, _redact_urls, check_replaceable
 from .._store import is_url
-from .._writer import INFER_RECORDS, infer_fields, seal_without_repeats
 from ..errors import DuplicateKeyError, InvalidKeyError, SchemaError
 from .inputs import (
     FLOAT_SIZES,
@@ -96,7 +98,11 @@ def cmd_build(args: argparse.Namespace) -> int:
             raise UsageError(f"{what}; pass --fields, e.g. --fields text:str,n:int64") from None
         if all(fmt in ("csv", "tsv") for _, _, _, fmt in ahead):
             fields = _numbers_in_text(fields, [record for _, record, _, _ in ahead], args.id_field)
-    _check_no_doc_id_beside(args.id_field, fields, sample)
+    try:
+        names = {*fields, *(sample or ())}
+        check_no_doc_id_beside(args.id_field, names, what="field", use="use it as the key: --id-field doc_id")
+    except SchemaError as exc:
+        raise UsageError(str(exc)) from None
     # Text formats carry every value as a string; JSON carries bytes as base64 strings.
     coerce = {
         "tsv": {n: t for n, t in fields.items() if t != "str"},
@@ -338,16 +344,6 @@ def _check_build_args(args: argparse.Namespace, columns: list[str] | None, forma
         for path in args.inputs:
             if path != "-" and os.path.exists(path) and os.path.samefile(path, args.output):
                 raise UsageError(f"{args.output} is also an input: the store would replace it")
-
-
-def _check_no_doc_id_beside(id_field: str, fields: dict[str, str], sample: dict[str, Any] | None) -> None:
-    """The store calls every key 'doc_id', so no field may have that name; say so in the user's
-    terms rather than the Writer's, which speaks of a name they never chose."""
-    if id_field != "doc_id" and ("doc_id" in fields or (sample is not None and "doc_id" in sample)):
-        raise UsageError(
-            f"the records have a 'doc_id' field beside the id field {id_field!r}; 'doc_id' is the name "
-            "docstore gives the key, so rename or drop that field (or use it as the key: --id-field doc_id)"
-        )
 
 
 def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:

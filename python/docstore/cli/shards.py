@@ -17,8 +17,8 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Optional
 
 from .. import Writer, _progress, seal, set_num_threads
+from .._collection import seal_without_repeats
 from .._docstore import Staging, train_dictionary
-from .._writer import seal_without_repeats
 from ..errors import DocstoreError, InvalidKeyError, SchemaError
 from .inputs import GZIP_ERRORS, UsageError, coerce_record, is_gzip, read_records, unreadable, where
 

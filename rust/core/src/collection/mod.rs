@@ -244,6 +244,26 @@ impl Collection {
         &self.source
     }
 
+    /// Whether a read may wait on the network (a remote location): the one question about
+    /// where bytes live that a caller asks, to let others run meanwhile (the bindings release
+    /// Python's GIL). Everything else about the tiers is decided below this type.
+    #[inline(always)]
+    pub fn may_block(&self) -> bool {
+        self.source.fetches()
+    }
+
+    /// The node cache's bytes: what this collection's files hold there, and what the cache
+    /// directory holds in all (`None` for local files).
+    pub fn cache_usage(&self) -> Option<(u64, u64)> {
+        self.source.stats()?;
+        let (mut held, mut usage) = (0u64, 0u64);
+        for file in self.files().filter_map(Store::remote_file) {
+            held += file.cache().held();
+            usage = file.cache().usage();
+        }
+        Some((held, usage))
+    }
+
     /// Every file read: the global id index, if any, then the shards.
     fn files(&self) -> impl Iterator<Item = &Store<StoreFile>> + Clone {
         self.index().into_iter().chain(&self.shards)
