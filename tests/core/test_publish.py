@@ -247,7 +247,6 @@ if how == "writer":
     writer = docstore.Writer(target, {"text": "str"})
     for i in range(20_000):
         writer.add(f"d{i}", text="some words " * 10)
-    writer.flush()
 else:  # a Python writer's staging (build --shards, upgrade, the engines)
     staging = Staging(target)
     docstore.build(os.path.join(staging.path, "part-00000.docstore"), [{"doc_id": "a", "text": "1"}])
