@@ -26,7 +26,7 @@ pub struct Staging {
 
 /// `path`, absolute (not resolved: a link stays a link), as the core's errors will name it.
 fn absolute(path: PathBuf) -> PyResult<PathBuf> {
-    std::path::absolute(&path).map_err(|e| PyErr::from(e))
+    std::path::absolute(&path).map_err(PyErr::from)
 }
 
 impl Staging {
