@@ -5,16 +5,18 @@ inferred when none are given."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
 
 from . import _docstore, _progress
 from ._arrow import check_no_doc_id_beside
-from ._docstore import ARRAY_DTYPES
+from ._docstore import ARRAY_DTYPES, check_replaceable
 from ._inputs import (
     ARROW_BATCH_ROWS,
     all_rows,
@@ -25,10 +27,11 @@ from ._inputs import (
     hf_schema,
     is_arrow_table,
 )
+from ._staging import Staging
 from ._store import DocStore
 from ._store import open as open_store
-from ._writer import Writer
-from .errors import InvalidKeyError, SchemaError
+from ._writer import Writer, copy_documents
+from .errors import FieldTypeError, InvalidKeyError, SchemaError, StoreExistsError, StoreIOError
 
 #: Records read ahead to infer the fields' types when none are given (``build``, the CLI): a field
 #: null in any of them is nullable (``str?``), and one null in the first takes its type from a
@@ -140,7 +143,9 @@ def build(
     """Builds a store from an iterable of dicts, namedtuples or dataclasses; returns it opened.
 
     When ``fields`` is not given, the fields are the first record's, typed from the first 1,000
-    records: a field None in any of them is nullable (``str?``). ``overwrite``, ``level``,
+    records: a field None in any of them is nullable (``str?``), and one None later widens its
+    field to nullable (with a warning; the documents written before are copied once, so nothing
+    is lost). ``overwrite``, ``level``,
     ``dict_size``, ``batch_bytes``, ``key_buffer_bytes``, ``format_version``, ``dictionary``
     and ``on_duplicate`` go to :class:`Writer` (None: its default). An integer id is stored as its
     decimal text (the id ``7`` is ``"7"``), from records as from every other input.
@@ -224,6 +229,7 @@ def _build_from_rows(job: _Job, records: Iterable[Any]) -> None:
     ahead = list(itertools.islice(iterator, INFER_RECORDS if fields is None else 1))
     iterator = itertools.chain(ahead, iterator)
     first = ahead[0] if ahead else _NONE
+    inferred = fields is None
     if fields is None:
         if first is _NONE:
             raise SchemaError("cannot infer fields from no records; pass fields={...}")
@@ -232,7 +238,7 @@ def _build_from_rows(job: _Job, records: Iterable[Any]) -> None:
             raise SchemaError(f"record has no id field {id_field!r}: {sample!r:.200}")
         check_no_doc_id_beside(id_field, sample, what="field")
         fields = infer_fields([sample, *map(_as_dict, ahead[1:])], id_field)
-    with job.writer(fields) as writer:
+    with _Widening(job, fields) if inferred else job.writer(fields) as writer:
         if first is not _NONE:
             add = writer.add_record
             n = 0
@@ -259,9 +265,11 @@ def _build_from_arrow(job: _Job, source: Any, kind: str | None) -> None:
     wanted = None if fields is None else [n for n in (id_field, *fields) if n]
     batches = arrow_batches(source, kind, wanted, job.batch_size)
     first = next(batches, None)
+    # A stream of unknown features is typed from its first batch: a null later widens its field.
+    widen = fields is None and kind == "iterable" and hf_schema(source) is None
     if fields is None:
         fields = _arrow_fields(source, kind, first, id_field, check_ids=True)
-    with job.writer(fields) as writer:
+    with _Widening(job, fields) if widen else job.writer(fields) as writer:
         if first is not None:
             for batch in itertools.chain([first], batches):
                 writer._add_arrow_batch(batch, id_field)
@@ -275,7 +283,8 @@ def _arrow_fields(
     first batch is ``first`` (None: it has no rows): every column but ``id_field``, typed by
     ``_inferred``. ``check_ids``: refuse data without its id column, or with a ``doc_id``
     column beside it."""
-    schema = first.schema if first is not None else hf_schema(source)
+    features = hf_schema(source) if kind == "iterable" else None  # a stream's, when known
+    schema = features if features is not None else first.schema if first is not None else hf_schema(source)
     if schema is None:
         raise SchemaError("no rows and no features to infer fields from; pass fields={...}")
     if check_ids:
@@ -285,6 +294,8 @@ def _arrow_fields(
                 "column of ids, or id_field=None to number the rows by position"
             )
         check_no_doc_id_beside(id_field, schema.names)
+    if features is not None:  # a stream: its later batches are not at hand, its features are
+        return {f.name: _declared(f) for f in schema if f.name != id_field}
     whole = all_rows(source, kind)
     return {f.name: _inferred(f, first, whole) for f in schema if f.name != id_field}
 
@@ -363,9 +374,129 @@ def _arrow_rows(
 
 def _inferred(field: Any, first: Any, whole: Any = None) -> str:
     """The type ``build`` infers for Arrow ``field``: nullable when its column holds a null in
-    ``whole`` (all the data, when it is at hand) or else in the first batch (a stream's later
-    null in a field that is not is refused, naming it: pass ``fields={name: "type?"}`` for a
-    column whose nulls come later)."""
+    ``whole`` (all the data, when it is at hand) or else in the first batch (a stream of unknown
+    features: a later null widens the field, ``_Widening``)."""
     rows = whole if whole is not None and field.name in whole.column_names else first
     column = None if rows is None else rows.column(field.name)
     return arrow_field_type(field.name, field.type, column)
+
+
+def _declared(field: Any) -> str:
+    """The type ``build`` gives Arrow ``field`` of a stream's features: nullable as the field
+    says (a Hugging Face feature always is: any row may hold None), since the rows that will
+    come are not at hand."""
+    kind = arrow_field_type(field.name, field.type)
+    return f"{kind}?" if field.nullable else kind
+
+
+class _Widening:
+    """The writer of a build whose fields were inferred from its first rows (Python records, or
+    a stream of unknown features): a field inferred non-nullable that meets None (a null)
+    later is made nullable (``str`` becomes ``str?``) instead of failing the build, with a
+    warning. Nothing is lost: the store is written in a staging directory beside the target, a
+    widening finishes what is written so far there and copies it into a writer with the wider
+    fields, which goes on; the store is published at the target when it is whole, as a
+    ``Writer`` publishes it. Each field widens at most once, so the documents before are copied
+    at most once a field (declare ``fields={"x": "str?"}`` to copy nothing)."""
+
+    def __init__(self, job: _Job, fields: Mapping[str, str]) -> None:
+        self._target = job.path
+        self._overwrite = bool(job.options.get("overwrite"))
+        self._options = {k: v for k, v in job.options.items() if k != "overwrite"}
+        # Refused now, as a Writer refuses them, not once every record is written.
+        if not self._overwrite and os.path.lexists(job.path):
+            path = os.fspath(job.path)
+            raise StoreExistsError(f"{path} already exists (pass overwrite=True to replace it)")
+        if os.path.isdir(job.path):
+            raise StoreIOError(f"{os.fspath(job.path)} is a directory")
+        check_replaceable(job.path)
+        target = os.path.abspath(job.path)
+        name = hashlib.sha1(os.fsencode(os.path.basename(target))).hexdigest()[:12]
+        self._staging = Staging(os.path.dirname(target), f".docstore-build-{name}-")
+        self._copies = 0  # the stores written so far: the current one is store-{copies}
+        self._duplicates = 0  # repeats met by the writers before the current one
+        try:
+            self.writer = Writer(self._inner(), fields, **self._options)
+        except BaseException:
+            self._staging.remove()
+            raise
+
+    def _inner(self) -> str:
+        return os.path.join(self._staging.path, f"store-{self._copies}.docstore")
+
+    @property
+    def duplicates(self) -> int:
+        return self._duplicates + self.writer.duplicates
+
+    def add_record(self, record: dict[str, Any], id_field: str) -> None:
+        try:
+            self.writer.add_record(record, id_field)
+        except FieldTypeError:
+            names = self._strict(lambda n: n in record and record[n] is None)
+            if not names:
+                raise
+            self._widen(names)
+            self.writer.add_record(record, id_field)
+
+    def _add_arrow_batch(self, batch: Any, id_field: str | None) -> None:
+        try:
+            self.writer._add_arrow_batch(batch, id_field)
+        except FieldTypeError:
+            columns = batch.schema.names
+            names = self._strict(lambda n: n in columns and batch.column(n).null_count > 0)
+            if not names:
+                raise
+            self._widen(names)
+            self.writer._add_arrow_batch(batch, id_field)
+
+    def _strict(self, holds_none: Callable[[str], bool]) -> list[str]:
+        """The fields that are not nullable and for which ``holds_none`` is true."""
+        return [n for n, t in self.writer.fields.items() if not t.endswith("?") and holds_none(n)]
+
+    def _widen(self, names: list[str]) -> None:
+        """Makes the fields ``names`` nullable: finishes the store written so far, and copies it
+        into a new writer (the same options, and the dictionary it trained) with those fields
+        nullable."""
+        old = self.writer
+        fields = {n: f"{t}?" if n in names else t for n, t in old.fields.items()}
+        self._duplicates += old.duplicates
+        old.finish()
+        done = self._inner()
+        self._copies += 1
+        with open_store(done) as store:
+            options = dict(self._options)
+            if store.dictionary and "dict_size" not in options:
+                options.setdefault("dictionary", store.dictionary)
+            self.writer = Writer(self._inner(), fields, **options)
+            copy_documents(store, self.writer)
+            count = len(store)
+        os.remove(done)
+        widened = ", ".join(f"{n!r} to {fields[n]!r}" for n in names)
+        declared = ", ".join(f"{n!r}: {fields[n]!r}" for n in names)
+        warnings.warn(
+            f"None in a field typed from the first rows: widened {widened} and copied the {count:,} "
+            f"documents written before (declare fields={{{declared}, ...}} to copy none)",
+            stacklevel=6,  # build()'s caller
+        )
+
+    def finish(self) -> None:
+        try:
+            self.writer.finish()
+            _docstore.publish_file(self._inner(), self._target, overwrite=self._overwrite)
+        finally:
+            self._staging.remove()
+
+    def abort(self) -> None:
+        try:
+            self.writer.abort()
+        finally:
+            self._staging.remove()
+
+    def __enter__(self) -> _Widening:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is not None:
+            self.abort()
+        else:
+            self.finish()

@@ -12,6 +12,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ._docstore import Reader, _redact_urls, _strip_url
+from ._docstore import is_url as _is_url
 from .errors import ClosedError
 
 _CHUNK = 4096
@@ -269,7 +270,6 @@ def open(
     return DocStore(path, read=read)
 
 
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 # Option names that hold secrets: not written into pickles in clear (see `open`).
 _SECRET = re.compile(
     r"secret|token|password|passwd|credential|sas|signature|private|(^|_)key$|access_key", re.I
@@ -277,8 +277,9 @@ _SECRET = re.compile(
 
 
 def is_url(path: Any) -> bool:
-    """Whether ``path`` is a URL (``scheme://...``) rather than a file system path."""
-    return isinstance(path, str) and _URL.match(path) is not None
+    """Whether ``path`` is a URL (``scheme://...``) rather than a file system path: the core's
+    answer, the one ``Reader`` opens by (False for what is not a ``str``)."""
+    return _is_url(path)
 
 
 def _option_text(value: Any) -> str:

@@ -414,11 +414,22 @@ def rewrite(
     options.setdefault("level", store._info()["level"])
     if store.dictionary and "dict_size" not in options:
         options.setdefault("dictionary", store.dictionary)
-    with (
-        Writer(target, store.fields, **options) as writer,
-        _progress.bar(len(store), "docs", progress, desc="rewrite") as shown,
-    ):
-        names = list(store.fields)
+    with Writer(target, store.fields, **options) as writer:
+        copy_documents(store, writer, dropped, renamed, progress)
+
+
+def copy_documents(
+    store: DocStore,
+    writer: Writer,
+    dropped: set[int] | None = None,
+    renamed: Mapping[int, str] | None = None,
+    progress: bool | None = False,
+) -> None:
+    """Adds the documents of ``store`` to ``writer`` (whose fields have the store's names, in its
+    order; their types may be wider), in position order: without the positions ``dropped``, and
+    with the ids ``renamed`` gives by position."""
+    names = list(store.fields)
+    with _progress.bar(len(store), "docs", progress, desc="rewrite") as shown:
         for start in range(0, len(store), _REWRITE_CHUNK):
             shown.update(min(_REWRITE_CHUNK, len(store) - start))
             positions = range(start, min(start + _REWRITE_CHUNK, len(store)))

@@ -13,17 +13,17 @@
 
 use pyo3::prelude::*;
 
-/// Whether another Python thread may want the GIL during a read: one of the store's remote, or
-/// another thread or interpreter exists. Always on a free-threaded CPython: there, a thread that
+/// Whether another Python thread may want the GIL during a read: one that `may_block` (on the
+/// network: `Collection::may_block`), or one while another thread or interpreter exists. Always on a free-threaded CPython: there, a thread that
 /// stays attached holds up every other thread's stop-the-world pause (the garbage collector's),
 /// and the thread list is not ours to read without the lock CPython keeps to itself.
 #[cfg(not(Py_GIL_DISABLED))]
-pub(crate) fn others_may_wait(py: Python<'_>, fetches: bool) -> bool {
-    fetches || !alone(py)
+pub(crate) fn others_may_wait(py: Python<'_>, may_block: bool) -> bool {
+    may_block || !alone(py)
 }
 
 #[cfg(Py_GIL_DISABLED)]
-pub(crate) fn others_may_wait(_py: Python<'_>, _fetches: bool) -> bool {
+pub(crate) fn others_may_wait(_py: Python<'_>, _may_block: bool) -> bool {
     true
 }
 

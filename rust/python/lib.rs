@@ -55,6 +55,16 @@ fn _strip_url(url: &str) -> Option<String> {
     docstore_core::storage::url::without_credentials(url)
 }
 
+/// Whether `path` is a URL (`scheme://...`, `file://` too) rather than a file system path: the
+/// core's one answer (`docstore_core::collection::is_url`), which `Reader` opens by. False for
+/// what is not a `str`.
+#[pyfunction]
+fn is_url(path: &Bound<'_, PyAny>) -> bool {
+    use pyo3::types::{PyString, PyStringMethods};
+    (path.cast::<PyString>().ok())
+        .is_some_and(|s| docstore_core::collection::is_url(&s.to_string_lossy()))
+}
+
 // Free-threading safe (docs/wheels.md, "Free-threaded CPython": the audit, and the tests run on
 // CPython 3.14t): a free-threaded CPython keeps the GIL disabled when it imports this module.
 // PyO3 0.30 declares this by default; said here so that it stays true if that default changes.
@@ -74,6 +84,7 @@ fn _docstore(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(get_num_threads, m)?)?;
     m.add_function(wrap_pyfunction!(_redact_urls, m)?)?;
     m.add_function(wrap_pyfunction!(_strip_url, m)?)?;
+    m.add_function(wrap_pyfunction!(is_url, m)?)?;
     m.add("FORMAT_VERSION", docstore_core::format::VERSION)?;
     m.add(
         "DEFAULT_LEVEL",

@@ -14,23 +14,24 @@
 //! storage, whose `Source` decides what a remote read needs besides (retries, fetching a batch
 //! at once, a whole copy to verify).
 
+mod batch;
 mod dir;
 mod manifest;
+mod open;
 mod seal;
 
+pub use batch::{LocatedChunk, RunChunks};
 pub use manifest::{FileEntry, Manifest, MANIFEST};
+pub use open::{is_url, Location};
 pub use seal::{append, check_replaceable, seal, seal_counting, Progress as SealProgress};
-
-use dir::CollectionDir;
 
 use crate::error::{Error, Result};
 use crate::schema::Schema;
 use crate::storage::source::{self, Source};
 use crate::storage::StoreFile;
-use crate::store::{self, DataAccess, Found, RecordBatch, Store};
+use crate::store::{self, Found, RecordBatch, Store};
 use rayon::prelude::*;
 use std::path::{Path, PathBuf};
-use xxhash_rust::xxh3::xxh3_64;
 
 pub struct Collection {
     shards: Vec<Store<StoreFile>>,
@@ -69,176 +70,7 @@ pub struct Located {
     local: Found,
 }
 
-/// Opens of a collection directory in a row that may fail because the directory was replaced
-/// (by `seal(..., overwrite=True)`) while each ran; the last failure is the error.
-const OPEN_ATTEMPTS: u32 = 8;
-
 impl Collection {
-    /// Opens a collection directory, or a single store file as a collection of one.
-    pub fn open(path: impl AsRef<Path>, access: DataAccess) -> Result<Collection> {
-        let path = path.as_ref();
-        if std::fs::metadata(path)?.is_dir() {
-            Collection::open_dir(path, access)
-        } else {
-            let store = Store::open_local(path, access)?;
-            Ok(Collection::single(
-                store,
-                path.to_path_buf(),
-                Source::local(),
-            ))
-        }
-    }
-
-    /// A single store file: a collection of one shard, its ids in its own key index.
-    fn single(store: Store<StoreFile>, path: PathBuf, source: Source) -> Collection {
-        let fingerprint = store.fingerprint();
-        Collection {
-            starts: vec![0, store.len()],
-            shards: vec![store],
-            paths: vec![path],
-            ids: Ids::Own,
-            // A store's own key index locates its own blobs (format v3; `None` before).
-            locates_blobs: true,
-            fingerprint,
-            source,
-        }
-    }
-
-    /// Opens a remote store (`s3://bucket/corpus.docstore`) or collection (the prefix holding
-    /// `docstore-collection.json`, `index.docstore` and the shards) through `source`, the
-    /// remote location of `url` (`Source::remote`). A URL ending in `/` is a collection;
-    /// otherwise the object is tried first, then the manifest under it.
-    pub fn open_source(url: &str, source: Source) -> Result<Collection> {
-        // The credentials a URL may carry stay with the client: the files' URLs, kept and shown
-        // from here on, are without them (`storage::url`).
-        let shown = crate::storage::url::redact(url);
-        let url = crate::storage::url::without_credentials(url)
-            .ok_or_else(|| Error::InvalidArgument(format!("{shown}: not a URL")))?;
-        if !url.ends_with('/') {
-            if let Some(file) = source.open_file(&url)? {
-                let store = Store::from_bytes(file)?;
-                return Ok(Collection::single(store, PathBuf::from(url), source));
-            }
-        }
-        let base = url.trim_end_matches('/');
-        let manifest_url = format!("{base}/{MANIFEST}");
-        // Neither a store nor a collection: the URL the user gave, not the manifest's.
-        let bytes = source.read_object(&manifest_url).map_err(|e| match e {
-            Error::Io(io) if io.kind() == std::io::ErrorKind::NotFound => Error::Io(
-                std::io::Error::new(io.kind(), format!("not found: {shown}")),
-            ),
-            e => e,
-        })?;
-        let manifest = Manifest::parse(&bytes, &manifest_url)?;
-        let urls = (std::iter::once(&manifest.index).chain(&manifest.shards))
-            .map(|entry| {
-                let relative = entry.relative()?.to_string_lossy().into_owned();
-                Source::file_url(base, &relative, &shown)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let mut opened = source.open_files(&urls, Store::from_bytes).into_iter();
-        let index = (
-            opened.next().expect("the index comes first")?,
-            PathBuf::from(&urls[0]),
-        );
-        let shards = opened
-            .zip(&urls[1..])
-            .map(|(store, url)| store.map(|s| (s, PathBuf::from(url))))
-            .collect::<Result<Vec<_>>>()?;
-        Collection::assemble(&manifest, &url, index, shards, source)
-    }
-
-    /// Opens every file the manifest names and checks that each is the one sealed there, all
-    /// from one directory (see `dir`): a collection replaced meanwhile is opened either as it was
-    /// or, once the open that began in the old one fails, as it is now.
-    fn open_dir(path: &Path, access: DataAccess) -> Result<Collection> {
-        let mut attempt = 1;
-        loop {
-            let dir = CollectionDir::open(path)?;
-            match Collection::open_in(&dir, access) {
-                // The old directory's files go once it is replaced: start again in the new one.
-                Err(_) if attempt < OPEN_ATTEMPTS && dir.replaced() => attempt += 1,
-                other => return other,
-            }
-        }
-    }
-
-    fn open_in(dir: &CollectionDir, access: DataAccess) -> Result<Collection> {
-        let manifest = Manifest::read_in(dir)?;
-        let open = |entry: &FileEntry, access: DataAccess| -> Result<(Store<StoreFile>, PathBuf)> {
-            let relative = entry.relative()?;
-            let path = dir.path().join(relative);
-            let store = Store::open_local_file(dir.open_file(relative)?, &path, access)?;
-            Ok((store, path))
-        };
-        let index = open(&manifest.index, DataAccess::Mmap)?;
-        let shards = (manifest.shards.iter())
-            .map(|entry| open(entry, access))
-            .collect::<Result<Vec<_>>>()?;
-        let name = dir.path().display().to_string();
-        Collection::assemble(&manifest, &name, index, shards, Source::local())
-    }
-
-    /// A collection from its opened files, once each is checked to be the one the manifest
-    /// pins, with the fields of the first and document checks.
-    fn assemble(
-        manifest: &Manifest,
-        name: &str,
-        (index, index_path): (Store<StoreFile>, PathBuf),
-        opened: Vec<(Store<StoreFile>, PathBuf)>,
-        source: Source,
-    ) -> Result<Collection> {
-        let pinned = |store: &Store<StoreFile>, entry: &FileEntry| -> Result<()> {
-            if store.fingerprint() != entry.fingerprint()? || store.len() != entry.count {
-                return Err(Error::corrupt(format!(
-                    "{} in {name} is not the file that was sealed there (fingerprint or count \
-                     differs): the collection was changed after sealing",
-                    entry.file,
-                )));
-            }
-            Ok(())
-        };
-        pinned(&index, &manifest.index)?;
-        if !index.schema().fields.is_empty() || !index.checked() {
-            return Err(Error::corrupt(
-                "the global id index is not a checked store without fields",
-            ));
-        }
-        let (mut shards, mut paths, mut starts) = (Vec::new(), Vec::new(), vec![0]);
-        for (entry, (shard, path)) in manifest.shards.iter().zip(opened) {
-            pinned(&shard, entry)?;
-            if shard.schema() != shards.first().map_or(shard.schema(), Store::schema) {
-                return Err(Error::corrupt(format!(
-                    "shard {} has other fields than the first shard",
-                    entry.file
-                )));
-            }
-            if !shard.checked() {
-                return Err(Error::corrupt(format!(
-                    "shard {} lacks document checks (format version 1)",
-                    entry.file
-                )));
-            }
-            starts.push(starts.last().copied().unwrap_or(0) + shard.len());
-            shards.push(shard);
-            paths.push(path);
-        }
-        // The collection's identity: every file's, in order.
-        let mut ids = index.fingerprint().to_le_bytes().to_vec();
-        for shard in &shards {
-            ids.extend_from_slice(&shard.fingerprint().to_le_bytes());
-        }
-        Ok(Collection {
-            shards,
-            paths,
-            starts,
-            locates_blobs: index.header().locates_shard_blobs(),
-            ids: Ids::Global(index, index_path),
-            fingerprint: xxh3_64(&ids),
-            source,
-        })
-    }
-
     /// Where the files come from: local, or a remote location (its counters: `stats`).
     pub fn source(&self) -> &Source {
         &self.source

@@ -14,7 +14,6 @@
 
 pub mod cache;
 pub mod remote;
-mod rent;
 pub mod source;
 pub mod url;
 

@@ -11,7 +11,7 @@
 //! one of them buys while the others rent on. `RemoteFile::ensure` asks `Rent::buys` for each
 //! round it fetches.
 
-use super::remote::RemoteOptions;
+use super::options::RemoteOptions;
 use crate::format::{Header, Section};
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
