@@ -419,6 +419,11 @@ def test_every_writer_stages_by_the_one_naming_scheme(tmp_path, monkeypatch):
         yield {"doc_id": "b", "text": "2"}
 
     docstore.build(tmp_path / "b", docs(), fields=FIELDS)
+    # Fields inferred from the first 1,000 records, one None later: build() widens in a staging
+    # directory.
+    late = [{"doc_id": f"d{i}", "text": None if i == 1500 else "t"} for i in range(2000)]
+    with pytest.warns(UserWarning, match="widened"):
+        docstore.build(tmp_path / "wide", late)
     with docstore.Writer(tmp_path / "last", FIELDS, on_duplicate="last") as writer:
         writer.add("a", text="1")
         writer.add("a", text="2")
@@ -439,6 +444,92 @@ def test_every_writer_stages_by_the_one_naming_scheme(tmp_path, monkeypatch):
     assert [(t, len(names)) for t, names in seen] == [("w", 1), ("b", 1)]
     assert all(_is_scratch_of(name, t) for t, names in seen for name in names), seen
     made = _Recorded.made
-    assert sorted({t for t, _ in made}) == ["dedup", "last", "oldc", "out.jsonl", "ray", "sh", "spark"], made
+    assert sorted({t for t, _ in made}) == [
+        "dedup",
+        "last",
+        "oldc",
+        "out.jsonl",
+        "ray",
+        "sh",
+        "spark",
+        "wide",
+    ], made
     assert all(_is_scratch_of(name, t) for t, name in made), made
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]  # nothing left beside any
+
+
+# What python/docstore/_staging.py made before the one protocol (its callers' prefixes): a
+# directory PREFIX + uuid4().hex holding the file "lock", flock'ed by its maker for its life.
+def _old_names(target_name: str) -> list[str]:
+    import hashlib
+    import uuid
+
+    sha = hashlib.sha1(os.fsencode(target_name)).hexdigest()[:12]
+    kinds = ["build", "dedup", "last", "shards", "upgrade"]
+    prefixes = [f".docstore-{kind}-{sha}-" for kind in kinds] + [f".{target_name}.staging-"]
+    return [f"{prefix}{uuid.uuid4().hex}" for prefix in prefixes]
+
+
+OLD_HOLDER = """
+import fcntl, os, sys
+lock = open(os.path.join(sys.argv[1], "lock.tmp"), "w")
+fcntl.flock(lock, fcntl.LOCK_EX)
+lock.write(f"{os.getpid()}\\n")
+lock.flush()
+os.rename(os.path.join(sys.argv[1], "lock.tmp"), os.path.join(sys.argv[1], "lock"))
+print("locked", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="_staging.py used fcntl: there were none on Windows")
+def test_the_old_staging_directories_are_swept_when_dead(tmp_path):
+    """The staging directories of the Python package before the one protocol (_staging.py's:
+    .docstore-{build,dedup,last,shards,upgrade}-SHA-UUID and the engines' .NAME.staging-UUID)
+    are swept by the next writer of their target when dead: their lock free (a killed job's), or
+    without a lock file and older than the writer (Linux). A live one, one without a lock file
+    made since the writer started, and another target's are kept."""
+    target = tmp_path / "corpus"
+
+    def made(name: str) -> Path:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "part-00000.docstore").write_bytes(b"x")
+        return tmp_path / name
+
+    killed = [made(n) for n in _old_names("corpus")]
+    holders = [
+        subprocess.Popen(
+            [sys.executable, "-c", OLD_HOLDER, str(d)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for d in killed
+    ]
+    for holder in holders:
+        assert holder.stdout.readline() == "locked\n"
+    live_holder = killed.pop()  # the engines' .corpus.staging-UUID: alive to the end
+    live, holder = live_holder, holders.pop()
+    for dead in holders:
+        dead.send_signal(signal.SIGKILL)
+        dead.wait(timeout=60)
+    assert all(holds_lock(d) is False for d in killed) and holds_lock(live)
+    # Without a lock file (a bare Spark job's, or one killed while being made): older than the
+    # writer, and made just now.
+    older, recent = made(_old_names("corpus")[0]), made(_old_names("corpus")[5])
+    os.utime(older, (1_000_000_000, 1_000_000_000))
+    others = [made(n) for n in _old_names("corpus.v2")]
+    for other in others:
+        (other / "lock").write_text("1\n")  # free, but another target's
+    try:
+        with docstore.Writer(target, FIELDS) as writer:
+            writer.add("a", text="1")
+        gone = [*killed, older] if sys.platform.startswith("linux") else killed
+        for path in [*killed, older, live, recent, *others]:
+            assert path.exists() == (path not in gone), path
+        assert sorted(map(str, Staging.sweep(target))) == []
+    finally:
+        holder.kill()
+        holder.wait()
+    assert sorted(map(str, Staging.sweep(target))) == [str(live)]  # its holder is gone now
+    assert ids_and_texts(target) == [("a", "1")]

@@ -16,7 +16,8 @@
 //!    `overwrite`, renamed over it; a directory is renamed to the target (failing if anything is
 //!    there) or exchanged with what is there (`Scratch::publish`: readers of the old one keep it).
 //! 5. **Sweep.** Whoever makes a scratch directory of a target first removes what killed
-//!    processes left beside it (`sweep_dead_scratch`).
+//!    processes left beside it (`sweep_dead_scratch`), the dead staging directories of the
+//!    Python package before this protocol too (`legacy`).
 //!
 //! **One naming scheme.** Everything docstore puts beside a target starts with the target's
 //! prefix `.{head}.{hash}.` (`scratch_prefix`): its lock file `{prefix}docstore-lock`, its
@@ -39,6 +40,8 @@ use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
 use std::path::{Path, PathBuf};
 use xxhash_rust::xxh3::xxh3_64;
+
+mod legacy;
 
 /// Random alphanumerics in a scratch directory's name.
 const SCRATCH_RANDOM: usize = 6;
@@ -444,7 +447,7 @@ impl Scratch {
 
     fn make(parent: &Path, name: &str, lock: &TargetLock, held: bool) -> Result<Scratch> {
         let prefix = scratch_prefix(name);
-        sweep_dead_scratch(parent, &prefix, lock);
+        sweep_dead_scratch(parent, name, lock);
         loop {
             let random = random_part();
             let prepared = parent.join(format!("{prefix}{random}{PREPARED_SUFFIX}"));
@@ -591,13 +594,15 @@ fn lock_scratch(dir: &Path, held: bool) -> Result<Option<File>> {
 pub fn sweep(target: &Path) -> Result<Vec<PathBuf>> {
     let (parent, name) = split_target(target)?;
     let lock = TargetLock::acquire(&parent, &name)?;
-    Ok(sweep_dead_scratch(&parent, &scratch_prefix(&name), &lock))
+    Ok(sweep_dead_scratch(&parent, &name, &lock))
 }
 
-/// Removes the scratch directories that killed processes left in `parent` for the target whose
-/// `scratch_prefix` is `prefix`; `target_lock` is the target's, held. Returns their paths. Best
-/// effort: anything unexpected leaves a directory alone.
-fn sweep_dead_scratch(parent: &Path, prefix: &str, target_lock: &TargetLock) -> Vec<PathBuf> {
+/// Removes the scratch directories that killed processes left in `parent` for the target `name`
+/// (and the staging directories of the Python package before this protocol: `legacy`);
+/// `target_lock` is the target's, held. Returns their paths. Best effort: anything unexpected
+/// leaves a directory alone.
+fn sweep_dead_scratch(parent: &Path, name: &str, target_lock: &TargetLock) -> Vec<PathBuf> {
+    let (prefix, old) = (scratch_prefix(name), legacy::OldNames::of(name));
     let mut removed = Vec::new();
     // Without the target's lock (no flock), a directory without its lock file may be one being
     // published right now: nothing is swept.
@@ -610,12 +615,12 @@ fn sweep_dead_scratch(parent: &Path, prefix: &str, target_lock: &TargetLock) -> 
     let me = std::process::id().to_string();
     for entry in entries.flatten() {
         let file_name = entry.file_name();
-        let Some(name) = file_name.to_str() else {
+        let Some(entry_name) = file_name.to_str() else {
             continue;
         };
         let path = entry.path();
-        let dead = match beside(name, prefix) {
-            Beside::Other => false,
+        let dead = match beside(entry_name, &prefix) {
+            Beside::Other => old.matches(entry_name) && legacy::is_dead(&path, &me),
             // Its maker holds the target's lock until it renames it: under that lock, a kill.
             Beside::Prepared => true,
             Beside::Scratch => is_dead(&path, &me),
