@@ -195,7 +195,7 @@ def prepare(batch: Any, id_field: str, fields: Mapping[str, str]) -> Any:
     return pa.table(columns, names=names)
 
 
-def writer_columns(doc_ids: Any, columns: Sequence[Any], fields: Mapping[str, str]) -> tuple | None:
+def writer_columns(doc_ids: Any, columns: Sequence[Any], fields: Mapping[str, str]) -> tuple[Any, ...] | None:
     """The arguments of ``Writer._add_arrow_columns`` for Arrow ``doc_ids`` and ``columns`` (one
     per field of ``fields``, in order): numpy views of their buffers, made without a Python
     object per value. None when any column cannot go that way, which leaves the value-by-value
@@ -338,7 +338,8 @@ def _valid(array: Any) -> np.ndarray:
     """Whether each element of ``array`` is not null, as a numpy bool array."""
     if not array.null_count:
         return np.ones(len(array), dtype=bool)
-    return array.is_valid().to_numpy(zero_copy_only=False)
+    valid: np.ndarray = array.is_valid().to_numpy(zero_copy_only=False)
+    return valid
 
 
 def _row(index: int, ups: list[np.ndarray]) -> int:
@@ -432,9 +433,10 @@ def _bools(column: Any) -> np.ndarray | None:
 
     t = column.type
     if pa.types.is_boolean(t):
-        return column.to_numpy(zero_copy_only=False).astype(np.uint8)
+        bools: np.ndarray = column.to_numpy(zero_copy_only=False)
+        return bools.astype(np.uint8)
     if pa.types.is_integer(t):
-        values = column.to_numpy()
+        values: np.ndarray = column.to_numpy()
         if values.size and (values.min() < 0 or values.max() > 1):
             return None  # the row path names the row
         return values.astype(np.uint8)
@@ -499,10 +501,11 @@ def _integers(column: Any) -> np.ndarray | None:
 
     t = column.type
     if pa.types.is_boolean(t):
-        return column.to_numpy(zero_copy_only=False).astype(np.int64)
+        bools: np.ndarray = column.to_numpy(zero_copy_only=False)
+        return bools.astype(np.int64)
     if not pa.types.is_integer(t):
         return None  # floats included: an int64 field takes no float
-    values = column.to_numpy()
+    values: np.ndarray = column.to_numpy()
     if values.dtype == np.uint64 and values.size and values.max() > np.iinfo(np.int64).max:
         return None
     return values.astype(np.int64, copy=False)
@@ -515,12 +518,14 @@ def _floats(column: Any) -> np.ndarray | None:
 
     t = column.type
     if pa.types.is_floating(t):
-        return column.to_numpy().astype(np.float64, copy=False)
+        values: np.ndarray = column.to_numpy()
+        return values.astype(np.float64, copy=False)
     if pa.types.is_boolean(t):
-        return column.to_numpy(zero_copy_only=False).astype(np.float64)
+        bools: np.ndarray = column.to_numpy(zero_copy_only=False)
+        return bools.astype(np.float64)
     if not pa.types.is_integer(t):
         return None
-    ints = column.to_numpy()
+    ints: np.ndarray = column.to_numpy()
     floats = ints.astype(np.float64)
     if ints.dtype.itemsize == 8 and ints.size:  # narrower integers are all exact in float64
         limit = 2.0**64 if ints.dtype.kind == "u" else 2.0**63

@@ -9,7 +9,7 @@ import itertools
 import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -113,11 +113,11 @@ def _as_dict(record: Any) -> dict[str, Any]:
     if isinstance(record, Mapping):
         return dict(record)
     if hasattr(record, "_asdict"):
-        return record._asdict()
+        return cast("dict[str, Any]", record._asdict())
     if dataclasses.is_dataclass(record) and not isinstance(record, type):
         return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
     if hasattr(record, "__dict__"):
-        return vars(record)
+        return cast("dict[str, Any]", vars(record))
     raise SchemaError(f"records must be dicts, namedtuples or dataclasses, got {type(record).__name__}")
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from typing import Literal
 
 from . import _docstore, _progress
 from ._store import DocStore
@@ -23,7 +24,7 @@ def seal(
     *,
     overwrite: bool = False,
     append: bool = False,
-    read: str = "mmap",
+    read: Literal["mmap", "pread"] = "mmap",
     on_duplicate: str = "error",
     progress: bool | None = False,
 ) -> DocStore:

@@ -139,4 +139,5 @@ def bfloat16() -> np.dtype:
             "bfloat16[] values are numpy arrays of ml_dtypes.bfloat16, and ml_dtypes is not installed: "
             "pip install ml_dtypes (or docstore[bfloat16])"
         ) from None
-    return np.dtype(ml_dtypes.bfloat16)
+    dtype: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
+    return dtype

@@ -71,4 +71,4 @@ def doc_class(fields: tuple[str, ...]) -> type:
 
 
 def _rebuild(fields: tuple[str, ...], values: tuple[Any, ...]) -> Doc:
-    return tuple.__new__(doc_class(fields[1:]), values)  # type: ignore[type-var]
+    return tuple.__new__(doc_class(fields[1:]), values)

@@ -7,7 +7,7 @@ from typing import Any, Literal, SupportsIndex, TypeVar, final, overload
 
 import numpy as np
 import numpy.typing as npt
-from typing_extensions import disjoint_base
+from typing_extensions import Self, disjoint_base
 
 from ._doc import Doc
 
@@ -123,7 +123,7 @@ class Reader:
         cache_dir: str | os.PathLike[str] | None = None,
         cache_bytes: int | None = None,
         storage_options: Mapping[str, str] | None = None,
-    ) -> Reader: ...
+    ) -> Self: ...
     @property
     def path(self) -> Path | str: ...
     @property
@@ -186,6 +186,14 @@ class Reader:
     def take(
         self, positions: Iterable[SupportsIndex], *, field: None = None, fields: Sequence[str]
     ) -> list[tuple[Any, ...]]: ...
+    @overload
+    def take(
+        self,
+        positions: Iterable[SupportsIndex],
+        *,
+        field: str | None = None,
+        fields: Sequence[str] | None = None,
+    ) -> list[Any]: ...
     def keys_range(self, start: int, stop: int) -> list[str]: ...
     def _take_columns(
         self, positions: Iterable[SupportsIndex], fields: Sequence[str]
@@ -200,7 +208,7 @@ class Reader:
             ]
         ],
     ]: ...
-    def _info(self) -> dict[str, int]: ...
+    def _info(self) -> dict[str, Any]: ...
     def _dictionary(self) -> bytes: ...
     def verify(self, progress: Callable[[int, int], object] | None = None) -> None: ...
 
@@ -219,7 +227,7 @@ class Writer:
         format_version: int | None = None,
         dictionary: bytes | None = None,
         _every_id: bool = False,
-    ) -> Writer: ...
+    ) -> Self: ...
     @property
     def path(self) -> Path: ...
     @property

@@ -28,7 +28,7 @@ import numpy as np
 
 from ._arrow_read import check_columns as _check_columns
 from ._arrow_read import take_batch
-from ._damage import described, positions_skipping, read_skipping, warn_once
+from ._damage import check_on_corrupt, described, positions_skipping, read_skipping, warn_once
 from ._store import DocStore, is_url
 from ._store import open as open_store
 from .errors import DocstoreError, InvalidArgumentError, SchemaError, StoreChangedError
@@ -272,14 +272,114 @@ class named:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: Any, error: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, kind: Any, error: BaseException | None, tb: Any) -> None:
         if isinstance(error, StoreChangedError):
             self.spec.forget()  # a remote store replaced under its reader: the next job reopens it
         if isinstance(error, DocstoreError) and self.where not in str(error):
             renamed = copy.copy(error)
             renamed.args = (f"{self.where}: {error}",)
             raise renamed from error
-        return False
+
+
+@dataclass(frozen=True)
+class EngineReader:
+    """A read job as its driver planned it, for the tasks: the store (pinned to the version
+    planned), its fields, the columns to read, the documents per batch, what a damaged
+    document does, and the shards the splits are cut from. What ``docstore.ray`` and
+    ``docstore.spark`` read through: made on the driver by ``plan`` (every option checked
+    there, before the job), pickled to the tasks, each of which ``read``s its split."""
+
+    spec: StoreSpec
+    fields: dict[str, str]
+    columns: list[str]
+    block_rows: int
+    on_corrupt: str
+    shards: list[tuple[str, int, int]]
+
+    @staticmethod
+    def plan(
+        spec: StoreSpec,
+        columns: Sequence[str] | str | None,
+        block_rows: Any = DEFAULT_BLOCK_ROWS,
+        on_corrupt: str = "raise",
+    ) -> tuple[EngineReader, DocStore]:
+        """On the driver: the reader of the store ``spec`` names as it is now (``columns``:
+        None for every field), and that store, open."""
+        spec, store = spec.plan()
+        reader = EngineReader(
+            spec,
+            dict(store.fields),
+            check_columns(store, columns),
+            check_block_rows(block_rows),
+            check_on_corrupt(on_corrupt),
+            shards_of(store),
+        )
+        return reader, store
+
+    @property
+    def count(self) -> int:
+        return sum(stop - start for _, start, stop in self.shards)
+
+    def splits(self, parallelism: int) -> list[Split]:
+        """The tasks' parts: about ``count / parallelism`` documents each (``plan``)."""
+        return plan(self.shards, max(1, parallelism))
+
+    def read(self, split: Split) -> Iterator[Any]:
+        """In a task: ``split``'s documents as Arrow record batches (``read_split``)."""
+        return read_split(self.spec, split, self.columns, self.block_rows, self.on_corrupt)
+
+
+@dataclass(frozen=True)
+class EngineLookup:
+    """A lookup join as its driver planned it: the store (pinned), the id column of the input,
+    the store columns to add, what a missing id does, the ids looked up at once, and what a
+    damaged document does. Made by ``plan`` (every option checked before the job), pickled to
+    the tasks, each of which ``open``s the store once and adds the columns to its batches."""
+
+    spec: StoreSpec
+    fields: dict[str, str]
+    id_column: str
+    columns: list[str]
+    missing: str
+    batch_ids: int
+    on_corrupt: str
+
+    @staticmethod
+    def plan(
+        spec: StoreSpec,
+        input_names: Sequence[str],
+        id_column: str,
+        columns: Sequence[str] | str | None,
+        missing: str,
+        batch_ids: Any = DEFAULT_LOOKUP_BATCH,
+        on_corrupt: str = "raise",
+    ) -> EngineLookup:
+        check_missing(missing)
+        check_on_corrupt(on_corrupt)
+        spec, store = spec.plan()
+        names = check_columns(store, columns)
+        check_lookup_names(input_names, id_column, names)
+        batch_ids = check_block_rows(batch_ids)
+        return EngineLookup(spec, dict(store.fields), id_column, names, missing, batch_ids, on_corrupt)
+
+    def open(self) -> DocStore:
+        """In a task: the store planned, opened once per process (``StoreSpec.open``)."""
+        with named(self.spec):
+            return self.spec.open()
+
+    def table(self, store: DocStore, table: Any) -> Any:
+        """``table`` with the columns added (``lookup_table``), from ``store`` (``open``'s)."""
+        with named(self.spec):
+            return lookup_table(
+                store,
+                table,
+                self.id_column,
+                self.columns,
+                self.missing,
+                self.spec,
+                self.batch_ids,
+                self.on_corrupt,
+            )
 
 
 def check_missing(missing: str) -> str:
@@ -355,8 +455,8 @@ def lookup_table(
     found = positions >= 0
     if missing == "error" and not found.all():
         absent = [values[i] for i in np.flatnonzero(~found)[:5]]
-        also = len(damaged) + len(damaged_ids)
-        also = f" ({also} of them damaged, skipped)" if also else ""
+        skipped = len(damaged) + len(damaged_ids)
+        also = f" ({skipped} of them damaged, skipped)" if skipped else ""
         raise KeyError(
             f"{spec.label()}: {int((~found).sum())} id(s) of column {id_column!r} not in the store{also}, "
             f"first {absent}; pass missing='null' or missing='drop' to keep going"

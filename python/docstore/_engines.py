@@ -110,6 +110,17 @@ def check_staging(target: str, staging: str) -> None:
     Staging.attach(target, staging)  # left as it is: an attached directory goes by release()
 
 
+def writer_kwargs(mode: str, options: Mapping[str, Any], on_duplicate: str) -> dict[str, Any]:
+    """The keyword arguments of every shard's ``Writer``: the ``options`` a job was given (names
+    in ``WRITER_OPTIONS``) and ``on_duplicate`` when it is not the default; refused on the
+    driver, before the job, where a ``Writer`` or the commit would refuse them."""
+    kwargs = check_writer_options(options)
+    if on_duplicate != "error":
+        kwargs[POLICY_OPTION] = on_duplicate
+    check_policy(mode, kwargs)
+    return kwargs
+
+
 def check_writer(fields: Mapping[str, str] | None, options: Mapping[str, Any]) -> None:
     """Raises what ``Writer(path, fields, **options)`` would raise for them, creating nothing."""
     options = dict(options)

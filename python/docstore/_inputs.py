@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -109,7 +109,7 @@ def row_numbers(start: int, count: int) -> Any:
 def is_integer_column(column: Any) -> bool:
     import pyarrow as pa
 
-    return pa.types.is_integer(column.type)
+    return bool(pa.types.is_integer(column.type))
 
 
 def string_ids(column: Any, id_field: str) -> Any:
@@ -195,5 +195,5 @@ def as_list(column: Any) -> list[Any]:
             # a None are refused by name like any other bad value.
             if pc.list_flatten(column).null_count == 0:
                 return list(column.to_numpy(zero_copy_only=False))
-        return column.to_pylist()
+        return cast("list[Any]", column.to_pylist())
     return list(column)

@@ -15,21 +15,14 @@ from ray.data import Datasource, ReadTask
 from ray.data.block import BlockMetadata
 
 from ._arrow_read import arrow_schema
-from ._damage import check_on_corrupt
 from ._engine_read import (
     DEFAULT_BLOCK_ROWS,
     DEFAULT_LOOKUP_BATCH,
+    EngineLookup,
+    EngineReader,
+    Split,
     StoreSpec,
-    check_block_rows,
-    check_columns,
-    check_lookup_names,
-    check_missing,
     check_parallelism,
-    lookup_table,
-    named,
-    plan,
-    read_split,
-    shards_of,
 )
 from .errors import InvalidArgumentError
 
@@ -61,17 +54,14 @@ class DocstoreDatasource(Datasource):
         on_corrupt: str = "raise",
         **open_options: Any,
     ) -> None:
-        super().__init__()
-        self.on_corrupt = check_on_corrupt(on_corrupt)
-        self.spec, store = StoreSpec.of(path, open_options).plan()
-        self.columns = check_columns(store, columns)
-        self.block_rows = check_block_rows(block_rows)
-        self.fields = dict(store.fields)
-        self.shards = shards_of(store)
-        self.schema = arrow_schema(self.fields, self.columns)
+        super().__init__()  # type: ignore[no-untyped-call]  # Ray's is not annotated
+        self.reader, store = EngineReader.plan(
+            StoreSpec.of(path, open_options), columns, block_rows, on_corrupt
+        )
+        self.schema = arrow_schema(self.reader.fields, self.reader.columns)
         info = store.info()
-        share = (len(self.columns) + 1) / (len(self.fields) + 1)  # a rough share of the bytes
-        self._size = int(info["raw_bytes"] * share) + 16 * info["count"]
+        share = (len(self.reader.columns) + 1) / (len(self.reader.fields) + 1)  # a rough share of the bytes
+        self._size: int = int(info["raw_bytes"] * share) + 16 * info["count"]
 
     def get_name(self) -> str:
         return "Docstore"
@@ -85,14 +75,12 @@ class DocstoreDatasource(Datasource):
         per_task_row_limit: int | None = None,
         data_context: Any = None,
     ) -> list[ReadTask]:
-        total = sum(stop - start for _, start, stop in self.shards)
+        total = self.reader.count
         tasks = []
-        for split in plan(self.shards, max(1, parallelism)):
+        for split in self.reader.splits(parallelism):
             size = self._size * split.count // max(1, total)
             metadata = BlockMetadata(num_rows=split.count, size_bytes=size, input_files=None, exec_stats=None)
-            read = functools.partial(
-                _read_task, self.spec, split, self.columns, self.block_rows, self.on_corrupt
-            )
+            read = functools.partial(_read_task, self.reader, split)
             tasks.append(ReadTask(read, metadata, schema=self.schema, per_task_row_limit=per_task_row_limit))
         if not tasks:  # an empty store: one task giving an empty block, so the schema is known
             empty = functools.partial(_empty_task, self.schema)
@@ -105,13 +93,11 @@ def _empty_task(schema: Any) -> Iterator[Any]:
     yield schema.empty_table()
 
 
-def _read_task(
-    spec: StoreSpec, split: Any, columns: list[str], block_rows: int, on_corrupt: str
-) -> Iterator[Any]:
+def _read_task(reader: EngineReader, split: Split) -> Iterator[Any]:
     """One read task: its split's documents, as Arrow tables (Ray's blocks)."""
     import pyarrow as pa
 
-    for batch in read_split(spec, split, columns, block_rows, on_corrupt):
+    for batch in reader.read(split):
         yield pa.Table.from_batches([batch])
 
 
@@ -154,38 +140,19 @@ def read(
     with warnings.catch_warnings():
         # Ray 2.5x deprecates ray_remote_args for reads, but has no named max_retries yet.
         warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
-        return ray.data.read_datasource(source, **kwargs)
+        dataset: ray.data.Dataset = ray.data.read_datasource(source, **kwargs)
+        return dataset
 
 
 class _Lookup:
     """The map_batches callable of ``lookup``: one per actor, which opens the store once."""
 
-    def __init__(
-        self,
-        spec: StoreSpec,
-        id_column: str,
-        columns: list[str],
-        missing: str,
-        batch_ids: int,
-        on_corrupt: str = "raise",
-    ) -> None:
-        self.spec, self.id_column, self.columns = spec, id_column, columns
-        self.missing, self.batch_ids, self.on_corrupt = missing, batch_ids, on_corrupt
-        with named(spec):
-            self.store = spec.open()
+    def __init__(self, lookup: EngineLookup) -> None:
+        self.lookup = lookup
+        self.store = lookup.open()
 
     def __call__(self, batch: Any) -> Any:
-        with named(self.spec):
-            return lookup_table(
-                self.store,
-                batch,
-                self.id_column,
-                self.columns,
-                self.missing,
-                self.spec,
-                self.batch_ids,
-                self.on_corrupt,
-            )
+        return self.lookup.table(self.store, batch)
 
 
 def lookup(
@@ -212,8 +179,6 @@ def lookup(
     null) or ``"drop"`` (the row is dropped). Fails before the job for an unknown column, a
     missing id column, or an input column a store column would overwrite. With
     ``on_corrupt="skip"`` a damaged document reads as missing."""
-    check_missing(missing)
-    check_on_corrupt(on_corrupt)
     if isinstance(store, str | os.PathLike):
         spec = StoreSpec.of(store, open_options)
     else:  # an open DocStore: its path or URL, as it was opened
@@ -225,10 +190,8 @@ def lookup(
             **open_options,
         }
         spec = StoreSpec.of(url or os.fspath(store.path), options)
-    spec, opened = spec.plan()
-    columns = check_columns(opened, columns)
     names = ds.schema().names if ds.schema() is not None else []
-    check_lookup_names(names, id_column, columns)
+    planned = EngineLookup.plan(spec, names, id_column, columns, missing, batch_size, on_corrupt)
     if isinstance(concurrency, tuple):
         lo, hi = concurrency
         compute = ray.data.ActorPoolStrategy(
@@ -241,7 +204,7 @@ def lookup(
         compute = ray.data.ActorPoolStrategy(size=size)
     return ds.map_batches(
         _Lookup,
-        fn_constructor_args=(spec, id_column, columns, missing, check_block_rows(batch_size), on_corrupt),
+        fn_constructor_args=(planned,),
         batch_size=batch_size,
         batch_format="pyarrow",
         compute=compute,

@@ -26,23 +26,16 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from ._arrow_read import parse_kind
-from ._damage import check_on_corrupt
 from ._engine_read import (
     DEFAULT_BLOCK_ROWS,
     DEFAULT_LOOKUP_BATCH,
+    EngineLookup,
+    EngineReader,
     Split,
     StoreSpec,
-    check_block_rows,
-    check_columns,
-    check_lookup_names,
-    check_missing,
     check_parallelism,
-    lookup_table,
-    named,
-    plan,
-    read_split,
-    shards_of,
 )
+from ._store import DocStore
 from .errors import InvalidArgumentError, SchemaError
 
 READ_OPTIONS = (
@@ -106,6 +99,12 @@ class ReadOptions:
     block_rows: int
     on_corrupt: str = "raise"
 
+    def plan(self, columns: Sequence[str] | None = None) -> tuple[EngineReader, DocStore]:
+        """The reader of these options (of ``columns`` when given, else the option's), and the
+        store open, checked on the driver."""
+        wanted = self.columns if columns is None else columns
+        return EngineReader.plan(self.spec, wanted, self.block_rows, self.on_corrupt)
+
 
 def parse_options(options: Mapping[str, str]) -> ReadOptions:
     """The read options, checked: an unknown option, a bad number, a missing path are refused
@@ -133,15 +132,13 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
     if options.get("columns"):
         columns = [c.strip() for c in options["columns"].split(",") if c.strip()]
     parallelism = check_parallelism(_int(options, "parallelism") if "parallelism" in options else None)
-    block_rows = check_block_rows(
-        _int(options, "block_rows") if "block_rows" in options else DEFAULT_BLOCK_ROWS
-    )
+    block_rows = _int(options, "block_rows") if "block_rows" in options else DEFAULT_BLOCK_ROWS
     return ReadOptions(
         StoreSpec.of(path, open_options),
         columns,
         parallelism or (os.cpu_count() or 1),
         block_rows,
-        check_on_corrupt(options.get("on_corrupt", "raise")),
+        options.get("on_corrupt", "raise"),
     )
 
 
@@ -156,10 +153,8 @@ def _int(options: Mapping[str, str], name: str) -> int:
 
 def schema(options: Mapping[str, str]) -> Any:
     """``DocstoreDataSource.schema()``: the store's fields (or the ``columns`` option's)."""
-    parsed = parse_options(options)
-    _, store = parsed.spec.plan()
-    with named(parsed.spec):
-        return spark_schema(store.fields, check_columns(store, parsed.columns))
+    reader, _ = parse_options(options).plan()
+    return spark_schema(reader.fields, reader.columns)
 
 
 @dataclass
@@ -176,34 +171,29 @@ class DocstoreReader(DataSourceReader):
 
     def __init__(self, options: Mapping[str, str], schema: Any) -> None:
         parsed = parse_options(options)
-        self.spec, store = parsed.spec.plan()
         names = [f.name for f in schema.fields]
         if "doc_id" not in names:
             raise SchemaError(
                 f"the schema {schema.simpleString()} has no doc_id column; docstore reads always give doc_id"
             )
-        self.columns = check_columns(store, [n for n in names if n != "doc_id"])
+        self.reader, _ = parsed.plan([n for n in names if n != "doc_id"])
         self.schema = schema  # what the batches must match, in its column order
-        self.fields = dict(store.fields)
-        self.shards = shards_of(store)
         self.parallelism = parsed.parallelism
-        self.block_rows = parsed.block_rows
-        self.on_corrupt = parsed.on_corrupt
-        expected = {f.name: f.dataType for f in spark_schema(self.fields, self.columns).fields}
+        expected = {f.name: f.dataType for f in spark_schema(self.reader.fields, self.reader.columns).fields}
         for f in schema.fields:
             if f.dataType != expected[f.name]:
                 raise SchemaError(
                     f"column {f.name!r} is {f.dataType.simpleString()} in the schema given, but "
-                    f"{self.spec.label()} reads it as {expected[f.name].simpleString()}"
+                    f"{self.reader.spec.label()} reads it as {expected[f.name].simpleString()}"
                 )
 
     def partitions(self) -> list[SplitPartition]:
-        return [SplitPartition(split) for split in plan(self.shards, self.parallelism)]
+        return [SplitPartition(split) for split in self.reader.splits(self.parallelism)]
 
-    def read(self, partition: SplitPartition) -> Iterator[Any]:
+    def read(self, partition: SplitPartition) -> Iterator[Any]:  # type: ignore[override]
         if getattr(partition, "split", None) is None:  # an empty store: Spark's one partition
             return
-        for batch in read_split(self.spec, partition.split, self.columns, self.block_rows, self.on_corrupt):
+        for batch in self.reader.read(partition.split):
             yield to_spark_batch(batch, self.schema)
 
 
@@ -241,21 +231,16 @@ def lookup(
     With ``on_corrupt="skip"`` a damaged document reads as missing."""
     from pyspark.sql.types import StructType
 
-    check_missing(missing)
-    check_on_corrupt(on_corrupt)
-    spec, opened = StoreSpec.of(store, open_options).plan()
-    columns = check_columns(opened, columns)
-    check_lookup_names(df.columns, id_column, columns)
-    added = spark_schema(opened.fields, columns).fields[1:]
+    spec = StoreSpec.of(store, open_options)
+    planned = EngineLookup.plan(spec, df.columns, id_column, columns, missing, batch_size, on_corrupt)
+    added = spark_schema(planned.fields, planned.columns).fields[1:]
     out = StructType(df.schema.fields + added)
-    batch_ids = check_block_rows(batch_size)
 
     def join(batches: Iterator[Any]) -> Iterator[Any]:
-        with named(spec):
-            handle = spec.open()
-            for batch in batches:
-                table = lookup_table(handle, batch, id_column, columns, missing, spec, batch_ids, on_corrupt)
-                for part in table.to_batches() if hasattr(table, "to_batches") else [table]:
-                    yield to_spark_batch(part, out)
+        handle = planned.open()
+        for batch in batches:
+            table = planned.table(handle, batch)
+            for part in table.to_batches() if hasattr(table, "to_batches") else [table]:
+                yield to_spark_batch(part, out)
 
     return df.mapInArrow(join, out)

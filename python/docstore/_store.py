@@ -29,6 +29,8 @@ class DocStore(Reader):
     show its URL with the credentials it may hold redacted.
     """
 
+    _remote: dict[str, Any]  # a remote store's open options (not its URL), for pickling
+
     def __reduce__(self) -> tuple[Any, ...]:
         if self.url is not None:
             kwargs = _remote_kwargs(self, for_pickle=True)
@@ -71,7 +73,7 @@ class DocStore(Reader):
 
     def keys(self) -> KeysView[str]:
         """Doc ids in insertion order (a live view: ``len``, ``in`` and iteration)."""
-        return KeysView(self)  # type: ignore[arg-type]
+        return KeysView(self)
 
     def values(self, *, field: str | None = None, fields: Sequence[str] | None = None) -> ValuesView[Any]:
         """Documents (or one field's values, or tuples of fields) in insertion order, decoded in
@@ -321,25 +323,29 @@ def _remote_kwargs(store: DocStore, for_pickle: bool) -> dict[str, Any]:
     return remote
 
 
-class _Values(ValuesView):
+class _Values(ValuesView[Any]):
     """``store.values(field=..., fields=...)``: decodes a chunk at a time on each iteration."""
 
+    _mapping: DocStore  # set by MappingView
+
     def __init__(self, store: DocStore, field: str | None, fields: Sequence[str] | None) -> None:
-        super().__init__(store)  # type: ignore[arg-type]
+        super().__init__(store)
         self._field, self._fields = field, fields
 
     def __iter__(self) -> Iterator[Any]:
-        return self._mapping._chunks(self._field, self._fields)  # type: ignore[attr-defined]
+        return self._mapping._chunks(self._field, self._fields)
 
     def __contains__(self, value: object) -> bool:
         return any(_same(v, value) for v in self)
 
 
-class _Items(ItemsView):
+class _Items(ItemsView[str, Any]):
     """``store.items()``: ``(doc_id, doc)`` pairs, a chunk of documents decoded at a time."""
 
+    _mapping: DocStore  # set by MappingView
+
     def __iter__(self) -> Iterator[tuple[str, Any]]:
-        for doc in self._mapping._chunks(None, None):  # type: ignore[attr-defined]
+        for doc in self._mapping._chunks(None, None):
             yield doc.doc_id, doc
 
     def __contains__(self, item: object) -> bool:

@@ -73,6 +73,17 @@ class Writer(_Writer):
     run of them is spilled, or at ``finish``), then without the positions.
     """
 
+    on_duplicate: Literal["error", "first", "last"]
+    duplicates: int
+    repeated_ids: list[str]
+    _staging: Staging | None
+    _target: str | os.PathLike[str]  # "last": where the store is published
+    _options: dict[str, Any]  # "last": the options of the rewrite that drops the replaced
+    _latest: dict[str, int]  # "last": the position a repeated id lives at now
+    _dropped: set[int]  # "last": positions a repeat replaced
+    _renamed: dict[int, str]  # "last": position -> id written under a stand-in
+    _stand_in: str
+
     def __new__(
         cls,
         path: str | os.PathLike[str],
@@ -107,17 +118,17 @@ class Writer(_Writer):
         self.on_duplicate = on_duplicate
         self._staging = staging
         self.duplicates = 0
-        self.repeated_ids: list[str] = []
+        self.repeated_ids = []
         if on_duplicate != "error":
             # Instance attributes: the default path keeps the core's methods, with no Python call
             # per document.
-            self._latest: dict[str, int] = {}  # "last": the position a repeated id lives at now
-            self._dropped: set[int] = set()  # "last": positions a repeat replaced
-            self._renamed: dict[int, str] = {}  # "last": position -> id written under a stand-in
+            self._latest = {}
+            self._dropped = set()
+            self._renamed = {}
             self._stand_in = f"\x00docstore-last-{os.urandom(8).hex()}\x00"
-            self.add = self._add_resolved
-            self.add_record = self._add_record_resolved
-            self._add_columns = self._add_columns_resolved
+            self.add = self._add_resolved  # type: ignore[method-assign]
+            self.add_record = self._add_record_resolved  # type: ignore[method-assign]
+            self._add_columns = self._add_columns_resolved  # type: ignore[method-assign]
         return self
 
     @property
@@ -432,7 +443,7 @@ def copy_documents(
     with _progress.bar(len(store), "docs", progress, desc="rewrite") as shown:
         for start in range(0, len(store), _REWRITE_CHUNK):
             shown.update(min(_REWRITE_CHUNK, len(store) - start))
-            positions = range(start, min(start + _REWRITE_CHUNK, len(store)))
+            positions: Sequence[int] = range(start, min(start + _REWRITE_CHUNK, len(store)))
             if dropped:
                 positions = [p for p in positions if p not in dropped]
             chunk = store.take(positions)

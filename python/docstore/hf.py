@@ -30,7 +30,7 @@ import copy
 import operator
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -182,7 +182,7 @@ def _dataset_names(dataset: Any, columns: Sequence[str] | Mapping[str, str] | No
     return columns
 
 
-def _rows(dataset: Any, positions: np.ndarray) -> list[tuple]:
+def _rows(dataset: Any, positions: np.ndarray) -> list[tuple[Any, ...]]:
     """The items at ``positions`` as tuples, with only the fields the rows hold decoded."""
     from .torch import DocDataset, PairDataset
 
@@ -195,7 +195,8 @@ def _rows(dataset: Any, positions: np.ndarray) -> list[tuple]:
         if dataset.field is not None:
             return [(v,) for v in dataset.store.take(positions, field=dataset.field)]
         return [tuple(doc) for doc in dataset.store.take(positions)]
-    return dataset.__getitems__(positions)  # a TripletDataset: (query, positive, negative)
+    # A TripletDataset: (query, positive, negative).
+    return cast("list[tuple[Any, ...]]", dataset.__getitems__(positions))
 
 
 def _feature(field_type: str) -> Any:
@@ -245,7 +246,7 @@ def _types(dataset: Any) -> list[str]:
     fields = {**dataset.store.fields, "doc_id": "str"}
     if isinstance(dataset, TripletDataset):
         query = "str"
-        if dataset._query_store is not None:
+        if dataset._query_store is not None and dataset.query_field is not None:
             query = dataset._query_store.get().fields[dataset.query_field]
         return [query, fields[dataset.field], fields[dataset.field]]
     assert isinstance(dataset, (PairDataset, DocDataset))

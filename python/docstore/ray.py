@@ -32,15 +32,14 @@ from ._engines import (
     DICTIONARY_SAMPLE_ROWS,
     appended_fields,
     check_mode,
-    check_policy,
     check_target,
-    check_writer_options,
     in_order_of,
     make_staging,
     remove_staging,
     seal_shards,
     shared_dictionary,
     write_shard,
+    writer_kwargs,
 )
 from ._store import DocStore
 from .errors import DocstoreError, SchemaError
@@ -57,7 +56,7 @@ DEFAULT_SHARD_BYTES = 128 << 20
 DEFAULT_RAY_REMOTE_ARGS: dict[str, Any] = {"max_retries": 3, "retry_exceptions": True}
 
 
-class DocstoreDatasink(Datasink):
+class DocstoreDatasink(Datasink[Any]):
     """A Ray Data ``Datasink`` writing a docstore collection at ``path``.
 
     ``id_field`` names the column of doc ids (strings); ``fields`` maps the columns to store to
@@ -91,10 +90,7 @@ class DocstoreDatasink(Datasink):
         self.id_field = id_field
         self.fields = dict(fields) if fields is not None else None
         self.mode = check_mode(mode)
-        self.writer_options = check_writer_options(writer_options)
-        if on_duplicate != "error":
-            self.writer_options["on_duplicate"] = on_duplicate
-        check_policy(self.mode, self.writer_options)
+        self.writer_options = writer_kwargs(self.mode, writer_options, on_duplicate)
         if shard_bytes is not None and (isinstance(shard_bytes, bool) or int(shard_bytes) < 1):
             raise ValueError(f"shard_bytes must be a positive number of bytes or None, got {shard_bytes!r}")
         self.shard_bytes = None if shard_bytes is None else int(shard_bytes)

@@ -39,7 +39,6 @@ from ._engines import (
     WRITER_OPTIONS,
     appended_fields,
     check_mode,
-    check_policy,
     check_staging,
     check_target,
     check_writer,
@@ -51,6 +50,7 @@ from ._engines import (
     seal_shards,
     shared_dictionary,
     write_shard,
+    writer_kwargs,
 )
 from ._store import DocStore
 from ._store import open as open_store
@@ -84,7 +84,7 @@ class DocstoreDataSource(DataSource):
     def name(cls) -> str:
         return "docstore"
 
-    def schema(self) -> str:
+    def schema(self) -> Any:  # a StructType
         from ._spark_read import schema
 
         return schema(dict(self.options))
@@ -129,14 +129,13 @@ class DocstoreWriter(DataSourceArrowWriter):
                     f"({'overwrite' if overwrite else 'append'})"
                 )
             self.id_field = options.get("id_field") or "doc_id"
-            self.writer_options: dict[str, Any] = {
+            given_options = {
                 k: base64.b64decode(options[k]) if k == "dictionary" else _int_option(k, options[k])
                 for k in WRITER_OPTIONS
                 if k in options
             }
-            if options.get(POLICY_OPTION, "error") != "error":
-                self.writer_options[POLICY_OPTION] = options[POLICY_OPTION]
-            check_policy(self.mode, self.writer_options)
+            on_duplicate = options.get(POLICY_OPTION, "error")
+            self.writer_options = writer_kwargs(self.mode, given_options, on_duplicate)
             given = parse_fields(options["fields"]) if options.get("fields") else None
             needed = None if given is None else {self.id_field, *given}
             fields = schema_fields(_arrow_schema(schema, needed), self.id_field, given)
@@ -323,14 +322,11 @@ def write(
     register(df.sparkSession)
     writer = df.write.format("docstore").mode("overwrite" if mode == "overwrite" else "append")
     writer = writer.option("id_field", id_field).option("mode", mode)
-    check_policy(mode, {POLICY_OPTION: on_duplicate})
-    if on_duplicate != "error":
-        writer = writer.option(POLICY_OPTION, on_duplicate)
+    writer_options = writer_kwargs(mode, writer_options, on_duplicate)
+    if POLICY_OPTION in writer_options:  # a string: the others are numbers and bytes
+        writer = writer.option(POLICY_OPTION, writer_options.pop(POLICY_OPTION))
     if fields is not None:
         writer = writer.option("fields", format_fields(fields))
-    for name in writer_options:
-        if name not in WRITER_OPTIONS:
-            raise TypeError(f"unknown writer option {name!r}; docstore.Writer takes {list(WRITER_OPTIONS)}")
     columns = None if fields is None else [id_field, *(name for name in fields if name != id_field)]
     dictionary = shared_dictionary(
         path,
@@ -393,8 +389,7 @@ def read(
         if isinstance(columns, str):
             raise InvalidArgumentError(f"columns must be a list of field names, got one str {columns!r}")
         strings["columns"] = ",".join(columns)
-    parsed = _spark_read.parse_options({**strings, "path": path})
-    _spark_read.check_columns(parsed.spec.plan()[1], parsed.columns)  # an unknown column: SchemaError, here
+    _spark_read.parse_options({**strings, "path": path}).plan()  # a bad option or column: refused here
     return spark.read.format("docstore").options(**strings).load(path)
 
 

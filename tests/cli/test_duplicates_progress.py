@@ -126,6 +126,21 @@ def test_build_shards_applies_the_policy_within_and_across_shards(tmp_path, poli
     assert ("dropped 3 documents" if policy == "first" else "replaced 3 documents") in result.stdout
 
 
+def test_a_worker_that_builds_two_groups_counts_each_groups_repeats_once(tmp_path, monkeypatch):
+    """The pool may hand one worker process a second group (a loaded machine did, and the build
+    said "dropped 4 documents" for 3): each group returns its own shards' repeats only."""
+    from docstore.cli import shards
+
+    for name in ("_GROUP", "_DROPPED"):  # this process's, restored for the tests that follow
+        monkeypatch.setattr(shards, name, getattr(shards, name))
+    (tmp_path / "in0.tsv").write_text("doc_id\ttext\na\t1\nb\t2\na\t3\n")
+    (tmp_path / "in1.tsv").write_text("doc_id\ttext\nc\t4\n")
+    args = ({"text": "str"}, "doc_id", None, None, None, {"tsv": {}}, "first", None, None)
+    pieces = [[(str(tmp_path / f"in{g}.tsv"), "tsv", None)] for g in (0, 1)]
+    counts = [shards.build_shards(g, [(str(tmp_path / f"s{g}"), pieces[g])], *args) for g in (0, 1)]
+    assert counts == [1, 0]
+
+
 def test_seal_on_duplicate_and_its_advice(tmp_path):
     for name, rows in (("x", RECORDS[:2]), ("y", RECORDS[2:4])):
         docstore.build(tmp_path / name, [{"doc_id": i, "text": t} for i, t in rows])

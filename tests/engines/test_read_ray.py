@@ -291,7 +291,7 @@ def test_lookup_opens_the_store_once_per_worker(lookup_store, monkeypatch):
     spec = engine_read.StoreSpec.of(os.fspath(lookup_store.path))
     from docstore._ray_read import _Lookup
 
-    worker = _Lookup(spec, "doc_id", ["label"], "error", 64)
+    worker = _Lookup(engine_read.EngineLookup.plan(spec, ["doc_id"], "doc_id", ["label"], "error", 64))
     ids = list(lookup_store)
     for i in range(3):
         out = worker(pa.table({"doc_id": ids[i * 10 : i * 10 + 10]}))

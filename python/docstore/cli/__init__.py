@@ -200,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.json_fields is not None:
             args.subparser.error("--json-fields goes with --from-ir-datasets")
     try:
-        return args.func(args)
+        status: int = args.func(args)
+        return status
     except BrokenPipeError:
         return 0
     except (DocstoreError, UsageError, OSError, ValueError, KeyError, MemoryError) as exc:

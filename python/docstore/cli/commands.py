@@ -13,7 +13,7 @@ import re
 import struct
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import numpy as np
@@ -67,7 +67,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         fields = parquet_fields(args.inputs[0], args.id_field)
     start = time.perf_counter()
 
-    def records() -> Iterator[tuple[int, dict[str, Any], str, str]]:
+    def records() -> Generator[tuple[int, dict[str, Any], str, str], None, None]:
         for path, fmt in zip(args.inputs, formats):
             position = 0  # the line the last record read starts on
             try:
@@ -143,7 +143,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 def _build_one(
     args: argparse.Namespace,
     fields: dict[str, str],
-    coerce: dict,
+    coerce: dict[str, dict[str, str]],
     first: Any,
     iterator: Any,
     formats: list[str],
@@ -189,6 +189,7 @@ def _build_one(
                     reading = path
                     parquet_rows = _parquet_rows(path) if fmt == "parquet" else 0
                 within = sizes[path] * position // parquet_rows if parquet_rows else bytes_read()
+                assert total is not None  # stdin has none: the branch above
                 shown.update(min(total, before + within) - shown.n)
         if total is not None:
             shown.update(total - shown.n)
@@ -262,7 +263,7 @@ def _repeats_found(
     if sys.stderr.isatty():  # at once, as a progress bar would (a log gets the one line below)
         print(f"docstore build: {first}; reading the ids again to count the repeats", file=sys.stderr)
     seen: dict[Any, str] = {}
-    count, shown = 0, []
+    count, shown = 0, list[str]()
     keep_ids = [args.id_field] if keep is not None or "parquet" in formats else None
     for path, fmt in zip(args.inputs, formats):
         try:
@@ -302,6 +303,8 @@ def _report_build(output: str, start: float) -> None:
 
 def _build_from_ir_datasets(args: argparse.Namespace) -> int:
     try:
+        import ir_datasets
+
         from .. import ir_datasets as irds
     except ImportError as exc:
         raise UsageError(str(exc)) from None
@@ -310,7 +313,7 @@ def _build_from_ir_datasets(args: argparse.Namespace) -> int:
     json_fields = [f for f in (args.json_fields or "").split(",") if f]
     start = time.perf_counter()
     try:
-        dataset = irds.ir_datasets.load(args.from_ir_datasets)
+        dataset = ir_datasets.load(args.from_ir_datasets)
     except KeyError:
         raise UsageError(f"no ir_datasets dataset {args.from_ir_datasets!r}") from None
     irds.build(
@@ -468,9 +471,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     store = open_store(args.store)
     start = time.perf_counter()
     _progress.verify(store, False if args.quiet else None)
-    took = time.perf_counter() - start
-    print(f"OK: {_redact_urls(args.store)} ({len(store):,} docs, every byte checked in {took:.2f}s)")
-    return 0
+    return _done("OK: {store}", args.store, len(store), "every byte checked", start)
 
 
 def cmd_upgrade(args: argparse.Namespace) -> int:
@@ -486,10 +487,16 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
         new = upgrade(args.store, args.output, overwrite=args.overwrite, progress=progress)
     else:
         new = upgrade(args.store, progress=progress)
-    print(
-        f"{_redact_urls(args.output or args.store)}: format {version} -> {new.info()['format_version']} "
-        f"({len(new):,} docs, verified and rewritten in {time.perf_counter() - start:.2f}s)"
-    )
+    line = f"{{store}}: format {version} -> {new.info()['format_version']}"
+    return _done(line, args.output or args.store, len(new), "verified and rewritten", start)
+
+
+def _done(line: str, store: str, docs: int, what: str, start: float) -> int:
+    """Prints the line a command on ``store`` ends with: ``line``, ``{store}`` in it standing for
+    the path or URL (without the secrets a URL may carry), then the documents and what was done
+    to them, in how long; returns the command's exit status."""
+    took = time.perf_counter() - start
+    print(f"{line.format(store=_redact_urls(store))} ({docs:,} docs, {what} in {took:.2f}s)")
     return 0
 
 

@@ -15,7 +15,7 @@ import re
 import struct
 import sys
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -194,9 +194,7 @@ def _read_jsonl_range(path: str, start: int, end: int) -> Iterator[tuple[int, di
             lines = data[:cut].split(b"\n")
             if lines[-1] == b"":
                 lines.pop()  # what followed the last newline
-            text: list[str] | list[bytes] = (
-                data[:cut].decode("ascii").split("\n") if data.isascii() else lines
-            )
+            text: Sequence[str | bytes] = data[:cut].decode("ascii").split("\n") if data.isascii() else lines
             for line, raw in zip(text, lines):
                 if at >= end:
                     return

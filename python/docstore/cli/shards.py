@@ -14,7 +14,7 @@ import os
 import sys
 import time
 from collections.abc import Iterable, Iterator
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from .. import Writer, _progress, seal, set_num_threads
 from .._collection import seal_without_repeats
@@ -69,7 +69,7 @@ def build_in_shards(
     inputs: list[str],
     formats: list[str],
     n: int,
-    shard_args: tuple,
+    shard_args: tuple[Any, ...],
     overwrite: bool,
     progress: bool,
 ) -> int:
@@ -221,13 +221,15 @@ def build_shards(group: int, shards: list[tuple[str, list[Piece]]], *args: Any) 
     the shared first failed group to ``group`` (a race between two failing workers may leave
     the later one's: then fewer workers stop, which costs time, not the report). Returns the
     number of repeated ids its shards dropped (``on_duplicate`` "first" or "last")."""
-    global _GROUP
-    _GROUP = group
+    global _GROUP, _DROPPED
+    # A worker process may run several groups (the pool hands a free worker the next group):
+    # each returns its own shards' repeats only.
+    _GROUP, _DROPPED = group, 0
     *rest, threads = args
     try:
         for path, pieces in shards:
             _look()
-            build_shard(path, pieces, *rest, threads=threads)
+            build_shard(path, pieces, *rest, threads=threads)  # type: ignore[misc]  # rest stops before it
         return _DROPPED
     except _Stopped:
         raise
@@ -246,7 +248,7 @@ def build_shard(
     keep: list[str] | None,
     level: int | None,
     coerce: dict[str, dict[str, str]],
-    on_duplicate: str = "error",
+    on_duplicate: Literal["error", "first", "last"] = "error",
     dictionary: bytes | None = None,
     threads: int | None = None,
 ) -> int:

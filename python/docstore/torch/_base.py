@@ -5,7 +5,7 @@ from __future__ import annotations
 import operator
 import os
 from collections.abc import Sequence
-from typing import Any, Union
+from typing import Any, Union, cast
 
 import numpy as np
 import torch
@@ -85,14 +85,14 @@ class StoreHandle:
             self._url = store_or_path._reopen_url(True)
             self._open_kwargs = _remote_kwargs(store_or_path, for_pickle=False)
             open_here = not store_or_path.closed
-            self._store = store_or_path if open_here else None
-            self._pid = os.getpid() if open_here else None
+            self._store: DocStore | None = store_or_path if open_here else None
+            self._pid: int | None = os.getpid() if open_here else None
             self._fingerprint = store_or_path.fingerprint if open_here else None
         elif isinstance(store_or_path, DocStore):
             self.path = os.path.abspath(os.fspath(store_or_path.path))
             open_here = not store_or_path.closed  # a closed one is reopened from its path
-            self._store: DocStore | None = store_or_path if open_here else None
-            self._pid: int | None = os.getpid() if open_here else None
+            self._store = store_or_path if open_here else None
+            self._pid = os.getpid() if open_here else None
             self._fingerprint = store_or_path.fingerprint if open_here else None
         elif is_url(store_or_path):
             self.path = _redact_urls(store_or_path)
@@ -174,7 +174,7 @@ DAMAGED: Any = type("Damaged", (), {"__repr__": lambda self: "<damaged document>
 _WARNED: set[str] = set()
 
 
-class StoreDataset(Dataset):
+class StoreDataset(Dataset[Any]):
     """Base: a lazily (re)opened store, batch fetches, cheap pickling, and the policy for
     damaged documents.
 
@@ -206,11 +206,12 @@ class StoreDataset(Dataset):
         ``on_corrupt="skip"``, each damaged document is ``DAMAGED`` in the list, recorded."""
         store = self.store if store is None else store
         if self.on_corrupt == "raise":
-            return store.take(positions, **options)
+            taken: list[Any] = store.take(positions, **options)
+            return taken
         positions = np.asarray(positions, dtype=np.int64)
         values, damaged = read_skipping(lambda p: store.take(p, **options), positions, self.on_corrupt)
         if not len(damaged):
-            return values
+            return cast("list[Any]", values)
         damaged = np.where(damaged < 0, damaged + len(store), damaged)
         normal = np.where(positions < 0, positions + len(store), positions)
         out: list[Any] = [DAMAGED] * len(positions)

@@ -126,7 +126,8 @@ class DamageTally(SharedInts):
 # types now.
 for _count in (1, 2 + DamageTally.KEPT):
     multiprocessing.reduction.ForkingPickler.register(
-        ctypes.c_longlong * _count, multiprocessing.sharedctypes.reduce_ctype
+        ctypes.c_longlong * _count,
+        multiprocessing.sharedctypes.reduce_ctype,  # type: ignore[attr-defined]  # not in typeshed
     )
 
 # Every shared block of this process, so that a fork gives the children one their parent owns.

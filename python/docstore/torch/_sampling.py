@@ -17,7 +17,7 @@ from torch.utils.data import Dataset, DistributedSampler
 _CHUNK = 4096
 
 
-class ElasticSampler(DistributedSampler):
+class ElasticSampler(DistributedSampler[int]):
     """A ``DistributedSampler`` that saves and restores its place in the epoch, also across a
     change of world size (what :func:`distributed_sampler` returns).
 
@@ -47,7 +47,7 @@ class ElasticSampler(DistributedSampler):
 
     def __init__(
         self,
-        dataset: Dataset,
+        dataset: Dataset[Any],
         num_replicas: int | None = None,
         rank: int | None = None,
         shuffle: bool = True,
@@ -196,7 +196,7 @@ def _find_state(state: Any) -> dict[str, Any]:
 
 
 def distributed_sampler(
-    dataset: Dataset,
+    dataset: Dataset[Any],
     num_replicas: int | None = None,
     rank: int | None = None,
     shuffle: bool = True,

@@ -112,7 +112,8 @@ def _in_sorted(values: np.ndarray, keys: np.ndarray) -> np.ndarray:
     if len(keys) == 0:
         return np.zeros(values.shape, dtype=bool)
     at = np.minimum(np.searchsorted(keys, values), len(keys) - 1)
-    return keys[at] == values
+    found: np.ndarray = keys[at] == values
+    return found
 
 
 def _positions(store: DocStore, doc_ids: Iterable[str], what: str) -> np.ndarray:
