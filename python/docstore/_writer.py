@@ -76,7 +76,7 @@ class Writer(_Writer):
     on_duplicate: Literal["error", "first", "last"]
     duplicates: int
     repeated_ids: list[str]
-    _staging: Staging | None
+    _staging: _docstore.Staging | None
     _target: str | os.PathLike[str]  # "last": where the store is published
     _options: dict[str, Any]  # "last": the options of the rewrite that drops the replaced
     _latest: dict[str, int]  # "last": the position a repeated id lives at now

@@ -24,7 +24,7 @@
 //! liblz4 is called directly (through the symbols lz4-sys links), not through docstore's codec:
 //! a floor must not inherit docstore's own overheads.
 
-use docstore_core::{check, codec, Mmap, Store};
+use docstore_core::{check, codec, Store, StoreFile};
 use std::hint::black_box;
 use std::os::raw::{c_char, c_int};
 use std::time::Instant;
@@ -121,7 +121,7 @@ struct Lookups<'a> {
     raw_bytes: usize,
 }
 
-fn lookups<'a>(store: &'a Store<Mmap>, keys: Vec<String>) -> Lookups<'a> {
+fn lookups<'a>(store: &'a Store<StoreFile>, keys: Vec<String>) -> Lookups<'a> {
     let positions: Vec<u64> = keys
         .iter()
         .map(|k| {

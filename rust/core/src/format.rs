@@ -69,6 +69,15 @@ impl Section {
         Section::KeyRanks,
     ];
 
+    /// The index: the sections a lookup reads piece by piece (a remote store may buy them whole).
+    pub const INDEX: [Section; 5] = [
+        Section::DocOffsets,
+        Section::Keys,
+        Section::KeyOffsets,
+        Section::KeyIndex,
+        Section::KeyRanks,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Section::Schema => "schema",

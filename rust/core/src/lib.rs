@@ -11,7 +11,7 @@ mod encoder;
 pub mod error;
 pub mod format;
 pub mod keys;
-mod pagecache;
+
 pub mod parallel;
 pub mod planes;
 pub mod platform;

@@ -67,10 +67,6 @@ impl AsRef<[u8]> for Counting {
 }
 
 impl Storage for Counting {
-    fn is_remote(&self) -> bool {
-        true
-    }
-
     fn ensure(&self, ranges: &mut Vec<Range<u64>>) -> Result<()> {
         let mut state = self.state.lock().unwrap();
         let mut missing: Vec<usize> = Vec::new();

@@ -27,7 +27,7 @@ pub use seal::{append, check_replaceable, seal, seal_counting, Progress as SealP
 
 use crate::error::{Error, Result};
 use crate::schema::Schema;
-use crate::storage::source::{self, Source};
+use crate::storage::source::Source;
 use crate::storage::StoreFile;
 use crate::store::{self, Found, RecordBatch, Store};
 use rayon::prelude::*;
@@ -81,19 +81,13 @@ impl Collection {
     /// Python's GIL). Everything else about the tiers is decided below this type.
     #[inline(always)]
     pub fn may_block(&self) -> bool {
-        self.source.fetches()
+        self.source.may_block()
     }
 
     /// The node cache's bytes: what this collection's files hold there, and what the cache
     /// directory holds in all (`None` for local files).
     pub fn cache_usage(&self) -> Option<(u64, u64)> {
-        self.source.stats()?;
-        let (mut held, mut usage) = (0u64, 0u64);
-        for file in self.files().filter_map(Store::remote_file) {
-            held += file.cache().held();
-            usage = file.cache().usage();
-        }
-        Some((held, usage))
+        self.source.cache_usage(self.files().map(Store::storage))
     }
 
     /// Every file read: the global id index, if any, then the shards.
@@ -104,7 +98,7 @@ impl Collection {
     /// Runs a read of the files (`op` told which attempt it is, 1 first): once, or for a remote
     /// store once more on bytes fetched anew each time it finds damage (`Source::run`).
     fn retrying<R>(&self, op: impl FnMut(u32) -> Result<R>) -> Result<R> {
-        self.source.run(|| self.files().map(Store::remote_file), op)
+        self.source.run(|| self.files().map(Store::storage), op)
     }
 
     /// `retrying` of a read that appends records to `batch`: each attempt starts from what
@@ -280,13 +274,10 @@ impl Collection {
         Ok(())
     }
 
-    /// For a remote store, fetches at once what `read_records(positions)` will read, so that
-    /// reading it in chunks (on several threads, `read_prefetched`) waits on nothing: a batch is
-    /// a few rounds of concurrent requests, not a few per chunk. Nothing to do for local files.
+    /// Prepares at once what `read_records(positions)` will read (`prepare_shards`), so that
+    /// reading it in chunks (on several threads, `read_prefetched`) waits on nothing: from a
+    /// remote store a batch is a few rounds of concurrent requests, not a few per chunk.
     pub fn prefetch_records(&self, positions: &[u64]) -> Result<()> {
-        if !self.source.fetches() {
-            return Ok(());
-        }
         self.retrying(|_| {
             let mut by_shard: Vec<Vec<Found>> = vec![Vec::new(); self.shards.len()];
             for &pos in positions {
@@ -295,21 +286,26 @@ impl Collection {
                 }
             }
             // Reads by position check each document with its key.
-            self.fetch_shards(&by_shard, self.checked())
+            self.prepare_shards(&by_shard, positions.len(), self.checked())
         })
     }
 
-    /// Fetches what reading each remote shard's part of a batch needs (with `keys`, the keys of
-    /// its positions too): the shards with bytes missing at once, a thread each, so that they
-    /// make one round of requests rather than one per shard. Which shards miss bytes is looked
-    /// up first, on this thread: a warm batch starts no thread (one per shard per batch cost a
-    /// warm 64-shard batch 40x its time, measured).
-    fn fetch_shards(&self, parts: &[Vec<Found>], keys: bool) -> Result<()> {
-        let cold: Vec<(&Store<StoreFile>, &[Found])> = (self.shards.iter().zip(parts))
-            .filter(|(shard, part)| !part.is_empty() && shard.needs_fetch(part, keys))
+    /// Prepares what reading each shard's part of a batch of `len` reads (with `keys`, the keys
+    /// of its positions too), as the source's policy says (`Source::prepare`): remote shards
+    /// with bytes missing fetch at once, a thread each, so that they make one round of requests
+    /// rather than one per shard (which shards miss bytes is looked up first, on this thread: a
+    /// warm batch starts no thread; one per shard per batch cost a warm 64-shard batch 40x its
+    /// time, measured); local shards that look cold ask for their pages.
+    fn prepare_shards(&self, parts: &[Vec<Found>], len: usize, keys: bool) -> Result<()> {
+        let parts: Vec<(&Store<StoreFile>, &[Found])> = (self.shards.iter().zip(parts))
+            .filter(|(shard, part)| !part.is_empty() && shard.prepares_batch(len))
             .map(|(shard, part)| (shard, part.as_slice()))
             .collect();
-        source::at_once(&cold, |&(shard, part)| shard.prefetch_reads(part, keys))
+        self.source.prepare(
+            &parts,
+            |&(shard, part)| shard.needs_fetch(part, keys),
+            |&(shard, part)| shard.prepare_batch(part.iter().copied(), len, keys),
+        )
     }
 
     /// Finds many keys for reading, the batch searched once: for a remote store, what reading
@@ -319,18 +315,17 @@ impl Collection {
     /// waiting on the network. Nothing is confirmed here: those check each document. Each key
     /// comes back with what was found for it, in order: what those take.
     pub fn locate_batch<'k>(&self, keys: &[&'k [u8]]) -> Result<Vec<(&'k [u8], Option<Located>)>> {
-        if !self.source.fetches() {
-            return self.locate_once(keys);
-        }
         self.retrying(|_| {
             let located = self.locate_once(keys)?;
-            let mut by_shard: Vec<Vec<Found>> = vec![Vec::new(); self.shards.len()];
-            for (_, l) in located.iter() {
-                if let Some(l) = l {
-                    by_shard[l.shard].push(l.local);
+            if (self.shards.iter()).any(|shard| shard.prepares_batch(located.len())) {
+                let mut by_shard: Vec<Vec<Found>> = vec![Vec::new(); self.shards.len()];
+                for (_, l) in located.iter() {
+                    if let Some(l) = l {
+                        by_shard[l.shard].push(l.local);
+                    }
                 }
+                self.prepare_shards(&by_shard, located.len(), false)?;
             }
-            self.fetch_shards(&by_shard, false)?;
             Ok(located)
         })
     }
@@ -369,10 +364,11 @@ impl Collection {
             }
             let mut found: Vec<(&[u8], Located)> = Vec::with_capacity(items.len());
             found.extend(items.iter().filter_map(|&(key, l)| l.map(|l| (key, l))));
+            // Prepared by `locate_batch`.
             self.read_across(
                 &found,
                 false,
-                self.source.fetches(),
+                true,
                 |&(_, l)| (l.shard, l.local),
                 |&(key, l)| self.shards[l.shard].with_record_of(l.local, key, |r| batch.push(r))?,
             )?;
@@ -396,21 +392,21 @@ impl Collection {
         })
     }
 
-    /// For a remote store, fetches the keys of positions `range` at once (see
-    /// `Store::prefetch_keys`), so that `key_at` over them waits on nothing.
+    /// Fetches the keys of positions `range` at once where reads fetch (see
+    /// `Store::prefetch_keys`, `Source::fetch_ahead`), so that `key_at` over them waits on
+    /// nothing.
     pub fn prefetch_keys(&self, range: std::ops::Range<u64>) -> Result<()> {
-        if !self.source.fetches() || range.is_empty() {
-            return Ok(());
-        }
-        let end = range.end.min(self.len());
-        let mut pos = range.start;
-        while pos < end {
-            let (shard, local) = self.shard_of(pos)?;
-            let take = (self.starts[shard + 1] - pos).min(end - pos);
-            self.shards[shard].prefetch_keys(local..local + take)?;
-            pos += take;
-        }
-        Ok(())
+        self.source.fetch_ahead(|| {
+            let end = range.end.min(self.len());
+            let mut pos = range.start;
+            while pos < end {
+                let (shard, local) = self.shard_of(pos)?;
+                let take = (self.starts[shard + 1] - pos).min(end - pos);
+                self.shards[shard].prefetch_keys(local..local + take)?;
+                pos += take;
+            }
+            Ok(())
+        })
     }
 
     /// Appends the raw records of `positions` to `batch`, in request order.
@@ -420,13 +416,12 @@ impl Collection {
         })
     }
 
-    /// `read_records` of positions that `prefetch_records` fetched: a remote store's first
-    /// attempt does not look for missing bytes again (any the cache lost meanwhile are fetched
-    /// as read); one that finds damage fetches anew.
+    /// `read_records` of positions that `prefetch_records` prepared: the first attempt does not
+    /// prepare them again (any bytes a cache lost meanwhile are fetched as read); one that finds
+    /// damage fetches anew.
     pub fn read_prefetched(&self, positions: &[u64], batch: &mut RecordBatch) -> Result<()> {
-        let fetched = self.source.fetches();
         self.retrying_into(batch, |attempt, batch| {
-            self.read_records_once(positions, batch, fetched && attempt == 1)
+            self.read_records_once(positions, batch, attempt == 1)
         })
     }
 
@@ -434,7 +429,7 @@ impl Collection {
         &self,
         positions: &[u64],
         batch: &mut RecordBatch,
-        fetched: bool,
+        prepared: bool,
     ) -> Result<()> {
         // Every shard is format 2 (sealing refuses others): a read by position is checked with
         // the key of the position.
@@ -450,7 +445,7 @@ impl Collection {
             return self.read_across(
                 positions,
                 keys,
-                fetched,
+                prepared,
                 |&pos| (0, Found::at(pos)),
                 |&pos| shard.with_record(pos, |raw| batch.push(raw))?,
             );
@@ -461,7 +456,7 @@ impl Collection {
         self.read_across(
             &items,
             keys,
-            fetched,
+            prepared,
             |&at| at,
             |&(shard, local)| self.shards[shard].with_record(local.pos, |raw| batch.push(raw))?,
         )
@@ -523,38 +518,30 @@ impl Collection {
     }
 
     /// Runs `read` on `items` in request order, `at` naming each one's shard and position there:
-    /// each shard's part of the batch prepared first (fetched from a remote store, or its pages
-    /// asked for when they look uncached), then one prefetching pipeline across the shards, so
-    /// that a batch spread over many shards overlaps its memory loads as one file's does (read
-    /// shard by shard, 64 shards left one or two documents a group and nothing to overlap).
-    /// With `fetched`, what a remote store reads was fetched for the batch already.
+    /// the batch prepared first (unless `prepared` says it was: `prepare_shards`), then one
+    /// prefetching pipeline across the shards, so that a batch spread over many shards overlaps
+    /// its memory loads as one file's does (read shard by shard, 64 shards left one or two
+    /// documents a group and nothing to overlap).
     fn read_across<T>(
         &self,
         items: &[T],
         keys: bool,
-        fetched: bool,
+        prepared: bool,
         at: impl Fn(&T) -> (usize, Found),
         read: impl FnMut(&T) -> Result<()>,
     ) -> Result<()> {
-        if let ([shard], false) = (self.shards.as_slice(), fetched || self.source.fetches()) {
-            // One local file: its hints straight from the batch, without a copy per shard.
-            if shard.prepares_batch(items.len()) {
-                shard.prepare_batch(items.iter().map(|i| at(i).1), items.len(), keys)?;
-            }
-        } else if !fetched && (self.shards.iter()).any(|shard| shard.prepares_batch(items.len())) {
+        let len = items.len();
+        if prepared || !(self.shards.iter()).any(|shard| shard.prepares_batch(len)) {
+            // Nothing to prepare.
+        } else if let [shard] = self.shards.as_slice() {
+            // One file: prepared straight from the batch, without a copy per shard.
+            shard.prepare_batch(items.iter().map(|i| at(i).1), len, keys)?;
+        } else {
             let mut by_shard: Vec<Vec<Found>> = vec![Vec::new(); self.shards.len()];
             for (shard, local) in items.iter().map(&at) {
                 by_shard[shard].push(local);
             }
-            // Remote shards fetch at once (one round for them all); local ones only hint.
-            match self.source.fetches() {
-                true => self.fetch_shards(&by_shard, keys)?,
-                false => (self.shards.iter().zip(&by_shard))
-                    .filter(|(_, part)| !part.is_empty())
-                    .try_for_each(|(shard, part)| {
-                        shard.prepare_batch(part.iter().copied(), items.len(), keys)
-                    })?,
-            }
+            self.prepare_shards(&by_shard, len, keys)?;
         }
         let at = |item: &T| {
             let (shard, local) = at(item);
@@ -567,7 +554,7 @@ impl Collection {
     /// opened (its fingerprint); `None` when the files are local already.
     fn local_copy(&self) -> Result<Option<Collection>> {
         let copy = |store: &Store<StoreFile>| -> Result<Option<Store<StoreFile>>> {
-            let Some(file) = self.source.local_copy(store.remote_file())? else {
+            let Some(file) = self.source.local_copy(store.storage())? else {
                 return Ok(None);
             };
             let copy = Store::from_bytes(file)?;

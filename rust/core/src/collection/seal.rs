@@ -14,9 +14,9 @@ use crate::format;
 use crate::keys::merge::{self, SortedKeys};
 use crate::publish::{self, HeldTarget, Scratch, TargetLock};
 use crate::schema::Schema;
+use crate::storage::StoreFile;
 use crate::store::Store;
 use crate::writer::{Summary, Writer, WriterOptions, MAX_DOCS};
-use memmap2::Mmap;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -187,7 +187,7 @@ fn seal_held(
 
     // Linked first, then opened there: what is indexed is what the collection holds.
     let mut entries = Vec::with_capacity(shards.len());
-    let mut stores: Vec<Store<Mmap>> = Vec::with_capacity(shards.len());
+    let mut stores: Vec<Store<StoreFile>> = Vec::with_capacity(shards.len());
     let mut total = 0u64;
     for (i, (source, real)) in shards.iter().zip(&resolved).enumerate() {
         let file = format!("shards/part-{i:05}.docstore");
@@ -422,7 +422,7 @@ fn place(source: &Path, real: &Path, dest: &Path) -> Result<()> {
 /// its key index locating each document's blob in its shard.
 fn write_index(
     path: &Path,
-    stores: &[Store<Mmap>],
+    stores: &[Store<StoreFile>],
     sources: &[PathBuf],
     done: &AtomicU64,
 ) -> Result<Summary> {
@@ -481,7 +481,7 @@ fn write_index(
 }
 
 /// A shard's keys, for the merge of the global id index.
-impl SortedKeys for Store<Mmap> {
+impl SortedKeys for Store<StoreFile> {
     fn len(&self) -> u64 {
         Store::len(self)
     }

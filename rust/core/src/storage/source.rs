@@ -1,13 +1,16 @@
 //! Where a reader's files come from: local files, or a remote location (a bucket, a server)
 //! whose objects are read through the node cache (`remote`, `cache`).
 //!
-//! A collection reads its files through one `Source` and names no remote type: it asks its
-//! shards' storage for ranges and gets errors back. What a remote read needs besides is decided
-//! here, once for every read of a collection:
+//! A collection reads its files through one `Source` and never asks where they are: it asks its
+//! shards' storage for ranges and gets errors back. The read policy that depends on where the
+//! files are is decided here, once for every read of a collection:
 //! - `open_files`: a collection's files opened at once (each open is a round trip or two);
 //! - `run`: a read that finds damage run again on bytes fetched anew (`REMOTE_ATTEMPTS`);
-//! - `at_once`: the shards of a batch fetched together, one round for them all;
-//! - `local_copy`: a whole copy of a remote file, what `verify` reads.
+//! - `prepare`: the shards of a batch fetched together, one round for them all (`at_once`),
+//!   or, for local files, their pages hinted one shard after another;
+//! - `fetch_ahead`: work that only fetches, skipped for local files;
+//! - `local_copy`: a whole copy of a remote file, what `verify` reads;
+//! - `may_block`: the one question a caller asks (the bindings, to release the GIL).
 
 use super::remote::{self, Remote, RemoteFile, RemoteOptions, RemoteStats};
 use super::StoreFile;
@@ -57,11 +60,54 @@ impl Source {
         })
     }
 
-    /// Whether reads fetch what they read (a remote location): a batch then fetches what it
-    /// will read first, all at once, so that it is a few rounds of requests, not a few per chunk.
+    /// Whether a read may wait on the network (a remote location): what a caller that lets
+    /// others run meanwhile asks (the bindings release Python's GIL).
     #[inline(always)]
-    pub fn fetches(&self) -> bool {
+    pub fn may_block(&self) -> bool {
         self.remote.is_some()
+    }
+
+    /// Prepares each of `parts` (a shard's part of a batch) with `prepare` (`Store::prepare_batch`):
+    /// where reads fetch, those that `lacks` says miss bytes at once, a thread each, so that
+    /// their requests make one round (a warm batch starts no thread); local parts one after
+    /// another (their hints are system calls that do not wait).
+    pub fn prepare<T: Sync>(
+        &self,
+        parts: &[T],
+        lacks: impl Fn(&T) -> bool,
+        prepare: impl Fn(&T) -> Result<()> + Sync,
+    ) -> Result<()> {
+        match &self.remote {
+            None => parts.iter().try_for_each(prepare),
+            Some(_) => {
+                let cold: Vec<&T> = parts.iter().filter(|p| lacks(p)).collect();
+                at_once(&cold, |part| prepare(part))
+            }
+        }
+    }
+
+    /// Runs `fetch` where reads fetch: work that only fetches ahead what later reads read (so
+    /// that they wait on nothing), which local files do not need.
+    pub fn fetch_ahead(&self, fetch: impl FnOnce() -> Result<()>) -> Result<()> {
+        match &self.remote {
+            None => Ok(()),
+            Some(_) => fetch(),
+        }
+    }
+
+    /// What `files` hold in the node cache, and what its directory holds in all (`None` for
+    /// local files).
+    pub fn cache_usage<'a>(
+        &self,
+        files: impl Iterator<Item = &'a StoreFile>,
+    ) -> Option<(u64, u64)> {
+        self.remote.as_ref()?;
+        let (mut held, mut usage) = (0u64, 0u64);
+        for file in files.filter_map(StoreFile::remote_file) {
+            held += file.cache().held();
+            usage = file.cache().usage();
+        }
+        Some((held, usage))
     }
 
     /// The remote client's counters (`None` for local files).
@@ -134,8 +180,8 @@ impl Source {
         remote.get_all(&remote.path_of(url)?, url)
     }
 
-    /// Runs a read of `files` (each one's remote file, `None` for a local one, listed only for
-    /// a remote read; `op` told which attempt it is, 1 first). A local read runs once. A remote
+    /// Runs a read of `files` (listed only for a remote read; `op` told which attempt it is, 1
+    /// first). A local read runs once. A remote
     /// one first checks that the cache files are whole (`RemoteFile::guard`), and one that finds
     /// damage is run again after evicting what it read from the cache (`REMOTE_ATTEMPTS`).
     #[inline]
@@ -145,12 +191,12 @@ impl Source {
         mut op: impl FnMut(u32) -> Result<R>,
     ) -> Result<R>
     where
-        I: Iterator<Item = Option<&'a RemoteFile>> + Clone,
+        I: Iterator<Item = &'a StoreFile> + Clone,
     {
         let Some(remote) = &self.remote else {
             return op(1);
         };
-        let files = files().flatten();
+        let files = files().filter_map(StoreFile::remote_file);
         let now = remote::guard_clock();
         for file in files.clone() {
             file.guard(now)?;
@@ -179,8 +225,9 @@ impl Source {
 
     /// A whole copy of `file` (`None`: a local file, read where it is), downloaded into a
     /// temporary file: what `verify` reads, whatever the cache's budget.
-    pub fn local_copy(&self, file: Option<&RemoteFile>) -> Result<Option<StoreFile>> {
-        file.map(|f| Ok(StoreFile::local(f.download()?)))
+    pub fn local_copy(&self, file: &StoreFile) -> Result<Option<StoreFile>> {
+        (file.remote_file())
+            .map(|f| Ok(StoreFile::mapped(f.download()?)))
             .transpose()
     }
 

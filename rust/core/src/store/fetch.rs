@@ -2,15 +2,15 @@
 //! requests as the reads' dependencies allow: a search resumed round by round with what it
 //! found lacking (`search_fetching`, over `search::Lack`), and the plan of a batch's reads run
 //! round by round (`fetch_reads`, over `plan`). Each round is one `fetch`: presence checks,
-//! then one `Storage::ensure`. A local store has nothing to fetch: `need` and the `prefetch_*`
-//! calls return at once.
+//! then one `Storage::ensure`. Over a local store every byte is present: `need` is inlined to
+//! nothing, and a search never lacks anything, so it never resumes.
 
-use super::plan::Reads;
+use super::plan::{BatchPlan, Reads};
 use super::search::{Fetch, Lack};
 use super::{Found, Store, GROUP};
 use crate::error::Result;
 use crate::format::Section;
-use crate::storage::Storage;
+use crate::storage::{self, Storage};
 use std::ops::Range;
 use std::sync::atomic;
 
@@ -34,19 +34,7 @@ impl<B: Storage> Store<B> {
     /// local store; a remote one fetches what its cache lacks (see `storage`).
     #[inline(always)]
     pub(super) fn need(&self, s: Section, range: Range<usize>) -> Result<()> {
-        if self.buf.is_remote() {
-            self.need_remote(s, range)?;
-        }
-        Ok(())
-    }
-
-    #[cold]
-    fn need_remote(&self, s: Section, range: Range<usize>) -> Result<()> {
-        let range = self.in_file(s, range);
-        if !range.is_empty() {
-            self.buf.ensure_one(range)?;
-        }
-        Ok(())
+        self.buf.ensure_one(self.in_file(s, range))
     }
 
     /// Whether bytes `range` of section `s` are readable without fetching (and if so stamped
@@ -64,46 +52,23 @@ impl<B: Storage> Store<B> {
         &self,
         wants: impl IntoIterator<Item = (Section, Range<usize>)>,
     ) -> Result<()> {
-        // Present ranges are only stamped (no allocation: a warm batch passes through here). In
-        // groups, their presence bits loaded first, so that the cache misses of a batch overlap
-        // rather than queue.
-        let mut wants = (wants.into_iter())
-            .map(|(s, r)| self.in_file(s, r))
-            .filter(|r| !r.is_empty());
-        let mut group: [Range<u64>; GROUP] = std::array::from_fn(|_| 0..0);
-        let mut missing: Vec<Range<u64>> = Vec::new();
-        loop {
-            let len = (group.iter_mut())
-                .map_while(|slot| wants.next().map(|want| *slot = want))
-                .count();
-            for range in &group[..len] {
-                self.buf.prefetch_present(range);
-            }
-            for range in &group[..len] {
-                if !self.buf.present(range.clone()) {
-                    missing.push(range.clone());
-                }
-            }
-            if len < GROUP {
-                break;
-            }
-        }
-        if missing.is_empty() {
-            return Ok(());
-        }
-        self.buf.ensure(&mut missing)
+        // Present ranges are only stamped (no allocation: a warm batch passes through here).
+        storage::fetch_missing(
+            &self.buf,
+            wants.into_iter().map(|(s, r)| self.in_file(s, r)),
+        )
     }
 
     /// Whether the common prefix is readable: always, but for a remote store before its first
     /// lookup.
-    fn prefix_present(&self) -> bool {
+    #[inline(always)]
+    pub(super) fn prefix_present(&self) -> bool {
         // Acquire: the prefix's bytes, which the thread that found them present saw, are seen.
-        if self.prefix_fetched.load(atomic::Ordering::Acquire)
-            || !self.buf.is_remote()
-            || self.common_prefix.is_empty()
-        {
-            return true;
-        }
+        self.prefix_fetched.load(atomic::Ordering::Acquire) || self.prefix_arrived()
+    }
+
+    #[cold]
+    fn prefix_arrived(&self) -> bool {
         let present = (self.buf).present(self.in_file(Section::Keys, self.common_prefix.clone()));
         if present {
             self.prefix_fetched.store(true, atomic::Ordering::Release);
@@ -206,63 +171,54 @@ impl<B: Storage> Store<B> {
         claim.map(&mut parts, |_, indexes| part(indexes))
     }
 
-    /// For a remote store, fetches what reading `found` reads (with `keys`, the keys of their
-    /// positions too, which a read by position checks its document with).
+    /// Fetches what reading `found` reads (with `keys`, the keys of their positions too, which
+    /// a read by position checks its document with), round by round: each round's missing
+    /// ranges in one round of concurrent requests. Over bytes all present, nothing is fetched
+    /// (the collection's `Source` asks this only of fetching stores).
     pub fn prefetch_reads(&self, found: &[Found], keys: bool) -> Result<()> {
-        if self.buf.is_remote() {
-            let reads = Reads { blobs: true, keys };
-            self.fetch_reads(found.iter().copied(), reads)?;
-        }
-        Ok(())
+        let reads = Reads { blobs: true, keys };
+        self.fetch_reads(found.iter().copied(), found.len(), reads)
     }
 
-    /// For a remote store, fetches the keys of `positions` (key ranks, key offsets, keys: three
-    /// rounds of concurrent requests), and in a checked store the blobs that prove them, so
-    /// that `key_at` then reads them from the cache. Nothing to do for a local store.
+    /// Fetches the keys of `positions` (key ranks, key offsets, keys: three rounds of concurrent
+    /// requests), and in a checked store the blobs that prove them, so that `key_at` then reads
+    /// them from the cache.
     pub fn prefetch_keys(&self, positions: Range<u64>) -> Result<()> {
-        if self.buf.is_remote() {
-            let reads = Reads {
-                blobs: self.checked(),
-                keys: true,
-            };
-            self.fetch_reads(positions.map(Found::at), reads)?;
-        }
-        Ok(())
+        let reads = Reads {
+            blobs: self.checked(),
+            keys: true,
+        };
+        let len = (positions.end - positions.start) as usize;
+        self.fetch_reads(positions.map(Found::at), len, reads)
     }
 
-    /// The remote executor of the plan (`plan`): what reading the documents `found` touches,
-    /// each round's ranges fetched in one round of concurrent requests (`fetch`).
-    #[cold]
-    pub(super) fn fetch_reads(
+    /// The fetching executor of the plan (`plan`): what reading the documents `found` touches,
+    /// each round's missing ranges fetched in one round of concurrent requests.
+    fn fetch_reads(
         &self,
         found: impl Iterator<Item = Found> + Clone,
+        len: usize,
         reads: Reads,
     ) -> Result<()> {
-        let mut wants = Vec::new();
-        for round in 0..reads.rounds() {
-            self.each_touch(found.clone(), round, reads, |s, r| wants.push((s, r)));
-            self.fetch(wants.drain(..))?;
-        }
-        Ok(())
+        let plan = BatchPlan {
+            store: self,
+            found,
+            len,
+            reads,
+        };
+        storage::fetch_plan(&self.buf, &plan)
     }
 
     /// Whether reading the records `found` (with `keys`, their keys too) would fetch anything
-    /// from a remote store: the plan's rounds looked up in the cache's map, nothing fetched (the
-    /// first round with something missing answers, as the next rounds read what it fetches). A
-    /// warm batch of a collection asks this of each shard, so that only shards with bytes
-    /// missing fetch.
+    /// (`Storage::lacks`: nothing is fetched to answer). A warm batch of a collection asks this
+    /// of each shard, so that only shards with bytes missing fetch.
     pub(crate) fn needs_fetch(&self, found: &[Found], keys: bool) -> bool {
-        if !self.buf.is_remote() {
-            return false;
-        }
-        let reads = Reads { blobs: true, keys };
-        (0..reads.rounds()).any(|round| {
-            let mut missing = false;
-            self.each_touch(found.iter().copied(), round, reads, |s, r| {
-                let range = self.in_file(s, r);
-                missing |= !range.is_empty() && !self.buf.present(range);
-            });
-            missing
-        })
+        let plan = BatchPlan {
+            store: self,
+            found: found.iter().copied(),
+            len: found.len(),
+            reads: Reads { blobs: true, keys },
+        };
+        self.buf.lacks(&plan)
     }
 }

@@ -45,16 +45,16 @@ mod verify;
 
 use crate::error::{Error, Result};
 use crate::format::{Header, Section, HEADER_SIZE};
-use crate::pagecache;
 use crate::schema::Schema;
-use crate::storage::{remote::RemoteFile, Storage, StoreFile};
+use crate::storage::{pagecache, remote::RemoteFile, Region, Regions, Storage, StoreFile};
 use memmap2::Mmap;
 use std::fs::File;
 use std::ops::Range;
 use std::path::Path;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{self, AtomicBool};
 use xxhash_rust::xxh3::xxh3_64;
 
+pub use crate::storage::DataAccess;
 pub(crate) use pipeline::read_pipelined;
 pub use records::RecordBatch;
 
@@ -79,22 +79,6 @@ impl Found {
 
 /// Lookups of a batch that advance together (see `positions`).
 const GROUP: usize = 16;
-/// Batches at least this long ask the page cache for all their pages at once when a sample of
-/// them is not cached (see `pagecache`).
-const PREFETCH_MIN: usize = 8;
-
-/// How documents are read from a store file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum DataAccess {
-    /// Through the memory map: no system call per document. Every page a lookup touches stays
-    /// mapped, and the kernel maps its cached neighbours too (fault-around: ~100 KB per random
-    /// lookup measured), so a process's RSS and PSS grow towards the file size as it reads.
-    #[default]
-    Mmap,
-    /// With `pread(2)`, through the same shared page cache: one system call per document, and the
-    /// process maps only the index. For many long-lived reader processes (DataLoader workers).
-    Pread,
-}
 
 /// An open store over any bytes: a memory map in production, a `Vec<u8>` in tests and fuzzing.
 pub struct Store<B> {
@@ -102,50 +86,37 @@ pub struct Store<B> {
     header: Header,
     schema: Schema,
     ranges: [Range<usize>; Section::COUNT],
-    /// The file documents are read from with `pread`, or `None` to read them through `buf`.
-    data_file: Option<File>,
-    /// Whether `buf` maps a file, so that page cache hints apply to it.
-    mapped: bool,
-    /// A remote store's dictionary, copied at open (see `from_bytes`).
+    /// The dictionary, copied at open where the storage's bytes may change (see `from_bytes`).
     dictionary: Option<Box<[u8]>>,
     /// The header checksum, taken at open: what `verify` compares a download with, which bytes
     /// damaged in a remote store's cache since must not change.
     fingerprint: u64,
     /// Where the prefix shared by every key lies in the keys section.
     common_prefix: Range<usize>,
-    /// Whether a remote store has the common prefix in its cache (pinned there once fetched).
+    /// Whether the common prefix is readable (pinned once it is): at once locally, after the
+    /// first lookup over a remote store's cache.
     prefix_fetched: AtomicBool,
     /// Bytes of a key index entry, and entries per block (`Header::key_entry`, `key_block`).
     entry_size: usize,
     block: u64,
-    /// Whether batches find their pages cached (see `prefetch_index`).
-    cold: pagecache::ColdCache,
 }
 
-impl Store<Mmap> {
+impl Store<StoreFile> {
     /// Maps the file read-only. Costs the same for any store size: nothing is read but the header,
     /// the schema and the dictionary.
-    pub fn open(path: impl AsRef<Path>) -> Result<Store<Mmap>> {
+    pub fn open(path: impl AsRef<Path>) -> Result<Store<StoreFile>> {
         Store::open_with(path, DataAccess::Mmap)
     }
 
     /// Like `open`, reading documents as `access` says (the index is always mapped).
-    pub fn open_with(path: impl AsRef<Path>, access: DataAccess) -> Result<Store<Mmap>> {
+    pub fn open_with(path: impl AsRef<Path>, access: DataAccess) -> Result<Store<StoreFile>> {
         let (file, mmap) = map_store_file(path.as_ref())?;
-        let mut store = Store::from_bytes(mmap)?;
-        store.mapped = true;
-        if access == DataAccess::Pread {
-            store.data_file = Some(file);
-        }
-        Ok(store)
+        Store::from_bytes(StoreFile::local(mmap, file, access))
     }
-}
 
-impl Store<StoreFile> {
-    /// `Store::open_with` over a `StoreFile` (what a collection holds).
+    /// `open_with` (what a collection holds).
     pub fn open_local(path: impl AsRef<Path>, access: DataAccess) -> Result<Store<StoreFile>> {
-        let (file, mmap) = map_store_file(path.as_ref())?;
-        Store::local(file, mmap, access)
+        Store::open_with(path, access)
     }
 
     /// `open_local` of a file already opened (a collection opens its files relative to its
@@ -156,16 +127,7 @@ impl Store<StoreFile> {
         access: DataAccess,
     ) -> Result<Store<StoreFile>> {
         let mmap = map_opened(&file, path)?;
-        Store::local(file, mmap, access)
-    }
-
-    fn local(file: File, mmap: Mmap, access: DataAccess) -> Result<Store<StoreFile>> {
-        let mut store = Store::from_bytes(StoreFile::local(mmap))?;
-        store.mapped = true;
-        if access == DataAccess::Pread {
-            store.data_file = Some(file);
-        }
-        Ok(store)
+        Store::from_bytes(StoreFile::local(mmap, file, access))
     }
 
     /// A remote store: `file` has fetched the first bytes (header, schema, dictionary); opening
@@ -237,30 +199,20 @@ impl<B: Storage> Store<B> {
     pub fn from_bytes(buf: B) -> Result<Store<B>> {
         let bytes = buf.as_ref();
         let header = Header::decode(bytes, bytes.len() as u64)?;
-        if buf.is_remote() {
-            // Pinned first, so that no eviction can come between the checks below and a read.
-            let mut ranges = open_ranges(&header);
-            buf.pin(&ranges);
-            buf.ensure(&mut ranges)?;
-            if let Err(e) = check_open_ranges(bytes, &header) {
-                // Damaged in the cache (on its disk, or a bad response cached by any process of
-                // the node): fetched again from the server, and refused only if that fails too.
-                buf.heal_pinned(e, &|| check_open_ranges(bytes, &header))?;
-            }
-        }
+        // What every read relies on, made readable (a remote store: fetched in one round,
+        // checked, healed) before anything below reads it.
+        buf.open(&regions(&header, crate::format::header_checksum(bytes)))?;
         let ranges = Section::ALL.map(|s| {
             let entry = header.section(s);
             entry.offset as usize..(entry.offset + entry.len) as usize
         });
         let section = |s: Section| &bytes[ranges[s as usize].clone()];
-        // A remote store's dictionary is copied, then checked: the cache file may change under
-        // the reader (damaged on disk, rewritten by another process), and a changed dictionary
-        // would decode documents to wrong text that their checks (of stored bytes) pass. A local
-        // store's file is immutable once sealed, and its dictionary stays where it is mapped
-        // (a copy would cost every process 64 KiB of memory per shard).
-        let dictionary = buf
-            .is_remote()
-            .then(|| Box::<[u8]>::from(section(Section::Dictionary)));
+        // Where bytes may change under the reader (a remote store's cache file: damaged on disk,
+        // rewritten by another process), the dictionary is copied, then checked: a changed
+        // dictionary would decode documents to wrong text that their checks (of stored bytes)
+        // pass. A local store's file is immutable once sealed, and its dictionary stays where it
+        // is mapped (a copy would cost every process 64 KiB of memory per shard).
+        let dictionary = (!buf.stable()).then(|| Box::<[u8]>::from(section(Section::Dictionary)));
         let checked = [
             (Section::Schema, section(Section::Schema)),
             (
@@ -319,41 +271,49 @@ impl<B: Storage> Store<B> {
             header,
             schema,
             ranges,
-            data_file: None,
-            mapped: false,
             dictionary,
             common_prefix: 0..0,
             prefix_fetched: AtomicBool::new(false),
-            cold: Default::default(),
         };
         let common = store.header.common_prefix as usize;
-        if store.buf.is_remote() {
-            // Opening a remote store costs two requests (its first bytes, then the fences): the
-            // checks below would cost three more. A truncated object is refused by the header's
-            // section table already; damage elsewhere fails the document checks and `verify`.
-            if common > store.section(Section::Keys).len() {
-                return Err(Error::corrupt("common key prefix longer than the keys"));
-            }
-            // Pinned now, fetched with the first lookup (`search_fetching`).
-            store.common_prefix = 0..common;
-            store.buf.pin(&[store.in_file(Section::Keys, 0..common)]);
-            return Ok(store);
+        if common > store.section(Section::Keys).len() {
+            return Err(Error::corrupt("common key prefix longer than the keys"));
         }
-        // The last offsets close their sections: a cheap check that catches most truncations.
-        if store.offset(Section::DocOffsets, count) != store.section(Section::Data).len() as u64
-            || store.offset(Section::KeyOffsets, count) != store.section(Section::Keys).len() as u64
+        store.common_prefix = 0..common;
+        // The last offsets close their sections, and the first key holds the common prefix:
+        // cheap checks that catch most truncations, made where those bytes are at hand. Over a
+        // remote store's cold cache they would cost three requests more than the open's two;
+        // there the header's section table refuses a truncated object, and damage elsewhere
+        // fails the document checks and `verify`.
+        let last = count as usize * 8..count as usize * 8 + 8;
+        if store.has(Section::DocOffsets, last.clone())
+            && store.has(Section::KeyOffsets, last)
+            && store.has(Section::KeyOffsets, 0..8)
         {
-            return Err(Error::corrupt("index does not match its data (truncated?)"));
-        }
-        if count > 0 {
-            let first = store.range_at(Section::KeyOffsets, Section::Keys, 0)?;
-            if first.len() < common {
-                return Err(Error::corrupt(
-                    "common key prefix longer than the first key",
-                ));
+            if store.offset(Section::DocOffsets, count) != store.section(Section::Data).len() as u64
+                || store.offset(Section::KeyOffsets, count)
+                    != store.section(Section::Keys).len() as u64
+            {
+                return Err(Error::corrupt("index does not match its data (truncated?)"));
             }
-            store.common_prefix = first.start..first.start + common;
+            if count > 0 {
+                let first = store.range_at(Section::KeyOffsets, Section::Keys, 0)?;
+                if first.len() < common {
+                    return Err(Error::corrupt(
+                        "common key prefix longer than the first key",
+                    ));
+                }
+                store.common_prefix = first.start..first.start + common;
+            }
         }
+        // Pinned: every search compares keys with it. Fetched with the first lookup where it is
+        // not at hand (`search_fetching`).
+        let prefix = store.in_file(Section::Keys, store.common_prefix.clone());
+        store.buf.pin(std::slice::from_ref(&prefix));
+        let at_hand = prefix.is_empty() || store.buf.present(prefix);
+        store
+            .prefix_fetched
+            .store(at_hand, atomic::Ordering::Release);
         Ok(store)
     }
 
@@ -401,35 +361,29 @@ impl<B: Storage> Store<B> {
 
     /// How this store reads documents.
     pub fn data_access(&self) -> DataAccess {
-        match self.data_file {
-            Some(_) => DataAccess::Pread,
-            None => DataAccess::Mmap,
-        }
+        self.buf.data_access()
     }
 }
 
-/// Checks what `open_ranges` covers against the header's checksums.
-fn check_open_ranges(bytes: &[u8], header: &Header) -> Result<()> {
-    for s in [Section::Schema, Section::Dictionary, Section::KeyFences] {
+/// What a store of `header` declares to its storage at open (`storage::Regions`).
+fn regions(header: &Header, fingerprint: u64) -> Regions {
+    let region = |s: Section| {
         let e = header.section(s);
-        let at = e.offset as usize..(e.offset + e.len) as usize;
-        if xxh3_64(&bytes[at]) != e.checksum {
-            return Err(Error::corrupt(format!("{} checksum mismatch", s.name())));
+        Region {
+            what: s.name(),
+            range: e.offset..e.offset + e.len,
+            checksum: e.checksum,
         }
-    }
-    Ok(())
-}
-
-/// What opening a remote store reads past its first bytes: the key fences (one request), and
-/// the schema and the dictionary where they do not fit the first request.
-fn open_ranges(header: &Header) -> Vec<Range<u64>> {
-    let whole = |s: Section| {
-        let e = header.section(s);
-        e.offset..e.offset + e.len
     };
-    vec![
-        whole(Section::Schema),
-        whole(Section::Dictionary),
-        whole(Section::KeyFences),
-    ]
+    Regions {
+        header: 0..HEADER_SIZE as u64,
+        fingerprint,
+        // What opening a remote store reads past its first bytes: the key fences (one
+        // request), and the schema and the dictionary where they do not fit the first request.
+        pinned: [Section::Schema, Section::Dictionary, Section::KeyFences]
+            .map(region)
+            .to_vec(),
+        index: Section::INDEX.map(region).to_vec(),
+        documents: region(Section::Data),
+    }
 }

@@ -1,119 +1,97 @@
-//! Two of the plan's executors (`plan`): a batch's dependent reads overlapped rather than
-//! queued, in the page cache (`hint_reads`, when a mapped file looks cold: `prepare_batch`;
-//! and the key index pages of a search, `prefetch_index`) and in the CPU cache, group by group
-//! (`read_pipelined`). `prepare_batch` also runs the third, a remote store's `fetch_reads`.
+//! The CPU-cache executor of the plan (`plan`): a batch's dependent reads overlapped rather
+//! than queued, group by group (`read_pipelined`); and `prepare_batch`, which hands a batch's
+//! plan to the storage first (a remote cache fetches it; a cold map asks for its pages), with
+//! `prefetch_index` the same for the key index pages a batch's search starts in.
 
-use super::plan::Reads;
-use super::{Found, Store, GROUP, PREFETCH_MIN};
+use super::plan::{BatchPlan, Reads};
+use super::{Found, Store, GROUP};
 use crate::error::Result;
 use crate::format::Section;
-use crate::pagecache;
-use crate::prefetch::prefetch;
-use crate::storage::Storage;
+use crate::storage::{Plan, Storage};
 use std::ops::Range;
 
 impl<B: Storage> Store<B> {
-    /// Starts loading byte `at` of section `s` into the CPU cache, and for a remote store the
-    /// presence bits that `need` will check there.
+    /// Starts loading byte `at` of section `s` into the CPU cache (and what checking that it is
+    /// present reads, where the storage checks).
     #[inline(always)]
     fn prefetch(&self, s: Section, at: usize) {
         self.prefetch_span(s, at..at);
     }
 
-    /// `prefetch` of the cache lines of `range` (at least its first byte), up to `SPAN_LINES`:
-    /// a blob is checked and decoded front to back, and the lines after the first would
-    /// otherwise each wait for memory in turn (the CPU's own prefetcher follows a longer one).
+    /// `prefetch` of the first cache lines of `range` (see `Storage::prefetch`).
     #[inline(always)]
     fn prefetch_span(&self, s: Section, range: Range<usize>) {
-        const LINE: usize = 64;
-        const SPAN_LINES: usize = 8;
-        let section = self.section(s);
-        if range.start >= section.len() {
+        if range.start >= self.section(s).len() {
             return; // a corrupt offset, which the read that follows reports
         }
-        prefetch(section, range.start);
-        let last = range.end.min(range.start + SPAN_LINES * LINE);
-        let mut line = (range.start / LINE + 1) * LINE;
-        while line < last {
-            prefetch(section, line);
-            line += LINE;
-        }
-        if self.buf.is_remote() {
-            self.buf
-                .prefetch_present(&self.in_file(s, range.start..range.start.saturating_add(1)));
-        }
+        self.buf.prefetch(self.in_file(s, range));
     }
 
-    /// When the key index pages that `keys` need look uncached (by a sample), asks for all of
-    /// them at once, so that their reads overlap.
+    /// Hands the storage the key index blocks that the searches of `keys` start in, as likely
+    /// reads (`Storage::advise`): a map that looks cold asks for them at once, so that their
+    /// reads overlap.
     pub(super) fn prefetch_index(&self, keys: &[&[u8]]) {
-        let index = self.section(Section::KeyIndex);
-        let page = |key: &[u8]| {
-            self.target(key)
-                .map(|t| self.block_of(t) as usize * self.block as usize * self.entry_size)
-        };
-        if !self
-            .cold
-            .is_cold(|| page(keys[0]).is_none_or(|at| pagecache::resident(index, at)))
-        {
-            return;
-        }
-        for at in keys.iter().filter_map(|k| page(k)) {
-            pagecache::will_need(index, at..at + self.block as usize * self.entry_size);
-        }
-    }
-
-    /// The page-cache executor of the plan (`plan`): when the blobs `found` look uncached (by a
-    /// sample), asks for all their pages at once, round by round: the doc offsets of those the
-    /// key index did not locate, then the blobs (a `pread` store's through its file).
-    fn hint_reads(&self, found: impl Iterator<Item = Found> + Clone) {
-        let reads = Reads::BLOBS;
-        let Some(first) = found.clone().next() else {
-            return;
-        };
-        let [blob, _] = self.touches::<1, false>(first, reads);
-        let data = self.section(Section::Data);
-        if !self.cold.is_cold(|| {
-            blob.is_none_or(|(_, r)| r.start >= data.len() || pagecache::resident(data, r.start))
-        }) {
-            return;
-        }
-        let data_start = self.ranges[Section::Data as usize].start as u64;
-        for round in 0..reads.rounds() {
-            self.each_touch(found.clone(), round, reads, |s, range| {
-                match (&self.data_file, s) {
-                    (Some(file), Section::Data) => pagecache::will_need_file(
-                        file,
-                        data_start + range.start as u64,
-                        range.len(),
-                    ),
-                    _ => pagecache::will_need(self.section(s), range),
-                }
-            });
-        }
+        self.buf.advise(&IndexPlan { store: self, keys });
     }
 
     /// Whether `prepare_batch` has anything to do for a batch of `len` records.
+    #[inline]
     pub(crate) fn prepares_batch(&self, len: usize) -> bool {
-        (self.mapped && len >= PREFETCH_MIN) || self.buf.is_remote()
+        self.buf.prepares(len)
     }
 
-    /// What a batch of `len` records `found` needs before `read_pipelined` reads them: from a
-    /// remote store, their bytes fetched in a few rounds of concurrent requests; from a mapped
-    /// file that looks uncached, all their pages asked for at once.
+    /// What a batch of `len` records `found` (with `keys`, their keys too) needs before
+    /// `read_pipelined` reads them, done by the storage (`Storage::prepare`): from a remote
+    /// store, their bytes fetched in a few rounds of concurrent requests; from a mapped file
+    /// that looks uncached, all their pages asked for at once.
     pub(crate) fn prepare_batch(
         &self,
         found: impl Iterator<Item = Found> + Clone,
         len: usize,
         keys: bool,
     ) -> Result<()> {
-        if self.mapped && len >= PREFETCH_MIN {
-            self.hint_reads(found.clone());
+        let reads = Reads { blobs: true, keys };
+        self.buf.prepare(&BatchPlan {
+            store: self,
+            found,
+            len,
+            reads,
+        })
+    }
+}
+
+/// The key index blocks that the searches of `keys` start in: one round.
+struct IndexPlan<'s, 'k, B> {
+    store: &'s Store<B>,
+    keys: &'k [&'k [u8]],
+}
+
+impl<B: Storage> IndexPlan<'_, '_, B> {
+    fn block(&self, key: &[u8]) -> Option<Range<u64>> {
+        let store = self.store;
+        let bytes = store.block as usize * store.entry_size;
+        let at = store.block_of(store.target(key)?) as usize * bytes;
+        Some(store.in_file(Section::KeyIndex, at..at + bytes))
+    }
+}
+
+impl<B: Storage> Plan for IndexPlan<'_, '_, B> {
+    fn reads(&self) -> usize {
+        self.keys.len()
+    }
+
+    fn rounds(&self) -> usize {
+        1
+    }
+
+    fn each(&self, _round: usize, each: &mut dyn FnMut(Range<u64>)) {
+        for range in self.keys.iter().filter_map(|k| self.block(k)) {
+            each(range);
         }
-        if self.buf.is_remote() {
-            self.fetch_reads(found, Reads { blobs: true, keys })?;
-        }
-        Ok(())
+    }
+
+    fn sample(&self) -> Option<Range<u64>> {
+        self.block(self.keys.first()?)
     }
 }
 
@@ -156,10 +134,7 @@ fn prefetch_round<'s, const ROUND: usize, B: Storage + 's, T>(
         // With the ends: a blob's next offset lies beside its own, fetched in round 0.
         let [a, b] = store.touches::<ROUND, true>(found, reads);
         if let Some((s, range)) = a {
-            // A `pread` store's blobs are not in the map.
-            if s != Section::Data || store.data_file.is_none() {
-                store.prefetch_span(s, range);
-            }
+            store.prefetch_span(s, range);
         }
         if let Some((s, range)) = b {
             store.prefetch(s, range.start);

@@ -10,20 +10,19 @@
 //!   2                                         the key
 //! ```
 //!
-//! `Store::touches` says what one document touches in one round; three executors run the
-//! plan over a batch, each over its own tier, none knowing where bytes come from:
-//!
-//! - remote cache: `fetch::fetch_reads`, each round one `Storage::ensure` of the batch's ranges
-//!   (one round of concurrent requests), so that a batch costs three round trips at most;
-//! - page cache: `pipeline::hint_reads`, `will_need` for every page of a cold batch's rounds;
-//! - CPU cache: `pipeline::read_pipelined`, a group's loads of each round issued together.
+//! `Store::touches` says what one document touches in one round. The storage runs the plan of
+//! a batch (`BatchPlan`, a `storage::Plan`) as its tier wants, before the batch is read
+//! (`Storage::prepare`): a remote cache fetches each round with one `Storage::ensure` (one
+//! round of concurrent requests), so that a batch costs three round trips at most; a map that
+//! looks cold asks the page cache for every page of each round. Then the CPU-cache executor,
+//! `pipeline::read_pipelined`, issues a group's loads of each round together.
 //!
 //! The ranges come from bytes not yet checked (damage gives a range clipped to its section,
 //! `in_file`); what is read is checked when read (`records`).
 
 use super::{Found, Store};
 use crate::format::Section;
-use crate::storage::Storage;
+use crate::storage::{Plan, Storage};
 use std::ops::Range;
 
 /// What a batch reads of each document.
@@ -146,6 +145,38 @@ impl<B: Storage> Store<B> {
                 each(s, range);
             }
         }
+    }
+}
+
+/// What reading the documents `found` reads (with `reads`), as the storage runs it: the plan
+/// in ranges of the file.
+pub(crate) struct BatchPlan<'s, B, I> {
+    pub store: &'s Store<B>,
+    pub found: I,
+    pub len: usize,
+    pub reads: Reads,
+}
+
+impl<B: Storage, I: Iterator<Item = Found> + Clone> Plan for BatchPlan<'_, B, I> {
+    fn reads(&self) -> usize {
+        self.len
+    }
+
+    fn rounds(&self) -> usize {
+        self.reads.rounds()
+    }
+
+    fn each(&self, round: usize, each: &mut dyn FnMut(Range<u64>)) {
+        let store = self.store;
+        store.each_touch(self.found.clone(), round, self.reads, |s, r| {
+            each(store.in_file(s, r))
+        });
+    }
+
+    fn sample(&self) -> Option<Range<u64>> {
+        let first = self.found.clone().next()?;
+        let [blob, _] = self.store.touches::<1, false>(first, Reads::BLOBS);
+        blob.map(|(s, r)| self.store.in_file(s, r.start..r.start + 1))
     }
 }
 

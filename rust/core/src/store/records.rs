@@ -1,7 +1,8 @@
 //! Reading documents and keys from a `Store`: by position or by what the key index found, one
-//! at a time or in batches (`RecordBatch`), through the map, with `pread`, or from a remote
-//! store's cache. In a checked store every record and key read is proved to be the one asked
-//! for (`check`).
+//! at a time or in batches (`RecordBatch`), over bytes the storage holds still while they are
+//! checked and decoded (`Storage::read_stable`: the map's, or a copy read with `pread` or out
+//! of a remote store's cache). In a checked store every record and key read is proved to be
+//! the one asked for (`check`).
 
 use super::pipeline::read_pipelined;
 use super::{Found, Store};
@@ -67,14 +68,9 @@ fn owned(raw: &[u8]) -> Result<Cow<'static, [u8]>> {
     Ok(Cow::Owned(copy))
 }
 
-/// The most keys, and bytes of their blobs, that `keys_in` reads with one `pread`.
+/// The most keys, and bytes of their blobs, that `keys_in` reads at once.
 const RUN_KEYS: u64 = 4096;
 const RUN_BYTES: usize = 1 << 20;
-
-thread_local! {
-    /// A blob read with `pread`, before it is decoded.
-    static BLOB: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-}
 
 impl<B: Storage> Store<B> {
     /// The key of the document at `pos`. In a checked store it is proved as a document read is:
@@ -93,26 +89,26 @@ impl<B: Storage> Store<B> {
     /// blob cost a `take` 25%). A remote store's cache may have fetched the key anew since: it
     /// is proved again (`key_at`).
     pub fn key_at_after_read(&self, pos: u64) -> Result<&str> {
-        if self.buf.is_remote() {
+        if !self.buf.stable() {
             return self.key_at(pos);
         }
         std::str::from_utf8(self.key_bytes_at(pos)?).map_err(|_| Error::corrupt("key is not UTF-8"))
     }
 
     /// Runs `each` on the position and key of every document of `positions`, in order, each key
-    /// proved as `key_at` proves it. A store read with `pread` reads the blobs of a run of
-    /// positions with one call (blobs tile the data section in position order) rather than one
-    /// call a key, which made iterating the ids of a store 8x slower.
+    /// proved as `key_at` proves it. The blobs of a run of positions are read at once (blobs
+    /// tile the data section in position order): one `pread` a run rather than one a key, which
+    /// made iterating the ids of a store 8x slower.
     pub fn keys_in(
         &self,
         positions: Range<u64>,
         mut each: impl FnMut(u64, &str) -> Result<()>,
     ) -> Result<()> {
-        let Some(file) = self.data_file.as_ref().filter(|_| self.checked()) else {
+        if !self.checked() {
             return positions
                 .into_iter()
                 .try_for_each(|pos| each(pos, self.key_at(pos)?));
-        };
+        }
         let v3 = self.header.binds_position();
         let data_start = self.ranges[Section::Data as usize].start as u64;
         let mut pos = positions.start;
@@ -135,11 +131,7 @@ impl<B: Storage> Store<B> {
                 ..self
                     .range_at(Section::DocOffsets, Section::Data, end - 1)?
                     .end;
-            let mut read = |buf: &mut Vec<u8>| -> Result<()> {
-                buf.clear();
-                try_reserve(buf, span.len())?;
-                buf.resize(span.len(), 0);
-                crate::platform::read_exact_at(file, buf, data_start + span.start as u64)?;
+            let read = |buf: &[u8]| -> Result<()> {
                 for p in pos..end {
                     let key = self.key_bytes_at(p)?;
                     let blob = self.range_at(Section::DocOffsets, Section::Data, p)?;
@@ -158,13 +150,10 @@ impl<B: Storage> Store<B> {
                         std::str::from_utf8(key).map_err(|_| Error::corrupt("key is not UTF-8"))?;
                     each(p, key)?;
                 }
-                codec::release_if_huge(buf, 0);
                 Ok(())
             };
-            BLOB.with(|cell| match cell.try_borrow_mut() {
-                Ok(mut buf) => read(&mut buf),
-                Err(_) => read(&mut Vec::new()),
-            })?;
+            let at = data_start + span.start as u64..data_start + span.end as u64;
+            self.buf.read_stable(at, read)?;
             pos = end;
         }
         Ok(())
@@ -235,50 +224,9 @@ impl<B: Storage> Store<B> {
             }
         }
         let v3 = self.header.binds_position();
-        let range = self.blob_range(found)?;
-        if self.buf.is_remote() {
-            // Copied out of the cache before it is checked and decoded: what is checked is
-            // what is decoded, even if the cache evicts meanwhile (a memcpy, no system call).
-            self.need(Section::Data, range.clone())?;
-            let blob = &self.section(Section::Data)[range];
-            let read = |buf: &mut Vec<u8>| -> Result<R> {
-                buf.clear();
-                try_reserve(buf, blob.len())?;
-                buf.extend_from_slice(blob);
-                let result = f(checked(buf, key, found, v3)?);
-                codec::release_if_huge(buf, 0);
-                result
-            };
-            return BLOB.with(|cell| match cell.try_borrow_mut() {
-                Ok(mut buf) => read(&mut buf),
-                Err(_) => read(&mut Vec::new()),
-            });
-        }
-        let Some(file) = &self.data_file else {
-            return f(checked(
-                &self.section(Section::Data)[range],
-                key,
-                found,
-                v3,
-            )?);
-        };
-        // The bounds come from the mapped index, checked as for a mapped read; the bytes from
-        // the file, never from the mapping.
-        let blob = range;
-        let at = (self.ranges[Section::Data as usize].start + blob.start) as u64;
-        let read = |buf: &mut Vec<u8>| -> Result<R> {
-            try_reserve(buf, blob.len().saturating_sub(buf.len()))?;
-            buf.resize(blob.len(), 0);
-            let result = crate::platform::read_exact_at(file, buf, at)
-                .map_err(Error::from)
-                .and_then(|()| f(checked(buf, key, found, v3)?));
-            codec::release_if_huge(buf, 0);
-            result
-        };
-        BLOB.with(|cell| match cell.try_borrow_mut() {
-            Ok(mut buf) => read(&mut buf),
-            Err(_) => read(&mut Vec::new()),
-        })
+        let range = self.in_file(Section::Data, self.blob_range(found)?);
+        self.buf
+            .read_stable(range, |blob| f(checked(blob, key, found, v3)?))
     }
 
     /// Appends the raw records of `positions` to `batch`, prefetching each group's offsets and
@@ -431,7 +379,7 @@ mod tests {
         writer.finish().unwrap();
         let store = Store::open_with(&path, DataAccess::Pread).unwrap();
         assert!(store.with_record(1, <[u8]>::len).unwrap() > huge.len());
-        assert!(BLOB.with(|cell| cell.borrow().capacity()) < 1 << 20);
+        assert!(crate::storage::copy_capacity() < 1 << 20);
         assert!(store.with_record(0, <[u8]>::len).unwrap() > 0);
     }
 }

@@ -4,7 +4,7 @@
 //! searches advance in lockstep. In a checked store a position found is confirmed by its
 //! document's check, and a miss by a second search over the keys (`confirm_absent`).
 
-use super::{Found, Store, GROUP, PREFETCH_MIN};
+use super::{Found, Store, GROUP};
 use crate::error::{Error, Result};
 use crate::format::{u64_at, Section};
 use crate::keys::entry::{key_prefix, KeyEntry};
@@ -105,16 +105,22 @@ impl<B: Storage> Store<B> {
     /// The rank of `key`: a binary search over the compact prefix array finds the first
     /// candidate, whole keys settle ties. A miss is confirmed in a checked store.
     fn rank_of(&self, key: &[u8]) -> Result<Option<u64>> {
-        let found = match self.buf.is_remote() {
-            true => {
+        // Searched over what is at hand, noting what is not (`Lack`): over a local store all of
+        // it, so the search ends here; over a remote store's cache it resumes once what it
+        // lacked is fetched (`search_fetching`).
+        let mut lack = Lack(Vec::new());
+        let found = match (self.prefix_present(), self.target(key)) {
+            (true, None) => Some(None),
+            (true, Some(target)) => self.find(key, target, &mut lack)?,
+            (false, _) => None,
+        };
+        let found = match found {
+            Some(found) => found,
+            None => {
                 let mut out = [None];
                 self.search_fetching(&[key], &mut out)?;
                 out[0]
             }
-            false => match self.target(key) {
-                Some(target) => self.find(key, target, &mut Fetch)?.flatten(),
-                None => None,
-            },
         };
         if found.is_none() {
             self.confirm_absent(key)?;
@@ -250,22 +256,11 @@ impl<B: Storage> Store<B> {
 
     /// Ranks of many keys (see `positions`), misses confirmed.
     fn ranks(&self, keys: &[&[u8]]) -> Result<Vec<Option<u64>>> {
-        if self.mapped && keys.len() >= PREFETCH_MIN {
-            self.prefetch_index(keys);
-        }
+        self.prefetch_index(keys);
         let mut out = vec![None; keys.len()];
-        match self.buf.is_remote() {
-            true => self.search_fetching(keys, &mut out)?,
-            false => {
-                let mut found = [None; GROUP];
-                for (keys, out) in keys.chunks(GROUP).zip(out.chunks_mut(GROUP)) {
-                    self.find_group(keys, &mut Fetch, &mut found)?;
-                    for (out, found) in out.iter_mut().zip(found) {
-                        *out = found.flatten();
-                    }
-                }
-            }
-        }
+        // One search however the bytes come: over a local store everything is at hand and it
+        // ends in its first round; over a remote store's cache it resumes round by round.
+        self.search_fetching(keys, &mut out)?;
         for (key, rank) in keys.iter().zip(&out) {
             if rank.is_none() {
                 self.confirm_absent(key)?;

@@ -42,11 +42,9 @@ impl<B: Storage> Store<B> {
     where
         B: Sync,
     {
-        if self.buf.is_remote() {
-            // (A collection verifies a remote store on a downloaded copy: `Collection::verify`.)
-            let whole = 0..self.file_len();
-            self.buf.ensure(&mut vec![whole])?;
-        }
+        // Every byte made readable (nothing to do for a local file; a collection verifies a
+        // remote store on a downloaded copy: `Collection::verify`).
+        self.buf.ensure_one(0..self.file_len())?;
         // Bytes outside every section (alignment padding) must be zeros and the file must end
         // where the last section does, so that no flipped byte goes unnoticed.
         let mut covered = HEADER_SIZE;

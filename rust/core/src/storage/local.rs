@@ -1,0 +1,130 @@
+//! A local store file: a memory map, read in place or, for documents, with `pread`. Every byte
+//! is present, so there is nothing to fetch; what this tier does for a batch is ask the page
+//! cache for its pages at once when they look uncached (`pagecache`), so that a cold batch's
+//! device reads are queued together rather than one fault at a time.
+
+use super::pagecache::{self, ColdCache};
+use super::{Plan, Regions};
+use crate::error::{Error, Result};
+use memmap2::Mmap;
+use std::fs::File;
+use std::ops::Range;
+use std::sync::OnceLock;
+
+/// How documents are read from a store file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DataAccess {
+    /// Through the memory map: no system call per document. Every page a lookup touches stays
+    /// mapped, and the kernel maps its cached neighbours too (fault-around: ~100 KB per random
+    /// lookup measured), so a process's RSS and PSS grow towards the file size as it reads.
+    #[default]
+    Mmap,
+    /// With `pread(2)`, through the same shared page cache: one system call per document, and the
+    /// process maps only the index. For many long-lived reader processes (DataLoader workers).
+    Pread,
+}
+
+/// Batches at least this long ask the page cache for all their pages at once when a sample of
+/// them is not cached (a hint costs a system call per range: a short batch is not worth one).
+const PREFETCH_MIN: usize = 8;
+
+/// A mapped store file, its documents read through the map or with `pread` of `file`.
+pub struct Local {
+    map: Mmap,
+    /// The file documents are read from with `pread`, or `None` to read them through the map.
+    file: Option<File>,
+    /// Where the documents lie (set at open): what `pread` reads.
+    documents: OnceLock<Range<u64>>,
+    /// Whether batches find their pages cached.
+    cold: ColdCache,
+}
+
+impl Local {
+    pub fn new(map: Mmap, file: Option<File>) -> Local {
+        Local {
+            map,
+            file,
+            documents: OnceLock::new(),
+            cold: ColdCache::default(),
+        }
+    }
+
+    #[inline(always)]
+    pub fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+
+    pub fn open(&self, regions: &Regions) {
+        let _ = self.documents.set(regions.documents.range.clone());
+    }
+
+    /// The file to `pread` `range` from, when it is documents read that way.
+    #[inline(always)]
+    fn pread_of(&self, range: &Range<u64>) -> Option<&File> {
+        let file = self.file.as_ref()?;
+        let documents = self.documents.get()?;
+        (documents.start <= range.start && range.end <= documents.end).then_some(file)
+    }
+
+    #[inline(always)]
+    pub fn read_stable<R>(
+        &self,
+        range: Range<u64>,
+        f: impl FnOnce(&[u8]) -> Result<R>,
+    ) -> Result<R> {
+        let Some(file) = self.pread_of(&range) else {
+            return f(&self.map[range.start as usize..range.end as usize]);
+        };
+        // The bounds come from the mapped index, checked as for a mapped read; the bytes from
+        // the file, never from the mapping.
+        let fill = |buf: &mut [u8]| {
+            crate::platform::read_exact_at(file, buf, range.start).map_err(Error::from)
+        };
+        super::with_copy((range.end - range.start) as usize, fill, f)
+    }
+
+    #[inline(always)]
+    pub fn prefetch(&self, range: Range<u64>) {
+        // A `pread` store's documents are not read from the map.
+        if self.pread_of(&range).is_none() {
+            super::prefetch_lines(&self.map, range);
+        }
+    }
+
+    pub fn prepares(&self, len: usize) -> bool {
+        len >= PREFETCH_MIN
+    }
+
+    /// When the batch looks uncached (by a sample), asks for all its pages at once, round by
+    /// round (a round's places are read from the pages the round before asked for).
+    pub fn advise(&self, plan: &dyn Plan) {
+        if plan.reads() < PREFETCH_MIN {
+            return;
+        }
+        let map = &self.map[..];
+        let sample = plan.sample();
+        let cached = || {
+            sample.is_none_or(|r| {
+                r.start >= map.len() as u64 || pagecache::resident(map, r.start as usize)
+            })
+        };
+        if !self.cold.is_cold(cached) {
+            return;
+        }
+        for round in 0..plan.rounds() {
+            plan.each(round, &mut |range| match self.pread_of(&range) {
+                Some(file) => {
+                    pagecache::will_need_file(file, range.start, (range.end - range.start) as usize)
+                }
+                None => pagecache::will_need(map, range.start as usize..range.end as usize),
+            });
+        }
+    }
+
+    pub fn data_access(&self) -> DataAccess {
+        match self.file {
+            Some(_) => DataAccess::Pread,
+            None => DataAccess::Mmap,
+        }
+    }
+}
