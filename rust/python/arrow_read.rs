@@ -9,8 +9,9 @@
 
 use crate::errors::{guard, IntoPy};
 use docstore_core::error::try_reserve;
-use docstore_core::record::{self, RawValue, Value};
-use docstore_core::{planes, Collection, Field, FieldType, RecordBatch, Result};
+use docstore_core::format::planes;
+use docstore_core::format::record::{self, RawValue, Value};
+use docstore_core::{Collection, Field, FieldType, RecordBatch, Result};
 use numpy::npyffi::{self, NpyTypes, PY_ARRAY_API};
 use numpy::{Element, PyArrayDescrMethods};
 use pyo3::prelude::*;

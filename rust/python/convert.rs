@@ -17,7 +17,7 @@ pub fn to_python<'py>(py: Python<'py>, value: Value<'_>) -> PyResult<Bound<'py, 
         Value::Bool(b) => PyBool::new(py, b).to_owned().into_any(),
         Value::List { utf8, raw } => {
             let list = PyList::empty(py);
-            for item in docstore_core::record::list_items(raw) {
+            for item in docstore_core::format::record::list_items(raw) {
                 let item = item.map_err(|e| crate::errors::to_pyerr(py, e))?;
                 list.append(match utf8 {
                     true => str_from_utf8(py, item)?,
@@ -161,7 +161,7 @@ fn array_from<'py>(
                 bytes.len(),
             );
             if planes {
-                docstore_core::planes::join_uninit(bytes, size, out);
+                docstore_core::format::planes::join_uninit(bytes, size, out);
             } else {
                 std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.as_mut_ptr().cast(), bytes.len());
             }
@@ -288,7 +288,11 @@ fn encode_list(
         copies.push(bytes?);
     }
     let mut out = Vec::new();
-    docstore_core::record::put_list(&mut out, copies.len(), copies.iter().map(Vec::as_slice));
+    docstore_core::format::record::put_list(
+        &mut out,
+        copies.len(),
+        copies.iter().map(Vec::as_slice),
+    );
     Ok(out)
 }
 

@@ -5,7 +5,7 @@
 use crate::convert::to_python;
 use crate::errors::{new_error, Exc};
 use crate::text::{is_ascii, Layout, Units};
-use docstore_core::record::RawValue;
+use docstore_core::format::record::RawValue;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyTuple, PyType};

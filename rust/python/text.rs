@@ -6,7 +6,7 @@
 //! it runs in parallel and leaves the thread holding the GIL only an allocation and a copy.
 
 use docstore_core::error::try_reserve;
-use docstore_core::record::{self, RawValue};
+use docstore_core::format::record::{self, RawValue};
 use docstore_core::{Error, FieldType, RecordBatch, Result, Schema};
 use std::ops::Range;
 

@@ -9,7 +9,7 @@ use crate::columns::Buffers;
 use crate::convert::{from_python, Holder};
 use crate::errors::{guard, new_error, Exc, IntoPy};
 use docstore_core::codec::{dictionary_for, MAX_TRAINING_BYTES};
-use docstore_core::record::encode;
+use docstore_core::format::record::encode;
 use docstore_core::repeats::first_repeat;
 use docstore_core::{
     Columns, FieldType, Schema, Value, Writer as CoreWriter, WriterOptions, MAX_DOCS,

@@ -24,7 +24,8 @@
 //! liblz4 is called directly (through the symbols lz4-sys links), not through docstore's codec:
 //! a floor must not inherit docstore's own overheads.
 
-use docstore_core::{check, codec, Store, StoreFile};
+use docstore_core::format::check;
+use docstore_core::{codec, Store, StoreFile};
 use std::hint::black_box;
 use std::os::raw::{c_char, c_int};
 use std::time::Instant;

@@ -8,8 +8,8 @@
 #![allow(dead_code)] // each includer uses its part
 
 use docstore_core::codec::{self, Compressor};
+use docstore_core::format::record::{self, Value};
 use docstore_core::format::reseal;
-use docstore_core::record::{self, Value};
 use docstore_core::{
     ElemType, Field, FieldType, RecordBatch, Schema, Store, Writer, WriterOptions,
 };

@@ -15,7 +15,7 @@
 
 use crate::encoder::{DictIndex, Encoder};
 use crate::error::{try_reserve, Error, Result};
-use crate::varint;
+use crate::format::varint;
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::os::raw::{c_char, c_int};

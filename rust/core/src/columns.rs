@@ -4,9 +4,9 @@
 //! is encoded by the same code, byte for byte, as one built document by document.
 
 use crate::error::{Error, Result};
-use crate::record::Value;
+use crate::format::record::Value;
+use crate::format::schema::{ElemType, FieldType, Schema};
 use crate::repeats::first_repeat;
-use crate::schema::{ElemType, FieldType, Schema};
 
 /// One column of values, borrowed.
 #[derive(Clone, Copy, Debug)]

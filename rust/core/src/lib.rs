@@ -2,7 +2,6 @@
 //! fields, a sorted key index and O(1) access by position. No Python here: the bindings in
 //! `rust/python` are a thin layer over this crate. The on-disk format is in docs/format.md.
 
-pub mod check;
 pub mod codec;
 pub mod collection;
 pub mod columns;
@@ -13,26 +12,21 @@ pub mod format;
 pub mod keys;
 
 pub mod parallel;
-pub mod planes;
 pub mod platform;
 mod prefetch;
 pub mod process;
 pub mod publish;
-pub mod record;
 pub mod repeats;
-pub mod schema;
-mod sections;
 pub mod storage;
 pub mod store;
-mod varint;
 pub mod writer;
 
 pub use collection::{Collection, Located};
 pub use columns::{Column, Columns};
 pub use error::{Error, Result};
+pub use format::record::Value;
+pub use format::schema::{ElemType, Field, FieldType, Schema, Shape};
 pub use memmap2::Mmap;
-pub use record::Value;
-pub use schema::{ElemType, Field, FieldType, Schema, Shape};
 pub use storage::{RemoteOptions, StoreFile};
 pub use store::{DataAccess, RecordBatch, Store};
 pub use writer::{Summary, Writer, WriterOptions, MAX_DOCS};

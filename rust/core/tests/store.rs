@@ -51,7 +51,7 @@ fn check_all(store: &Store<impl docstore_core::storage::Storage>, n: usize) {
         let (pos, raw) = store.get(key.as_bytes()).unwrap().expect("key present");
         assert_eq!(pos, i as u64);
         assert_eq!(store.key_at(pos).unwrap(), key);
-        let values = docstore_core::record::decode(&schema, &raw).unwrap();
+        let values = docstore_core::format::record::decode(&schema, &raw).unwrap();
         assert_eq!(
             values,
             [
@@ -280,7 +280,7 @@ fn every_flipped_byte_and_every_truncation_is_an_error_not_a_crash() {
             let _ = store.key_at(p);
             let _ = store
                 .record(p)
-                .map(|r| docstore_core::record::decode(store.schema(), &r).map(drop));
+                .map(|r| docstore_core::format::record::decode(store.schema(), &r).map(drop));
         }
     };
     for i in 0..good.len() {
@@ -345,7 +345,7 @@ fn large_document_over_16_mib() {
     let store = Store::open(&path).unwrap();
     let (_, raw) = store.get(b"big").unwrap().unwrap();
     assert_eq!(
-        docstore_core::record::decode(&schema, &raw).unwrap(),
+        docstore_core::format::record::decode(&schema, &raw).unwrap(),
         [Value::Str(&big)]
     );
     store.verify().unwrap();

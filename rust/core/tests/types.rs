@@ -4,7 +4,7 @@
 //! version 3 store claiming them is corrupt.
 
 use docstore_core::format;
-use docstore_core::record::{self, Value};
+use docstore_core::format::record::{self, Value};
 use docstore_core::{
     Column, Columns, ElemType, Error, Field, FieldType, Schema, Store, Writer, WriterOptions,
 };

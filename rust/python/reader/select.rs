@@ -6,7 +6,7 @@ use crate::doc::{raw_to_python, DocBuilder};
 use crate::errors::{new_error, Exc, IntoPy};
 use crate::scratch::Decoded;
 use crate::text::{RecordTexts, Wants};
-use docstore_core::record;
+use docstore_core::format::record;
 use docstore_core::Collection;
 use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple};

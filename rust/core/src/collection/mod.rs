@@ -26,7 +26,7 @@ pub use open::{is_url, Location};
 pub use seal::{append, check_replaceable, seal, seal_counting, Progress as SealProgress};
 
 use crate::error::{Error, Result};
-use crate::schema::Schema;
+use crate::format::schema::Schema;
 use crate::storage::source::Source;
 use crate::storage::StoreFile;
 use crate::store::{self, Found, RecordBatch, Store};

@@ -7,10 +7,10 @@
 //! permutation of the entries' positions) are random writes, made through a mapping of the file
 //! from the key index read back in rank order.
 
-use super::entry::{self, key_prefix, KeyEntry, KEY_INDEX_ALIGN};
 use crate::error::{Error, Result};
+use crate::format::key_entry::{self, key_prefix, KeyEntry, KEY_INDEX_ALIGN};
+use crate::format::sections::SectionWriter;
 use crate::format::{self, Header, Section, SectionEntry};
-use crate::sections::SectionWriter;
 use memmap2::{Mmap, MmapMut};
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
@@ -107,7 +107,7 @@ pub(crate) fn write_sections(
         encoded.clear();
         entry.encode(entry_size, &mut encoded);
         key_index.write_all(&encoded)?;
-        if entry::starts_block(rank, block) {
+        if key_entry::starts_block(rank, block) {
             key_fences.write_all(&prefix.to_le_bytes())?;
         }
         rank += 1;

@@ -11,10 +11,10 @@
 //! key ranks    | rank of position 0 | of 1 | ... |     count u32, the inverse of the positions
 //! ```
 //!
-//! All five are written by `build`, the entries and fences laid out by `entry`;
-//! `Store::verify` checks that they agree (docs/format.md §8).
+//! All five are written by `build`, the entries and fences laid out by `format::key_entry` (the
+//! format's, so that the format imports nothing from here); `Store::verify` checks that they
+//! agree (docs/format.md §8).
 //!
-//! - `entry`: an entry's bytes, `key_prefix`, and the block and fence layout.
 //! - `sort`: a writer's keys, sorted with bounded memory (runs spilled to disk).
 //! - `merge`: sorted runs merged: a sort's spilled runs, or a collection's shards when sealed.
 //! - `build`: the five sections written from sorted keys, for `Writer::finish_with`.
@@ -22,6 +22,5 @@
 //!   `store/search.rs` (`Store::locate`, `locate_many`, `settle`, `search_keys`).
 
 pub(crate) mod build;
-pub mod entry;
 pub(crate) mod merge;
 pub(crate) mod sort;

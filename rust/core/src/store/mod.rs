@@ -44,8 +44,8 @@ mod search;
 mod verify;
 
 use crate::error::{Error, Result};
+use crate::format::schema::Schema;
 use crate::format::{Header, Section, HEADER_SIZE};
-use crate::schema::Schema;
 use crate::storage::{pagecache, remote::RemoteFile, Region, Regions, Storage, StoreFile};
 use memmap2::Mmap;
 use std::fs::File;

@@ -6,9 +6,9 @@
 
 use super::pipeline::read_pipelined;
 use super::{Found, Store};
-use crate::check;
 use crate::codec;
 use crate::error::{try_reserve, Error, Result};
+use crate::format::check;
 use crate::format::Section;
 use crate::storage::Storage;
 use std::borrow::Cow;

@@ -6,8 +6,8 @@
 
 use super::{Found, Store, GROUP};
 use crate::error::{Error, Result};
+use crate::format::key_entry::{key_prefix, KeyEntry};
 use crate::format::{u64_at, Section};
-use crate::keys::entry::{key_prefix, KeyEntry};
 use crate::prefetch::prefetch;
 use crate::storage::Storage;
 use std::cmp::Ordering;

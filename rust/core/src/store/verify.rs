@@ -3,10 +3,10 @@
 
 use super::Store;
 use crate::error::{Error, Result};
+use crate::format::key_entry::key_prefix;
+use crate::format::record;
 use crate::format::{u64_at, Section, HEADER_SIZE};
-use crate::keys::entry::key_prefix;
 use crate::parallel;
-use crate::record;
 use crate::storage::Storage;
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicU64, Ordering};

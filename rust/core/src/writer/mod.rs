@@ -11,17 +11,17 @@ mod pipeline;
 
 pub use options::{WriterOptions, MAX_BATCH_BYTES};
 
-use crate::check;
 use crate::columns::Columns;
 use crate::error::{Error, Result};
+use crate::format::check;
+use crate::format::record::{self, Value};
+use crate::format::schema::Schema;
+use crate::format::sections::SectionWriter;
 use crate::format::{self, Header, Section, SectionEntry, FLAG_SHARD_LOCATIONS};
 use crate::keys::build::{self, BlobLocations};
 use crate::keys::sort::KeySorter;
 use crate::publish::{self, Scratch, TargetLock};
-use crate::record::{self, Value};
 use crate::repeats::IdTable;
-use crate::schema::Schema;
-use crate::sections::SectionWriter;
 use pipeline::{write_data, Batch, DataWritten};
 use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};

@@ -4,13 +4,13 @@
 //! and hands back the file up to the end of the data section (`DataWritten`).
 
 use super::WriterOptions;
-use crate::check;
 use crate::codec::{self, Compressor};
 use crate::error::Result;
+use crate::format::check;
+use crate::format::schema::Schema;
+use crate::format::sections::SectionWriter;
 use crate::format::{SectionEntry, HEADER_SIZE};
 use crate::parallel;
-use crate::schema::Schema;
-use crate::sections::SectionWriter;
 use rayon::prelude::*;
 use std::fs::File;
 use std::io::{BufWriter, Write};

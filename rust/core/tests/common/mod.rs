@@ -3,7 +3,7 @@
 
 #![allow(dead_code)] // each test file uses its part
 
-use docstore_core::record::{decode, Value};
+use docstore_core::format::record::{decode, Value};
 use docstore_core::{Field, FieldType, Schema, Writer, WriterOptions};
 use std::path::{Path, PathBuf};
 

@@ -7,9 +7,9 @@
 //! value when it is 1); see docs/format.md §5.
 
 use crate::error::{Error, Result};
-use crate::planes;
-use crate::schema::{ElemType, Field, FieldType, Schema, Shape};
-use crate::varint;
+use crate::format::planes;
+use crate::format::schema::{ElemType, Field, FieldType, Schema, Shape};
+use crate::format::varint;
 
 #[cfg(target_endian = "big")]
 compile_error!("docstore stores arrays little-endian and supports little-endian hosts only");
@@ -306,7 +306,7 @@ pub fn raw_field<'a>(schema: &Schema, raw: &'a [u8], index: usize) -> Result<Raw
 }
 
 pub struct RawFields<'a> {
-    fields: std::slice::Iter<'a, crate::schema::Field>,
+    fields: std::slice::Iter<'a, crate::format::schema::Field>,
     raw: &'a [u8],
     pos: usize,
     failed: bool,
@@ -454,7 +454,7 @@ fn skip_value(field: &Field, raw: &[u8], pos: &mut usize) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schema::Field;
+    use crate::format::schema::Field;
 
     fn schema() -> Schema {
         let fields = [

@@ -1,12 +1,31 @@
-//! The fixed 512-byte header and the section table (see docs/format.md); the key index's entries
-//! and fences are laid out in `keys::entry`.
+//! The bytes on disk (docs/format.md). This file is the fixed 512-byte header and the section
+//! table; beside it, one file per part of the format:
+//!
+//! - `schema`: field types and the schema section;
+//! - `record`: one document's fields as raw record bytes, with `varint` lengths and the
+//!   byte `planes` of numeric arrays;
+//! - `check`: the per-document check in front of every blob;
+//! - `key_entry`: the key index's entries, blocks and fences (what `keys` builds and the
+//!   search reads);
+//! - `sections`: a store file written section by section, hashed for the section table.
+//!
+//! Nothing here imports from the layers above (keys, store, writer, storage).
+//!
 //! Version 2 adds a check in front of every blob (`check`); version 3 binds the position into
 //! that check and puts each document's blob location in its key index entry, so that a lookup
 //! by key reads the key index and then the blob, nothing between (one round trip less remotely,
 //! one random read less locally). Version 4 only adds field types and nullable fields.
 
+pub mod check;
+pub mod key_entry;
+pub mod planes;
+pub mod record;
+pub mod schema;
+pub(crate) mod sections;
+pub(crate) mod varint;
+
 use crate::error::{Error, Result};
-use crate::keys::entry::{KEY_ENTRY_V2, KEY_ENTRY_V3, KEY_INDEX_ALIGN};
+use key_entry::{KEY_ENTRY_V2, KEY_ENTRY_V3, KEY_INDEX_ALIGN};
 use xxhash_rust::xxh3::xxh3_64;
 
 pub const MAGIC: [u8; 8] = *b"DOCSTORE";
@@ -262,7 +281,7 @@ impl Header {
         }
         // `open()` reads (and hashes) these two whole: bounded, it costs the same for any file.
         for (section, most) in [
-            (Section::Schema, crate::schema::MAX_SCHEMA_BYTES),
+            (Section::Schema, schema::MAX_SCHEMA_BYTES),
             (Section::Dictionary, MAX_DICT_SIZE),
         ] {
             if header.section(section).len > most as u64 {
