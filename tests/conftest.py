@@ -173,3 +173,37 @@ def dictionaries(store) -> set[bytes]:
 def only(directory, *names):
     """Nothing but ``names`` in ``directory``: no staging directory, no attempt files."""
     assert sorted(os.listdir(directory)) == sorted(names)
+
+
+# -- what writers leave beside a target: one naming scheme (docs/format.md §11) -------------------
+
+
+def scratch_prefix(target_name: str) -> str:
+    """The start of every name docstore makes beside the target ``target_name``:
+    ``.{head}.{hash}.`` (``rust/core/src/publish.rs``, ``scratch_prefix``)."""
+    import xxhash
+
+    raw = target_name.encode()
+    return f".{raw[:32].decode(errors='ignore')}.{xxhash.xxh3_64_hexdigest(raw)}."
+
+
+def scratch_dirs(directory, target_name: str) -> list[str]:
+    """The scratch directories of the target ``target_name`` in ``directory``, by that scheme."""
+    import re
+
+    pattern = re.compile(re.escape(scratch_prefix(target_name)) + r"[0-9A-Za-z]{6}\.docstore-tmp")
+    return sorted(n for n in os.listdir(directory) if pattern.fullmatch(n))
+
+
+def holds_lock(scratch) -> bool:
+    """Whether some process holds the lock of the scratch directory ``scratch``."""
+    import fcntl
+
+    try:
+        with open(os.path.join(scratch, "lock")) as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    return False

@@ -5,7 +5,6 @@ inferred when none are given."""
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import itertools
 import os
 import warnings
@@ -27,7 +26,6 @@ from ._inputs import (
     hf_schema,
     is_arrow_table,
 )
-from ._staging import Staging
 from ._store import DocStore
 from ._store import open as open_store
 from ._writer import Writer, copy_documents
@@ -400,7 +398,6 @@ class _Widening:
     at most once a field (declare ``fields={"x": "str?"}`` to copy nothing)."""
 
     def __init__(self, job: _Job, fields: Mapping[str, str]) -> None:
-        self._target = job.path
         self._overwrite = bool(job.options.get("overwrite"))
         self._options = {k: v for k, v in job.options.items() if k != "overwrite"}
         # Refused now, as a Writer refuses them, not once every record is written.
@@ -410,15 +407,14 @@ class _Widening:
         if os.path.isdir(job.path):
             raise StoreIOError(f"{os.fspath(job.path)} is a directory")
         check_replaceable(job.path)
-        target = os.path.abspath(job.path)
-        name = hashlib.sha1(os.fsencode(os.path.basename(target))).hexdigest()[:12]
-        self._staging = Staging(os.path.dirname(target), f".docstore-build-{name}-")
+        # The core's: named, locked and swept as every writer's, and published by it.
+        self._staging = _docstore.Staging(job.path)
         self._copies = 0  # the stores written so far: the current one is store-{copies}
         self._duplicates = 0  # repeats met by the writers before the current one
         try:
             self.writer = Writer(self._inner(), fields, **self._options)
         except BaseException:
-            self._staging.remove()
+            self._staging.release()
             raise
 
     def _inner(self) -> str:
@@ -482,15 +478,15 @@ class _Widening:
     def finish(self) -> None:
         try:
             self.writer.finish()
-            _docstore.publish_file(self._inner(), self._target, overwrite=self._overwrite)
+            self._staging.publish(self._inner(), overwrite=self._overwrite)
         finally:
-            self._staging.remove()
+            self._staging.release()
 
     def abort(self) -> None:
         try:
             self.writer.abort()
         finally:
-            self._staging.remove()
+            self._staging.release()
 
     def __enter__(self) -> _Widening:
         return self

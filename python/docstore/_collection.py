@@ -7,13 +7,11 @@ A collection is a directory that ``docstore.open`` reads as one store (docs/coll
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Iterable
 from typing import Literal
 
 from . import _docstore, _progress
-from ._staging import Staging
 from ._store import DocStore
 from ._store import open as open_store
 from ._writer import check_on_duplicate, rewrite
@@ -132,8 +130,8 @@ def _seal_without_repeats(
     if not count:
         seal(shards)
         return 0
-    name = hashlib.sha1(os.fsencode(os.path.basename(os.path.abspath(target)))).hexdigest()[:12]
-    with Staging(os.path.dirname(os.path.abspath(target)), f".docstore-dedup-{name}-") as scratch:
+    # Made under the append's lock when it holds it (taking it again would wait for itself).
+    with _docstore.Staging(target, held=held) as scratch:
         kept = []
         for k, path in enumerate(shards):
             if not dropped[k]:

@@ -4,9 +4,9 @@ one shard per task attempt, and the commit that seals exactly the shards the eng
 A write job goes like this (docs/engines.md):
 
 1. the driver checks the target and the writer options, then makes a staging directory beside
-   the target, ``.NAME.staging-<uuid>/``, on the same file system (so sealing hard-links), and
-   holds a lock on it for the job's life (``_staging.Staging``); on the way it removes the
-   staging directories of the same target whose lock is free: left by killed drivers;
+   the target, on the same file system (so sealing hard-links): a scratch directory of the
+   target, named and locked as every docstore writer's (``_docstore.Staging``, docs/format.md
+   §11), held for the job's life; on the way the core removes those that killed drivers left;
 2. every task attempt writes its documents into one uniquely named shard there (a single-file
    store, through ``docstore.Writer``) and reports its path; a failed attempt reports nothing;
 3. the driver seals the shards reported by the successful attempts, in task order, into the
@@ -20,14 +20,12 @@ import contextlib
 import copy
 import json
 import os
-import shutil
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from . import _docstore, errors
 from ._arrow import prepare, schema_fields
-from ._staging import Staging
+from ._docstore import Staging
 from ._store import DocStore
 from ._store import open as open_store
 from ._writer import Writer, check_on_duplicate
@@ -72,11 +70,6 @@ def check_target(target: str, mode: str) -> None:
         _docstore.check_replaceable(target)
 
 
-def staging_prefix(target: str) -> str:
-    """The names of ``target``'s staging directories: ``.NAME.staging-`` and a suffix."""
-    return f".{os.path.basename(target)}.staging-"
-
-
 def appended_fields(target: str, mode: str) -> dict[str, str] | None:
     """The fields, in their order, of the collection an append adds to (None for another mode
     or nothing there): a job's fields are put in that order when they are the same by name and
@@ -101,25 +94,20 @@ def make_staging(target: str, fields: Mapping[str, str] | None, options: Mapping
     beside ``target``, locked by this process until its ``remove()`` (the driver's, for the
     job's life), after removing those of killed jobs of the same target."""
     check_writer(fields, options)
-    return Staging(os.path.dirname(target), staging_prefix(target))
+    return Staging(target)
 
 
 def make_unlocked_staging(target: str) -> str:
     """A staging directory that no process can hold a lock on for the job's life (the planner of
-    a bare Spark ``df.write.format("docstore")`` job is a short-lived worker): it has no lock
-    file, so no sweep removes it; a killed job's stays until removed by hand."""
-    staging = os.path.join(os.path.dirname(target), f"{staging_prefix(target)}{uuid.uuid4().hex}")
-    os.mkdir(staging)
-    return staging
+    a bare Spark ``df.write.format("docstore")`` job is a short-lived worker): its lock file says
+    so, and no sweep removes it; a killed job's stays until removed by hand."""
+    return Staging.unheld(target)
 
 
 def check_staging(target: str, staging: str) -> None:
-    """``staging`` (given to a Spark job by its driver) is a staging directory of ``target``."""
-    parent, name = os.path.split(os.path.abspath(staging))
-    if parent != os.path.dirname(target) or not name.startswith(staging_prefix(target)):
-        raise ValueError(f"{staging} is not a staging directory of {target}")
-    if not os.path.isdir(staging):
-        raise StoreNotFoundError(f"staging directory {staging} does not exist")
+    """``staging`` (given to a Spark job by its driver) is a staging directory of ``target``:
+    ``InvalidArgumentError`` if not, ``StoreNotFoundError`` if it is gone."""
+    Staging.attach(target, staging)  # left as it is: an attached directory goes by release()
 
 
 def writer_kwargs(mode: str, options: Mapping[str, Any], on_duplicate: str) -> dict[str, Any]:
@@ -150,12 +138,14 @@ def check_policy(mode: str, options: Mapping[str, Any]) -> None:
         )
 
 
-def remove_staging(staging: Staging | str | None) -> None:
-    """Removes a staging directory (and lets its lock go, where it is this process's)."""
+def remove_staging(target: str, staging: Staging | str | None) -> None:
+    """Removes a staging directory of ``target`` (and lets its lock go, where it is this
+    process's): one this process holds, or one made elsewhere, given by its path."""
     if isinstance(staging, Staging):
-        staging.remove()
+        staging.release()
     elif staging:
-        shutil.rmtree(staging, ignore_errors=True)
+        with contextlib.suppress(StoreNotFoundError):  # removed already
+            Staging.attach(target, staging).release()
 
 
 # Rows of the data that the engines' write() trains the shards' one dictionary on before the

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 from typing import Any
 
 from . import _docstore, _progress
 from ._docstore import FORMAT_VERSION, check_replaceable
-from ._staging import Staging
 from ._store import DocStore
 from ._store import open as open_store
 from ._writer import rewrite
@@ -65,10 +63,7 @@ def upgrade(
     store.close()
     # Beside the target, locked while this upgrade lives: the seal hard-links the shards
     # rewritten here, and an upgrade killed midway leaves a directory the next one sweeps.
-    parent = os.path.dirname(os.path.abspath(target))
-    name = os.path.basename(os.path.abspath(target))
-    prefix = f".docstore-upgrade-{hashlib.sha1(os.fsencode(name)).hexdigest()[:12]}-"
-    with Staging(parent, prefix) as scratch:
+    with _docstore.Staging(target) as scratch:
         shards = []
         for i, shard in enumerate(info["shards"]):
             if shard["format_version"] >= FORMAT_VERSION:

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -31,7 +30,6 @@ from ._inputs import (
     string_ids,
     with_column,
 )
-from ._staging import Staging
 from ._store import DocStore
 from ._store import open as open_store
 from .errors import DocstoreError, InvalidArgumentError, SchemaError, StoreExistsError, StoreIOError
@@ -78,7 +76,7 @@ class Writer(_Writer):
     on_duplicate: Literal["error", "first", "last"]
     duplicates: int
     repeated_ids: list[str]
-    _staging: Staging | None
+    _staging: _docstore.Staging | None
     _target: str | os.PathLike[str]  # "last": where the store is published
     _options: dict[str, Any]  # "last": the options of the rewrite that drops the replaced
     _latest: dict[str, int]  # "last": the position a repeated id lives at now
@@ -106,14 +104,12 @@ class Writer(_Writer):
             if os.path.isdir(path):  # refused now, as the core's writer refuses it
                 raise StoreIOError(f"{os.fspath(path)} is a directory")
             check_replaceable(path)
-            target = os.path.abspath(path)
-            name = hashlib.sha1(os.fsencode(os.path.basename(target))).hexdigest()[:12]
-            staging = Staging(os.path.dirname(target), f".docstore-last-{name}-")
+            staging = _docstore.Staging(path)  # the core's: named, locked and swept as every writer's
             inner = os.path.join(staging.path, "store.docstore")
             try:
                 self = super().__new__(cls, inner, fields, **{**options, "overwrite": False}, _every_id=True)
             except BaseException:
-                staging.remove()
+                staging.release()
                 raise
             self._target = path
             self._options = options
@@ -231,7 +227,7 @@ class Writer(_Writer):
                 # Nothing to drop: the file as written, published as every writer publishes
                 # (under the target's lock; over nothing without overwrite, and over nothing
                 # but a store with it).
-                _docstore.publish_file(inner, self._target, overwrite=overwrite)
+                self._staging.publish(inner, overwrite=overwrite)
             else:
                 with open_store(inner) as store:
                     options = {k: v for k, v in self._options.items() if k != "overwrite"}
@@ -240,14 +236,14 @@ class Writer(_Writer):
                     )
                 summary["count"] -= len(self._dropped)
         finally:
-            self._staging.remove()
+            self._staging.release()
         return summary
 
     def abort(self) -> None:
         super().abort()
         staging = getattr(self, "_staging", None)
         if staging is not None:
-            staging.remove()
+            staging.release()
 
     def __enter__(self) -> Writer:
         return self

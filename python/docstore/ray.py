@@ -27,6 +27,7 @@ from ray.data import Datasink
 from ray.data.block import BlockAccessor
 
 from ._arrow import schema_fields
+from ._docstore import Staging
 from ._engines import (
     DICTIONARY_SAMPLE_ROWS,
     appended_fields,
@@ -40,7 +41,6 @@ from ._engines import (
     write_shard,
     writer_kwargs,
 )
-from ._staging import Staging
 from ._store import DocStore
 from .errors import DocstoreError, SchemaError
 
@@ -178,7 +178,7 @@ class DocstoreDatasink(Datasink[Any]):
 
     def _release_staging(self) -> None:
         """Removes the staging directory, then lets its lock go."""
-        remove_staging(self._staging_lock or self._staging)
+        remove_staging(self.path, self._staging_lock or self._staging)
         self._staging = self._staging_lock = None
 
 

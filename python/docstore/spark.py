@@ -32,6 +32,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 
 from ._arrow import schema_fields
+from ._docstore import Staging
 from ._engines import (
     DICTIONARY_SAMPLE_ROWS,
     POLICY_OPTION,
@@ -48,11 +49,9 @@ from ._engines import (
     reported_error,
     seal_shards,
     shared_dictionary,
-    staging_prefix,
     write_shard,
     writer_kwargs,
 )
-from ._staging import Staging
 from ._store import DocStore
 from ._store import open as open_store
 from .errors import InternalError, InvalidArgumentError, SchemaError
@@ -194,7 +193,7 @@ class DocstoreWriter(DataSourceArrowWriter):
             report_error(self.report, error)
             raise
         finally:
-            remove_staging(self.staging)
+            remove_staging(self.path, self.staging)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """On the driver when the job failed: removes the staging directory (every attempt's
@@ -204,7 +203,7 @@ class DocstoreWriter(DataSourceArrowWriter):
             if error is not None:
                 report_error(self.report, error)
                 break
-        remove_staging(self.staging)
+        remove_staging(self.path, self.staging)
 
 
 def _int_option(name: str, value: str) -> int:
@@ -348,7 +347,7 @@ def write(
     # The staging directory, locked by this process until the job has ended (the planner and
     # commit run in Spark's Python workers, which do not live as long as the job); the trial
     # writer runs in the planner, once the fields are known.
-    staging = Staging(os.path.dirname(path), staging_prefix(path))
+    staging = Staging(path)
     try:
         writer.option("report", report).option("staging", staging.path).save(path)
     except Exception as spark_error:
@@ -357,7 +356,7 @@ def write(
             raise error from spark_error
         raise
     finally:
-        staging.remove()
+        staging.release()
         with contextlib.suppress(OSError):
             os.remove(report)
     return open_store(path)

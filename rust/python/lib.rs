@@ -13,6 +13,7 @@ mod gil;
 mod progress;
 mod reader;
 mod scratch;
+mod staging;
 mod text;
 mod writer;
 
@@ -77,6 +78,7 @@ fn _docstore(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(writer::publish_file, m)?)?;
     m.add_function(wrap_pyfunction!(writer::lock_target, m)?)?;
     m.add_class::<writer::HeldTarget>()?;
+    m.add_class::<staging::Staging>()?;
     m.add_function(wrap_pyfunction!(collection::check_replaceable, m)?)?;
     m.add_function(wrap_pyfunction!(set_num_threads, m)?)?;
     m.add_function(wrap_pyfunction!(get_num_threads, m)?)?;

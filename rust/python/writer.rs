@@ -754,7 +754,7 @@ impl Writer {
 
 /// `_docstore.publish_file(finished, target, *, overwrite=False)`: moves the finished store file
 /// `finished` (in a directory beside `target`) to `target` as every writer publishes
-/// (`writer::publish_file`): under the target's lock, never over anything but a store, and over
+/// (`publish::publish_file`): under the target's lock, never over anything but a store, and over
 /// nothing at all without `overwrite` (`StoreExistsError`, even for a file that appeared since
 /// the writer began).
 #[pyfunction]
@@ -766,17 +766,17 @@ pub(crate) fn publish_file(
     overwrite: bool,
 ) -> PyResult<()> {
     guard(py, || {
-        py.detach(|| docstore_core::writer::publish_file(&finished, &target, overwrite))
+        py.detach(|| docstore_core::publish::publish_file(&finished, &target, overwrite))
             .py_err(py)
     })
 }
 
-/// `_docstore.lock_target(target)`: waits for the lock of `target` (`writer::lock_target`) and
+/// `_docstore.lock_target(target)`: waits for the lock of `target` (`publish::lock_target`) and
 /// holds it until `append` spends it or `release` (or leaving its `with` block) lets it go.
 #[pyfunction]
 pub(crate) fn lock_target(py: Python<'_>, target: PathBuf) -> PyResult<HeldTarget> {
     let held = guard(py, || {
-        py.detach(|| docstore_core::writer::lock_target(&target))
+        py.detach(|| docstore_core::publish::lock_target(&target))
             .py_err(py)
     })?;
     Ok(HeldTarget {
@@ -787,11 +787,28 @@ pub(crate) fn lock_target(py: Python<'_>, target: PathBuf) -> PyResult<HeldTarge
 /// A target's lock, held (`lock_target`).
 #[pyclass(frozen, module = "docstore._docstore")]
 pub struct HeldTarget {
-    held: Mutex<Option<docstore_core::writer::HeldTarget>>,
+    held: Mutex<Option<docstore_core::publish::HeldTarget>>,
 }
 
 impl HeldTarget {
-    fn take(&self, py: Python<'_>) -> PyResult<docstore_core::writer::HeldTarget> {
+    /// `f` of the lock, held (a staging directory made under it); `ClosedError` once let go.
+    pub(crate) fn with<T>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&docstore_core::publish::HeldTarget) -> T,
+    ) -> PyResult<T> {
+        let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        match held.as_ref() {
+            Some(held) => Ok(f(held)),
+            None => Err(new_error(
+                py,
+                Exc::Closed,
+                "the target's lock was let go already (released, or spent by an append)".into(),
+            )),
+        }
+    }
+
+    fn take(&self, py: Python<'_>) -> PyResult<docstore_core::publish::HeldTarget> {
         let held = self.held.lock().unwrap_or_else(|e| e.into_inner()).take();
         held.ok_or_else(|| {
             new_error(

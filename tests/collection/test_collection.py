@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 import docstore
 from docstore.cli import main as cli
 
-from ..conftest import FIELDS, assert_doc_equal, make_docs, write_store
+from ..conftest import FIELDS, assert_doc_equal, make_docs, scratch_dirs, write_store
 
 
 def _shards(tmp_path, docs: dict[str, dict], sizes: list[int], fields=FIELDS) -> list[str]:
@@ -540,7 +540,7 @@ def test_kill_9_of_a_sharded_build_leaves_nothing_and_the_next_build_sweeps(tmp_
         # Killed once a shard writer has started (its scratch directory exists).
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and build.poll() is None:
-            staging = [d for d in os.listdir(tmp_path) if d.startswith(".docstore-shards-")]
+            staging = scratch_dirs(tmp_path, "c.docstore")  # the build's, by the one scheme
             if staging and any(n.endswith(".docstore-tmp") for n in os.listdir(tmp_path / staging[0])):
                 break
         assert build.poll() is None, "the build ended before it could be killed"

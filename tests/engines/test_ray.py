@@ -10,7 +10,16 @@ import pytest
 
 import docstore
 
-from ..conftest import FIELDS, assert_doc_equal, dictionaries, make_docs, named, only
+from ..conftest import (
+    FIELDS,
+    assert_doc_equal,
+    dictionaries,
+    holds_lock,
+    make_docs,
+    named,
+    only,
+    scratch_dirs,
+)
 
 ray = pytest.importorskip("ray")
 pa = pytest.importorskip("pyarrow")
@@ -334,8 +343,6 @@ def test_driver_killed_while_writing_leaves_staging_that_the_next_write_removes(
     import subprocess
     import sys
 
-    from docstore._staging import holds_lock
-
     out = tmp_path / "out"
     out.mkdir()
     address = ray.get_runtime_context().gcs_address
@@ -348,7 +355,7 @@ def test_driver_killed_while_writing_leaves_staging_that_the_next_write_removes(
             conn, _ = server.accept()  # task 0 is writing its shard
             with conn:
                 assert conn.recv(7) == b"writing"
-                (staging,) = (d for d in os.listdir(out) if d.startswith(".c.staging-"))
+                (staging,) = scratch_dirs(out, "c")  # named as every writer's scratch directory
                 assert any("part-00000-" in n for n in os.listdir(out / staging))  # its scratch file
                 assert holds_lock(str(out / staging))
                 driver.send_signal(signal.SIGKILL)
@@ -368,7 +375,7 @@ def test_driver_killed_while_writing_leaves_staging_that_the_next_write_removes(
 
 def test_write_keeps_a_live_jobs_staging(tmp_path):
     """A staging directory of the same path that a live driver holds (here, this process) is
-    not removed; nor is one without a lock file (a bare Spark job's, or one being made)."""
+    not removed; nor is one that no process holds (a bare Spark job's)."""
     from docstore import _engines
 
     target = str(tmp_path / "c")
@@ -379,8 +386,8 @@ def test_write_keeps_a_live_jobs_staging(tmp_path):
         assert list(docstore_ray.write(dataset(docs, 2), target).keys()) == list(docs)
         only(tmp_path, "c", os.path.basename(live.path), os.path.basename(unlocked))
     finally:
-        live.remove()
-        _engines.remove_staging(unlocked)
+        live.release()
+        _engines.remove_staging(target, unlocked)
     only(tmp_path, "c")
 
 

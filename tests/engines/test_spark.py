@@ -13,7 +13,7 @@ import pytest
 
 import docstore
 
-from ..conftest import assert_doc_equal, dictionaries, make_docs, named, only
+from ..conftest import assert_doc_equal, dictionaries, holds_lock, make_docs, named, only
 
 pytest.importorskip("pyarrow")
 pyspark_sql = pytest.importorskip("pyspark.sql")
@@ -238,11 +238,10 @@ def test_bad_input(spark, tmp_path, select, error, message):
 # the driver, puts a shard's scratch file in it, says where, and waits to be killed.
 LOCKING_DRIVER = """
 import os, sys
-from docstore._engines import staging_prefix
-from docstore._staging import Staging
+from docstore._docstore import Staging
 
 target = sys.argv[1]
-staging = Staging(os.path.dirname(target), staging_prefix(target))
+staging = Staging(target)
 open(os.path.join(staging.path, "part-00000-0-x.docstore-tmp"), "w").close()
 print(staging.path, flush=True)
 sys.stdin.read()
@@ -251,13 +250,12 @@ sys.stdin.read()
 
 def test_write_removes_a_killed_drivers_staging_and_keeps_live_ones(spark, tmp_path):
     """A driver killed with SIGKILL leaves its staging directory, unlocked: the next write to the
-    same path removes it. One that a live driver holds (this process), or that has no lock (a
-    bare ``df.write.format("docstore")`` job's, whose planner cannot hold one), stays."""
+    same path removes it. One that a live driver holds (this process), or that no process holds
+    (a bare ``df.write.format("docstore")`` job's, whose planner cannot hold one), stays."""
     import signal
     import sys
 
     from docstore import _engines
-    from docstore._staging import holds_lock
 
     target = str(tmp_path / "c")
     driver = subprocess.Popen(
@@ -284,8 +282,8 @@ def test_write_removes_a_killed_drivers_staging_and_keeps_live_ones(spark, tmp_p
         assert list(store.keys()) == list(docs)
         only(tmp_path, "c", os.path.basename(live.path), os.path.basename(unlocked))
     finally:
-        live.remove()
-        _engines.remove_staging(unlocked)
+        live.release()
+        _engines.remove_staging(target, unlocked)
     only(tmp_path, "c")
 
 

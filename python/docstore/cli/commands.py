@@ -545,11 +545,11 @@ _PARQUET_ROWS = 65536
 
 def _export_to(output: str, write: Any, binary: bool = False) -> None:
     """Writes the file ``output`` (``write(file)``, the file opened ``binary`` or as text) in
-    one step: into a temporary file beside it, renamed over it only once every document is
-    written, so that a failure (a damaged store, a full disk) leaves the file as it was. Through
-    a symbolic link, the file it names is replaced; what is not a regular file
-    (``/dev/stdout``, a FIFO) is written as is."""
-    import tempfile
+    one step: into a staging directory beside it, then published over it by the core only once
+    every document is written, so that a failure (a damaged store, a full disk) leaves the file
+    as it was. Through a symbolic link, the file it names is replaced; what is not a regular
+    file (``/dev/stdout``, a FIFO) is written as is."""
+    from .._docstore import Staging
 
     real = os.path.realpath(output)
     how, encoding = ("wb", None) if binary else ("w", "utf-8")
@@ -563,19 +563,14 @@ def _export_to(output: str, write: Any, binary: bool = False) -> None:
         umask = os.umask(0)
         os.umask(umask)
         mode = 0o666 & ~umask
-    fd, temp = tempfile.mkstemp(
-        prefix=f".{os.path.basename(real)}.", suffix=".export-tmp", dir=os.path.dirname(real)
-    )
-    try:
-        with os.fdopen(fd, how, encoding=encoding) as out:
+    with Staging(real) as staging:
+        temp = os.path.join(staging.path, "export")
+        with open(temp, how, encoding=encoding) as out:
             write(out)
             out.flush()
             os.fchmod(out.fileno(), mode)
             os.fsync(out.fileno())
-        os.replace(temp, real)
-    except BaseException:
-        os.unlink(temp)
-        raise
+        staging.publish(temp, export=True)
 
 
 def _write_docs(store: Any, out: Any, id_field: str, progress: bool | None = False) -> None:

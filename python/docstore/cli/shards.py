@@ -10,7 +10,6 @@ shared writer side of Ray Data and Spark) and ``docstore/ray.py``, ``docstore/sp
 from __future__ import annotations
 
 import csv
-import hashlib
 import os
 import sys
 import time
@@ -19,8 +18,7 @@ from typing import Any, Literal, Optional
 
 from .. import Writer, _progress, seal, set_num_threads
 from .._collection import seal_without_repeats
-from .._docstore import train_dictionary
-from .._staging import Staging
+from .._docstore import Staging, train_dictionary
 from ..errors import DocstoreError, InvalidKeyError, SchemaError
 from .inputs import GZIP_ERRORS, UsageError, coerce_record, is_gzip, read_records, unreadable, where
 
@@ -82,9 +80,10 @@ def build_in_shards(
     import concurrent.futures
     import multiprocessing
 
-    # Locked (by this process and the workers it forks) until the build ends: a staging
-    # directory whose lock can be taken was left by a killed build, and the next build removes it.
-    locked = Staging(os.path.dirname(os.path.abspath(output)), _staging_prefix(output))
+    # A scratch directory of the output, locked (by this process and the workers it forks) until
+    # the build ends: one whose lock can be taken was left by a killed build, and the next writer
+    # of the output removes it.
+    locked = Staging(os.path.abspath(output))
     staging = locked.path
     try:
         # One dictionary for every shard, trained once, on the input's first 4 MiB of text (about
@@ -151,20 +150,13 @@ def build_in_shards(
             dropped += seal_without_repeats(output, paths, on_duplicate, overwrite=overwrite, append=False)
         return dropped
     finally:
-        locked.remove()
+        locked.release()
 
 
 def _piece_bytes(piece: Piece) -> int:
     """The bytes of input a piece of a ``--shards`` build reads."""
     path, _, byte_range = piece
     return os.path.getsize(path) if byte_range is None else byte_range[1] - byte_range[0]
-
-
-def _staging_prefix(output: str) -> str:
-    """Names of the staging directories of a ``--shards`` build of ``output``: short whatever the
-    output's name (a file name is at most 255 bytes), and the same for every build of it."""
-    name = os.path.basename(os.path.abspath(output))
-    return f".docstore-shards-{hashlib.sha1(os.fsencode(name)).hexdigest()[:12]}-"
 
 
 class _Stopped(Exception):

@@ -13,6 +13,7 @@ pub mod parallel;
 pub mod platform;
 mod prefetch;
 pub mod process;
+pub mod publish;
 pub mod repeats;
 pub mod storage;
 pub mod store;

@@ -13,9 +13,10 @@ use crate::error::{Error, Result};
 use crate::format;
 use crate::format::schema::Schema;
 use crate::keys::merge::{self, SortedKeys};
+use crate::publish::{self, HeldTarget, Scratch, TargetLock};
 use crate::storage::StoreFile;
 use crate::store::Store;
-use crate::writer::{self, HeldTarget, Summary, TargetLock, Writer, WriterOptions, MAX_DOCS};
+use crate::writer::{Summary, Writer, WriterOptions, MAX_DOCS};
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -102,12 +103,12 @@ fn seal_into(
     if existing == Existing::Replace {
         check_replaceable(target)?; // before the work; again under the lock, before publishing
     }
-    let held = writer::lock_target(target)?;
+    let held = publish::lock_target(target)?;
     seal_held(held, shards, existing, progress)
 }
 
 /// An append under a target's lock held since the caller read what is there
-/// (`writer::lock_target`); here, beside the seal it runs.
+/// (`publish::lock_target`); here, beside the seal it runs.
 impl HeldTarget {
     /// `append` to this target, under this lock: nothing was published at the target since it
     /// was taken. The lock is let go at the end.
@@ -130,7 +131,7 @@ fn seal_held(
 ) -> Result<Summary> {
     let HeldTarget { target, lock } = held;
     let target = target.as_path();
-    let (parent, name) = writer::split_target(target)?;
+    let (parent, name) = publish::split_target(target)?;
     // The shards of what is at the target, read under the lock that publishes the result.
     let mut sources: Vec<(PathBuf, Option<FileEntry>)> = match existing {
         Existing::Append => existing_shards(target)?,
@@ -147,7 +148,7 @@ fn seal_held(
         .iter()
         .map(|(path, _)| path.clone())
         .collect::<Vec<_>>();
-    let scratch = writer::Scratch::create(&parent, &name, &lock)?;
+    let scratch = Scratch::create(&parent, &name, &lock)?;
     // An append keeps the lock to the end; a seal takes it again to publish.
     let lock = match existing {
         Existing::Append => Some(lock),
@@ -288,7 +289,7 @@ fn existing_shards(target: &Path) -> Result<Vec<(PathBuf, Option<FileEntry>)>> {
         Err(e) => return Err(e.into()),
     };
     if !meta.is_dir() {
-        writer::check_replaceable_file(target)?;
+        publish::check_replaceable_file(target)?;
         return Ok(vec![(target.to_path_buf(), None)]);
     }
     let manifest = check_replaceable_collection(target)?;
@@ -300,14 +301,14 @@ fn existing_shards(target: &Path) -> Result<Vec<(PathBuf, Option<FileEntry>)>> {
 }
 
 /// Refuses to replace what is at `target` unless it is nothing, a docstore store file
-/// (`writer::check_replaceable_file`) or a docstore collection with nothing else in it
+/// (`publish::check_replaceable_file`) or a docstore collection with nothing else in it
 /// (`check_replaceable_collection`): an overwrite never destroys a user's files. Seals check
 /// it under the target's lock before they publish; callers may check it first, to refuse
 /// before any work.
 pub fn check_replaceable(target: &Path) -> Result<()> {
     match std::fs::symlink_metadata(target) {
         Ok(meta) if meta.is_dir() => check_replaceable_collection(target).map(|_| ()),
-        _ => writer::check_replaceable_file(target),
+        _ => publish::check_replaceable_file(target),
     }
 }
 
@@ -315,7 +316,7 @@ pub fn check_replaceable(target: &Path) -> Result<()> {
 /// valid manifest, and nothing else but the files it names (each a store file, by its magic
 /// bytes) and the directories that hold them. Anything else is refused, naming what is there.
 fn check_replaceable_collection(dir: &Path) -> Result<Manifest> {
-    let not_collection = |why: String| writer::refused(dir, &why);
+    let not_collection = |why: String| publish::refused(dir, &why);
     let manifest = match std::fs::symlink_metadata(dir.join(MANIFEST)) {
         Ok(meta) if meta.is_file() => super::dir::CollectionDir::open(dir)
             .and_then(|held| Manifest::read_in(&held))
@@ -368,7 +369,7 @@ fn check_replaceable_collection(dir: &Path) -> Result<Manifest> {
             } else if kind.is_file() && path.as_os_str() == MANIFEST {
                 continue;
             } else if kind.is_file() && files.contains(&path) {
-                if !writer::starts_with_magic(&entry.path())? {
+                if !publish::starts_with_magic(&entry.path())? {
                     unexpected.push(format!("{} (not a docstore store)", path.display()));
                 }
             } else {
