@@ -180,7 +180,7 @@ def only(directory, *names):
 
 def scratch_prefix(target_name: str) -> str:
     """The start of every name docstore makes beside the target ``target_name``:
-    ``.{head}.{hash}.`` (``rust/core/src/publish.rs``, ``scratch_prefix``)."""
+    ``.{head}.{hash}.`` (``rust/core/src/publish/mod.rs``, ``scratch_prefix``)."""
     import xxhash
 
     raw = target_name.encode()

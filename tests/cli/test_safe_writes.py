@@ -316,7 +316,7 @@ def test_export_of_a_damaged_store_leaves_the_output_as_it_was(tmp_path):
 
 
 def _scratch_name(target_name: str, random: str) -> str:
-    """The name of a scratch directory of ``target_name`` (publish.rs ``scratch_prefix``)."""
+    """The name of a scratch directory of ``target_name`` (publish/mod.rs ``scratch_prefix``)."""
     head = target_name.encode()[:32].decode(errors="ignore")
     return f".{head}.{xxhash.xxh3_64_hexdigest(target_name.encode())}.{random}.docstore-tmp"
 

@@ -194,7 +194,7 @@ def test_racing_appends_that_share_an_id_keep_each_id_once(tmp_path):
     store.verify()
 
 
-# -- the one protocol, as every writer uses it (the core's publish.rs; _docstore.Staging) ---------
+# -- the one protocol, as every writer uses it (the core's publish/; _docstore.Staging) ---------
 
 
 def _is_scratch_of(name: str, target_name: str) -> bool:

@@ -1,5 +1,5 @@
 //! The publication protocol through the core's public API (`docstore_core::publish`): what a
-//! published file may be and replace. The rest (names, locks, sweeps) is tested in `publish.rs`.
+//! published file may be and replace. The rest (names, locks, sweeps) is tested in `src/publish/`.
 
 use docstore_core::publish::{publish_export, publish_file, Scratch};
 use docstore_core::{Error, Schema, Writer, WriterOptions};
