@@ -9,7 +9,7 @@ use super::dir::CollectionDir;
 use super::{Collection, FileEntry, Ids, Manifest, MANIFEST};
 use crate::error::{Error, Result};
 use crate::storage::{RemoteOptions, Source, StoreFile};
-use crate::store::{DataAccess, Store};
+use crate::store::{self, DataAccess, Store};
 use std::path::{Path, PathBuf};
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -130,7 +130,7 @@ impl Collection {
         let url = crate::storage::url::without_credentials(url)
             .ok_or_else(|| Error::InvalidArgument(format!("{shown}: not a URL")))?;
         if !url.ends_with('/') {
-            if let Some(file) = source.open_file(&url)? {
+            if let Some(file) = source.open_file(&url, store::declare)? {
                 let store = Store::from_bytes(file)?;
                 return Ok(Collection::single(store, PathBuf::from(url), source));
             }
@@ -151,7 +151,9 @@ impl Collection {
                 Source::file_url(base, &relative, &shown)
             })
             .collect::<Result<Vec<_>>>()?;
-        let mut opened = source.open_files(&urls, Store::from_bytes).into_iter();
+        let mut opened = source
+            .open_files(&urls, store::declare, Store::from_bytes)
+            .into_iter();
         let index = (
             opened.next().expect("the index comes first")?,
             PathBuf::from(&urls[0]),

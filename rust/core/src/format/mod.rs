@@ -146,6 +146,8 @@ const FLAGS_AT: usize = 37;
 const COMMON_PREFIX_AT: usize = 40;
 const TABLE_AT: usize = 64;
 const CHECKSUM_AT: usize = HEADER_SIZE - 8;
+/// Where the header's checksum lies: what tells one version of a file from another.
+pub const FINGERPRINT_AT: usize = CHECKSUM_AT;
 
 impl Header {
     /// Whether every blob carries its check (format v2 and later).

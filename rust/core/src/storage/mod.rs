@@ -40,7 +40,7 @@ pub use tier::StoreFile;
 pub struct Regions {
     /// The header, and its fingerprint (what identifies the file's version).
     pub header: Range<u64>,
-    pub fingerprint: u64,
+    pub fingerprint: Fingerprint,
     /// What every read relies on without asking (schema, dictionary, key fences): kept for
     /// good, fetched and checked at open.
     pub pinned: Vec<Region>,
@@ -48,6 +48,41 @@ pub struct Regions {
     pub index: Vec<Region>,
     /// Where the documents lie.
     pub documents: Region,
+}
+
+impl Regions {
+    /// Every region with a checksum: what bytes fetched again are checked against.
+    pub fn all(&self) -> impl Iterator<Item = &Region> {
+        (self.pinned.iter())
+            .chain(&self.index)
+            .chain(std::iter::once(&self.documents))
+    }
+}
+
+/// What a store's first bytes declare, given the file's size: its header decoded and checked,
+/// and its regions. The store's own (`store::declare`); a remote file calls it on its open's
+/// first bytes, so that storage knows nothing of the format.
+pub type Declare = fn(first: &[u8], size: u64) -> Result<Regions>;
+
+/// Which version of a file this is: 8 bytes of its header (little-endian), which another
+/// version of the file would not have.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Fingerprint {
+    pub at: Range<u64>,
+    pub value: u64,
+}
+
+impl Fingerprint {
+    /// The fingerprint `head` (a file's first bytes) holds, if it reaches that far.
+    pub fn of(&self, head: &[u8]) -> Option<u64> {
+        let bytes = head.get(self.at.start as usize..self.at.end as usize)?;
+        Some(u64::from_le_bytes(bytes.try_into().ok()?))
+    }
+
+    /// Whether `head` is of the same version (`None` while it is too short to say).
+    pub fn matches(&self, head: &[u8]) -> Option<bool> {
+        self.of(head).map(|f| f == self.value)
+    }
 }
 
 /// A range of the file with the xxh3-64 of its bytes, and what it is (for errors).

@@ -13,7 +13,7 @@
 //! - `may_block`: the one question a caller asks (the bindings, to release the GIL).
 
 use super::remote::{self, Remote, RemoteFile, RemoteOptions, RemoteStats};
-use super::StoreFile;
+use super::{Declare, StoreFile};
 use crate::error::{Error, Result};
 use bytes::Bytes;
 use std::sync::atomic::Ordering;
@@ -132,8 +132,8 @@ impl Source {
     /// An object that is not a store, under which a collection's manifest lies, is `None` too:
     /// a directory whose URL the server answers with a page (Python's `http.server` redirects
     /// it to the listing of the directory), where a collection was uploaded as it lay.
-    pub fn open_file(&self, url: &str) -> Result<Option<StoreFile>> {
-        match self.opened(url) {
+    pub fn open_file(&self, url: &str, declare: Declare) -> Result<Option<StoreFile>> {
+        match self.opened(url, declare) {
             Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e @ Error::Corrupt(_)) => {
                 let manifest = format!(
@@ -150,8 +150,9 @@ impl Source {
         }
     }
 
-    fn opened(&self, url: &str) -> Result<StoreFile> {
-        StoreFile::remote(RemoteFile::open(self.client()?, url)?)
+    /// The store file at `url`, its first bytes read as `declare` says.
+    fn opened(&self, url: &str, declare: Declare) -> Result<StoreFile> {
+        StoreFile::remote(RemoteFile::open(self.client()?, url, declare)?)
     }
 
     /// `open_file` of every URL at once, each then made what `open` makes of it (a store, which
@@ -159,9 +160,10 @@ impl Source {
     pub fn open_files<T: Send>(
         &self,
         urls: &[String],
+        declare: Declare,
         open: impl Fn(StoreFile) -> Result<T> + Sync,
     ) -> Vec<Result<T>> {
-        let open = |url: &String| self.opened(url).and_then(&open);
+        let open = |url: &String| self.opened(url, declare).and_then(&open);
         std::thread::scope(|scope| {
             let handles: Vec<_> = urls
                 .chunks(urls.len().div_ceil(32).max(1))

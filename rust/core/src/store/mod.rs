@@ -46,7 +46,9 @@ mod verify;
 use crate::error::{Error, Result};
 use crate::format::schema::Schema;
 use crate::format::{Header, Section, HEADER_SIZE};
-use crate::storage::{pagecache, remote::RemoteFile, Region, Regions, Storage, StoreFile};
+use crate::storage::{
+    pagecache, remote::RemoteFile, Fingerprint, Region, Regions, Storage, StoreFile,
+};
 use memmap2::Mmap;
 use std::fs::File;
 use std::ops::Range;
@@ -365,6 +367,13 @@ impl<B: Storage> Store<B> {
     }
 }
 
+/// What a store file's first bytes declare to its storage (`storage::Declare`): the header
+/// decoded and checked against the file's `size`, and the store's regions.
+pub fn declare(first: &[u8], size: u64) -> Result<Regions> {
+    let header = Header::decode(first, size)?;
+    Ok(regions(&header, crate::format::header_checksum(first)))
+}
+
 /// What a store of `header` declares to its storage at open (`storage::Regions`).
 fn regions(header: &Header, fingerprint: u64) -> Regions {
     let region = |s: Section| {
@@ -377,7 +386,10 @@ fn regions(header: &Header, fingerprint: u64) -> Regions {
     };
     Regions {
         header: 0..HEADER_SIZE as u64,
-        fingerprint,
+        fingerprint: Fingerprint {
+            at: crate::format::FINGERPRINT_AT as u64..HEADER_SIZE as u64,
+            value: fingerprint,
+        },
         // What opening a remote store reads past its first bytes: the key fences (one
         // request), and the schema and the dictionary where they do not fit the first request.
         pinned: [Section::Schema, Section::Dictionary, Section::KeyFences]

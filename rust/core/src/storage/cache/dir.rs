@@ -106,13 +106,10 @@ impl CacheFile {
         // SAFETY: the map file is only ever accessed through atomics (and its header, written
         // before the directory was renamed into place, is only read).
         let map = unsafe { MmapMut::map_mut(&map_file)? };
-        if &map[..8] != MAGIC
-            || crate::format::u64_at(&map, 8) != size
-            || crate::format::u32_at(&map, 16) as u64 != UNIT
-        {
+        if &map[..8] != MAGIC || u64_at(&map, 8) != size || u32_at(&map, 16) as u64 != UNIT {
             return Err(Error::corrupt("not a docstore cache entry"));
         }
-        if fingerprint.is_some_and(|f| crate::format::u64_at(&map, FINGERPRINT_AT as usize) != f) {
+        if fingerprint.is_some_and(|f| u64_at(&map, FINGERPRINT_AT as usize) != f) {
             // The same URL, version and size, another header: a server that reuses its
             // validators. What the entry holds may be another object's bytes.
             return Err(Error::corrupt("cache entry of another store"));
@@ -391,4 +388,14 @@ pub(super) fn map_usage(dir: &Path, sharing: Sharing) -> Result<Usage> {
     // SAFETY: an 8-byte counter only ever accessed atomically, by every process.
     let map = unsafe { MmapMut::map_mut(&file)? };
     Ok(Usage::Shared(map))
+}
+
+/// The little-endian `u64` at `at` of the map's header.
+fn u64_at(map: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(map[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// The little-endian `u32` at `at` of the map's header.
+fn u32_at(map: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(map[at..at + 4].try_into().expect("4 bytes"))
 }

@@ -10,6 +10,7 @@ use super::identity::Identity;
 use super::requests;
 use crate::error::{Error, Result};
 use crate::storage::cache::CacheFile;
+use crate::storage::{Declare, Regions};
 use bytes::Bytes;
 use memmap2::Mmap;
 use object_store::path::Path as ObjectPath;
@@ -33,16 +34,18 @@ pub struct RemoteFile {
     pub(super) documents: Range<u64>,
     /// The object opened: every later request asks for it, every response must be from it.
     pub(super) pin: Identity,
-    /// The header fetched at open and its checksum: what pinned bytes fetched again are checked
-    /// against.
-    pub(super) header: crate::format::Header,
-    pub(super) fingerprint: u64,
+    /// What the store's first bytes declared (`Declare`): its regions, with their checksums,
+    /// and its fingerprint.
+    pub(super) regions: Regions,
+    /// The header as fetched at open (it passed `declare`'s checks): what the header fetched
+    /// again must equal.
+    pub(super) head: Box<[u8]>,
     /// What `pin` was asked to keep (byte ranges): what a reader reads without a check per read,
     /// fetched again whole when reads keep failing (`refetch_pinned`).
     pub(super) pinned: std::sync::Mutex<Vec<Range<u64>>>,
     /// The millisecond (`guard`'s clock) the cache files' lengths were last found right.
     pub(super) guarded: AtomicU64,
-    /// Requests for pieces of each index section so far (`rent`).
+    /// Requests for pieces of each index region so far (`rent`).
     pub(super) rent: super::rent::Rent,
     /// Its server ignores Range (`Remote::ignores_ranges`): what is missing comes whole
     /// (`fill`), in one GET of the object.
@@ -60,14 +63,14 @@ impl Drop for Purchase<'_> {
 
 impl RemoteFile {
     /// Opens `url`: one request for its first bytes (header, schema, dictionary), which also
-    /// gives its size and fingerprint, so its cache.
-    pub fn open(remote: &Arc<Remote>, url: &str) -> Result<RemoteFile> {
+    /// gives its size and, through `declare`, its regions and fingerprint, so its cache.
+    pub fn open(remote: &Arc<Remote>, url: &str, declare: Declare) -> Result<RemoteFile> {
         let path = remote.path_of(url)?;
         let (first, pin) = remote.head(&path, url, OPEN_PREFIX)?;
         let size = pin.size;
-        let header = crate::format::Header::decode(&first, size)?;
-        let data = header.section(crate::format::Section::Data);
-        let fingerprint = crate::format::header_checksum(&first);
+        let regions = declare(&first, size)?;
+        let fingerprint = regions.fingerprint.value;
+        let head: Box<[u8]> = first[..regions.header.end as usize].into();
         // The entry is named by what the client knows (the URL, the version), not by what the
         // object says of itself (its fingerprint, kept in the entry as a check): see `cache`.
         // Bytes that no validator ties to one version are this process's alone.
@@ -84,13 +87,13 @@ impl RemoteFile {
             url: url.to_string(),
             size,
             cache,
-            documents: data.offset..data.offset + data.len,
+            documents: regions.documents.range.clone(),
             pin,
-            header,
-            fingerprint,
+            rent: super::rent::Rent::new(regions.index.len()),
+            regions,
+            head,
             pinned: std::sync::Mutex::new(Vec::new()),
             guarded: AtomicU64::new(0),
-            rent: Default::default(),
             whole: remote.ignores_ranges(),
         };
         // What the cache lacks of an object read whole, before the open's own bytes go in: what
@@ -114,7 +117,7 @@ impl RemoteFile {
         };
         let bytes = file.cache.bytes_of(&whole);
         // The header's segment is pinned: a reader relies on it without a check per read.
-        let header = 0..crate::format::HEADER_SIZE as u64;
+        let header = file.regions.header.clone();
         file.pin(std::slice::from_ref(&header));
         if !file.cache.present(&whole) {
             file.cache
@@ -180,22 +183,19 @@ impl RemoteFile {
     /// size come whole in this round. A section fetched whole (bought, or a small store's) is
     /// checked against its checksum. Empties `ranges`.
     pub fn ensure(&self, ranges: &mut Vec<Range<u64>>) -> Result<()> {
-        use crate::format::Section;
         ranges.retain(|r| !r.is_empty());
         let mut missing: Vec<Range<u64>> = (ranges.iter())
             .filter(|r| !self.cache.present(&self.cache.units(r)))
             .cloned()
             .collect();
-        let buy = (self.rent).buys(&self.header, &self.remote.options, &missing);
-        let whole = |s: Section| {
-            let e = self.header.section(s);
-            e.offset..e.offset + e.len
-        };
+        let index = &self.regions.index;
+        let buy = (self.rent).buys(index, &self.remote.options, &missing);
+        let whole = |i: usize| index[i].range.clone();
         // One purchase at a time per cached store (ended when this round is).
         let purchase = match buy.is_empty() {
             true => None,
             false => {
-                let bytes = buy.iter().map(|&s| self.header.section(s).len).sum();
+                let bytes = buy.iter().map(|&i| whole(i).end - whole(i).start).sum();
                 self.begin_purchase(bytes)
                     .map(|stamp| Purchase(&self.cache, stamp))
             }
@@ -210,23 +210,16 @@ impl RemoteFile {
             }
         }
         self.fetch(ranges)?;
-        // The sections a reader reads piece by piece, and the documents (a one-document store's).
-        const CHECKED: [Section; 6] = [
-            Section::Data,
-            Section::DocOffsets,
-            Section::Keys,
-            Section::KeyOffsets,
-            Section::KeyIndex,
-            Section::KeyRanks,
-        ];
-        for s in CHECKED {
-            let section = whole(s);
+        // What a reader reads piece by piece, fetched whole this round (bought, or a small
+        // store's), and the documents (a one-document store's): checked whole.
+        for region in std::iter::once(&self.regions.documents).chain(index) {
+            let section = region.range.clone();
             let covers = |r: &Range<u64>| r.start <= section.start && section.end <= r.end;
             if !section.is_empty()
                 && missing.iter().any(covers)
-                && xxh3_64(&self.cache.read(section)?) != self.header.section(s).checksum
+                && xxh3_64(&self.cache.read(section)?) != region.checksum
             {
-                return Err(Error::corrupt(format!("{} checksum mismatch", s.name())));
+                return Err(Error::corrupt(format!("{} checksum mismatch", region.what)));
             }
         }
         drop(purchase);
@@ -348,14 +341,21 @@ impl RemoteFile {
     ) -> Result<()> {
         let (path, url, pin) = (&self.path, self.url.as_str(), &self.pin);
         match self.whole {
-            true => (self.remote).fetch_whole(path, url, pin, Some(self.fingerprint), ranges, sink),
+            true => (self.remote).fetch_whole(
+                path,
+                url,
+                pin,
+                Some(&self.regions.fingerprint),
+                ranges,
+                sink,
+            ),
             false => self.remote.fetch(path, url, pin, ranges, sink),
         }
     }
 
     /// Fetches the header again: `Error::Changed` unless it still has the fingerprint opened.
     fn fence(&self) -> Result<()> {
-        let header = 0..crate::format::HEADER_SIZE as u64;
+        let header = self.regions.header.clone();
         let got = std::sync::Mutex::new(None);
         (self.remote).fetch(&self.path, &self.url, &self.pin, vec![header], |_, b| {
             *got.lock().unwrap_or_else(|e| e.into_inner()) = Some(b);
@@ -363,7 +363,7 @@ impl RemoteFile {
         })?;
         let got = got.into_inner().unwrap_or_else(|e| e.into_inner());
         match got {
-            Some(b) if crate::format::header_checksum(&b) == self.fingerprint => Ok(()),
+            Some(b) if self.regions.fingerprint.matches(&b) == Some(true) => Ok(()),
             _ => Err(Error::Changed(format!(
                 "{} was replaced since it was opened (its header changed; the server gives no \
                  ETag that would say so): open it again",

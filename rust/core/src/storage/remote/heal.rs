@@ -107,7 +107,6 @@ impl RemoteFile {
     /// present or not: replaced in place, never made a hole, since readers read it unasked.
     /// Bytes the server sends damaged are not written: `Error::Corrupt`.
     pub fn refetch_pinned(&self) -> Result<()> {
-        use crate::format::{Section, HEADER_SIZE};
         let pinned = self
             .pinned
             .lock()
@@ -140,16 +139,15 @@ impl RemoteFile {
             let buffer = buffer.into_inner().unwrap_or_else(|e| e.into_inner());
             let at = (range.start - bytes.start) as usize..(range.end - bytes.start) as usize;
             let got = &buffer[at];
-            let sound = if *range == (0..HEADER_SIZE as u64) {
-                crate::format::Header::decode(got, self.size).is_ok()
-                    && crate::format::header_checksum(got) == self.fingerprint
+            let sound = if *range == self.regions.header {
+                // The header opened passed the store's checks (`Declare`): the same bytes do.
+                *got == *self.head
             } else {
-                // A whole section has its checksum (the common prefix has none: its bytes are
+                // A whole region has its checksum (the common prefix has none: its bytes are
                 // checked as keys, by every lookup's check).
-                (Section::ALL.iter())
-                    .map(|&s| self.header.section(s))
-                    .find(|e| (e.offset..e.offset + e.len) == *range)
-                    .is_none_or(|e| xxh3_64(got) == e.checksum)
+                (self.regions.all())
+                    .find(|region| region.range == *range)
+                    .is_none_or(|region| xxh3_64(got) == region.checksum)
             };
             if sound {
                 let units = bytes.start / unit..bytes.end.div_ceil(unit);

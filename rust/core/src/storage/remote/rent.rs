@@ -12,7 +12,7 @@
 //! round it fetches.
 
 use super::options::RemoteOptions;
-use crate::format::{Header, Section};
+use crate::storage::Region;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -21,68 +21,58 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// rarely read through before the cache evicts it.
 const MAX_PURCHASE: u64 = 256 << 20;
 
-/// The sections read piece by piece that a purchase may fetch whole.
-const INDEX: [Section; 5] = [
-    Section::DocOffsets,
-    Section::Keys,
-    Section::KeyOffsets,
-    Section::KeyIndex,
-    Section::KeyRanks,
-];
-
-/// A remote file's requests for pieces of each section so far.
-#[derive(Default)]
-pub(crate) struct Rent([AtomicU64; Section::COUNT]);
+/// A remote file's requests for pieces of each of its index regions (`Regions::index`) so far.
+pub(crate) struct Rent(Box<[AtomicU64]>);
 
 impl Rent {
-    /// The index sections that a round fetching `missing` (byte ranges of the file, none of
-    /// them cached) should buy whole: those whose requests, this round's counted as the file
-    /// merges them (`merge_gap`, not each piece), have cost their size.
+    /// Rent of a file with `regions` index regions, none paid yet.
+    pub(crate) fn new(regions: usize) -> Rent {
+        Rent((0..regions).map(|_| AtomicU64::new(0)).collect())
+    }
+
+    /// The index regions (positions in `index`) that a round fetching `missing` (byte ranges
+    /// of the file, none of them cached) should buy whole: those whose requests, this round's
+    /// counted as the file merges them (`merge_gap`, not each piece), have cost their size.
     pub(crate) fn buys(
         &self,
-        header: &Header,
+        index: &[Region],
         options: &RemoteOptions,
         missing: &[Range<u64>],
-    ) -> Vec<Section> {
+    ) -> Vec<usize> {
         if options.request_cost == 0 {
             return Vec::new();
         }
-        let section_of = |r: &Range<u64>| {
-            INDEX.into_iter().find(|&s| {
-                let e = header.section(s);
-                e.offset <= r.start && r.start < e.offset + e.len
-            })
+        let region_of = |r: &Range<u64>| {
+            (index.iter()).position(|e| e.range.start <= r.start && r.start < e.range.end)
         };
-        let mut missing: Vec<(Section, Range<u64>)> = (missing.iter())
-            .filter_map(|r| section_of(r).map(|s| (s, r.clone())))
+        let mut missing: Vec<(usize, Range<u64>)> = (missing.iter())
+            .filter_map(|r| region_of(r).map(|i| (i, r.clone())))
             .collect();
-        missing.sort_unstable_by_key(|(s, r)| (*s as usize, r.start));
-        let mut requests = [0u64; Section::COUNT];
-        let mut end = [0u64; Section::COUNT];
-        for (s, r) in &missing {
-            let i = *s as usize;
-            if requests[i] == 0 || r.start > end[i] + options.merge_gap {
-                requests[i] += 1;
+        missing.sort_unstable_by_key(|(i, r)| (*i, r.start));
+        let mut requests = vec![0u64; index.len()];
+        let mut end = vec![0u64; index.len()];
+        for (i, r) in &missing {
+            if requests[*i] == 0 || r.start > end[*i] + options.merge_gap {
+                requests[*i] += 1;
             }
-            end[i] = end[i].max(r.end);
+            end[*i] = end[*i].max(r.end);
         }
         let mut buy = Vec::new();
-        for s in INDEX.into_iter().filter(|&s| requests[s as usize] > 0) {
-            let len = header.section(s).len;
-            let n = requests[s as usize];
-            let rent = self.0[s as usize].fetch_add(n, Ordering::Relaxed) + n;
+        for (i, &n) in requests.iter().enumerate().filter(|(_, &n)| n > 0) {
+            let len = index[i].range.end - index[i].range.start;
+            let rent = self.0[i].fetch_add(n, Ordering::Relaxed) + n;
             if rent.saturating_mul(options.request_cost) >= len && len <= MAX_PURCHASE {
-                buy.push(s);
+                buy.push(i);
             }
         }
         buy
     }
 
-    /// `sections` were bought: a purchase is earned again from nothing (a section evicted since
+    /// `regions` were bought: a purchase is earned again from nothing (a region evicted since
     /// is rented anew).
-    pub(crate) fn bought(&self, sections: &[Section]) {
-        for &s in sections {
-            self.0[s as usize].store(0, Ordering::Relaxed);
+    pub(crate) fn bought(&self, regions: &[usize]) {
+        for &i in regions {
+            self.0[i].store(0, Ordering::Relaxed);
         }
     }
 }

@@ -7,6 +7,7 @@ use super::client::{Remote, Round, EXTRA_ATTEMPTS};
 use super::identity::{precondition_failed, Identity};
 use super::options::invalid;
 use crate::error::{Error, Result};
+use crate::storage::Fingerprint;
 use bytes::Bytes;
 use futures::StreamExt;
 use object_store::path::Path as ObjectPath;
@@ -127,7 +128,7 @@ impl Remote {
         path: &ObjectPath,
         url: &str,
         pin: &Identity,
-        fingerprint: Option<u64>,
+        fingerprint: Option<&Fingerprint>,
         mut ranges: Vec<Range<u64>>,
         sink: impl Fn(Range<u64>, Bytes) -> Result<()>,
     ) -> Result<()> {
@@ -174,12 +175,13 @@ impl Remote {
         path: &ObjectPath,
         url: &str,
         pin: &Identity,
-        fingerprint: Option<u64>,
+        fingerprint: Option<&Fingerprint>,
         ranges: &[Range<u64>],
         done: &mut [bool],
         sink: &impl Fn(Range<u64>, Bytes) -> Result<()>,
     ) -> std::result::Result<(), Attempt> {
-        let header = crate::format::HEADER_SIZE;
+        // The bytes that hold the fingerprint: the object's are checked before any is handed over.
+        let header = fingerprint.map_or(0, |f| f.at.end as usize);
         let changed = |why: String| {
             Attempt::Stop(Error::Changed(format!(
                 "{url} was replaced since it was opened ({why}): open it again"
@@ -220,8 +222,8 @@ impl Remote {
                 head.extend_from_slice(&chunk[..take]);
             }
             if let (false, Some(fingerprint)) = (checked, fingerprint) {
-                if head.len() == header {
-                    if crate::format::header_checksum(&head) != fingerprint {
+                if let Some(same) = fingerprint.matches(&head) {
+                    if !same {
                         return Err(changed("its header changed".into()));
                     }
                     checked = true;
@@ -304,13 +306,18 @@ mod tests {
         let (_, pin) = remote.head(&path, url, 16).unwrap();
         let ranges = vec![9_000..19_999, 0..512, 100..700, 5..6, 19_999..20_000];
         let got = std::sync::Mutex::new(Vec::new());
-        let fingerprint = crate::format::header_checksum(&object[..crate::format::HEADER_SIZE]);
+        // What a store's header holds: its fingerprint, in its last 8 bytes.
+        let at = crate::format::FINGERPRINT_AT..crate::format::HEADER_SIZE;
+        let fingerprint = Fingerprint {
+            at: at.start as u64..at.end as u64,
+            value: u64::from_le_bytes(object[at].try_into().unwrap()),
+        };
         let requests = remote.stats.requests.load(Ordering::Relaxed);
         (remote.fetch_whole(
             &path,
             url,
             &pin,
-            Some(fingerprint),
+            Some(&fingerprint),
             ranges.clone(),
             |r, b| {
                 got.lock().unwrap().push((r, b));
@@ -328,11 +335,14 @@ mod tests {
             assert_eq!(&bytes[..], &object[r.start as usize..r.end as usize]);
         }
         let handed = std::sync::atomic::AtomicBool::new(false);
-        let changed =
-            remote.fetch_whole(&path, url, &pin, Some(fingerprint ^ 1), ranges, |_, _| {
-                handed.store(true, Ordering::Relaxed);
-                Ok(())
-            });
+        let other = Fingerprint {
+            value: fingerprint.value ^ 1,
+            ..fingerprint
+        };
+        let changed = remote.fetch_whole(&path, url, &pin, Some(&other), ranges, |_, _| {
+            handed.store(true, Ordering::Relaxed);
+            Ok(())
+        });
         assert!(matches!(changed, Err(Error::Changed(_))), "{changed:?}");
         assert!(!handed.load(Ordering::Relaxed));
     }
