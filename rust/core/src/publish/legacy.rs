@@ -132,8 +132,7 @@ fn sha1(data: &[u8]) -> [u8; 20] {
 
 #[cfg(test)]
 mod tests {
-    use super::{is_dead, sha1, OldNames};
-    use std::time::{Duration, SystemTime};
+    use super::{sha1, OldNames};
 
     fn hex(bytes: &[u8]) -> String {
         bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -181,6 +180,8 @@ mod tests {
     #[test]
     #[cfg(unix)] // _staging.py used fcntl: there were none on Windows
     fn an_old_directory_is_dead_when_its_lock_is_free_or_it_has_none_and_is_older() {
+        use super::is_dead;
+        use std::time::{Duration, SystemTime};
         let dir = tempfile::tempdir().unwrap();
         let me = std::process::id().to_string();
         let at = |name: &str, lock: Option<&str>| {
