@@ -30,7 +30,11 @@ use std::time::Duration;
 /// overlap (and count as one round), as on a network.
 const LATENCY: Duration = Duration::from_millis(40);
 
-/// `InMemory`, counting the reads it answers.
+/// `InMemory`, counting the reads it answers, and the most it answered at once (`peak`). By
+/// default each read waits `LATENCY`, however many are in flight: a server that scales. Set
+/// `capacity`, and a read that arrives with more in flight is refused (after the latency, as a
+/// 503 of an overloaded server); set `workers`, and the latency grows with the load (that many
+/// reads are worked on at once: the latency times the reads in flight over the workers).
 #[derive(Debug, Default)]
 struct Counting {
     inner: InMemory,
@@ -38,6 +42,11 @@ struct Counting {
     bytes: AtomicU64,
     /// The deepest chain of requests answered so far: a request started now is one deeper.
     depth: AtomicU64,
+    in_flight: AtomicU64,
+    peak: AtomicU64,
+    capacity: AtomicU64,
+    refused: AtomicU64,
+    workers: AtomicU64,
 }
 
 /// Requests, bytes and round trips, as `Counting` saw them (and the client's own counters).
@@ -90,7 +99,23 @@ impl ObjectStore for Counting {
     ) -> object_store::Result<GetResult> {
         self.requests.fetch_add(1, Ordering::SeqCst);
         let depth = self.depth.load(Ordering::SeqCst) + 1;
-        tokio::time::sleep(LATENCY).await;
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(now, Ordering::SeqCst);
+        let capacity = self.capacity.load(Ordering::SeqCst);
+        let workers = self.workers.load(Ordering::SeqCst);
+        match workers {
+            0 => tokio::time::sleep(LATENCY).await,
+            // A quarter of the latency a read, `workers` at once.
+            w => tokio::time::sleep(LATENCY / 4 * now.div_ceil(w) as u32).await,
+        }
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        if capacity > 0 && now > capacity {
+            self.refused.fetch_add(1, Ordering::SeqCst);
+            return Err(object_store::Error::Generic {
+                store: "Counting",
+                source: "503 Slow Down".into(),
+            });
+        }
         let got = self.inner.get_opts(location, options).await;
         if let Ok(got) = &got {
             self.bytes
@@ -148,9 +173,22 @@ fn upload(store: &Counting, local: &Path, at: &str) {
     (runtime.block_on(store.inner.put(&path, Bytes::from(bytes).into()))).unwrap();
 }
 
-/// A remote store or collection at `url` read through `store`, with a cache of its own in `cache`.
+/// A remote store or collection at `url` read through `store`, with a cache of its own in
+/// `cache`, sending as many requests at once as its rounds have (up to 256, from the first):
+/// what is counted here is the rounds a read needs, not the limit's ramp (its own tests, below).
 fn open(url: &str, store: &Arc<Counting>, cache: &Path) -> Collection {
-    let options = RemoteOptions::new(Vec::new(), Some(cache.to_path_buf()), Some(1 << 30)).unwrap();
+    open_with(url, store, cache, &[("initial_in_flight", "256")])
+}
+
+fn open_with(
+    url: &str,
+    store: &Arc<Counting>,
+    cache: &Path,
+    options: &[(&str, &str)],
+) -> Collection {
+    let options = options.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+    let options =
+        RemoteOptions::new(options.collect(), Some(cache.to_path_buf()), Some(1 << 30)).unwrap();
     let source = Source::over(url, options, store.clone()).unwrap();
     Collection::open_source(url, source).unwrap()
 }
@@ -310,4 +348,76 @@ fn a_remote_collection_reads_cold_in_two_rounds_over_all_its_shards() {
     // The index's blocks with the blobs they locate in all three shards at once, then the rest.
     assert_eq!((many.requests, many.rounds), (128, 2), "{many:?}");
     assert!(many.bytes <= 365_888, "{many:?}");
+}
+
+/// A cold batch of 600 ids of the store file (600 blobs, and the key index blocks before them)
+/// through `options`, on a cache of its own (`name`), checked; what the client counted.
+fn cold_batch(f: &Fixture, name: &str, options: &[(&str, &str)]) -> (u64, u64, usize) {
+    let cache = f.cache.join(name);
+    let c = open_with("s3://bucket/corpus.docstore", &f.store, &cache, options);
+    let ids: Vec<String> = (0..DOCS).step_by(50).map(key).collect();
+    let keys: Vec<&[u8]> = ids.iter().map(|k| k.as_bytes()).collect();
+    let mut batch = RecordBatch::default();
+    let found = c
+        .read_located(&c.locate_batch(&keys).unwrap(), &mut batch)
+        .unwrap();
+    assert!(found.iter().all(Option::is_some));
+    assert_eq!(batch.len(), ids.len());
+    for (i, n) in (0..DOCS).step_by(50).enumerate() {
+        assert_eq!(number(batch.get(i)), n);
+    }
+    let stats = c.source().stats().unwrap();
+    (
+        stats.requests.load(Ordering::SeqCst),
+        stats.backoffs.load(Ordering::SeqCst),
+        stats.limit.load(Ordering::SeqCst),
+    )
+}
+
+fn peak(f: &Fixture) -> u64 {
+    f.store.peak.swap(0, Ordering::SeqCst)
+}
+
+#[test]
+fn the_limit_grows_to_the_allowed_depth_while_the_server_keeps_up() {
+    let (f, _) = fixture(false);
+    let (_, backoffs, limit) = cold_batch(&f, "a", &[("max_in_flight", "64")]);
+    // From 32, two more for each answer: 64 in flight within the batch, and no more.
+    assert_eq!((peak(&f), backoffs, limit), (64, 0, 64));
+}
+
+#[test]
+fn a_server_that_slows_with_its_load_is_not_swamped() {
+    let (f, _) = fixture(false);
+    f.store.workers.store(4, Ordering::SeqCst);
+    // Unloaded, a read takes 10 ms; the n-th in flight, 10 ms x n / 4. The limit holds the
+    // latency under 3 x 10 + 1 ms: about 12 in flight (it starts at 32, and the first answers
+    // of a round come sooner and grow it a little first).
+    let (_, _, limit) = cold_batch(&f, "a", &[]);
+    let seen = peak(&f);
+    assert!(seen <= 48 && limit <= 16, "peak {seen}, limit {limit}");
+    // A fixed 256, as before: the server had all the batch's requests at once.
+    cold_batch(&f, "b", &[("initial_in_flight", "256")]);
+    let fixed = peak(&f);
+    assert!(fixed > 200, "{fixed}");
+}
+
+#[test]
+fn a_server_that_refuses_past_its_capacity_is_backed_off_from() {
+    let (f, _) = fixture(false);
+    f.store.capacity.store(16, Ordering::SeqCst);
+    let (requests, backoffs, limit) = cold_batch(&f, "a", &[("init_backoff", "10ms")]);
+    let (seen, refused) = (peak(&f), f.store.refused.load(Ordering::SeqCst));
+    eprintln!(
+        "requests {requests}, refused {refused}, backoffs {backoffs}, limit {limit}, peak {seen}"
+    );
+    // The first 32 met a capacity of 16 (the answers among them grew the limit a little before
+    // the refusals came): the limit halved, and halves again each time it grows past it (about
+    // once per 64 answers: an eighth of a request per answer).
+    assert!(
+        backoffs >= 1 && limit <= 24,
+        "backoffs {backoffs}, limit {limit}"
+    );
+    assert!(seen <= 48, "{seen}");
+    assert!(refused * 10 <= requests, "refused {refused} of {requests}");
 }

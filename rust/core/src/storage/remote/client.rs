@@ -1,10 +1,12 @@
 //! A remote location and how to read it: this process's runtime and client (`Conn`), built per
 //! scheme from the environment and the options, the counters (`RemoteStats`), errors a user can
 //! act on, and the requests themselves: the open's first bytes (`head`), a small object whole
-//! (`get_all`), and ranges at most `max_in_flight` at once, each checked and retried (`fetch`).
+//! (`get_all`), and ranges as many at once as the limit allows (`limit`), each checked and
+//! retried (`fetch`).
 //! Servers that ignore Range are `whole`'s.
 
 use super::identity::{precondition_failed, Identity};
+use super::limit::{Limiter, Observed, Outcome};
 use super::options::{invalid, RemoteOptions};
 use super::whole::Whole;
 use crate::error::{Error, Result};
@@ -12,7 +14,7 @@ use crate::process::PerProcess;
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStore, ObjectStoreExt, ObjectStoreScheme};
+use object_store::{ObjectStore, ObjectStoreScheme};
 use std::mem::ManuallyDrop;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -44,6 +46,11 @@ pub struct RemoteStats {
     pub heals: AtomicU64,
     pub in_flight: AtomicUsize,
     pub peak_in_flight: AtomicUsize,
+    /// The limit of requests in flight at the end of the last fetch (it adapts to the server:
+    /// `limit`), and how many times this process cut it for congestion (errors, timeouts,
+    /// 429 and 5xx answers).
+    pub limit: AtomicUsize,
+    pub backoffs: AtomicU64,
 }
 
 /// This process's runtime and client (see the module note on fork).
@@ -51,10 +58,11 @@ pub(super) struct Conn {
     /// Shut down without waiting when dropped (see `Drop`).
     pub(super) runtime: ManuallyDrop<tokio::runtime::Runtime>,
     pub(super) store: Arc<dyn ObjectStore>,
-    /// `max_in_flight` permits, one per request, for every thread and file of this remote: a
-    /// batch over 64 shards, fetched from 64 threads at once, still sends at most that many.
-    /// Here, not in `Remote`: permits held in a parent at a fork would never come back.
-    permits: tokio::sync::Semaphore,
+    /// A permit per request, for every thread and file of this remote: a batch over 64 shards,
+    /// fetched from 64 threads at once, still sends at most the limit, which adapts to the
+    /// server between `initial_in_flight` and `max_in_flight` (`limit`). Here, not in `Remote`:
+    /// permits held in a parent at a fork would never come back.
+    pub(super) limiter: Arc<Limiter>,
     /// Fetches under way in this process (`RemoteStats::rounds`): here for the same reason.
     fetching: AtomicUsize,
 }
@@ -333,7 +341,7 @@ impl Remote {
         Ok(path)
     }
 
-    fn build(&self) -> Result<Arc<dyn ObjectStore>> {
+    fn build(&self, limiter: &Arc<Limiter>) -> Result<Arc<dyn ObjectStore>> {
         use object_store::{aws, azure, gcp, http, ClientConfigKey};
         crate::platform::install_tls_provider();
         let url = self.url.as_str();
@@ -344,6 +352,10 @@ impl Remote {
             invalid(crate::storage::url::redact_text(&format!("{shown}: {e}")))
         };
         let retry = self.options.retry_config();
+        // object_store's client, telling the limiter of every answer that shows congestion.
+        let observed = || Observed {
+            limiter: limiter.clone(),
+        };
         // Each builder starts from the environment, then takes the options one by one: never
         // `with_client_options`, which would drop what came from the environment.
         macro_rules! build {
@@ -360,6 +372,7 @@ impl Remote {
                 $check(&builder)?;
                 let values = [$(builder.get_config_value(&$locator)),*];
                 let _ = self.locator.set(format!("{values:?}"));
+                let builder = builder.with_http_connector(observed());
                 Arc::new(builder.with_retry(retry).build().map_err(built)?) as Arc<dyn ObjectStore>
             }};
         }
@@ -442,6 +455,7 @@ impl Remote {
                         key.to_ascii_lowercase().parse().map_err(|_| unknown(key))?;
                     builder = builder.with_config(parsed, value);
                 }
+                let builder = builder.with_http_connector(observed());
                 Arc::new(builder.with_retry(retry).build().map_err(built)?)
             }
             _ => return Err(invalid(format!("{shown}: unsupported scheme"))),
@@ -457,18 +471,23 @@ impl Remote {
                 .enable_all()
                 .build()
                 .map_err(Error::Io)?;
+            let limiter = Arc::new(Limiter::new(
+                self.options.initial_in_flight,
+                self.options.max_in_flight,
+            ));
             let store = match &self.given {
                 Some(store) => store.clone(),
                 None => {
                     // Builders may look at the runtime (credential providers): build inside it.
                     let _entered = runtime.enter();
-                    self.build()?
+                    self.build(&limiter)?
                 }
             };
+            self.stats.limit.store(limiter.limit(), Ordering::Relaxed);
             Ok(Conn {
                 runtime: ManuallyDrop::new(runtime),
                 store,
-                permits: tokio::sync::Semaphore::new(self.options.max_in_flight),
+                limiter,
                 fetching: AtomicUsize::new(0),
             })
         })
@@ -486,18 +505,31 @@ impl Remote {
         let mut attempt = 0;
         loop {
             let whole = self.ignores_ranges();
-            let options = object_store::GetOptions {
+            let mut options = object_store::GetOptions {
                 range: (!whole).then_some(object_store::GetRange::Bounded(0..len)),
                 ..Default::default()
             };
             let result = conn.runtime.block_on(async {
-                let got = conn.store.get_opts(path, options).await?;
-                let identity = Identity::of(&got.meta);
-                let bytes = match whole {
-                    true => prefix(got.into_stream(), len.min(identity.size)).await?,
-                    false => got.bytes().await?,
-                };
-                Ok::<_, object_store::Error>((bytes, identity))
+                let permit = conn.limiter.acquire(len).await;
+                options.extensions.insert(permit.sent());
+                let result = async {
+                    let got = conn.store.get_opts(path, options).await?;
+                    let identity = Identity::of(&got.meta);
+                    let bytes = match whole {
+                        true => prefix(got.into_stream(), len.min(identity.size)).await?,
+                        false => got.bytes().await?,
+                    };
+                    Ok::<_, object_store::Error>((bytes, identity))
+                }
+                .await;
+                permit.done(match &result {
+                    Ok((bytes, identity)) if bytes.len() as u64 == len.min(identity.size) => {
+                        Outcome::Answered(bytes.len() as u64)
+                    }
+                    Ok(_) => Outcome::Congested,
+                    Err(e) => outcome(e),
+                });
+                result
             });
             let fail = match result {
                 Ok((bytes, identity)) if bytes.len() as u64 == len.min(identity.size) => {
@@ -551,7 +583,19 @@ impl Remote {
         let _round = Round::start(conn, &self.stats);
         let bytes = conn
             .runtime
-            .block_on(async { conn.store.get(path).await?.bytes().await })
+            .block_on(async {
+                // A manifest: its size is not known, so not timed.
+                let permit = conn.limiter.acquire(u64::MAX).await;
+                let mut options = object_store::GetOptions::default();
+                options.extensions.insert(permit.sent());
+                let result =
+                    async { conn.store.get_opts(path, options).await?.bytes().await }.await;
+                permit.done(match &result {
+                    Ok(bytes) => Outcome::Answered(bytes.len() as u64),
+                    Err(e) => outcome(e),
+                });
+                result
+            })
             .map_err(|e| self.error(url, "", e))?;
         self.stats
             .bytes
@@ -559,7 +603,7 @@ impl Remote {
         Ok(bytes)
     }
 
-    /// Fetches `ranges` of `path`, at most `max_in_flight` at once, each checked for its length
+    /// Fetches `ranges` of `path`, as many at once as the limit allows, each checked for its length
     /// and retried; `sink` gets each one as it arrives. Only from the object `pin` identifies:
     /// each request asks for it (its version, `If-Match` its strong ETag, else
     /// `If-Unmodified-Since` its Last-Modified), and each response must show the same size,
@@ -575,15 +619,10 @@ impl Remote {
     ) -> Result<()> {
         let conn = self.conn()?;
         let _round = Round::start(conn, &self.stats);
-        let (store, permits) = (&conn.store, &conn.permits);
         conn.runtime.block_on(async {
             futures::stream::iter(ranges)
                 .map(|range| async move {
-                    let _permit = permits
-                        .acquire()
-                        .await
-                        .expect("the semaphore is never closed");
-                    let bytes = self.fetch_one(store, path, url, pin, range.clone()).await?;
+                    let bytes = self.fetch_one(conn, path, url, pin, range.clone()).await?;
                     Ok::<_, Error>((range, bytes))
                 })
                 .buffer_unordered(self.options.max_in_flight)
@@ -595,9 +634,10 @@ impl Remote {
         })
     }
 
+    /// One range: each attempt under a permit of the limiter, which it tells what came of it.
     async fn fetch_one(
         &self,
-        store: &Arc<dyn ObjectStore>,
+        conn: &Conn,
         path: &ObjectPath,
         url: &str,
         pin: &Identity,
@@ -612,15 +652,20 @@ impl Remote {
                 "{url} was replaced since it was opened ({why}): open it again"
             ))
         };
+        let expected = range.end - range.start;
         loop {
+            let permit = conn.limiter.acquire(expected).await;
+            let mut options = options.clone();
+            options.extensions.insert(permit.sent());
             self.stats.requests.fetch_add(1, Ordering::Relaxed);
             let now = self.stats.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
             self.stats.peak_in_flight.fetch_max(now, Ordering::Relaxed);
-            let result = match store.get_opts(path, options.clone()).await {
+            let result = match conn.store.get_opts(path, options).await {
                 // Checked before its body is read: another version's bytes are never used.
                 Ok(got) => match pin.differs(&Identity::of(&got.meta)) {
                     Some(why) => {
                         self.stats.in_flight.fetch_sub(1, Ordering::Relaxed);
+                        permit.done(Outcome::Neutral);
                         return Err(changed(why));
                     }
                     None => got.bytes().await,
@@ -628,8 +673,16 @@ impl Remote {
                 Err(e) => Err(e),
             };
             self.stats.in_flight.fetch_sub(1, Ordering::Relaxed);
+            permit.done(match &result {
+                Ok(bytes) if bytes.len() as u64 == expected => {
+                    Outcome::Answered(bytes.len() as u64)
+                }
+                // A body cut short.
+                Ok(_) => Outcome::Congested,
+                Err(e) => outcome(e),
+            });
             let fail = match result {
-                Ok(bytes) if bytes.len() as u64 == range.end - range.start => {
+                Ok(bytes) if bytes.len() as u64 == expected => {
                     self.stats
                         .bytes
                         .fetch_add(bytes.len() as u64, Ordering::Relaxed);
@@ -658,6 +711,16 @@ impl Remote {
     }
 }
 
+/// What an error of object_store says of the server's load: what it returns after its own
+/// retries of timeouts, dropped connections, 429 and 5xx answers is `Generic`; a missing object,
+/// a refused credential, a precondition that failed say nothing of it.
+fn outcome(e: &object_store::Error) -> Outcome {
+    match e {
+        object_store::Error::Generic { .. } => Outcome::Congested,
+        _ => Outcome::Neutral,
+    }
+}
+
 /// The first `len` bytes of a response's body (the rest is not read: dropped with the stream).
 async fn prefix(
     mut body: futures::stream::BoxStream<'static, object_store::Result<Bytes>>,
@@ -675,20 +738,27 @@ async fn prefix(
     Ok(Bytes::from(first))
 }
 
-/// A fetch under way, counted as a round trip when no other was (`RemoteStats::rounds`).
-pub(super) struct Round<'s>(&'s AtomicUsize);
+/// A fetch under way, counted as a round trip when no other was (`RemoteStats::rounds`); at
+/// its end the limiter's state is copied to the counters (`RemoteStats::limit`, `backoffs`).
+pub(super) struct Round<'s> {
+    conn: &'s Conn,
+    stats: &'s RemoteStats,
+}
 
 impl<'s> Round<'s> {
-    pub(super) fn start(conn: &'s Conn, stats: &RemoteStats) -> Round<'s> {
+    pub(super) fn start(conn: &'s Conn, stats: &'s RemoteStats) -> Round<'s> {
         if conn.fetching.fetch_add(1, Ordering::AcqRel) == 0 {
             stats.rounds.fetch_add(1, Ordering::Relaxed);
         }
-        Round(&conn.fetching)
+        Round { conn, stats }
     }
 }
 
 impl Drop for Round<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.conn.fetching.fetch_sub(1, Ordering::AcqRel);
+        let limiter = &self.conn.limiter;
+        self.stats.limit.store(limiter.limit(), Ordering::Relaxed);
+        (self.stats.backoffs).store(limiter.backoffs(), Ordering::Relaxed);
     }
 }

@@ -4,7 +4,8 @@
 //!
 //! - Configuration as the ecosystem does it: each cloud's environment variables (`AWS_*`,
 //!   `GOOGLE_*`, `AZURE_*`), then `storage_options` (object_store's keys, plus docstore's own:
-//!   `max_in_flight`, `merge_gap`, `max_request_bytes`, `max_retries`, `retry_timeout`,
+//!   `max_in_flight`, `initial_in_flight`, `merge_gap`, `max_request_bytes`, `max_retries`,
+//!   `retry_timeout`,
 //!   `init_backoff`, `max_backoff`, `cache_lease`). Options go through each builder's
 //!   `with_config`, never `with_client_options`, which would replace what the builder took from
 //!   the environment (`AWS_ALLOW_HTTP` included).
@@ -13,8 +14,11 @@
 //!   of a millisecond; object_store's own `get_ranges` merges up to 1 MiB, which downloads most
 //!   of the object for random documents), documents only where they touch (`data_merge_gap`,
 //!   0: what lies between two random documents is paid in bytes, not saved in requests), fetched
-//!   with at most `max_in_flight` requests at once (default 256: 1024 at once means 1024 new
-//!   connections, slower when measured).
+//!   with as many requests at once as the limit allows (`limit`): it starts at
+//!   `initial_in_flight` (32), grows while the server's latency holds and backs off from one that
+//!   answers 503 or 429, drops connections, times out or slows down, never past
+//!   `max_in_flight` (default 256: 1024 at once means 1024 new connections, slower when
+//!   measured).
 //! - Faults: object_store retries timeouts, 5xx and dropped connections with backoff
 //!   (`max_retries`, `retry_timeout`); a response of the wrong length, or a body cut short, is
 //!   retried here too (twice). What finally surfaces is an `Io` error naming the URL, the byte
@@ -28,7 +32,8 @@
 //!   decode pool is in `parallel`); a child makes its own and leaks what it inherited.
 //!
 //! One concept a file: `options` (parsing, defaults), `identity` (the version a file pins),
-//! `client` (the client per process, requests and their retries, errors, counters), `whole`
+//! `client` (the client per process, requests and their retries, errors, counters), `limit`
+//! (how many requests are in flight, adapted to the server), `whole`
 //! (servers that ignore Range), `file` (one object behind the cache), `requests` (missing
 //! units into requests), `rent` (rent or buy for the index), `heal` (damage found by a read).
 
@@ -36,6 +41,7 @@ mod client;
 mod file;
 mod heal;
 mod identity;
+mod limit;
 mod options;
 mod rent;
 mod requests;

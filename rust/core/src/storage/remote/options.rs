@@ -18,8 +18,10 @@ pub struct RemoteOptions {
     /// Passed to object_store's builder (`with_config`), after the environment.
     pub storage_options: Vec<(String, String)>,
     pub cache: CacheConfig,
-    /// Range requests in flight at once, at most.
+    /// Requests in flight at once, at most: the bound of the limit that adapts to the server
+    /// (`limit`), which starts at `initial_in_flight` (at most this).
     pub max_in_flight: usize,
+    pub initial_in_flight: usize,
     /// Missing ranges at most this many bytes apart are fetched in one request.
     pub merge_gap: u64,
     /// The same for documents (ranges of the data section): fetching the bytes between two
@@ -129,6 +131,10 @@ impl RemoteOptions {
                 lease: 30,
             },
             max_in_flight: 256,
+            // An eighth of the bound: a simple server is swamped less, and the limit triples
+            // each round trip while the latency holds (from 16, a cold get_many(1024) at 25 ms
+            // took 10-15% longer than at a fixed 256; from 32, as long, within the noise).
+            initial_in_flight: 32,
             merge_gap: 16 << 10,
             data_merge_gap: 0,
             max_request: 8 << 20,
@@ -144,6 +150,9 @@ impl RemoteOptions {
             match key.to_ascii_lowercase().as_str() {
                 "max_in_flight" => {
                     out.max_in_flight = number(&key, &value)?.clamp(1, 4096) as usize
+                }
+                "initial_in_flight" => {
+                    out.initial_in_flight = number(&key, &value)?.clamp(1, 4096) as usize
                 }
                 "merge_gap" => out.merge_gap = number(&key, &value)?,
                 "data_merge_gap" => out.data_merge_gap = number(&key, &value)?,
@@ -161,6 +170,7 @@ impl RemoteOptions {
                 _ => out.storage_options.push((key, value)),
             }
         }
+        out.initial_in_flight = out.initial_in_flight.min(out.max_in_flight);
         Ok(out)
     }
 

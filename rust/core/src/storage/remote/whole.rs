@@ -5,6 +5,7 @@
 
 use super::client::{Remote, Round, EXTRA_ATTEMPTS};
 use super::identity::{precondition_failed, Identity};
+use super::limit::Outcome;
 use super::options::invalid;
 use crate::error::{Error, Result};
 use crate::storage::Fingerprint;
@@ -143,17 +144,32 @@ impl Remote {
             if done.iter().all(|d| *d) {
                 return Ok(());
             }
-            let attempt_once = self.stream_whole(
-                &conn.store,
-                path,
-                url,
-                pin,
-                fingerprint,
-                &ranges,
-                &mut done,
-                &sink,
-            );
-            let fail = match conn.runtime.block_on(attempt_once) {
+            // One permit for the whole body: what it says of the server is whether it came.
+            let attempted = conn.runtime.block_on(async {
+                let permit = conn.limiter.acquire(u64::MAX).await;
+                let mut options = pin.whole_options();
+                options.extensions.insert(permit.sent());
+                let attempted = self
+                    .stream_whole(
+                        &conn.store,
+                        path,
+                        url,
+                        pin,
+                        options,
+                        fingerprint,
+                        &ranges,
+                        &mut done,
+                        &sink,
+                    )
+                    .await;
+                permit.done(match &attempted {
+                    Ok(()) => Outcome::Answered(u64::MAX),
+                    Err(Attempt::Retry(_)) => Outcome::Congested,
+                    Err(Attempt::Stop(_)) => Outcome::Neutral,
+                });
+                attempted
+            });
+            let fail = match attempted {
                 Ok(()) => return Ok(()),
                 Err(Attempt::Stop(e)) => return Err(e),
                 Err(Attempt::Retry(e)) => e,
@@ -175,6 +191,7 @@ impl Remote {
         path: &ObjectPath,
         url: &str,
         pin: &Identity,
+        options: object_store::GetOptions,
         fingerprint: Option<&Fingerprint>,
         ranges: &[Range<u64>],
         done: &mut [bool],
@@ -188,7 +205,7 @@ impl Remote {
             )))
         };
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
-        let got = match store.get_opts(path, pin.whole_options()).await {
+        let got = match store.get_opts(path, options).await {
             Ok(got) => got,
             Err(e) if precondition_failed(&e) => return Err(changed(pin.describe())),
             Err(
