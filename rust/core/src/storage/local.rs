@@ -112,12 +112,39 @@ impl Local {
             return;
         }
         for round in 0..plan.rounds() {
-            plan.each(round, &mut |range| match self.pread_of(&range) {
-                Some(file) => {
-                    pagecache::will_need_file(file, range.start, (range.end - range.start) as usize)
-                }
-                None => pagecache::will_need(map, range.start as usize..range.end as usize),
+            plan.each(round, &mut |range| self.will_need(range));
+        }
+    }
+
+    /// Asks the page cache for every range of `plan`, round by round, whether the file looks
+    /// cached or not (see `Storage::load_ahead`); returns the bytes asked for.
+    pub fn load_ahead(&self, plan: &dyn Plan) -> u64 {
+        let mut bytes = 0;
+        for round in 0..plan.rounds() {
+            plan.each(round, &mut |range| {
+                bytes += range.end - range.start;
+                self.will_need(range);
             });
+        }
+        bytes
+    }
+
+    /// Asks the page cache for `range` of the file, where documents read with `pread` are read.
+    /// Where the OS takes no hint (Windows), reads it (the caller is a background thread).
+    fn will_need(&self, range: Range<u64>) {
+        #[cfg(not(any(target_os = "linux", target_vendor = "apple")))]
+        {
+            let _ = self.read_stable(range.clone(), |bytes| {
+                // Touches a byte a page: the read itself is what loads the cache.
+                let sum = bytes.iter().step_by(4096).fold(0u8, |a, &b| a ^ b);
+                Ok(std::hint::black_box(sum))
+            });
+        }
+        match self.pread_of(&range) {
+            Some(file) => {
+                pagecache::will_need_file(file, range.start, (range.end - range.start) as usize)
+            }
+            None => pagecache::will_need(&self.map, range.start as usize..range.end as usize),
         }
     }
 

@@ -197,6 +197,13 @@ impl Storage for StoreFile {
                 l.advise(plan);
                 Ok(())
             }
+            StoreFile::Cached(_) => super::fetch_plan(self, plan).map(drop),
+        }
+    }
+
+    fn load_ahead(&self, plan: &dyn Plan) -> Result<u64> {
+        match self {
+            StoreFile::Local(l) => Ok(l.load_ahead(plan)),
             StoreFile::Cached(_) => super::fetch_plan(self, plan),
         }
     }

@@ -58,6 +58,24 @@ impl<B: Storage> Store<B> {
             reads,
         })
     }
+
+    /// Loads what reading the records `found` (with `keys`, their keys too) reads, ahead of
+    /// the read and whatever the storage guesses is warm (`Storage::load_ahead`); returns the
+    /// bytes fetched or asked of the page cache.
+    pub(crate) fn load_ahead(
+        &self,
+        found: impl Iterator<Item = Found> + Clone,
+        len: usize,
+        keys: bool,
+    ) -> Result<u64> {
+        let reads = Reads { blobs: true, keys };
+        self.buf.load_ahead(&BatchPlan {
+            store: self,
+            found,
+            len,
+            reads,
+        })
+    }
 }
 
 /// The key index blocks that the searches of `keys` start in: one round.
