@@ -142,6 +142,58 @@ def test_prefetch_of_a_remote_store_fills_the_node_cache(tmp_path):
         server.stop()
 
 
+# -- load_index: a cold lookup then waits on one read --
+
+
+@linux_only
+@pytest.mark.parametrize("read", ["mmap", "pread"])
+def test_load_index_reads_the_index_whole_and_no_document(tmp_path, read):
+    path = str(tmp_path / "s.docstore")
+    docs = random_store(path, 4000)  # the documents first, the index in the last ~3% of the file
+    evict(path)
+    if resident(path, 0.05, 0.95) > 0.2:
+        pytest.skip("posix_fadvise(DONTNEED) evicted nothing here (the page cache keeps the file)")
+    store = docstore.open(path, read=read, load_index=True)
+    assert resident(path, 0.985, 1.0) == 1.0  # read by the time open returns
+    assert resident(path, 0.05, 0.9) < 0.2
+    index = store.load_index()  # again: nothing left to wait for, the same bytes
+    assert 4000 * 20 < index < os.path.getsize(path) * 0.05
+    assert store["d00017"].text == docs["d00017"]
+
+
+def test_load_index_of_a_collection_reads_every_file(tmp_path, oracle):
+    ids = list(oracle)
+    shards = []
+    for k in range(3):
+        shards.append(str(tmp_path / f"shard{k}.docstore"))
+        rows = [{"doc_id": i, "text": oracle[i]["text"]} for i in ids[k * 300 : k * 300 + 300]]
+        docstore.build(shards[-1], rows)
+    each = sum(docstore.open(shard).load_index() for shard in shards)
+    docstore.seal(tmp_path / "c", shards).close()
+    with docstore.open(tmp_path / "c", load_index=True) as store:
+        assert store.load_index() > each  # the shards' and the global id index's
+        assert store[ids[500]].text == oracle[ids[500]]["text"]
+
+
+@pytest.mark.network
+def test_load_index_of_a_remote_store_leaves_one_request_a_lookup(tmp_path):
+    root = tmp_path / "served"
+    root.mkdir()
+    docs = random_store(str(root / "s.docstore"), 20000, size=300)  # not fetched whole
+    # With an ETag, requests are conditional: no read of the header beside each (docs/remote.md).
+    server = RangeHTTPServer(str(root), etag="strong")
+    try:
+        url = f"{server.url}/s.docstore"
+        store = docstore.open(url, cache_dir=str(tmp_path / "cache"), storage_options=FAST, load_index=True)
+        assert store.load_index() == 0  # all fetched at open
+        for doc_id in ("d05000", "d09999", "d15000"):  # none near the cached head or index
+            before = server.requests
+            assert store[doc_id].text == docs[doc_id]
+            assert server.requests - before == 1  # the document's blob, nothing of the index
+    finally:
+        server.stop()
+
+
 # -- each dataset's store_positions: what its __getitems__ reads --
 
 

@@ -201,6 +201,12 @@ impl Reader {
         guard(py, || py.detach(|| store.load_ahead(&positions)).py_err(py))
     }
 
+    /// `Collection::load_index`, with Python released.
+    pub(super) fn load_index_impl(&self, py: Python<'_>) -> PyResult<u64> {
+        let store = self.store(py)?;
+        guard(py, || py.detach(|| store.load_index()).py_err(py))
+    }
+
     /// Positions of many doc ids as an int64 numpy array, -1 where an id is absent.
     pub(super) fn positions_impl<'py>(
         &self,

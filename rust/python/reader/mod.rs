@@ -286,6 +286,12 @@ impl Reader {
         self.prefetch_impl(py, positions)
     }
 
+    /// Loads every section but the documents, read whole (`Collection::load_index`); returns
+    /// the bytes fetched or read.
+    fn load_index(&self, py: Python<'_>) -> PyResult<u64> {
+        self.load_index_impl(py)
+    }
+
     /// Doc ids of positions `start..stop`, in insertion order; as a slice does, negative bounds
     /// count from the end and both are clamped to the store.
     fn keys_range<'py>(

@@ -311,6 +311,13 @@ impl Collection {
         })
     }
 
+    /// Loads the index of every file (the global index and each shard's sections but the
+    /// documents), read whole: a first pass over cold documents then reads one page a
+    /// document, not one for the index too. Returns the bytes fetched or read.
+    pub fn load_index(&self) -> Result<u64> {
+        self.retrying(|_| self.files().map(Store::load_index).sum())
+    }
+
     /// `positions` as each shard's part (positions out of range left out).
     fn by_shard(&self, positions: &[u64]) -> Vec<Vec<Found>> {
         let mut by_shard: Vec<Vec<Found>> = vec![Vec::new(); self.shards.len()];

@@ -129,6 +129,34 @@ impl Local {
         bytes
     }
 
+    /// Reads `ranges` of the map into the page cache and maps their pages: each asked for
+    /// whole first (one sequential read ahead of the device), then touched a page at a time,
+    /// which waits for the reads. Returns their bytes.
+    pub fn load_whole(&self, ranges: &[Range<u64>]) -> u64 {
+        let map = &self.map[..];
+        let mut bytes = 0;
+        for range in ranges {
+            let range = range.start as usize..(range.end as usize).min(map.len());
+            if range.start < range.end {
+                pagecache::will_need(map, range.clone());
+                bytes += (range.end - range.start) as u64;
+            }
+        }
+        for range in ranges {
+            let range = range.start as usize..(range.end as usize).min(map.len());
+            let Some(bytes) = map.get(range) else {
+                continue;
+            };
+            // One byte a page: the fault is what waits for the page and maps it.
+            let mut sum = 0u8;
+            for at in (0..bytes.len()).step_by(crate::platform::hints::page_size()) {
+                sum ^= bytes[at];
+            }
+            std::hint::black_box(sum);
+        }
+        bytes
+    }
+
     /// Asks the page cache for `range` of the file, where documents read with `pread` are read.
     /// Where the OS takes no hint (Windows), reads it (the caller is a background thread).
     fn will_need(&self, range: Range<u64>) {

@@ -217,6 +217,12 @@ pub trait Storage: AsRef<[u8]> + Sync {
         fetch_plan(self, plan)
     }
 
+    /// Makes `ranges` (a store's index) readable now, read whole: a cache fetches what it
+    /// lacks; a map reads them in order and maps their pages. Returns the bytes fetched or read.
+    fn load_whole(&self, ranges: &[Range<u64>]) -> Result<u64> {
+        fetch_missing(self, ranges.iter().cloned())
+    }
+
     /// Whether running `plan` would fetch anything (nothing is fetched to answer).
     fn lacks(&self, plan: &dyn Plan) -> bool {
         plan_lacks(self, plan)

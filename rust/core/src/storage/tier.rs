@@ -201,6 +201,13 @@ impl Storage for StoreFile {
         }
     }
 
+    fn load_whole(&self, ranges: &[Range<u64>]) -> Result<u64> {
+        match self {
+            StoreFile::Local(l) => Ok(l.load_whole(ranges)),
+            StoreFile::Cached(_) => super::fetch_missing(self, ranges.iter().cloned()),
+        }
+    }
+
     fn load_ahead(&self, plan: &dyn Plan) -> Result<u64> {
         match self {
             StoreFile::Local(l) => Ok(l.load_ahead(plan)),
