@@ -22,7 +22,7 @@ log = logging.getLogger("docstore.torch")
 
 class PrefetchSampler(Sampler[list[int]]):
     """Yields exactly the batches of ``batch_sampler``, and loads each batch's documents
-    ``batches`` batches before it is yielded.
+    ``batches`` batches before it is yielded (by default 8, or 32 for a remote store).
 
     ``batch_sampler`` is any batch sampler: ``BatchSampler(sampler, batch_size, drop_last)``
     over torch's ``RandomSampler``, ``DistributedSampler`` or :func:`distributed_sampler`, or
@@ -32,12 +32,12 @@ class PrefetchSampler(Sampler[list[int]]):
         loader = DataLoader(dataset, batch_sampler=batches, num_workers=2)
 
     The sampler runs in the process that iterates the DataLoader (each DDP rank's own): as it
-    draws a batch ahead, a background thread asks ``dataset.prefetch`` for it (documents the
+    draws a batch ahead, background threads ask ``dataset.prefetch`` for it (documents the
     dataset will read: a triplet's positive and negative, a token window's documents), which
     loads them without decoding and with Python released: a local store's pages into the page
     cache, every range asked for at once so that the device reads them at depth; a remote
-    store's bytes into the node cache, the batches waiting together fetched in one round of
-    concurrent requests. DataLoader workers then find them there (both caches are shared by
+    store's bytes into the node cache, up to 8 waiting batches fetched in one round of concurrent
+    requests, 4 such loads under way at once. DataLoader workers then find them there (both caches are shared by
     the processes of a node).
 
     **Bounds.** At most ``batches`` batches are drawn ahead, and no more is loaded while the
@@ -62,13 +62,16 @@ class PrefetchSampler(Sampler[list[int]]):
         batch_sampler: Iterable[list[int]],
         dataset: Any,
         *,
-        batches: int = 8,
+        batches: int | None = None,
         max_bytes: int = 256 << 20,
     ) -> None:
         if not callable(getattr(dataset, "prefetch", None)):
             raise TypeError(
                 f"{type(dataset).__name__} has no prefetch(indices): pass a docstore.torch dataset"
             )
+        if batches is None:  # far enough ahead to cover a remote store's round trips
+            store = getattr(dataset, "store", None)
+            batches = 32 if getattr(store, "url", None) is not None else 8
         if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
             raise ValueError(f"batches must be an int >= 1, got {batches!r}")
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
@@ -113,7 +116,7 @@ class _Loads:
         self.lock = threading.Condition()
         self.queue: deque[tuple[int, list[int]]] = deque()  # (ticket, indices), in order
         self.yielded = -1  # the ticket of the last batch yielded
-        self.ahead: deque[tuple[int, int]] = deque()  # (last ticket, bytes) of each load
+        self.ahead: list[tuple[int, int]] = []  # (last ticket, bytes) of each load
         self.stopped = False
 
     def submit(self, ticket: int, indices: list[int]) -> None:
@@ -124,8 +127,7 @@ class _Loads:
     def yielding(self, ticket: int) -> None:
         with self.lock:
             self.yielded = ticket
-            while self.ahead and self.ahead[0][0] <= ticket:
-                self.ahead.popleft()
+            self.ahead = [(last, held) for last, held in self.ahead if last > ticket]
             self.lock.notify_all()
 
     def stop(self) -> None:
@@ -143,14 +145,14 @@ class _Loads:
             return self.stopped or (bool(self.queue) and held < self.max_bytes)
 
     def _next_load(self) -> tuple[int, list[list[int]]] | None:
-        """Waits until ``ready``; takes every batch queued (one call, so that a remote store
-        fetches them in one round). ``None``: stop."""
+        """Waits until ``ready``; takes the next batches queued, up to ``CALL_BATCHES`` (one
+        call: a remote store fetches them in one round). ``None``: stop."""
         with self.lock:
             self.lock.wait_for(self.ready)
             if self.stopped:
                 return None
             taken = []
-            while self.queue:
+            while self.queue and len(taken) < CALL_BATCHES:
                 ticket, indices = self.queue.popleft()
                 if ticket <= self.yielded:
                     self.stats["late"] += 1  # already handed out: its read is under way
@@ -184,6 +186,12 @@ class _Loads:
             if last > self.yielded:
                 self.ahead.append((last, loaded))
 
+
+# Batches a load takes at most, and loads under way at once (a thread each): a load of a remote
+# store waits a few round trips whatever its size, so loads overlap; a small first load lets the
+# first batches be ready soon.
+CALL_BATCHES = 8
+THREADS = 4
 
 # Live loading threads' shares, stopped at interpreter exit (a thread inside a load must not
 # outlive the interpreter it would return to).
@@ -255,7 +263,8 @@ class _PrefetchIterator(Iterator[list[int]]):
                 break
         self._loads = loads = _Loads(owner)
         _LIVE.add(loads)
-        threading.Thread(target=loads.run, name="docstore-prefetch", daemon=True).start()
+        for _ in range(THREADS):
+            threading.Thread(target=loads.run, name="docstore-prefetch", daemon=True).start()
         return inner
 
     def __next__(self) -> list[int]:
