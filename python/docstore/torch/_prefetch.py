@@ -36,9 +36,9 @@ class PrefetchSampler(Sampler[list[int]]):
     dataset will read: a triplet's positive and negative, a token window's documents), which
     loads them without decoding and with Python released: a local store's pages into the page
     cache, every range asked for at once so that the device reads them at depth; a remote
-    store's bytes into the node cache, up to 8 waiting batches fetched in one round of concurrent
-    requests, 4 such loads under way at once. DataLoader workers then find them there (both caches are shared by
-    the processes of a node).
+    store's bytes into the node cache, up to 8 waiting batches fetched in one round of
+    concurrent requests, 4 such loads under way at once. DataLoader workers then find them
+    there (both caches are shared by the processes of a node).
 
     **Bounds.** At most ``batches`` batches are drawn ahead, and no more is loaded while the
     batches loaded but not yet yielded hold ``max_bytes`` or more. Reads in flight are bounded
