@@ -151,7 +151,7 @@ class _Loads:
             self.lock.wait_for(self.ready)
             if self.stopped:
                 return None
-            taken = []
+            taken: list[list[int]] = []
             while self.queue and len(taken) < CALL_BATCHES:
                 ticket, indices = self.queue.popleft()
                 if ticket <= self.yielded:
