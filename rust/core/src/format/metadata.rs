@@ -19,6 +19,11 @@ use std::fmt;
 /// take about 0.6 MiB.
 pub const MAX_METADATA_BYTES: usize = 4 << 20;
 
+/// How deep objects and arrays may nest, the outermost object counting as 1: serde_json's
+/// recursion limit (128 levels below the value read, the outer object one of them), which keeps
+/// a crafted section from overflowing the stack.
+pub const MAX_DEPTH: usize = 127;
+
 /// Checks `bytes` as a metadata section (as `open()` does) and returns them as text.
 pub fn check(bytes: &[u8]) -> Result<&str> {
     let text = std::str::from_utf8(bytes).map_err(|_| Error::corrupt("bad metadata: not UTF-8"))?;
@@ -154,5 +159,15 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("more than"));
+        // Nested at most MAX_DEPTH deep (serde_json's limit), the outer object counting.
+        let at = |depth: usize| {
+            let inner = depth - 1;
+            format!("{{\"a\": {}{}}}", "[".repeat(inner), "]".repeat(inner))
+        };
+        let first_bad = (2..200).find(|&d| check(at(d).as_bytes()).is_err());
+        assert_eq!(first_bad, Some(MAX_DEPTH + 1));
+        assert!(check(at(MAX_DEPTH).as_bytes()).is_ok());
+        let err = check(at(MAX_DEPTH + 1).as_bytes()).unwrap_err().to_string();
+        assert!(err.contains("recursion limit"), "{err}");
     }
 }
