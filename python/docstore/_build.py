@@ -144,10 +144,10 @@ def build(
     When ``fields`` is not given, the fields are the first record's, typed from the first 1,000
     records: a field None in any of them is nullable (``str?``), and one None later widens its
     field to nullable (with a warning; the documents written before are copied once, so nothing
-    is lost). ``overwrite``, ``level``,
-    ``dict_size``, ``batch_bytes``, ``key_buffer_bytes``, ``format_version``, ``dictionary``
-    ``on_duplicate`` and ``metadata`` go to :class:`Writer` (None: its default). An integer id is stored as its
-    decimal text (the id ``7`` is ``"7"``), from records as from every other input.
+    is lost). ``overwrite``, ``level``, ``dict_size``, ``batch_bytes``, ``key_buffer_bytes``,
+    ``format_version``, ``dictionary``, ``on_duplicate`` and ``metadata`` go to
+    :class:`Writer` (None: its default). An integer id is stored as its decimal text (the id
+    ``7`` is ``"7"``), from records as from every other input.
 
     ``records`` may also be a Hugging Face ``datasets.Dataset``, a streaming
     ``datasets.IterableDataset``, a pyarrow ``Table``/``RecordBatch`` or a pandas ``DataFrame``
