@@ -16,6 +16,7 @@ import re
 import struct
 import time
 import typing
+from collections.abc import Iterator
 from pathlib import Path
 
 import lz4.block
@@ -336,6 +337,20 @@ class SpecStore:
 
         if depth(value) > MAX_METADATA_DEPTH:
             raise SpecError("bad metadata: nested deeper than 127")
+
+        def texts(v: object) -> Iterator[str]:
+            if isinstance(v, str):
+                yield v
+            elif isinstance(v, dict):
+                for name, item in v.items():
+                    yield name
+                    yield from texts(item)
+            elif isinstance(v, list):
+                for item in v:
+                    yield from texts(item)
+
+        if any(re.search("[\ud800-\udfff]", text) for text in texts(value)):
+            raise SpecError("bad metadata: a lone surrogate")
         return value
 
     @staticmethod
@@ -1024,6 +1039,8 @@ def test_version_5_metadata_section(tmp_path: Path) -> None:
         (b'{"a": 1} x', ""),
         (b'{"a": "\xff"}', "UTF-8"),
         (b'{"a": NaN}', ""),
+        (b'{"a": "\\ud800"}', ""),
+        (b'{"\\udc00": 1}', ""),
         (b'{"a": ' + b"[" * 127 + b"]" * 127 + b"}", "recursion limit"),
         (b"", ""),
     ]:

@@ -115,3 +115,25 @@ def test_export_to_parquet_keeps_it(tmp_path):
     out = tmp_path / "s.parquet"
     assert docstore.cli.main(["export", str(tmp_path / "s"), "-o", str(out), "-q"]) == 0
     assert json.loads(pq.read_schema(out).metadata[b"docstore.metadata"]) == METADATA
+
+
+def test_a_remote_store_reads_its_metadata_with_the_fences(tmp_path):
+    """Over HTTP the metadata, at the end of the file, comes in the open's second round with the
+    key fences (docs/format.md §14): opening still costs two round trips."""
+    from ..support.remote_servers import RangeHTTPServer
+
+    (tmp_path / "root").mkdir()
+    ids = range(20_000)  # a file well past the open's first 128 KiB
+    write(tmp_path / "root" / "m.docstore", METADATA, ids)
+    write(tmp_path / "root" / "p.docstore", None, ids)
+    server = RangeHTTPServer(str(tmp_path / "root"), etag="strong")
+    try:
+        options = {"timeout": "5s", "connect_timeout": "2s"}
+        for name, metadata in (("m", METADATA), ("p", {})):
+            cache = str(tmp_path / f"cache-{name}")
+            store = docstore.open(f"{server.url}/{name}.docstore", cache_dir=cache, storage_options=options)
+            stats = store.remote_stats()
+            assert stats["round_trips"] == 2, stats
+            assert store.metadata == metadata and store.get("d123").text == "text 123"
+    finally:
+        server.stop()
