@@ -141,15 +141,20 @@ def to_dataset(
     kept = hf_features(store)
     if not kept:
         return datasets.Dataset(table)
-    features = datasets.Features.from_arrow_schema(table.schema)
-    for name in table.column_names:
-        if name in kept and name != "doc_id":
-            features[name] = kept[name]
     from datasets.table import table_cast
 
-    return datasets.Dataset(
-        table_cast(table, features.arrow_schema), info=datasets.DatasetInfo(features=features)
-    )
+    features = datasets.Features.from_arrow_schema(table.schema)
+    for i, name in enumerate(table.column_names):
+        if name not in kept or name == "doc_id":
+            continue
+        one = datasets.Features({name: kept[name]})
+        try:  # a feature the field cannot take back (fields= declared another type): its own
+            column = table_cast(table.select([i]), one.arrow_schema).column(0)
+        except (ValueError, TypeError, NotImplementedError, pa.ArrowException):
+            continue
+        table = table.set_column(i, name, column)
+        features[name] = kept[name]
+    return datasets.Dataset(table, info=datasets.DatasetInfo(features=features))
 
 
 def hf_features(store: DocStore) -> dict[str, Any]:
