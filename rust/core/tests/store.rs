@@ -636,11 +636,25 @@ fn older_versions_still_read() {
         std::fs::read(&v4).unwrap(),
         std::fs::read(dir.path().join("v3")).unwrap()
     );
-    assert!(Writer::create(
-        dir.path().join("v5"),
-        schema(),
+    // Version 5 (metadata) is written only for a store given metadata: this one is written as 3.
+    let v5 = dir.path().join("v5");
+    build(
+        &v5,
+        300,
         WriterOptions {
             format_version: 5,
+            ..Default::default()
+        },
+    );
+    assert_eq!(
+        std::fs::read(&v5).unwrap(),
+        std::fs::read(dir.path().join("v3")).unwrap()
+    );
+    assert!(Writer::create(
+        dir.path().join("v6"),
+        schema(),
+        WriterOptions {
+            format_version: 6,
             ..Default::default()
         }
     )
