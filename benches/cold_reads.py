@@ -10,9 +10,14 @@ sections are read back into the page cache before each round. That is the steady
 corpus larger than RAM whose index (~30 bytes per document) stays cached because every lookup
 uses it: a lookup then reads one page, the document's.
 
+With ``--load-index`` the whole store is evicted and opened with ``docstore.open(...,
+load_index=True)``, which reads the index whole at open: the open's time and reads are reported
+apart, and the lookups after it should read one page each, as with ``--keep-index``.
+
     python -m benches.cold_reads                 # 1M passages, mmap
     python -m benches.cold_reads --docs 200000 --read pread
     python -m benches.cold_reads --keep-index
+    python -m benches.cold_reads --load-index
     python -m benches.cold_reads --format-version 2   # before blob locations in the key index
 """
 
@@ -64,8 +69,13 @@ def main() -> None:
     parser.add_argument(
         "--keep-index", action="store_true", help="evict only the documents (the index stays cached)"
     )
+    parser.add_argument(
+        "--load-index", action="store_true", help="evict all, open with load_index=True (timed apart)"
+    )
     parser.add_argument("--format-version", type=int, default=docstore.FORMAT_VERSION)
     args = parser.parse_args()
+    if args.keep_index and args.load_index:
+        parser.error("--keep-index and --load-index are two ways to the same state: pick one")
     evict_store = evict_documents if args.keep_index else lambda p: evict([p])
 
     path = corpora.DATA_DIR / f"cold_reads-n{args.docs}-v{args.format_version}.docstore"
@@ -81,6 +91,20 @@ def main() -> None:
         ids = list(s.keys())
     rng = random.Random(0)
     evicted = "documents evicted, index cached" if args.keep_index else "whole store evicted"
+    if args.load_index:
+        evicted += ", opened with load_index=True"
+    opens: list[tuple[float, int]] = []
+
+    def opened():
+        """The store, opened as the arguments say; a timed load of its index counted apart."""
+        nonlocal r0, t0
+        if not args.load_index:
+            return docstore.open(path, read=args.read)
+        store = docstore.open(path, read=args.read, load_index=True)
+        opens.append((time.perf_counter() - t0, device_reads(path) - r0))
+        r0, t0 = device_reads(path), time.perf_counter()
+        return store
+
     size = path.stat().st_size / 2**20
     what = f"format {args.format_version}, {size:.0f} MiB, read={args.read}"
     print(f"{args.docs:,} passages, {what}, {evicted}")
@@ -90,7 +114,7 @@ def main() -> None:
             sample = rng.sample(ids, n)
             evict_store(path)
             r0, t0 = device_reads(path), time.perf_counter()
-            with docstore.open(path, read=args.read) as s:
+            with opened() as s:
                 for doc_id in sample:
                     s[doc_id].text  # noqa: B018
                 seconds += time.perf_counter() - t0
@@ -102,11 +126,20 @@ def main() -> None:
     sample = rng.sample(ids, 1024)
     evict_store(path)
     r0, t0 = device_reads(path), time.perf_counter()
-    with docstore.open(path, read=args.read) as s:
+    with opened() as s:
         s.get_many(sample, field="text")
         seconds = time.perf_counter() - t0
         reads = device_reads(path) - r0
     print(f"  get_many of 1024 ids: {reads / 1024:.2f} reads per doc, {1024 / seconds:,.0f} docs/s")
+    if opens:
+        with docstore.open(path) as s:
+            index = s.load_index()
+        secs = sorted(o[0] for o in opens)[len(opens) // 2]
+        reads = sorted(o[1] for o in opens)[len(opens) // 2]
+        print(
+            f"  open with load_index=True: {secs * 1e3:.0f} ms and {reads} device reads (median of "
+            f"{len(opens)}) for {index / 2**20:.1f} MiB of index, {index / args.docs:.1f} bytes a document"
+        )
 
 
 if __name__ == "__main__":

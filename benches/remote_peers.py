@@ -22,7 +22,7 @@ from typing import Any
 
 BUCKET = "bench"
 KEY = "bench"  # the server checks no signature; the clients want credentials to sign with
-PEERS = ("docstore", "litdata", "mosaic", "lance")
+PEERS = ("docstore", "docstore-prefetch", "litdata", "mosaic", "lance")
 BATCH, WORKERS = 64, 4
 
 
@@ -110,6 +110,20 @@ class Docstore:
         ds = DocDataset(docstore.open(self.url, cache_dir=cache), field="text")
 
         return time_loader(lambda: _shuffled_batches(ds, "fork"), batches)
+
+
+class DocstorePrefetch(Docstore):
+    """docstore with ``docstore.torch.PrefetchSampler`` around the same batches: the next 32
+    batches' documents fetched into the node cache while the current ones are read."""
+
+    name = "docstore-prefetch"
+
+    def loader(self, cache: str, batches: int) -> dict:
+        import docstore
+        from docstore.torch import DocDataset
+
+        ds = DocDataset(docstore.open(self.url, cache_dir=cache), field="text")
+        return time_loader(lambda: _shuffled_batches(ds, "fork", prefetch=32), batches)
 
 
 # -- litdata -------------------------------------------------------------------------------------
@@ -318,15 +332,20 @@ class Lance:
         return time_loader(lambda: _shuffled_batches(ds, "spawn"), batches)
 
 
-def _shuffled_batches(ds: Any, context: str) -> Iterator:
-    """Batches of ``ds`` in a seeded random order, from a DataLoader of ``WORKERS`` workers."""
+def _shuffled_batches(ds: Any, context: str, prefetch: int = 0) -> Iterator:
+    """Batches of ``ds`` in a seeded random order, from a DataLoader of ``WORKERS`` workers;
+    with ``prefetch``, through a ``PrefetchSampler`` that loads that many batches ahead."""
     import torch
 
     sampler = torch.utils.data.RandomSampler(ds, generator=torch.Generator().manual_seed(0))
+    batches: Any = torch.utils.data.BatchSampler(sampler, BATCH, drop_last=False)
+    if prefetch:
+        from docstore.torch import PrefetchSampler
+
+        batches = PrefetchSampler(batches, ds, batches=prefetch)
     loader = torch.utils.data.DataLoader(
         ds,
-        batch_size=BATCH,
-        sampler=sampler,
+        batch_sampler=batches,
         num_workers=WORKERS,
         collate_fn=_collate,
         multiprocessing_context=context,
@@ -344,4 +363,10 @@ def _texts_by_index(ds: Any, idx: list[int]) -> list[str]:
     return out
 
 
-SYSTEMS = {"docstore": Docstore, "litdata": Litdata, "mosaic": Mosaic, "lance": Lance}
+SYSTEMS = {
+    "docstore": Docstore,
+    "docstore-prefetch": DocstorePrefetch,
+    "litdata": Litdata,
+    "mosaic": Mosaic,
+    "lance": Lance,
+}

@@ -340,14 +340,20 @@ def cmd_loader(
     gc.collect()
     g = torch.Generator()
     g.manual_seed(0)
+    # The same batches (a seeded random order); "docstore:prefetch" loads the next ones ahead.
+    order = torch.utils.data.RandomSampler(dataset, generator=g)
+    batches = torch.utils.data.BatchSampler(order, batch, False)
+    if peer_name == "docstore:prefetch":
+        from docstore.torch import PrefetchSampler
+
+        batches = PrefetchSampler(batches, dataset)
+        how = "docstore.torch.DocDataset with a PrefetchSampler (8 batches ahead)"
     loader = DataLoader(
         dataset,
-        batch_size=batch,
-        shuffle=True,
+        batch_sampler=batches,
         num_workers=workers,
         collate_fn=_identity,
         multiprocessing_context="fork" if workers else None,
-        generator=g,
         prefetch_factor=2 if workers else None,
     )
     it = iter(loader)

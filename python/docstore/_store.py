@@ -228,6 +228,7 @@ def open(
     cache_bytes: float | None = None,
     storage_options: Mapping[str, Any] | None = None,
     pickle_credentials: bool = False,
+    load_index: bool = False,
 ) -> DocStore:
     """Opens the store or collection at ``path`` (a file, a directory, or a URL: ``s3://``,
     ``gs://``, ``az://``, ``http(s)://``). Constant time: nothing proportional to its size is read.
@@ -259,6 +260,13 @@ def open(
     * ``"pread"``: one ``pread`` system call per document, through the same shared page cache.
       A process's memory then grows only with the index pages it touches: the choice for many
       long-lived reader processes (``docstore.torch`` datasets use it).
+
+    ``load_index=True`` reads every section but the documents at open (``store.load_index()``):
+    the key index, the keys and the offsets, each read whole and in order, into the page cache
+    and this process's map (a remote store's into the node cache). A lookup in a cold cache then
+    waits on one read, its document's, instead of two or more; the price is the index's size in
+    memory, about 30 bytes a document plus its id, shared by the node's processes, and the time
+    to read it sequentially (docs/performance.md).
     """
     if isinstance(path, bytes):  # a path as os.listdir(b".") gives it
         path = os.fsdecode(path)
@@ -277,10 +285,13 @@ def open(
             "storage_options": dict(storage_options or {}),
             "pickle_credentials": bool(pickle_credentials),
         }
-        return store
-    if cache_dir is not None or cache_bytes is not None or storage_options:
-        raise ValueError("cache_dir, cache_bytes and storage_options apply to remote stores (URLs) only")
-    return DocStore(path, read=read)
+    else:
+        if cache_dir is not None or cache_bytes is not None or storage_options:
+            raise ValueError("cache_dir, cache_bytes and storage_options apply to remote stores (URLs) only")
+        store = DocStore(path, read=read)
+    if load_index:
+        store.load_index()
+    return store
 
 
 # Option names that hold secrets: not written into pickles in clear (see `open`).

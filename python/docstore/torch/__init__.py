@@ -48,6 +48,7 @@ from __future__ import annotations
 from ._arrays import ArrayDataset
 from ._docs import DocDataset
 from ._pairs import PairDataset
+from ._prefetch import PrefetchSampler
 from ._sampling import ElasticSampler, distributed_sampler, set_epoch
 from ._tokens import TokenDataset, pad_collate
 from ._triplets import TripletDataset
@@ -57,6 +58,7 @@ __all__ = [
     "DocDataset",
     "ElasticSampler",
     "PairDataset",
+    "PrefetchSampler",
     "TokenDataset",
     "TripletDataset",
     "distributed_sampler",

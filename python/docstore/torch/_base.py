@@ -242,6 +242,18 @@ class StoreDataset(Dataset[Any]):
     def path(self) -> str:
         return self._handle.path
 
+    def store_positions(self, indices: Positions) -> np.ndarray:
+        """The positions in this dataset's store of the documents that items ``indices`` read."""
+        return as_positions(indices)
+
+    def prefetch(self, indices: Positions) -> int:
+        """Loads the documents that items ``indices`` read, without decoding them
+        (``DocStore.prefetch``): a local store's pages into the page cache, a remote store's bytes
+        into the node cache. Returns the bytes loaded or asked for. What
+        :class:`PrefetchSampler` calls ahead of the batches it yields."""
+        positions = self.store_positions(indices)
+        return self.store.prefetch(positions) if len(positions) else 0
+
     def _check_field(self, name: str, allowed: Sequence[str] | None = None) -> str:
         fields = self.store.fields
         if name not in fields:

@@ -176,16 +176,32 @@ class TokenDataset(SharesArrays, StoreDataset):
         doc = bisect.bisect_right(self._starts, index) - 1
         return doc, (index - int(self._starts[doc])) * self.stride
 
-    def __getitems__(self, indices: Positions) -> list[Any]:
+    def _windows(self, indices: Positions) -> np.ndarray:
+        """Window indices, checked and made non-negative."""
         index = as_positions(indices)
+        count = len(self)
+        if index.size and (index.min() < -count or index.max() >= count):
+            raise IndexError(f"index out of range for {count} windows")
+        return np.where(index < 0, index + count, index)
+
+    def store_positions(self, indices: Positions) -> np.ndarray:
+        """The documents that windows ``indices`` lie in."""
         if self.seq_len is None:
+            return as_positions(indices)
+        index = self._windows(indices)
+        if not index.size:
+            return index
+        if self.pack:
+            return self._packed_documents(index)[0]
+        return np.unique(np.searchsorted(self._starts, index, side="right") - 1)
+
+    def __getitems__(self, indices: Positions) -> list[Any]:
+        if self.seq_len is None:
+            index = as_positions(indices)
             return [self._tensor(a) for a in self._kept(self._take(index, field=self.field))]
+        index = self._windows(indices)
         if index.size == 0:
             return []
-        count = len(self)
-        if index.min() < -count or index.max() >= count:
-            raise IndexError(f"index out of range for {count} windows")
-        index = np.where(index < 0, index + count, index)
         if self.pack:
             return self._packed_windows(index)
         docs = np.searchsorted(self._starts, index, side="right") - 1
@@ -205,9 +221,9 @@ class TokenDataset(SharesArrays, StoreDataset):
         x, y = np.array(window[:-1], dtype=dtype), np.array(window[1:], dtype=dtype)
         return torch.from_numpy(x), torch.from_numpy(y)
 
-    def _packed_windows(self, index: np.ndarray) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Windows of the packed stream (documents in position order, each followed by ``sep``),
-        from one ``take`` of every document that any of them touches."""
+    def _packed_documents(self, index: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The documents packed windows ``index`` touch (sorted, each once), and each window's
+        first and last document and its span ``[begin, end)`` of the packed stream."""
         k = int(self.seq_len)  # type: ignore[arg-type]
         starts = self._starts
         begin = index * self.stride
@@ -215,6 +231,13 @@ class TokenDataset(SharesArrays, StoreDataset):
         first = np.searchsorted(starts, begin, side="right") - 1
         last = np.searchsorted(starts, end - 1, side="right") - 1
         needed = np.unique(np.concatenate([np.arange(a, b + 1) for a, b in zip(first, last)]))
+        return needed, first, last, begin, end
+
+    def _packed_windows(self, index: np.ndarray) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Windows of the packed stream (documents in position order, each followed by ``sep``),
+        from one ``take`` of every document that any of them touches."""
+        needed, first, last, begin, end = self._packed_documents(index)
+        starts = self._starts
         fetched = dict(zip(needed.tolist(), self._take(needed, field=self.field)))
         # A window that needs a damaged document is left out (on_corrupt="skip").
         spans = self._kept(

@@ -322,6 +322,11 @@ class TripletDataset(SharesArrays, StoreDataset):
             p += 1
         return p
 
+    def store_positions(self, indices: Positions) -> np.ndarray:
+        """The positive and negative documents of items ``indices`` (the queries come from
+        the query store or memory)."""
+        return np.concatenate(self.positions(indices))
+
     def __getitems__(self, indices: Positions) -> list[tuple[str, Any, Any]]:
         index = np.asarray(as_positions(indices), dtype=np.int64)
         positive, negative = self.positions(index)

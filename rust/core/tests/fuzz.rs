@@ -6,21 +6,9 @@
 #[path = "../fuzz/harness.rs"]
 mod harness;
 
-/// xorshift64*: reproducible mutations without a dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
+#[path = "common/rng.rs"]
+mod rng;
+use rng::Rng;
 
 /// Numbers that sit on boundaries: lengths, counts and offsets set to these find off-by-ones.
 const INTERESTING: [u64; 10] = [

@@ -188,6 +188,25 @@ impl Reader {
         })
     }
 
+    /// `Collection::load_ahead` of `positions` (checked and resolved as `take` does).
+    pub(super) fn prefetch_impl<'py>(
+        &self,
+        py: Python<'py>,
+        positions: &Bound<'py, PyAny>,
+    ) -> PyResult<u64> {
+        let store = self.store(py)?;
+        let positions = (positions_arg(positions)?.into_iter())
+            .map(|i| Self::resolve_position(&store, i))
+            .collect::<PyResult<Vec<u64>>>()?;
+        guard(py, || py.detach(|| store.load_ahead(&positions)).py_err(py))
+    }
+
+    /// `Collection::load_index`, with Python released.
+    pub(super) fn load_index_impl(&self, py: Python<'_>) -> PyResult<u64> {
+        let store = self.store(py)?;
+        guard(py, || py.detach(|| store.load_index()).py_err(py))
+    }
+
     /// Positions of many doc ids as an int64 numpy array, -1 where an id is absent.
     pub(super) fn positions_impl<'py>(
         &self,

@@ -280,6 +280,18 @@ impl Reader {
         self.take_impl(py, positions, field, fields)
     }
 
+    /// Loads the documents at `positions` ahead of their reads (the page cache, or a remote
+    /// store's node cache), with Python released; returns the bytes fetched or asked for.
+    fn prefetch<'py>(&self, py: Python<'py>, positions: &Bound<'py, PyAny>) -> PyResult<u64> {
+        self.prefetch_impl(py, positions)
+    }
+
+    /// Loads every section but the documents, read whole (`Collection::load_index`); returns
+    /// the bytes fetched or read.
+    fn load_index(&self, py: Python<'_>) -> PyResult<u64> {
+        self.load_index_impl(py)
+    }
+
     /// Doc ids of positions `start..stop`, in insertion order; as a slice does, negative bounds
     /// count from the end and both are clamped to the store.
     fn keys_range<'py>(

@@ -284,16 +284,55 @@ impl Collection {
     /// reading it in chunks (on several threads, `read_prefetched`) waits on nothing: from a
     /// remote store a batch is a few rounds of concurrent requests, not a few per chunk.
     pub fn prefetch_records(&self, positions: &[u64]) -> Result<()> {
+        let by_shard = self.by_shard(positions);
+        // Reads by position check each document with its key.
+        self.retrying(|_| self.prepare_shards(&by_shard, positions.len(), self.checked()))
+    }
+
+    /// Loads the documents at `positions` before they are read, in the background of a
+    /// caller that knows they will be (a training loader's next batches): from a remote store
+    /// into the node cache, in rounds of concurrent requests, the shards at once; from local
+    /// files into the page cache, every range asked for at once so that the device reads them
+    /// at depth. Returns the bytes fetched or asked for (0 when all were there). Positions out
+    /// of range are left for the read to report.
+    pub fn load_ahead(&self, positions: &[u64]) -> Result<u64> {
+        let by_shard = self.by_shard(positions);
+        let keys = self.checked(); // reads by position check each document with its key
         self.retrying(|_| {
-            let mut by_shard: Vec<Vec<Found>> = vec![Vec::new(); self.shards.len()];
-            for &pos in positions {
-                if let Ok((shard, local)) = self.shard_of(pos) {
-                    by_shard[shard].push(Found::at(local));
-                }
-            }
-            // Reads by position check each document with its key.
-            self.prepare_shards(&by_shard, positions.len(), self.checked())
+            let bytes = std::sync::atomic::AtomicU64::new(0);
+            let parts: Vec<(&Store<StoreFile>, &[Found])> = (self.shards.iter().zip(&by_shard))
+                .filter(|(_, part)| !part.is_empty())
+                .map(|(shard, part)| (shard, part.as_slice()))
+                .collect();
+            self.source.prepare(
+                &parts,
+                |&(shard, part)| shard.needs_fetch(part, keys),
+                |&(shard, part)| {
+                    let loaded = shard.load_ahead(part.iter().copied(), part.len(), keys)?;
+                    bytes.fetch_add(loaded, std::sync::atomic::Ordering::Relaxed);
+                    Ok(())
+                },
+            )?;
+            Ok(bytes.into_inner())
         })
+    }
+
+    /// Loads the index of every file (the global index and each shard's sections but the
+    /// documents), read whole: a first pass over cold documents then reads one page a
+    /// document, not one for the index too. Returns the bytes fetched or read.
+    pub fn load_index(&self) -> Result<u64> {
+        self.retrying(|_| self.files().map(Store::load_index).sum())
+    }
+
+    /// `positions` as each shard's part (positions out of range left out).
+    fn by_shard(&self, positions: &[u64]) -> Vec<Vec<Found>> {
+        let mut by_shard: Vec<Vec<Found>> = vec![Vec::new(); self.shards.len()];
+        for &pos in positions {
+            if let Ok((shard, local)) = self.shard_of(pos) {
+                by_shard[shard].push(Found::at(local));
+            }
+        }
+        by_shard
     }
 
     /// Prepares what reading each shard's part of a batch of `len` reads (with `keys`, the keys

@@ -112,12 +112,67 @@ impl Local {
             return;
         }
         for round in 0..plan.rounds() {
-            plan.each(round, &mut |range| match self.pread_of(&range) {
-                Some(file) => {
-                    pagecache::will_need_file(file, range.start, (range.end - range.start) as usize)
-                }
-                None => pagecache::will_need(map, range.start as usize..range.end as usize),
+            plan.each(round, &mut |range| self.will_need(range));
+        }
+    }
+
+    /// Asks the page cache for every range of `plan`, round by round, whether the file looks
+    /// cached or not (see `Storage::load_ahead`); returns the bytes asked for.
+    pub fn load_ahead(&self, plan: &dyn Plan) -> u64 {
+        let mut bytes = 0;
+        for round in 0..plan.rounds() {
+            plan.each(round, &mut |range| {
+                bytes += range.end - range.start;
+                self.will_need(range);
             });
+        }
+        bytes
+    }
+
+    /// Reads `ranges` of the map into the page cache and maps their pages: each asked for
+    /// whole first (one sequential read ahead of the device), then touched a page at a time,
+    /// which waits for the reads. Returns their bytes.
+    pub fn load_whole(&self, ranges: &[Range<u64>]) -> u64 {
+        let map = &self.map[..];
+        let mut bytes = 0;
+        for range in ranges {
+            let range = range.start as usize..(range.end as usize).min(map.len());
+            if range.start < range.end {
+                pagecache::will_need(map, range.clone());
+                bytes += (range.end - range.start) as u64;
+            }
+        }
+        for range in ranges {
+            let range = range.start as usize..(range.end as usize).min(map.len());
+            let Some(bytes) = map.get(range) else {
+                continue;
+            };
+            // One byte a page: the fault is what waits for the page and maps it.
+            let mut sum = 0u8;
+            for at in (0..bytes.len()).step_by(crate::platform::hints::page_size()) {
+                sum ^= bytes[at];
+            }
+            std::hint::black_box(sum);
+        }
+        bytes
+    }
+
+    /// Asks the page cache for `range` of the file, where documents read with `pread` are read.
+    /// Where the OS takes no hint (Windows), reads it (the caller is a background thread).
+    fn will_need(&self, range: Range<u64>) {
+        #[cfg(not(any(target_os = "linux", target_vendor = "apple")))]
+        {
+            let _ = self.read_stable(range.clone(), |bytes| {
+                // Touches a byte a page: the read itself is what loads the cache.
+                let sum = bytes.iter().step_by(4096).fold(0u8, |a, &b| a ^ b);
+                Ok(std::hint::black_box(sum))
+            });
+        }
+        match self.pread_of(&range) {
+            Some(file) => {
+                pagecache::will_need_file(file, range.start, (range.end - range.start) as usize)
+            }
+            None => pagecache::will_need(&self.map, range.start as usize..range.end as usize),
         }
     }
 

@@ -202,12 +202,26 @@ pub trait Storage: AsRef<[u8]> + Sync {
     /// Runs a batch's plan before the batch is read: a cache fetches it round by round (a
     /// round of concurrent requests each); a map that looks cold asks for its pages at once.
     fn prepare(&self, plan: &dyn Plan) -> Result<()> {
-        fetch_plan(self, plan)
+        fetch_plan(self, plan).map(drop)
     }
 
     /// Reads that are likely soon (the index blocks a batch's search starts in): a map that
     /// looks cold asks for their pages; a tier that fetches only what it is asked ignores it.
     fn advise(&self, _plan: &dyn Plan) {}
+
+    /// Loads what `plan` reads before it is asked for, whatever this storage guesses is warm
+    /// (the caller knows the reads will come: a training loader's next batches): a cache
+    /// fetches what it lacks; a map asks the page cache for every range at once. Returns the
+    /// bytes it fetched or asked for.
+    fn load_ahead(&self, plan: &dyn Plan) -> Result<u64> {
+        fetch_plan(self, plan)
+    }
+
+    /// Makes `ranges` (a store's index) readable now, read whole: a cache fetches what it
+    /// lacks; a map reads them in order and maps their pages. Returns the bytes fetched or read.
+    fn load_whole(&self, ranges: &[Range<u64>]) -> Result<u64> {
+        fetch_missing(self, ranges.iter().cloned())
+    }
 
     /// Whether running `plan` would fetch anything (nothing is fetched to answer).
     fn lacks(&self, plan: &dyn Plan) -> bool {
@@ -226,21 +240,24 @@ impl Storage for &[u8] {}
 
 /// Makes readable what `plan` reads, round by round: each round's missing ranges fetched in
 /// one `ensure` (their presence bits loaded in groups first, so that a warm batch's checks
-/// overlap their cache misses). What a fetching tier's `prepare` does.
-pub(crate) fn fetch_plan<S: Storage + ?Sized>(storage: &S, plan: &dyn Plan) -> Result<()> {
+/// overlap their cache misses). What a fetching tier's `prepare` does. Returns the bytes
+/// fetched.
+pub(crate) fn fetch_plan<S: Storage + ?Sized>(storage: &S, plan: &dyn Plan) -> Result<u64> {
     let mut wants = Vec::new();
+    let mut fetched = 0;
     for round in 0..plan.rounds() {
         plan.each(round, &mut |r| wants.push(r));
-        fetch_missing(storage, wants.drain(..))?;
+        fetched += fetch_missing(storage, wants.drain(..))?;
     }
-    Ok(())
+    Ok(fetched)
 }
 
 /// Fetches what of `wants` is missing, in one round (`ensure`); present ranges are only stamped.
+/// Returns the bytes of the ranges that were missing.
 pub(crate) fn fetch_missing<S: Storage + ?Sized>(
     storage: &S,
     wants: impl IntoIterator<Item = Range<u64>>,
-) -> Result<()> {
+) -> Result<u64> {
     /// Presence checks whose memory loads are started together.
     const GROUP: usize = 16;
     let mut wants = wants.into_iter().filter(|r| !r.is_empty());
@@ -263,9 +280,11 @@ pub(crate) fn fetch_missing<S: Storage + ?Sized>(
         }
     }
     if missing.is_empty() {
-        return Ok(());
+        return Ok(0);
     }
-    storage.ensure(&mut missing)
+    let bytes = missing.iter().map(|r| r.end - r.start).sum();
+    storage.ensure(&mut missing)?;
+    Ok(bytes)
 }
 
 /// Whether any round of `plan` has a range missing (the first such round answers: the next

@@ -197,6 +197,20 @@ impl Storage for StoreFile {
                 l.advise(plan);
                 Ok(())
             }
+            StoreFile::Cached(_) => super::fetch_plan(self, plan).map(drop),
+        }
+    }
+
+    fn load_whole(&self, ranges: &[Range<u64>]) -> Result<u64> {
+        match self {
+            StoreFile::Local(l) => Ok(l.load_whole(ranges)),
+            StoreFile::Cached(_) => super::fetch_missing(self, ranges.iter().cloned()),
+        }
+    }
+
+    fn load_ahead(&self, plan: &dyn Plan) -> Result<u64> {
+        match self {
+            StoreFile::Local(l) => Ok(l.load_ahead(plan)),
             StoreFile::Cached(_) => super::fetch_plan(self, plan),
         }
     }

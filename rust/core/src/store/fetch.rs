@@ -57,6 +57,7 @@ impl<B: Storage> Store<B> {
             &self.buf,
             wants.into_iter().map(|(s, r)| self.in_file(s, r)),
         )
+        .map(drop)
     }
 
     /// Whether the common prefix is readable: always, but for a remote store before its first
@@ -206,7 +207,7 @@ impl<B: Storage> Store<B> {
             len,
             reads,
         };
-        storage::fetch_plan(&self.buf, &plan)
+        storage::fetch_plan(&self.buf, &plan).map(drop)
     }
 
     /// Whether reading the records `found` (with `keys`, their keys too) would fetch anything

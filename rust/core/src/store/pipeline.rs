@@ -58,6 +58,36 @@ impl<B: Storage> Store<B> {
             reads,
         })
     }
+
+    /// Loads what reading the records `found` (with `keys`, their keys too) reads, ahead of
+    /// the read and whatever the storage guesses is warm (`Storage::load_ahead`); returns the
+    /// bytes fetched or asked of the page cache.
+    pub(crate) fn load_ahead(
+        &self,
+        found: impl Iterator<Item = Found> + Clone,
+        len: usize,
+        keys: bool,
+    ) -> Result<u64> {
+        let reads = Reads { blobs: true, keys };
+        self.buf.load_ahead(&BatchPlan {
+            store: self,
+            found,
+            len,
+            reads,
+        })
+    }
+
+    /// Loads every section but the documents (schema, dictionary, offsets, keys, key index),
+    /// each read whole, so that a cold lookup then waits on one read only: its document's.
+    /// Returns the bytes fetched or read.
+    pub(crate) fn load_index(&self) -> Result<u64> {
+        let ranges: Vec<Range<u64>> = (Section::ALL.iter())
+            .filter(|&&s| s != Section::Data)
+            .map(|&s| self.in_file(s, 0..usize::MAX))
+            .filter(|r| !r.is_empty())
+            .collect();
+        self.buf.load_whole(&ranges)
+    }
 }
 
 /// The key index blocks that the searches of `keys` start in: one round.

@@ -9,7 +9,7 @@
 mod options;
 mod pipeline;
 
-pub use options::{WriterOptions, MAX_BATCH_BYTES};
+pub use options::WriterOptions;
 
 use crate::columns::Columns;
 use crate::error::{Error, Result};

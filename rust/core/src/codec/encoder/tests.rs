@@ -1,22 +1,8 @@
 use super::*;
 
-/// xorshift64*: deterministic pseudo-random numbers.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-}
+#[path = "../../../tests/common/rng.rs"]
+mod rng;
+use rng::Rng;
 
 /// Text-like bytes: words from a small vocabulary, so that matches are plentiful.
 fn text(rng: &mut Rng, n: usize) -> Vec<u8> {
