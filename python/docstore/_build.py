@@ -137,16 +137,17 @@ def build(
     format_version: int | None = None,
     dictionary: bytes | None = None,
     on_duplicate: Literal["error", "first", "last"] = "error",
+    metadata: Mapping[str, Any] | None = None,
 ) -> DocStore:
     """Builds a store from an iterable of dicts, namedtuples or dataclasses; returns it opened.
 
     When ``fields`` is not given, the fields are the first record's, typed from the first 1,000
     records: a field None in any of them is nullable (``str?``), and one None later widens its
     field to nullable (with a warning; the documents written before are copied once, so nothing
-    is lost). ``overwrite``, ``level``,
-    ``dict_size``, ``batch_bytes``, ``key_buffer_bytes``, ``format_version``, ``dictionary``
-    and ``on_duplicate`` go to :class:`Writer` (None: its default). An integer id is stored as its
-    decimal text (the id ``7`` is ``"7"``), from records as from every other input.
+    is lost). ``overwrite``, ``level``, ``dict_size``, ``batch_bytes``, ``key_buffer_bytes``,
+    ``format_version``, ``dictionary``, ``on_duplicate`` and ``metadata`` go to
+    :class:`Writer` (None: its default). An integer id is stored as its decimal text (the id
+    ``7`` is ``"7"``), from records as from every other input.
 
     ``records`` may also be a Hugging Face ``datasets.Dataset``, a streaming
     ``datasets.IterableDataset``, a pyarrow ``Table``/``RecordBatch`` or a pandas ``DataFrame``
@@ -157,7 +158,10 @@ def build(
     -> ``bytes``, integers and bools -> ``int64``, floats -> ``float64``, lists of numbers ->
     arrays such as ``int32[]``), every column but the ids becomes a field unless ``fields``
     names the ones to keep, and ``id_field`` names the id column (integer ids become decimal
-    strings; ``None`` numbers the rows 0, 1, 2 ...).
+    strings; ``None`` numbers the rows 0, 1, 2 ...). A Hugging Face dataset's features (of the
+    fields kept) go to the store's metadata as ``{"huggingface": {"features": ...}}``
+    (``Features.to_dict()``), beside the ``metadata`` given, so that ``docstore.hf.to_dataset``
+    gives back its ClassLabel names, float32 values and sequence lengths.
 
     ``on_duplicate`` (``"error"``, ``"first"``, ``"last"``) goes to the ``Writer``. A progress
     bar with the total and an ETA goes to stderr when the input has a length (a list, a table,
@@ -173,6 +177,7 @@ def build(
         "format_version": format_version,
         "dictionary": dictionary,
         "on_duplicate": on_duplicate,
+        "metadata": None if metadata is None else dict(metadata),
     }
     options = {name: value for name, value in given.items() if value is not None}
     records = from_pandas(records, id_field)
@@ -267,11 +272,32 @@ def _build_from_arrow(job: _Job, source: Any, kind: str | None) -> None:
     widen = fields is None and kind == "iterable" and hf_schema(source) is None
     if fields is None:
         fields = _arrow_fields(source, kind, first, id_field, check_ids=True)
+    if kind is not None:
+        job = dataclasses.replace(job, options=with_hf_features(job.options, source, fields))
     with _Widening(job, fields) if widen else job.writer(fields) as writer:
         if first is not None:
             for batch in itertools.chain([first], batches):
                 writer._add_arrow_batch(batch, id_field)
                 job.shown.update(batch.num_rows)
+
+
+#: The key of the store metadata that ``docstore.hf`` writes and reads.
+HF_METADATA = "huggingface"
+
+
+def with_hf_features(options: Mapping[str, Any], dataset: Any, fields: Mapping[str, str]) -> dict[str, Any]:
+    """``options`` with the features of Hugging Face ``dataset`` (those of ``fields``) in their
+    ``metadata``, under ``"huggingface"`` (a key the user's metadata holds already is left as it
+    is); as they are for a dataset of unknown features (a stream after ``.map()``)."""
+    features = getattr(dataset, "features", None)
+    metadata = dict(options.get("metadata") or {})
+    if features is None or HF_METADATA in metadata:
+        return dict(options)
+    kept = {name: feature for name, feature in features.to_dict().items() if name in fields}
+    if not kept:
+        return dict(options)
+    metadata[HF_METADATA] = {"features": kept}
+    return {**options, "metadata": metadata}
 
 
 def _arrow_fields(

@@ -100,6 +100,7 @@ def check_writer(
     key_buffer_bytes: int | None = None,
     format_version: int | None = None,
     dictionary: bytes | None = None,
+    metadata: str | None = None,
 ) -> None: ...
 def train_dictionary(
     samples: Iterable[Any],
@@ -212,6 +213,7 @@ class Reader:
     ]: ...
     def _info(self) -> dict[str, Any]: ...
     def _dictionary(self) -> bytes: ...
+    def _metadata(self) -> str | None: ...
     def verify(self, progress: Callable[[int, int], object] | None = None) -> None: ...
 
 @disjoint_base
@@ -228,6 +230,7 @@ class Writer:
         key_buffer_bytes: int | None = None,
         format_version: int | None = None,
         dictionary: bytes | None = None,
+        metadata: str | None = None,
         _every_id: bool = False,
     ) -> Self: ...
     @property

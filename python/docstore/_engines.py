@@ -28,7 +28,7 @@ from ._arrow import prepare, schema_fields
 from ._docstore import Staging
 from ._store import DocStore
 from ._store import open as open_store
-from ._writer import Writer, check_on_duplicate
+from ._writer import Writer, check_on_duplicate, encoded
 from .errors import DocstoreError, InvalidArgumentError, SchemaError, StoreExistsError, StoreNotFoundError
 
 # What a job does when something is at the target already: refuse, replace it, add to it.
@@ -37,7 +37,15 @@ MODES = ("errorifexists", "overwrite", "append")
 # The Writer's options an engine job passes through (all integers).
 # `dictionary` (bytes, e.g. from docstore.train_dictionary on the driver): every shard compresses
 # with it, and readers of the collection keep one copy (docs/collections.md).
-WRITER_OPTIONS = ("level", "dict_size", "batch_bytes", "key_buffer_bytes", "format_version", "dictionary")
+WRITER_OPTIONS = (
+    "level",
+    "dict_size",
+    "batch_bytes",
+    "key_buffer_bytes",
+    "format_version",
+    "dictionary",
+    "metadata",
+)
 # What a repeated id does (`Writer(on_duplicate=...)`, then `seal(on_duplicate=...)` across shards).
 POLICY_OPTION = "on_duplicate"
 
@@ -125,7 +133,7 @@ def check_writer(fields: Mapping[str, str] | None, options: Mapping[str, Any]) -
     """Raises what ``Writer(path, fields, **options)`` would raise for them, creating nothing."""
     options = dict(options)
     check_on_duplicate(options.pop("on_duplicate", "error"))
-    _docstore.check_writer(dict(fields or {"text": "str"}), **options)
+    _docstore.check_writer(dict(fields or {"text": "str"}), **encoded(options))
 
 
 def check_policy(mode: str, options: Mapping[str, Any]) -> None:

@@ -54,16 +54,49 @@ def hf_batches(dataset: Any, wanted: Sequence[str] | None, batch_size: int) -> I
         if keep != list(names):
             dataset = dataset.select_columns(keep)
     try:
-        arrow = dataset.with_format("arrow")
+        arrow = dataset.with_format("arrow") if _arrow_native(dataset) else None
     except ValueError:  # a datasets release without Arrow formatting for streams
         arrow = None
     if arrow is not None:
         for batch in arrow.iter(batch_size=batch_size):
             yield batch if wanted is None or names is not None else select(batch, wanted)
         return
+    # A stream of Python rows (a generator, a .map()): datasets would turn each run of rows into
+    # Arrow on its own types, and fail where a later run holds only None (its type "null", not
+    # the first run's). Its rows are typed here instead: by its features where it has them, else
+    # by the type a column had in the batches before.
+    features = dataset.features
+    seen: dict[str, Any] = {}
     for columns in dataset.with_format(None).iter(batch_size=batch_size):
         batch = pa.table(columns)
+        if features is not None:
+            from datasets.table import table_cast
+
+            batch = table_cast(batch, features.arrow_schema)
+        else:
+            batch = _typed_as_before(batch, seen)
         yield batch if wanted is None else select(batch, wanted)
+
+
+def _arrow_native(dataset: Any) -> bool:
+    """Whether Hugging Face ``dataset`` holds Arrow data that its Arrow batches slice (a
+    ``Dataset``, a stream of Arrow or Parquet files), rather than Python rows that datasets
+    would convert run by run (``IterableDataset.from_generator``, a ``.map()``)."""
+    examples = getattr(dataset, "_ex_iterable", None)
+    return examples is None or getattr(examples, "iter_arrow", None) is not None
+
+
+def _typed_as_before(batch: Any, seen: dict[str, Any]) -> Any:
+    """``batch`` with its columns of nothing but None (type "null") given the type the same
+    column had in a batch before; ``seen`` keeps those types."""
+    import pyarrow as pa
+
+    for i, field in enumerate(batch.schema):
+        if not pa.types.is_null(field.type):
+            seen.setdefault(field.name, field.type)
+        elif field.name in seen:
+            batch = batch.set_column(i, field.name, pa.nulls(batch.num_rows, seen[field.name]))
+    return batch
 
 
 def hf_schema(dataset: Any) -> Any:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import functools
+import json
 import multiprocessing.context
 import os
 import re
 from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, Sequence, ValuesView
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -154,6 +155,16 @@ class DocStore(Reader):
         """The store's compression dictionary (a collection's: its first shard's), as
         ``Writer(..., dictionary=...)`` takes it, so that more shards can share it."""
         return self._dictionary()
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The metadata the store was written with (``Writer(..., metadata={...})``: a JSON
+        object, format version 5), a new dict each time; ``{}`` for a store without. A
+        collection's is its shards', which all hold the same. The key ``"huggingface"`` holds
+        what a store built from a Hugging Face dataset keeps of its features, for
+        ``docstore.hf.to_dataset``."""
+        text = self._metadata()
+        return {} if text is None else cast("dict[str, Any]", json.loads(text))
 
     def info(self) -> dict[str, Any]:
         """Count, fields, raw and stored bytes, compression ratio, codec and format version."""

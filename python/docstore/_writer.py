@@ -5,6 +5,8 @@
 from __future__ import annotations
 
 import contextlib
+import json
+import math
 import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -58,7 +60,10 @@ class Writer(_Writer):
     id reads its document's location from the key index; 2 or 1 only for readers older than
     docstore 0.3 or 0.2, which cannot open the newer versions), ``dictionary`` (bytes: use this
     dictionary instead of training one, e.g. ``other_store.dictionary``, so that the shards of
-    one collection share one).
+    one collection share one), ``metadata`` (a dict that JSON holds: str keys, lists, str, int,
+    float, bool and None; kept in the store, read back as ``DocStore.metadata``: the store is
+    then format version 5, which docstore before it cannot open; ``{}`` or None keeps none, and
+    the store as before. The key ``"huggingface"`` is ``docstore.hf``'s).
     Leaving the ``with`` block by an exception, or calling ``abort()``, leaves no store behind.
 
     ``on_duplicate`` says what a document whose id was added before does: ``"error"`` (the
@@ -107,14 +112,15 @@ class Writer(_Writer):
             staging = _docstore.Staging(path)  # the core's: named, locked and swept as every writer's
             inner = os.path.join(staging.path, "store.docstore")
             try:
-                self = super().__new__(cls, inner, fields, **{**options, "overwrite": False}, _every_id=True)
+                core = {**encoded(options), "overwrite": False}
+                self = super().__new__(cls, inner, fields, **core, _every_id=True)
             except BaseException:
                 staging.release()
                 raise
             self._target = path
             self._options = options
         else:
-            self = super().__new__(cls, path, fields, **options, _every_id=on_duplicate != "error")
+            self = super().__new__(cls, path, fields, **encoded(options), _every_id=on_duplicate != "error")
         self.on_duplicate = on_duplicate
         self._staging = staging
         self.duplicates = 0
@@ -382,6 +388,63 @@ class Writer(_Writer):
 ON_DUPLICATE = ("error", "first", "last")
 
 
+def encoded(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` as the core's writer takes them: ``metadata`` (a dict) as its JSON text, or
+    left out when empty."""
+    options = dict(options)
+    metadata = options.pop("metadata", None)
+    text = metadata_json(metadata)
+    if text is not None:
+        options["metadata"] = text
+    return options
+
+
+def metadata_json(metadata: Any) -> str | None:
+    """The JSON text of ``metadata`` (a dict), None for None or ``{}``; a value JSON does not
+    hold exactly is refused, naming where it is (``metadata['a'][0]``)."""
+    if metadata is None:
+        return None
+    if not isinstance(metadata, Mapping):
+        raise TypeError(f"metadata must be a dict (a JSON object), got {type(metadata).__name__}")
+    if not metadata:
+        return None
+    _check_json(metadata, "metadata", 1)
+    return json.dumps(metadata, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+#: How deep a store's metadata nests, the outer dict counting (docs/format.md §4.10).
+_METADATA_DEPTH = 127
+
+
+def _check_json(value: Any, where: str, depth: int) -> None:
+    if isinstance(value, (Mapping, list, tuple)) and depth > _METADATA_DEPTH:
+        raise ValueError(
+            f"{where} is nested {depth} deep, deeper than a store's metadata ({_METADATA_DEPTH})"
+        )
+    if value is None or isinstance(value, (str, bool, int)):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{where} is {value}, which JSON cannot hold")
+        return
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(
+                    f"{where} has the key {key!r} ({type(key).__name__}): JSON object keys are str"
+                )
+            _check_json(item, f"{where}[{key!r}]", depth + 1)
+        return
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check_json(item, f"{where}[{i}]", depth + 1)
+        return
+    raise TypeError(
+        f"{where} is a {type(value).__name__}, which JSON cannot hold (it holds dicts with str keys, "
+        "lists, str, int, float, bool and None)"
+    )
+
+
 def check_on_duplicate(on_duplicate: str) -> None:
     if on_duplicate not in ON_DUPLICATE:
         raise InvalidArgumentError(f"on_duplicate must be one of {ON_DUPLICATE}, got {on_duplicate!r}")
@@ -423,6 +486,7 @@ def rewrite(
     ids ``renamed`` gives by position."""
     options = dict(options)
     options.setdefault("level", store._info()["level"])
+    options.setdefault("metadata", store.metadata)
     if store.dictionary and "dict_size" not in options:
         options.setdefault("dictionary", store.dictionary)
     with Writer(target, store.fields, **options) as writer:

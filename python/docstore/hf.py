@@ -103,11 +103,17 @@ def to_dataset(
 ) -> Any:
     """A map-style ``datasets.Dataset`` of the store's documents (or those of ``rows``: a slice,
     a ``range`` or positions), in the store's order: ``doc_id``, then ``columns`` (default:
-    every field). Its features come from the store's field types: ``str`` and ``bytes`` as
-    large strings and binaries, float32 and float16 arrays as ``List(Value("float32"))`` ...
-    (not widened), a fixed shape ``float32[2,3]`` as nested lists of those lengths
-    (``List(List(Value("float32"), length=3), length=2)``), a nullable field with ``None``
-    where it is null; ``bfloat16[]`` becomes float32 (exactly: Arrow has no bfloat16).
+    every field).
+
+    A store built from a Hugging Face dataset (``docstore.build(path, dataset)``) keeps its
+    features in its metadata (``store.metadata["huggingface"]["features"]``), and its columns get
+    them back: ClassLabel names, ``float32`` and ``int32`` values (stored as float64 and int64),
+    sequence lengths, ``Array2D`` shapes. Other columns' features come from the store's field
+    types: ``str`` and ``bytes`` as large strings and binaries, float32 and float16 arrays as
+    ``List(Value("float32"))`` ... (not widened), a fixed shape ``float32[2,3]`` as nested lists
+    of those lengths (``List(List(Value("float32"), length=3), length=2)``), a nullable field
+    with ``None`` where it is null; ``bfloat16[]`` becomes float32 (exactly: Arrow has no
+    bfloat16).
 
     The table is built in memory, ``store.to_arrow(columns, rows=rows)`` with its fixed shapes
     nested: for a corpus larger than memory, take ``rows`` in parts, or stream it with
@@ -131,7 +137,36 @@ def to_dataset(
                 nested = pa.FixedSizeListArray.from_arrays(nested, length)
             column = pa.FixedSizeListArray.from_arrays(nested, shape[0], mask=storage.is_null())
         arrays.append(column)
-    return datasets.Dataset(pa.table(arrays, names=table.column_names))
+    table = pa.table(arrays, names=table.column_names)
+    kept = hf_features(store)
+    if not kept:
+        return datasets.Dataset(table)
+    from datasets.table import table_cast
+
+    features = datasets.Features.from_arrow_schema(table.schema)
+    for i, name in enumerate(table.column_names):
+        if name not in kept or name == "doc_id":
+            continue
+        one = datasets.Features({name: kept[name]})
+        try:  # a feature the field cannot take back (fields= declared another type): its own
+            column = table_cast(table.select([i]), one.arrow_schema).column(0)
+        except (ValueError, TypeError, NotImplementedError, pa.ArrowException):
+            continue
+        table = table.set_column(i, name, column)
+        features[name] = kept[name]
+    return datasets.Dataset(table, info=datasets.DatasetInfo(features=features))
+
+
+def hf_features(store: DocStore) -> dict[str, Any]:
+    """The Hugging Face features a store keeps of the dataset it was built from, by column
+    (``datasets.Features``); empty for a store without."""
+    import datasets
+
+    kept = store.metadata.get("huggingface", {})
+    features = kept.get("features") if isinstance(kept, dict) else None
+    if not isinstance(features, dict) or not features:
+        return {}
+    return dict(datasets.Features.from_dict(features))
 
 
 def _store_source(store: Any, columns: Sequence[str] | Mapping[str, str] | None) -> tuple[Any, list[str]]:

@@ -22,6 +22,7 @@ import base64
 import contextlib
 import glob
 import inspect
+import json
 import os
 import tempfile
 import uuid
@@ -54,6 +55,7 @@ from ._engines import (
 )
 from ._store import DocStore
 from ._store import open as open_store
+from ._writer import metadata_json
 from .errors import InternalError, InvalidArgumentError, SchemaError
 
 __all__ = ["DocstoreDataSource", "DocstoreWriter", "ShardMessage", "register", "write"]
@@ -129,11 +131,7 @@ class DocstoreWriter(DataSourceArrowWriter):
                     f"({'overwrite' if overwrite else 'append'})"
                 )
             self.id_field = options.get("id_field") or "doc_id"
-            given_options = {
-                k: base64.b64decode(options[k]) if k == "dictionary" else _int_option(k, options[k])
-                for k in WRITER_OPTIONS
-                if k in options
-            }
+            given_options = {k: _writer_option(k, options[k]) for k in WRITER_OPTIONS if k in options}
             on_duplicate = options.get(POLICY_OPTION, "error")
             self.writer_options = writer_kwargs(self.mode, given_options, on_duplicate)
             given = parse_fields(options["fields"]) if options.get("fields") else None
@@ -204,6 +202,19 @@ class DocstoreWriter(DataSourceArrowWriter):
                 report_error(self.report, error)
                 break
         remove_staging(self.path, self.staging)
+
+
+def _writer_option(name: str, value: str) -> Any:
+    """A Writer option from its Spark option's text: the dictionary in base64, the metadata as
+    JSON text, the others integers."""
+    if name == "dictionary":
+        return base64.b64decode(value)
+    if name == "metadata":
+        try:
+            return json.loads(value)
+        except ValueError as err:
+            raise ValueError(f"docstore option metadata must be a JSON object: {err}") from None
+    return _int_option(name, value)
 
 
 def _int_option(name: str, value: str) -> int:
@@ -341,6 +352,8 @@ def write(
     for name, value in writer_options.items():
         if name == "dictionary":  # Spark options are strings
             writer = writer.option(name, base64.b64encode(bytes(value)).decode("ascii"))
+        elif name == "metadata":  # its JSON text (None or {}: none)
+            writer = writer.option(name, metadata_json(value) or "{}")
         else:
             writer = writer.option(name, str(int(value)))
     report = os.path.join(tempfile.gettempdir(), f"docstore-spark-{uuid.uuid4().hex}.json")

@@ -477,6 +477,7 @@ impl State {
 }
 
 /// The options of `Writer(...)`, each read as the writer reads it (unchecked).
+#[allow(clippy::too_many_arguments)]
 fn options_of(
     overwrite: bool,
     level: Option<&Bound<'_, PyAny>>,
@@ -485,6 +486,7 @@ fn options_of(
     key_buffer_bytes: Option<&Bound<'_, PyAny>>,
     format_version: Option<&Bound<'_, PyAny>>,
     dictionary: Option<&[u8]>,
+    metadata: Option<String>,
 ) -> PyResult<WriterOptions> {
     let defaults = WriterOptions::default();
     Ok(WriterOptions {
@@ -499,13 +501,14 @@ fn options_of(
         overwrite,
         format_version: option("format_version", format_version, defaults.format_version)?,
         dictionary: dictionary.map(<[u8]>::to_vec),
+        metadata,
     })
 }
 
 /// `_docstore.check_writer(fields, **options)`: raises what `Writer(path, fields, **options)`
 /// raises for its fields and options, without creating a writer or any file.
 #[pyfunction]
-#[pyo3(signature = (fields, *, overwrite=false, level=None, dict_size=None, batch_bytes=None, key_buffer_bytes=None, format_version=None, dictionary=None))]
+#[pyo3(signature = (fields, *, overwrite=false, level=None, dict_size=None, batch_bytes=None, key_buffer_bytes=None, format_version=None, dictionary=None, metadata=None))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn check_writer(
     py: Python<'_>,
@@ -517,6 +520,7 @@ pub(crate) fn check_writer(
     key_buffer_bytes: Option<&Bound<'_, PyAny>>,
     format_version: Option<&Bound<'_, PyAny>>,
     dictionary: Option<&[u8]>,
+    metadata: Option<String>,
 ) -> PyResult<()> {
     schema_of(py, fields)?;
     let options = options_of(
@@ -527,6 +531,7 @@ pub(crate) fn check_writer(
         key_buffer_bytes,
         format_version,
         dictionary,
+        metadata,
     )?;
     options.validate().py_err(py)
 }
@@ -619,7 +624,7 @@ fn quoted(obj: &Bound<'_, PyAny>) -> String {
 #[pymethods]
 impl Writer {
     #[new]
-    #[pyo3(signature = (path, fields, *, overwrite=false, level=None, dict_size=None, batch_bytes=None, key_buffer_bytes=None, format_version=None, dictionary=None, _every_id=false))]
+    #[pyo3(signature = (path, fields, *, overwrite=false, level=None, dict_size=None, batch_bytes=None, key_buffer_bytes=None, format_version=None, dictionary=None, metadata=None, _every_id=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -632,6 +637,7 @@ impl Writer {
         key_buffer_bytes: Option<&Bound<'_, PyAny>>,
         format_version: Option<&Bound<'_, PyAny>>,
         dictionary: Option<&[u8]>,
+        metadata: Option<String>,
         _every_id: bool,
     ) -> PyResult<Self> {
         let schema = schema_of(py, fields)?;
@@ -643,6 +649,7 @@ impl Writer {
             key_buffer_bytes,
             format_version,
             dictionary,
+            metadata,
         )?;
         let mut state = State::create(py, path.clone(), schema, options)?;
         if _every_id {

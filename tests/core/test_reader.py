@@ -562,10 +562,10 @@ def test_open_errors_are_clear(tmp_path):
 
 def test_newer_format_version_is_rejected_with_a_clear_error(tmp_path, store_path):
     data = bytearray(Path(store_path).read_bytes())
-    data[8] = 5
+    data[8] = 6
     newer = tmp_path / "newer"
     newer.write_bytes(bytes(data))
-    with pytest.raises(docstore.UnsupportedVersionError, match="version 5 is not supported .* 1 to 4"):
+    with pytest.raises(docstore.UnsupportedVersionError, match="version 6 is not supported .* 1 to 5"):
         docstore.open(newer)
     data[8] = 0
     newer.write_bytes(bytes(data))

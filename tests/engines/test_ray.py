@@ -85,8 +85,10 @@ def test_shards_share_a_dictionary_trained_on_the_driver(tmp_path, oracle):
     docs = dict(list(oracle.items())[:600])
     ds = dataset(docs, blocks=3)
     dictionary = docstore.train_dictionary(ds.take(200), fields=FIELDS)
-    store = write_blocks(ds, tmp_path / "c.docstore", dictionary=dictionary)
+    metadata = {"source": "ray", "n": [1, 2]}  # every shard's, and so the collection's
+    store = write_blocks(ds, tmp_path / "c.docstore", dictionary=dictionary, metadata=metadata)
     shards = [docstore.open(s["path"]) for s in store.info()["shards"]]
+    assert store.metadata == metadata and all(s.metadata == metadata for s in shards)
     uncompressed = write_blocks(ds, tmp_path / "none.docstore", level=-1)
     assert dictionaries(uncompressed) == {b""}
     assert len(shards) >= 2 and all(s.dictionary == dictionary for s in shards)

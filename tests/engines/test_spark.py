@@ -82,9 +82,11 @@ def test_shards_share_a_dictionary_trained_on_the_driver(spark, tmp_path, oracle
     docs = dict(list(oracle.items())[:600])
     df = frame(spark, docs, partitions=3)
     dictionary = docstore.train_dictionary([r.asDict() for r in df.limit(200).collect()], fields=FIELDS)
-    store = docstore_spark.write(df, tmp_path / "c.docstore", dictionary=dictionary)
+    metadata = {"source": "spark", "n": [1, 2]}  # every shard's, and so the collection's
+    store = docstore_spark.write(df, tmp_path / "c.docstore", dictionary=dictionary, metadata=metadata)
     shards = [docstore.open(s["path"]) for s in store.info()["shards"]]
     assert len(shards) == 3 and all(s.dictionary == dictionary for s in shards)
+    assert store.metadata == metadata and all(s.metadata == metadata for s in shards)
     for doc_id, expected in list(docs.items())[::13]:
         assert_doc_equal(store[doc_id], doc_id, expected)
 
@@ -96,9 +98,10 @@ def test_format_and_options(spark, tmp_path):
     df = frame(spark, docs).withColumnRenamed("doc_id", "pid")
     df.write.format("docstore").mode("append").option("id_field", "pid").option(
         "fields", "text:str,label:int64"
-    ).option("level", "-1").save(str(tmp_path / "c"))
+    ).option("level", "-1").option("metadata", '{"a": [1, "é"]}').save(str(tmp_path / "c"))
     store = docstore.open(tmp_path / "c")
     assert store.fields == {"text": "str", "label": "int64"} and store.info()["codec"] == "none"
+    assert store.metadata == {"a": [1, "é"]}
     assert [d.text for d in store.take(range(100))] == [d["text"] for d in docs.values()]
     with pytest.raises(Exception, match="unknown docstore option"):
         df.write.format("docstore").mode("overwrite").option("levle", "3").save(str(tmp_path / "c"))

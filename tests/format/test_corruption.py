@@ -67,11 +67,16 @@ print(json.dumps(report))
 """
 
 
-@pytest.fixture(scope="module")
-def small_store(tmp_path_factory):
+# A version 5 store's metadata section (docs/format.md §4.10), swept as every other section.
+METADATA = {"huggingface": {"features": {"n": {"dtype": "int32", "_type": "Value"}}}, "note": "é" * 40}
+
+
+@pytest.fixture(scope="module", params=["v3", "v5"])
+def small_store(tmp_path_factory, request):
     path = tmp_path_factory.mktemp("corrupt") / "small.docstore"
     docs = {f"doc-{i}": {"text": f"text number {i} " * (i % 5 + 1), "n": i} for i in range(12)}
-    write_store(path, docs, fields={"text": "str", "n": "int64"}, dict_size=256)
+    metadata = METADATA if request.param == "v5" else None
+    write_store(path, docs, fields={"text": "str", "n": "int64"}, dict_size=256, metadata=metadata)
     return path, {k: v["text"] for k, v in docs.items()}
 
 
@@ -104,3 +109,8 @@ def test_every_section_is_covered_by_the_sweep(small_store):
     info = store.info()
     assert info["count"] == len(expected)
     assert info["stored_bytes"] == path.stat().st_size
+    assert store.metadata in ({}, METADATA)
+    # The v5 store ends with its metadata section, which the sweep walks too.
+    if store.metadata:
+        text = json.dumps(METADATA, ensure_ascii=False, separators=(",", ":")).encode()
+        assert info["format_version"] == 5 and path.read_bytes().endswith(text)

@@ -16,6 +16,7 @@ import re
 import struct
 import time
 import typing
+from collections.abc import Iterator
 from pathlib import Path
 
 import lz4.block
@@ -47,11 +48,14 @@ SECTIONS = (
     "key index",
     "key fences",
     "key ranks",
+    "metadata",  # §4.10: version 5 only, the tenth entry
 )
 # §4.7 key index entries: prefix, position, key length, and in version 3 the blob offset and
 # length; a block of entries (one fence, §4.8) is one 4 KiB page.
 KEY_ENTRIES = {1: struct.Struct("<QII"), 2: struct.Struct("<QII"), 3: struct.Struct("<QIIQQ")}
 KEY_ENTRIES[4] = KEY_ENTRIES[3]  # §10: version 4 is version 3 with more field types
+KEY_ENTRIES[5] = KEY_ENTRIES[4]  # §10: version 5 is version 4 with the metadata section
+MAX_METADATA, MAX_METADATA_DEPTH = 4 * 1024 * 1024, 127  # §4.10
 KEY_INDEX_ALIGN = PAGE = 4096
 # §4.1 type codes.
 SCALAR_TYPES = {1: "str", 2: "bytes", 3: "int64", 4: "float64"}
@@ -187,7 +191,7 @@ class SpecStore:
         if len(buf) < 12 or buf[:8] != b"DOCSTORE":
             raise SpecError("bad magic")
         (self.version,) = struct.unpack_from("<I", buf, 8)
-        if self.version not in (1, 2, 3, 4):  # §10: before the length, the checksum and the layout
+        if self.version not in (1, 2, 3, 4, 5):  # §10: before the length, the checksum and the layout
             raise SpecUnsupportedVersion(self.version)
         if len(buf) < HEADER_SIZE:
             raise SpecError("truncated header")
@@ -205,7 +209,9 @@ class SpecStore:
         (self.header_checksum,) = struct.unpack_from("<Q", buf, CHECKSUM_AT)
         if check_checksums and xxh3(buf[:CHECKSUM_AT]) != self.header_checksum:
             raise SpecError("header checksum mismatch")
-        if header_size != HEADER_SIZE or section_count != 9:
+        # §3: nine sections, ten from version 5 (the metadata section, §4.10).
+        present = 10 if self.version >= 5 else 9
+        if header_size != HEADER_SIZE or section_count != present:
             raise SpecError("unexpected header layout")
         # §3 byte 37 and §8 check 5b: flags in version 3, a reserved byte (not read) before.
         self.flags = flags if self.version >= 3 else 0
@@ -215,7 +221,7 @@ class SpecStore:
         self.key_entry = KEY_ENTRIES[self.version]
         self.entry_size = self.key_entry.size
         self.block = PAGE // self.entry_size
-        self.entries = [ENTRY.unpack_from(buf, TABLE_AT + 24 * i) for i in range(9)]
+        self.entries = [ENTRY.unpack_from(buf, TABLE_AT + 24 * i) for i in range(present)]
         end = HEADER_SIZE
         for name, (offset, length, _) in zip(SECTIONS, self.entries):
             align = KEY_INDEX_ALIGN if name == "key index" else 8
@@ -225,13 +231,19 @@ class SpecStore:
         self.sections = {
             name: buf[offset : offset + length] for name, (offset, length, _) in zip(SECTIONS, self.entries)
         }
-        for name, most in (("schema", MAX_SCHEMA_BYTES), ("dictionary", MAX_DICTIONARY)):
+        read_whole = [("schema", MAX_SCHEMA_BYTES), ("dictionary", MAX_DICTIONARY)]
+        read_whole += [("metadata", MAX_METADATA)] if "metadata" in self.sections else []
+        for name, most in read_whole:
             if len(self.sections[name]) > most:
                 raise SpecError(f"{name} section is longer than any store has")
         if check_checksums:
-            for name in ("schema", "dictionary"):
+            for name, _ in read_whole:
                 if xxh3(self.sections[name]) != self.checksum(name):
                     raise SpecError(f"{name} checksum mismatch")
+        # §4.10: one JSON object, UTF-8, no member name repeated in any object.
+        self.metadata: dict[str, object] = {}
+        if "metadata" in self.sections:
+            self.metadata = self._parse_metadata(self.sections["metadata"])
         self.shapes: dict[str, tuple[int, ...]] = {}  # §4.1: the fixed shapes, by field
         self.fields = self._parse_schema(self.sections["schema"], self.shapes)
         # §4.1, §8 check 9: the version 4 types only in a version 4 store.
@@ -295,6 +307,51 @@ class SpecStore:
 
     def checksum(self, name: str) -> int:
         return self.entries[SECTIONS.index(name)][2]
+
+    @staticmethod
+    def _parse_metadata(buf: bytes) -> dict[str, object]:
+        def unique(pairs: list[tuple[str, object]]) -> dict[str, object]:
+            names = [name for name, _ in pairs]
+            if len(set(names)) != len(names):
+                raise SpecError("bad metadata: member name repeated in an object")
+            return dict(pairs)
+
+        try:
+            text = buf.decode("utf-8")
+        except UnicodeDecodeError:
+            raise SpecError("bad metadata: not UTF-8") from None
+
+        def no_constant(name: str) -> object:
+            raise SpecError(f"bad metadata: {name} is not JSON")
+
+        try:
+            value = json.loads(text, object_pairs_hook=unique, parse_constant=no_constant)
+        except ValueError as err:
+            raise SpecError(f"bad metadata: {err}") from None
+        if not isinstance(value, dict):
+            raise SpecError("bad metadata: not a JSON object")
+
+        def depth(v: object) -> int:
+            inner = v.values() if isinstance(v, dict) else v if isinstance(v, list) else None
+            return 0 if inner is None else 1 + max(map(depth, inner), default=0)
+
+        if depth(value) > MAX_METADATA_DEPTH:
+            raise SpecError("bad metadata: nested deeper than 127")
+
+        def texts(v: object) -> Iterator[str]:
+            if isinstance(v, str):
+                yield v
+            elif isinstance(v, dict):
+                for name, item in v.items():
+                    yield name
+                    yield from texts(item)
+            elif isinstance(v, list):
+                for item in v:
+                    yield from texts(item)
+
+        if any(re.search("[\ud800-\udfff]", text) for text in texts(value)):
+            raise SpecError("bad metadata: a lone surrogate")
+        return value
 
     @staticmethod
     def _parse_schema(buf: bytes, shapes: dict[str, tuple[int, ...]]) -> list[tuple[str, int]]:
@@ -617,7 +674,7 @@ class SpecStore:
             covered = offset + length
         if covered != len(self.buf):
             raise SpecError("trailing bytes after the last section")
-        for name in SECTIONS:
+        for name in self.sections:
             if xxh3(self.sections[name]) != self.checksum(name):
                 raise SpecError(f"{name} checksum mismatch")
         keys = [self.key_of_rank(r) for r in range(self.count)]
@@ -709,6 +766,7 @@ def check_against_docstore(path: Path, *, level: int | None = None, version: int
         assert spec.level == level
     assert spec.type_names() == store.fields
     assert list(spec.type_names()) == list(store.fields)
+    assert spec.metadata == store.metadata  # §4.10: {} without the section
     assert len(spec.dictionary) <= 65536
 
     # §11: the writer puts the schema at 512 and pads minimally.
@@ -948,6 +1006,71 @@ def test_version_4_record_bytes(tmp_path: Path) -> None:
     with pytest.raises(docstore.CorruptStoreError, match="version 4 added"):
         (tmp_path / "bad.docstore").write_bytes(bytes(buf))
         docstore.open(tmp_path / "bad.docstore")
+
+
+METADATA = {
+    "huggingface": {"features": {"label": {"names": ["neg", "pos"], "_type": "ClassLabel"}}},
+    "é": [1, 2.5, None],
+}
+
+
+def test_version_5_metadata_section(tmp_path: Path) -> None:
+    """§3, §4.10, §8 and §10: metadata makes a version 5 store, whose tenth section, after the
+    key ranks, is the metadata's JSON text; every byte before it is the store without metadata's
+    (but the header's version, section count, tenth entry and checksum)."""
+    fields = {"text": "str", "n": "int64"}
+    docs = [(f"doc-{i}", {"text": f"text {i} " * (i % 5), "n": i - 3}) for i in range(21)]
+    plain = write(tmp_path / "plain.docstore", fields, docs)
+    path = write(tmp_path / "meta.docstore", fields, docs, metadata=METADATA)
+    spec = check_against_docstore(path, version=5)
+    assert spec.metadata == METADATA and docstore.open(path).metadata == METADATA
+    a, b = plain.read_bytes(), path.read_bytes()
+    offset, length, _ = spec.entries[SECTIONS.index("metadata")]
+    assert struct.unpack_from("<I", b, 32) == (10,) and SpecStore(a).metadata == {}
+    assert json.loads(b[offset : offset + length]) == METADATA and offset + length == len(b)
+    assert a[512:] == b[512 : len(a)] and not any(b[len(a) : offset]) and offset % 8 == 0
+    assert a[:8] == b[:8] and a[12:32] == b[12:32] and a[36:280] == b[36:280]
+    assert not any(a[280:504]) and not any(b[304:504])
+    # §4.10 rules, checksums recomputed: docstore and the spec reader refuse the same contents.
+    for contents, why in [
+        (b"[1]", "not a JSON object"),
+        (b'{"a": 1, "a": 2}', "repeated"),
+        (b'{"a": {"b": 1, "b": 1}}', "repeated"),
+        (b'{"a": 1} x', ""),
+        (b'{"a": "\xff"}', "UTF-8"),
+        (b'{"a": NaN}', ""),
+        (b'{"a": "\\ud800"}', ""),
+        (b'{"\\udc00": 1}', ""),
+        (b'{"a": ' + b"[" * 127 + b"]" * 127 + b"}", "recursion limit"),
+        (b"", ""),
+    ]:
+        buf = bytearray(b[:offset] + contents)
+        struct.pack_into("<QQ", buf, TABLE_AT + 24 * 9 + 8, len(contents), xxh3(contents))
+        buf[504:512] = struct.pack("<Q", xxh3(bytes(buf[:504])))
+        with pytest.raises(SpecError, match="bad metadata"):
+            SpecStore(bytes(buf))
+        bad = tmp_path / "bad.docstore"
+        bad.write_bytes(bytes(buf))
+        with pytest.raises(docstore.CorruptStoreError, match=f"bad metadata.*{why}"):
+            docstore.open(bad)
+    # A flipped bit anywhere in the section: both refuse it (its checksum).
+    for at in range(offset, len(b)):
+        buf = bytearray(b)
+        buf[at] ^= 0x20
+        with pytest.raises(SpecError, match="metadata checksum mismatch"):
+            SpecStore(bytes(buf))
+        (tmp_path / "bad.docstore").write_bytes(bytes(buf))
+        with pytest.raises(docstore.CorruptStoreError, match="metadata checksum mismatch"):
+            docstore.open(tmp_path / "bad.docstore")
+    # A reader of versions 1 to 4 refuses the store by its version (§10), and docstore refuses
+    # metadata given with an older format_version.
+    buf = bytearray(b)
+    buf[8:12] = struct.pack("<I", 4)
+    buf[504:512] = struct.pack("<Q", xxh3(bytes(buf[:504])))
+    with pytest.raises(SpecError, match="unexpected header layout"):
+        SpecStore(bytes(buf))
+    with pytest.raises(docstore.errors.InvalidArgumentError, match="format version 5"):
+        write(tmp_path / "v4.docstore", fields, docs, metadata=METADATA, format_version=4)
 
 
 def test_varint_and_zigzag_bytes(tmp_path: Path, version: int) -> None:
@@ -1258,13 +1381,13 @@ def test_documented_rejections(tmp_path: Path, version: int) -> None:
         unsupported = error is docstore.UnsupportedVersionError
         assert isinstance(raised.value, SpecUnsupportedVersion) == unsupported
 
-    # §10: versions 1 to 4 are read, any other is refused, and the version is checked before the
+    # §10: versions 1 to 5 are read, any other is refused, and the version is checked before the
     # checksum: a bad version is not reported as corruption.
-    for bad_version in (0, 5, 999):
+    for bad_version in (0, 6, 999):
         bad = corrupt(good, 8, struct.pack("<I", bad_version))
         check(f"v{bad_version}", bad, at_open=True, error=docstore.UnsupportedVersionError)
         check(f"v{bad_version}-short", bad[:100], at_open=True, error=docstore.UnsupportedVersionError)
-        with pytest.raises(docstore.UnsupportedVersionError, match=f"version {bad_version} .*1 to 4"):
+        with pytest.raises(docstore.UnsupportedVersionError, match=f"version {bad_version} .*1 to 5"):
             docstore.open(tmp_path / f"v{bad_version}.docstore")
     check("magic", corrupt(good, 0, b"X"), at_open=True, error=docstore.CorruptStoreError)
     check("reserved", corrupt(good, 300, b"\x01"), at_open=True, error=docstore.CorruptStoreError)
@@ -1319,7 +1442,7 @@ def relaid(buf: bytes, replaced: dict[str, bytes]) -> bytes:
     as the writer lays them out (§2) and every checksum recomputed (§3)."""
     spec = SpecStore(buf)
     out = bytearray(buf[:HEADER_SIZE])
-    for i, name in enumerate(SECTIONS):
+    for i, name in enumerate(spec.sections):
         content = replaced.get(name, spec.sections[name])
         out += bytes(-len(out) % (KEY_INDEX_ALIGN if name == "key index" else 8))
         ENTRY.pack_into(out, TABLE_AT + 24 * i, len(out), len(content), xxh3(content))

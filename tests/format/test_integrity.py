@@ -226,7 +226,7 @@ def test_cli_upgrade(tmp_path):
     assert json.loads(info.stdout)["checked_reads"] is True
 
 
-@pytest.mark.parametrize("bad", [5, 0, True, "2"])
+@pytest.mark.parametrize("bad", [6, 0, True, "2"])
 def test_writer_refuses_an_unknown_format_version(tmp_path, bad):
     with pytest.raises((docstore.InvalidArgumentError, TypeError)):
         docstore.Writer(tmp_path / "s", {"text": "str"}, format_version=bad)

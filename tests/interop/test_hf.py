@@ -4,6 +4,8 @@ dataset over a store."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -89,6 +91,39 @@ def test_a_mapped_stream_of_unknown_features_and_row_numbers(tmp_path):
     assert mapped.column_names is None
     store = docstore.build(tmp_path / "s", mapped, id_field=None, fields={"upper": "str"}, batch_size=64)
     assert len(store) == N and store["0"].upper == "PASSAGE 0" and store.at(N - 1).doc_id == str(N - 1)
+
+
+def late_nulls(n: int = 20_000, first_null: int = 17_000):
+    """Rows whose ``text`` is None only from row ``first_null`` on: past the first batches."""
+    for i in range(n):
+        yield {"pid": f"p{i}", "text": None if i >= first_null else f"passage {i}", "n": i}
+
+
+@pytest.mark.parametrize("how", ["features", "unknown", "mapped"])
+def test_a_null_first_seen_late_in_a_stream_does_not_fail_the_build(tmp_path, how):
+    """A stream of Python rows (a generator, a ``.map()``) whose column holds None only in a later
+    batch: typed by its features where it has them (every HF feature may hold None: nullable
+    from the start), else widened when the None comes, keeping every row. It failed late, inside
+    datasets ("Schema at index N was different ... text: null"), whatever the features said."""
+    features = datasets.Features(
+        {"pid": datasets.Value("string"), "text": datasets.Value("string"), "n": datasets.Value("int32")}
+    )
+    if how == "features":
+        ds = datasets.IterableDataset.from_generator(late_nulls, features=features)
+    elif how == "unknown":
+        ds = datasets.IterableDataset.from_generator(late_nulls)
+    else:
+        ds = datasets.IterableDataset.from_generator(late_nulls, features=features).map(lambda row: row)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        store = docstore.build(tmp_path / "s", ds, id_field="pid")
+    assert store.fields == {"text": "str?", "n": "int64?" if how == "features" else "int64"}
+    widened = [w for w in caught if "widened" in str(w.message)]
+    assert len(widened) == (0 if how == "features" else 1)
+    assert len(store) == 20_000 and store["p16999"].text == "passage 16999" and store["p17000"].text is None
+    assert store["p19999"].n == 19_999
+    if how == "features":  # and their features kept for to_dataset
+        assert store.metadata["huggingface"]["features"]["n"] == {"dtype": "int32", "_type": "Value"}
 
 
 def test_add_many_takes_datasets_and_streams(tmp_path):

@@ -46,3 +46,52 @@ def test_to_dataset_keeps_ids_order_and_types(tmp_path):
     again = docstore.build(tmp_path / "t", ds, fields=fields)
     assert list(again) == list(store) and again["d3"].text == "t3"
     assert np.array_equal(again["d8"].grid, store["d8"].grid)
+
+
+def test_to_dataset_gives_back_the_features_a_store_was_built_from(tmp_path):
+    """A store built from a ``datasets.Dataset`` keeps its features in its metadata (docs/format.md
+    §4.10), and ``to_dataset`` gives them back: ClassLabel names, float32 and int32 scalars (stored
+    as float64 and int64), sequence lengths, Array2D shapes, nested lists of strings."""
+    features = datasets.Features(
+        {
+            "pid": datasets.Value("string"),
+            "text": datasets.Value("string"),
+            "label": datasets.ClassLabel(names=["neg", "neutral", "pos"]),
+            "score": datasets.Value("float32"),
+            "count": datasets.Value("int32"),
+            "emb": datasets.Sequence(datasets.Value("float32"), length=3),
+            "grid": datasets.Array2D((2, 2), "float32"),
+            "tags": datasets.Sequence(datasets.Value("string")),
+        }
+    )
+    rows = {
+        "pid": ["p1", "p2", "p3"],
+        "text": ["one", "two", "three"],
+        "label": [0, 2, 1],
+        "score": [0.1, 0.25, 1e-3],
+        "count": [1, -2, 3],
+        "emb": [[0.1, 0.2, 0.3], [1.0, 2.0, 3.0], [0.5, 0.5, 0.5]],
+        "grid": [[[1, 2], [3, 4]], [[5, 6], [7, 8]], [[0, 0], [0, 1]]],
+        "tags": [["a"], [], ["b", "c"]],
+    }
+    source = datasets.Dataset.from_dict(rows, features=features)
+    store = docstore.build(tmp_path / "s", source, id_field="pid")
+    assert store.metadata["huggingface"]["features"]["label"]["names"] == ["neg", "neutral", "pos"]
+    back = docstore.hf.to_dataset(store)
+    assert back.column_names == ["doc_id", *(n for n in features if n != "pid")]
+    for name in back.column_names[1:]:
+        assert back.features[name] == features[name], name
+    assert back.features["label"].int2str(back[1]["label"]) == "pos"
+    original = source.to_list()
+    for row, want in zip(back.to_list(), original):
+        assert row.pop("doc_id") == want.pop("pid")
+        assert row == want  # float32 values exactly as the source holds them
+    part = docstore.hf.to_dataset(store, ["label"], rows=slice(1, 3))
+    assert part.features["label"] == features["label"] and part["label"] == [2, 1]
+    # A user's own metadata stays beside it; a store without any gives the fields' own features.
+    mine = docstore.build(tmp_path / "m", source, id_field="pid", metadata={"mine": 1})
+    assert mine.metadata["mine"] == 1 and "huggingface" in mine.metadata
+    plain = docstore.build(tmp_path / "p", [{"pid": "p1", "score": 0.5}], id_field="pid")
+    assert plain.metadata == {} and docstore.hf.to_dataset(plain).features["score"] == datasets.Value(
+        "float64"
+    )

@@ -529,6 +529,10 @@ def _write_parquet(store: Any, out: Any, id_field: str, progress: bool | None = 
         raise UsageError("writing parquet needs pyarrow: pip install pyarrow") from None
     names = [id_field, *store.fields]
     schema = store.to_arrow(rows=[]).rename_columns(names).schema
+    if store.metadata:  # the store's metadata (docs/format.md §4.10), as its JSON text
+        schema = schema.with_metadata(
+            {**(schema.metadata or {}), b"docstore.metadata": json.dumps(store.metadata)}
+        )
     with (
         pq.ParquetWriter(out, schema) as writer,
         _progress.bar(len(store), "docs", progress, desc="export") as shown,

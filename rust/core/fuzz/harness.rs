@@ -43,6 +43,10 @@ pub fn read_everything(file: &[u8]) -> Reached {
         return Reached::Refused;
     };
     let verified = store.verify().is_ok();
+    // Checked at open: what a store gives back is one JSON object, whatever its bytes were.
+    if let Some(metadata) = store.metadata() {
+        assert!(docstore_core::format::metadata::check(metadata.as_bytes()).is_ok());
+    }
     let schema = store.schema();
     let n = store.len();
     let probed: Vec<u64> = (0..n.min(MAX_PROBED))
@@ -183,6 +187,15 @@ pub fn seed_stores(dir: &Path) -> Vec<Vec<u8>> {
         ("every_type", &every_type, 24, small_dict.clone()),
         ("every_type_fast", &every_type, 24, fast.clone()),
         ("version4", &version4, 24, small_dict.clone()),
+        (
+            "version5_metadata",
+            &version4,
+            12,
+            WriterOptions {
+                metadata: Some(r#"{"huggingface": {"features": {"t": {"dtype": "string"}}}, "n": [1, 2.5, null, true]}"#.into()),
+                ..small_dict.clone()
+            },
+        ),
         ("text_prefixed_keys", &text_only, 40, small_dict),
         ("text_fast", &text_only, 8, fast),
         ("text_uncompressed", &text_only, 8, uncompressed),

@@ -317,15 +317,15 @@ fn garbage_and_newer_versions_are_clear_errors() {
     let store = dir.path().join("s");
     build(&store, 3, WriterOptions::default());
     let mut bytes = std::fs::read(&store).unwrap();
-    bytes[8] = 5;
+    bytes[8] = 6;
     std::fs::write(&path, &bytes).unwrap();
     let err = Store::open(&path).err().unwrap();
     assert!(matches!(
         err,
         Error::UnsupportedVersion {
-            found: 5,
+            found: 6,
             min: 1,
-            max: 4
+            max: 5
         }
     ));
     assert!(err.to_string().contains("upgrade"));
@@ -636,13 +636,203 @@ fn older_versions_still_read() {
         std::fs::read(&v4).unwrap(),
         std::fs::read(dir.path().join("v3")).unwrap()
     );
-    assert!(Writer::create(
-        dir.path().join("v5"),
-        schema(),
+    // Version 5 (metadata) is written only for a store given metadata: this one is written as 3.
+    let v5 = dir.path().join("v5");
+    build(
+        &v5,
+        300,
         WriterOptions {
             format_version: 5,
+            ..Default::default()
+        },
+    );
+    assert_eq!(
+        std::fs::read(&v5).unwrap(),
+        std::fs::read(dir.path().join("v3")).unwrap()
+    );
+    assert!(Writer::create(
+        dir.path().join("v6"),
+        schema(),
+        WriterOptions {
+            format_version: 6,
             ..Default::default()
         }
     )
     .is_err());
+}
+
+const METADATA: &str = r#"{"huggingface": {"features": {"label": {"names": ["neg", "pos"], "_type": "ClassLabel"}}}, "é": [1, 2.5, null]}"#;
+
+fn with_metadata(metadata: &str) -> WriterOptions {
+    WriterOptions {
+        metadata: Some(metadata.into()),
+        ..WriterOptions::default()
+    }
+}
+
+#[test]
+fn metadata_makes_a_version_5_store_and_none_leaves_it_as_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let (plain, with) = (dir.path().join("plain"), dir.path().join("with"));
+    build(&plain, 300, WriterOptions::default());
+    let summary = build(&with, 300, with_metadata(METADATA));
+    let (a, b) = (
+        std::fs::read(&plain).unwrap(),
+        std::fs::read(&with).unwrap(),
+    );
+    assert_eq!(summary.file_bytes, b.len() as u64);
+    let store = Store::open(&with).unwrap();
+    assert_eq!(store.header().version, 5);
+    assert_eq!(store.metadata(), Some(METADATA));
+    store.verify().unwrap();
+    check_all(&store, 300);
+    let old = Store::open(&plain).unwrap();
+    assert_eq!((old.header().version, old.metadata()), (3, None));
+    // The section is the last, after zero padding; every byte before it is the same but the
+    // header's version, section count, tenth table entry and checksum.
+    let meta = store.header().section(Section::Metadata);
+    assert_eq!(&b[meta.offset as usize..], METADATA.as_bytes());
+    assert!(meta.offset - (a.len() as u64) < 8 && meta.offset % 8 == 0);
+    assert_eq!(a[512..], b[512..a.len()]);
+    assert!(b[a.len()..meta.offset as usize].iter().all(|&x| x == 0));
+    assert_eq!(b[32], 10);
+    // Given to a writer of an older version, or not one JSON object: refused, naming why.
+    for (options, why) in [
+        (
+            WriterOptions {
+                format_version: 4,
+                ..with_metadata("{}")
+            },
+            "format version 5",
+        ),
+        (with_metadata("[1]"), "not a JSON object"),
+        (with_metadata("{\"a\": 1, \"a\": 2}"), "repeated"),
+        (with_metadata("{\"a\": "), "EOF"),
+    ] {
+        let path = dir.path().join("refused");
+        let err = Writer::create(&path, schema(), options).err().unwrap();
+        assert!(
+            matches!(&err, Error::InvalidArgument(m) if m.contains(why)),
+            "{err}"
+        );
+        assert!(!path.exists());
+    }
+}
+
+#[test]
+fn a_damaged_metadata_section_is_refused_at_open_and_by_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    build(&path, 21, with_metadata(METADATA));
+    let good = std::fs::read(&path).unwrap();
+    let meta = Store::open(&path)
+        .unwrap()
+        .header()
+        .section(Section::Metadata);
+    let (start, end) = (meta.offset as usize, good.len());
+    // Any flipped byte of the section: its checksum (open), or, checksums recomputed (a crafted
+    // file), its JSON; a flip that leaves one JSON object is read as that.
+    for i in start..end {
+        for bit in [0x01, 0x20, 0x80] {
+            let mut bad = good.clone();
+            bad[i] ^= bit;
+            let err = Store::from_bytes(bad.clone()).err().unwrap().to_string();
+            assert!(err.contains("metadata checksum mismatch"), "{err}");
+            docstore_core::format::reseal(&mut bad);
+            match Store::from_bytes(bad.clone()) {
+                Err(err) => assert!(err.to_string().contains("bad metadata"), "{i}: {err}"),
+                Ok(store) => {
+                    store.verify().unwrap();
+                    let text = store.metadata().unwrap();
+                    assert!(docstore_core::format::metadata::check(text.as_bytes()).is_ok());
+                }
+            }
+        }
+    }
+    // Truncated, or a byte more: the section no longer ends the file.
+    let err = Store::from_bytes(good[..end - 1].to_vec()).err().unwrap();
+    assert!(
+        err.to_string().contains("metadata section lies outside"),
+        "{err}"
+    );
+    let mut longer = good.clone();
+    longer.push(b' ');
+    let err = Store::from_bytes(longer.clone())
+        .unwrap()
+        .verify()
+        .unwrap_err();
+    assert!(err.to_string().contains("trailing bytes"), "{err}");
+    // Non-zero padding before it (21 documents: 84 bytes of ranks, ending off the alignment).
+    let ranks = Store::open(&path)
+        .unwrap()
+        .header()
+        .section(Section::KeyRanks);
+    let padding = (ranks.offset + ranks.len) as usize..start;
+    assert!(!padding.is_empty());
+    let mut bad = good.clone();
+    bad[padding.start] = 1;
+    let err = Store::from_bytes(bad).unwrap().verify().unwrap_err();
+    assert!(err.to_string().contains("padding"), "{err}");
+    // Crafted contents, checksums recomputed: each refused with what is wrong.
+    for (contents, why) in [
+        (&b"[1, 2]"[..], "not a JSON object"),
+        (b"{\"a\": 1, \"a\": 1}", "repeated"),
+        (b"{\"a\": 1} x", "trailing"),
+        (b"{\"a\": \"\xff\"}", "not UTF-8"),
+        (b"", "EOF"),
+    ] {
+        let mut bad = good[..start].to_vec();
+        bad.extend_from_slice(contents);
+        let table = 64 + 9 * 24;
+        bad[table + 8..table + 16].copy_from_slice(&(contents.len() as u64).to_le_bytes());
+        docstore_core::format::reseal(&mut bad);
+        let err = Store::from_bytes(bad).err().unwrap().to_string();
+        assert!(
+            err.contains("bad metadata") && err.contains(why),
+            "{why}: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_collections_metadata_is_its_shards_and_differing_shards_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let shard = |name: &str, metadata: Option<&str>, from: usize| {
+        let path = dir.path().join(name);
+        let options = WriterOptions {
+            metadata: metadata.map(str::to_owned),
+            ..WriterOptions::default()
+        };
+        let mut writer = Writer::create(&path, schema(), options).unwrap();
+        for i in from..from + 10 {
+            let (key, text, label, tokens) = doc(i);
+            let values = [
+                Value::Str(&text),
+                Value::Int64(label),
+                Value::Array(ElemType::I32, &tokens),
+            ];
+            writer.push(&key, &values).unwrap();
+        }
+        writer.finish().unwrap();
+        path
+    };
+    let (a, b) = (
+        shard("a", Some(METADATA), 0),
+        shard("b", Some(METADATA), 10),
+    );
+    let target = dir.path().join("c");
+    docstore_core::collection::seal(&target, &[a.clone(), b], false).unwrap();
+    let collection = docstore_core::Collection::open(&target, DataAccess::Mmap).unwrap();
+    assert_eq!(collection.metadata(), Some(METADATA));
+    for (other, shown) in [
+        (shard("x", Some("{}"), 20), "{}"),
+        (shard("y", None, 30), "none"),
+    ] {
+        let err =
+            docstore_core::collection::seal(&dir.path().join("d"), &[a.clone(), other], false)
+                .unwrap_err()
+                .to_string();
+        assert!(err.contains("metadata") && err.contains(shown), "{err}");
+        assert!(!dir.path().join("d").exists());
+    }
 }

@@ -328,6 +328,12 @@ impl Reader {
         self.info(py)
     }
 
+    /// The user metadata (format v5): the text of one JSON object, that of every shard in a
+    /// collection; `None` for a store without.
+    fn _metadata(&self, py: Python<'_>) -> PyResult<Option<String>> {
+        Ok(self.store(py)?.metadata().map(str::to_owned))
+    }
+
     /// The compression dictionary (of the first shard, in a collection): `Writer(dictionary=...)`
     /// takes it, so that the shards of one corpus share one.
     fn _dictionary<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {

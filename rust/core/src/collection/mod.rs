@@ -135,6 +135,12 @@ impl Collection {
         self.shards[0].schema()
     }
 
+    /// The user metadata of the collection: that of its shards, which all hold the same
+    /// (format v5; None without).
+    pub fn metadata(&self) -> Option<&str> {
+        self.shards[0].metadata()
+    }
+
     /// The shards in position order (one for a single store file).
     pub fn shards(&self) -> &[Store<StoreFile>] {
         &self.shards

@@ -230,6 +230,13 @@ impl Collection {
                     entry.file
                 )));
             }
+            // A collection's metadata is its shards' (`seal` refuses shards whose differ).
+            if shard.metadata() != shards.first().map_or(shard.metadata(), Store::metadata) {
+                return Err(Error::corrupt(format!(
+                    "shard {} has other metadata than the first shard",
+                    entry.file
+                )));
+            }
             if !shard.checked() {
                 return Err(Error::corrupt(format!(
                     "shard {} lacks document checks (format version 1)",

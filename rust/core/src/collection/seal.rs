@@ -213,6 +213,23 @@ fn seal_held(
                     describe(first.schema())
                 )));
             }
+            if store.metadata() != first.metadata() {
+                let what = |m: Option<&str>| match m {
+                    Some(text) if text.len() > 200 => {
+                        format!("{}...", &text[..text.floor_char_boundary(200)])
+                    }
+                    Some(text) => text.to_owned(),
+                    None => "none".to_owned(),
+                };
+                return Err(Error::Schema(format!(
+                    "shard {} has metadata {}, but shard {} has {}: a collection's shards hold \
+                     the same metadata (its own)",
+                    source.display(),
+                    what(store.metadata()),
+                    shards[0].display(),
+                    what(first.metadata())
+                )));
+            }
         }
         if !store.checked() {
             return Err(Error::InvalidArgument(format!(

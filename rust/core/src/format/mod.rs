@@ -14,10 +14,12 @@
 //! Version 2 adds a check in front of every blob (`check`); version 3 binds the position into
 //! that check and puts each document's blob location in its key index entry, so that a lookup
 //! by key reads the key index and then the blob, nothing between (one round trip less remotely,
-//! one random read less locally). Version 4 only adds field types and nullable fields.
+//! one random read less locally). Version 4 only adds field types and nullable fields. Version
+//! 5 only adds the user metadata section (`metadata`), a tenth section at the end of the file.
 
 pub mod check;
 pub mod key_entry;
+pub mod metadata;
 pub mod planes;
 pub mod record;
 pub mod schema;
@@ -32,9 +34,12 @@ pub const MAGIC: [u8; 8] = *b"DOCSTORE";
 /// The version this docstore writes for a store whose fields version 3 holds (every store
 /// before version 4), byte for byte as before, so that readers of version 3 open it.
 pub const VERSION: u32 = 3;
-/// The newest version it reads and writes: version 3 with nullable fields and more field types
-/// (`Schema::min_version`), written only for a schema that needs it.
-pub const NEWEST: u32 = 4;
+/// The newest version it reads and writes: version 4 with the user metadata section, written
+/// only for a store given metadata (`metadata`).
+pub const NEWEST: u32 = 5;
+/// The first version with the user metadata section (section 9): a store without metadata is
+/// written as before, byte for byte.
+pub const METADATA_VERSION: u32 = 5;
 /// The oldest version it reads: version 1 stores lack the per-document checks of version 2.
 pub const MIN_VERSION: u32 = 1;
 pub const HEADER_SIZE: usize = 512;
@@ -72,10 +77,14 @@ pub enum Section {
     KeyFences = 7,
     /// `count` u32: the sorted rank of the key of each position (inverse of the index positions).
     KeyRanks = 8,
+    /// Version 5: the user's metadata, one JSON object (`metadata`). Absent (no table entry, an
+    /// empty range) before version 5.
+    Metadata = 9,
 }
 
 impl Section {
-    pub const COUNT: usize = 9;
+    /// Table entries a header holds room for: nine before version 5, ten from it.
+    pub const COUNT: usize = 10;
     pub const ALL: [Section; Section::COUNT] = [
         Section::Schema,
         Section::Dictionary,
@@ -86,6 +95,7 @@ impl Section {
         Section::KeyIndex,
         Section::KeyFences,
         Section::KeyRanks,
+        Section::Metadata,
     ];
 
     /// The index: the sections a lookup reads piece by piece (a remote store may buy them whole).
@@ -108,6 +118,7 @@ impl Section {
             Section::KeyIndex => "key index",
             Section::KeyFences => "key fences",
             Section::KeyRanks => "key ranks",
+            Section::Metadata => "metadata",
         }
     }
 }
@@ -190,6 +201,17 @@ impl Header {
         self.sections[section as usize]
     }
 
+    /// The sections a store of this version has, in file order: nine, and from version 5 the
+    /// metadata section (the last).
+    pub fn present(&self) -> &'static [Section] {
+        &Section::ALL[..section_count(self.version)]
+    }
+
+    /// Whether this store has the user metadata section (format v5).
+    pub fn has_metadata(&self) -> bool {
+        self.version >= METADATA_VERSION
+    }
+
     pub fn encode(&self) -> [u8; HEADER_SIZE] {
         let mut buf = [0u8; HEADER_SIZE];
         buf[..8].copy_from_slice(&MAGIC);
@@ -197,13 +219,14 @@ impl Header {
         buf[12..16].copy_from_slice(&(HEADER_SIZE as u32).to_le_bytes());
         buf[COUNT_AT..COUNT_AT + 8].copy_from_slice(&self.count.to_le_bytes());
         buf[RAW_AT..RAW_AT + 8].copy_from_slice(&self.raw_bytes.to_le_bytes());
+        let present = section_count(self.version);
         buf[SECTIONS_COUNT_AT..SECTIONS_COUNT_AT + 4]
-            .copy_from_slice(&(Section::COUNT as u32).to_le_bytes());
+            .copy_from_slice(&(present as u32).to_le_bytes());
         buf[LEVEL_AT] = self.level;
         buf[FLAGS_AT] = self.flags;
         buf[COMMON_PREFIX_AT..COMMON_PREFIX_AT + 4]
             .copy_from_slice(&self.common_prefix.to_le_bytes());
-        for (i, entry) in self.sections.iter().enumerate() {
+        for (i, entry) in self.sections[..present].iter().enumerate() {
             let at = TABLE_AT + i * 24;
             buf[at..at + 8].copy_from_slice(&entry.offset.to_le_bytes());
             buf[at + 8..at + 16].copy_from_slice(&entry.len.to_le_bytes());
@@ -237,7 +260,7 @@ impl Header {
             return Err(Error::corrupt("header checksum mismatch"));
         }
         if u32_at(buf, 12) as usize != HEADER_SIZE
-            || u32_at(buf, SECTIONS_COUNT_AT) as usize != Section::COUNT
+            || u32_at(buf, SECTIONS_COUNT_AT) as usize != section_count(version)
         {
             return Err(Error::corrupt("unexpected header layout"));
         }
@@ -257,7 +280,7 @@ impl Header {
             )));
         }
         let mut end_of_previous = HEADER_SIZE as u64;
-        for section in Section::ALL {
+        for &section in header.present() {
             let at = TABLE_AT + section as usize * 24;
             let entry = SectionEntry {
                 offset: u64_at(buf, at),
@@ -285,6 +308,7 @@ impl Header {
         for (section, most) in [
             (Section::Schema, schema::MAX_SCHEMA_BYTES),
             (Section::Dictionary, MAX_DICT_SIZE),
+            (Section::Metadata, metadata::MAX_METADATA_BYTES),
         ] {
             if header.section(section).len > most as u64 {
                 return Err(Error::corrupt(format!(
@@ -295,6 +319,15 @@ impl Header {
             }
         }
         Ok(header)
+    }
+}
+
+/// Entries in the section table of a store of `version` (the header's section count field).
+pub fn section_count(version: u32) -> usize {
+    if version >= METADATA_VERSION {
+        Section::COUNT
+    } else {
+        Section::COUNT - 1
     }
 }
 
@@ -312,7 +345,8 @@ pub fn reseal(file: &mut [u8]) {
     if file.len() < HEADER_SIZE {
         return;
     }
-    for i in 0..Section::COUNT {
+    let entries = (u32_at(file, SECTIONS_COUNT_AT) as usize).min(Section::COUNT);
+    for i in 0..entries {
         let at = TABLE_AT + i * 24;
         let (offset, len) = (u64_at(file, at), u64_at(file, at + 8));
         if let Some(section) = offset
@@ -349,7 +383,8 @@ mod tests {
             ..Default::default()
         };
         let mut offset = HEADER_SIZE as u64;
-        for (i, entry) in h.sections.iter_mut().enumerate() {
+        let present = h.present().len();
+        for (i, entry) in h.sections[..present].iter_mut().enumerate() {
             if i == Section::KeyIndex as usize {
                 offset = offset.next_multiple_of(KEY_INDEX_ALIGN);
             }
@@ -367,6 +402,69 @@ mod tests {
     fn round_trips() {
         let h = header();
         assert_eq!(Header::decode(&h.encode(), 10_000).unwrap(), h);
+    }
+
+    #[test]
+    fn version_5_has_a_tenth_section_and_nothing_else_differs() {
+        let mut h = header();
+        h.version = METADATA_VERSION;
+        let end = h.sections[Section::KeyRanks as usize];
+        h.sections[Section::Metadata as usize] = SectionEntry {
+            offset: (end.offset + end.len).next_multiple_of(ALIGN),
+            len: 2,
+            checksum: xxh3_64(b"{}"),
+        };
+        let bytes = h.encode();
+        assert_eq!(u32_at(&bytes, SECTIONS_COUNT_AT), 10);
+        assert_eq!(Header::decode(&bytes, 10_000).unwrap(), h);
+        // Before version 5 the tenth entry is reserved, zero, whatever the header holds.
+        let mut old = h.clone();
+        old.version = 4;
+        let bytes = old.encode();
+        assert_eq!(u32_at(&bytes, SECTIONS_COUNT_AT), 9);
+        assert!(bytes[TABLE_AT + 9 * 24..CHECKSUM_AT]
+            .iter()
+            .all(|&b| b == 0));
+        assert_eq!(header().encode()[..8], bytes[..8]);
+        // Its entry is checked as every other: in the file, after the key ranks, aligned.
+        for bad in [
+            SectionEntry {
+                offset: end.offset,
+                ..h.sections[9]
+            },
+            SectionEntry {
+                offset: 9_999,
+                ..h.sections[9]
+            },
+            SectionEntry {
+                offset: 9_000,
+                len: 1_001,
+                ..h.sections[9]
+            },
+        ] {
+            let mut bad_header = h.clone();
+            bad_header.sections[Section::Metadata as usize] = bad;
+            let err = Header::decode(&bad_header.encode(), 10_000).unwrap_err();
+            assert!(
+                err.to_string().contains("metadata section lies outside"),
+                "{err}"
+            );
+        }
+        let mut long = h.clone();
+        long.sections[Section::Metadata as usize].len = metadata::MAX_METADATA_BYTES as u64 + 1;
+        let err = Header::decode(&long.encode(), u64::MAX)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("metadata section is longer"), "{err}");
+        // A version 5 header with nine entries, or a version 4 one with ten, is refused.
+        let mut bytes = h.encode();
+        bytes[SECTIONS_COUNT_AT] = 9;
+        reseal(&mut bytes);
+        assert!(Header::decode(&bytes, 10_000).is_err());
+        let mut bytes = old.encode();
+        bytes[SECTIONS_COUNT_AT] = 10;
+        reseal(&mut bytes);
+        assert!(Header::decode(&bytes, 10_000).is_err());
     }
 
     #[test]
@@ -417,10 +515,10 @@ mod tests {
     #[test]
     fn newer_version_is_reported_as_such() {
         let mut bytes = header().encode();
-        bytes[8] = 5;
+        bytes[8] = 6;
         assert!(matches!(
             Header::decode(&bytes, 10_000),
-            Err(Error::UnsupportedVersion { found: 5, .. })
+            Err(Error::UnsupportedVersion { found: 6, .. })
         ));
         bytes[8] = 0;
         assert!(matches!(

@@ -90,6 +90,8 @@ pub struct Store<B> {
     ranges: [Range<usize>; Section::COUNT],
     /// The dictionary, copied at open where the storage's bytes may change (see `from_bytes`).
     dictionary: Option<Box<[u8]>>,
+    /// The user metadata (format v5), a JSON object's text, checked and copied at open.
+    metadata: Option<Box<str>>,
     /// The header checksum, taken at open: what `verify` compares a download with, which bytes
     /// damaged in a remote store's cache since must not change.
     fingerprint: u64,
@@ -230,6 +232,18 @@ impl<B: Storage> Store<B> {
             }
         }
         let schema = Schema::decode(section(Section::Schema))?;
+        // Format v5: checked whole (its checksum, then one JSON object) and copied, as small as
+        // the schema and bounded the same way (`Header::decode`).
+        let metadata = match header.has_metadata() {
+            true => {
+                let bytes = section(Section::Metadata);
+                if xxh3_64(bytes) != header.section(Section::Metadata).checksum {
+                    return Err(Error::corrupt("metadata checksum mismatch"));
+                }
+                Some(Box::from(crate::format::metadata::check(bytes)?))
+            }
+            false => None,
+        };
         // Nullable fields and the types version 4 added are refused in an older store rather
         // than read by rules its writer did not follow.
         if schema.min_version() > header.version {
@@ -274,6 +288,7 @@ impl<B: Storage> Store<B> {
             schema,
             ranges,
             dictionary,
+            metadata,
             common_prefix: 0..0,
             prefix_fetched: AtomicBool::new(false),
         };
@@ -361,6 +376,12 @@ impl<B: Storage> Store<B> {
         }
     }
 
+    /// The user metadata a format v5 store holds: the text of one JSON object (checked at open);
+    /// None for a store without (every store before version 5).
+    pub fn metadata(&self) -> Option<&str> {
+        self.metadata.as_deref()
+    }
+
     /// How this store reads documents.
     pub fn data_access(&self) -> DataAccess {
         self.buf.data_access()
@@ -391,10 +412,13 @@ fn regions(header: &Header, fingerprint: u64) -> Regions {
             value: fingerprint,
         },
         // What opening a remote store reads past its first bytes: the key fences (one
-        // request), and the schema and the dictionary where they do not fit the first request.
+        // request), the metadata (format v5, at the end of the file) in the same round, and the
+        // schema and the dictionary where they do not fit the first request.
         pinned: [Section::Schema, Section::Dictionary, Section::KeyFences]
+            .into_iter()
+            .chain(header.has_metadata().then_some(Section::Metadata))
             .map(region)
-            .to_vec(),
+            .collect(),
         index: Section::INDEX.map(region).to_vec(),
         documents: region(Section::Data),
     }

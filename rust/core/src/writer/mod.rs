@@ -66,8 +66,12 @@ pub struct Writer {
 }
 
 /// The version a writer allowed versions up to `newest` writes for `schema`: version 3 (or
-/// older, if asked) unless the schema needs 4.
-fn written_version(schema: &Schema, newest: u32) -> Result<u32> {
+/// older, if asked) unless the schema needs 4, or the store has metadata (5).
+fn written_version(schema: &Schema, newest: u32, metadata: bool) -> Result<u32> {
+    if metadata {
+        // `WriterOptions::validate` refused metadata with an older `newest`.
+        return Ok(format::METADATA_VERSION);
+    }
     let needed = schema.min_version();
     if needed > newest {
         let field = (schema.fields.iter())
@@ -107,7 +111,8 @@ impl Writer {
         // Validates the options before any file exists.
         options.validate()?;
         let mut options = options;
-        options.format_version = written_version(&schema, options.format_version)?;
+        options.format_version =
+            written_version(&schema, options.format_version, options.metadata.is_some())?;
         let scratch = Scratch::create(&parent, &name, &TargetLock::acquire(&parent, &name)?)?;
         // Read and write: the ranks section is filled through a mapping of this file.
         let file = File::options()
@@ -340,14 +345,18 @@ impl Writer {
             None => BlobLocations::None,
         };
         build::write_sections(&mut file, &mut header, &scratch, &locations, sorted_keys)?;
-        let out = build::write_ranks(file, &mut header, &scratch)?;
+        let mut out = build::write_ranks(file, &mut header, &scratch)?;
+        if let Some(metadata) = &self.options.metadata {
+            header.sections[Section::Metadata as usize] =
+                write_metadata(&mut out, metadata.as_bytes())?;
+        }
         write_header(out, &header)?;
         self.publish(&scratch.join("store"))?;
-        let ranks = header.section(Section::KeyRanks);
+        let last = header.section(*header.present().last().expect("nine sections or ten"));
         Ok(Summary {
             count: self.count,
             raw_bytes: self.raw_bytes,
-            file_bytes: ranks.offset + ranks.len, // the last section
+            file_bytes: last.offset + last.len,
         })
     }
 
@@ -415,6 +424,20 @@ fn write_doc_offsets(
     file.copy_from(&scratch.join("doc-offsets"))?;
     file.write(&data_len.to_le_bytes())?;
     Ok(file.end())
+}
+
+/// Appends the metadata section (format v5, the last) to `out`, which ends with the key ranks:
+/// zero padding to the alignment, then the JSON text (checked by `WriterOptions::validate`).
+fn write_metadata(out: &mut File, metadata: &[u8]) -> Result<SectionEntry> {
+    let end = out.seek(SeekFrom::End(0))?;
+    let offset = end.next_multiple_of(format::ALIGN);
+    out.write_all(&vec![0u8; (offset - end) as usize])?;
+    out.write_all(metadata)?;
+    Ok(SectionEntry {
+        offset,
+        len: metadata.len() as u64,
+        checksum: xxhash_rust::xxh3::xxh3_64(metadata),
+    })
 }
 
 /// Writes the header over the zeros at the start of `out`, whose sections are all written, and

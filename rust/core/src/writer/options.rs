@@ -23,13 +23,16 @@ pub struct WriterOptions {
     pub key_buffer_bytes: usize,
     pub overwrite: bool,
     /// The newest version the writer may write, `format::NEWEST` down to `format::MIN_VERSION`,
-    /// for older readers. It writes version 4 only for a schema that needs it
-    /// (`Schema::min_version`), `format::VERSION` (3) otherwise.
+    /// for older readers. It writes version 5 only for a store given `metadata`, version 4 only
+    /// for a schema that needs it (`Schema::min_version`), `format::VERSION` (3) otherwise.
     pub format_version: u32,
     /// A dictionary to use instead of training one (at most 64 KiB): the shards of one corpus
     /// share the one trained once, so that their reader keeps one copy and a sharded build
     /// trains once, not once per shard.
     pub dictionary: Option<Vec<u8>>,
+    /// The user metadata section (format v5): one JSON object, as text (`format::metadata`).
+    /// None (the default) writes no section, and the store as before.
+    pub metadata: Option<String>,
 }
 
 impl Default for WriterOptions {
@@ -45,6 +48,7 @@ impl Default for WriterOptions {
             overwrite: false,
             format_version: format::NEWEST,
             dictionary: None,
+            metadata: None,
         }
     }
 }
@@ -77,6 +81,16 @@ impl WriterOptions {
                 "a dictionary is at most {} bytes (all lz4 can reach back)",
                 codec::MAX_DICT_SIZE
             )));
+        }
+        if let Some(metadata) = &self.metadata {
+            format::metadata::check_given(metadata)?;
+            if self.format_version < format::METADATA_VERSION {
+                return Err(Error::InvalidArgument(format!(
+                    "metadata needs format version {} (format_version={} cannot hold it)",
+                    format::METADATA_VERSION,
+                    self.format_version
+                )));
+            }
         }
         if self.dict_size > codec::MAX_DICT_SIZE {
             return Err(Error::InvalidArgument(format!(
