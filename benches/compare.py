@@ -167,7 +167,9 @@ def expected(system: str, value: Any) -> Any:
 # -- subprocesses ----------------------------------------------------------------------------
 
 
-def run_worker(args: list[str], timeout: float = 3600) -> dict:
+def run_worker(args: list[str], timeout: float = 3600, preexec_fn: Any = None) -> dict:
+    """``python -m benches.worker ARGS`` in a fresh process (``preexec_fn`` runs in it first:
+    ``larger_than_ram`` moves it into a memory cgroup); the JSON it prints last."""
     env = dict(os.environ)
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
     env.setdefault("TQDM_DISABLE", "1")
@@ -178,6 +180,7 @@ def run_worker(args: list[str], timeout: float = 3600) -> dict:
         env=env,
         timeout=timeout,
         cwd=str(HERE.parent),
+        preexec_fn=preexec_fn,
     )
     if p.returncode != 0:
         tail = (p.stderr or p.stdout)[-3000:]

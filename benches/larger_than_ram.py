@@ -23,7 +23,6 @@ import argparse
 import contextlib
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,7 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .cold_reads import device_reads
-from .compare import evict, fio_randread
+from .compare import evict, fio_randread, run_worker
 from .peers import COMPARE_PEERS
 
 SYSTEMS = ("docstore", "docstore:prefetch", "ir_datasets", "lmdb", "hf-datasets", "lance")
@@ -91,21 +90,8 @@ def memory_limit(limit: int) -> Iterator[MemoryLimit]:
         group.remove()
 
 
-def worker(args: list[str], group: MemoryLimit | None = None, timeout: float = 7200) -> dict:
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", TQDM_DISABLE="1")
-    repo = Path(__file__).resolve().parent.parent
-    p = subprocess.run(
-        [sys.executable, "-m", "benches.worker", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-        cwd=str(repo),
-        preexec_fn=group.enter if group is not None else None,
-    )
-    if p.returncode != 0:
-        raise RuntimeError(f"benches.worker {' '.join(args[:2])} failed ({p.returncode}): {p.stderr[-2000:]}")
-    return json.loads([line for line in p.stdout.splitlines() if line.startswith("{")][-1])
+def worker(args: list[str], group: MemoryLimit | None = None) -> dict:
+    return run_worker(args, timeout=7200, preexec_fn=group.enter if group is not None else None)
 
 
 def store_dir(root: Path, system: str, docs: int) -> Path:

@@ -29,6 +29,7 @@ from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, Rando
 
 from docstore.torch import DocDataset, PrefetchSampler, TokenDataset, distributed_sampler, set_epoch  # noqa: E402
 
+from ..core.test_reader import evict_from_page_cache  # noqa: E402
 from .test_torch_resume import list_collate, make_dataset, plain  # noqa: E402
 
 PAGE = mmap.PAGESIZE
@@ -60,12 +61,7 @@ def resident(path, start: float, stop: float) -> float:
     return sum(p & 1 for p in pages) / max(1, last - first)
 
 
-def evict(path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+evict = evict_from_page_cache
 
 
 def wait_for(predicate, seconds: float = 60) -> bool:
