@@ -3,7 +3,7 @@
 
 use crate::errors::{new_error, Exc, IntoPy};
 use crate::scratch::Decoded;
-use docstore_core::parallel;
+use docstore_core::runtime::parallel;
 use pyo3::prelude::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, TryLockError};

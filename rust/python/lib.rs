@@ -22,7 +22,7 @@ use pyo3::prelude::*;
 /// Sets the number of threads used for parallel compression and batch decoding (0 = all cores).
 #[pyfunction]
 fn set_num_threads(py: Python<'_>, n: &Bound<'_, PyAny>) -> PyResult<()> {
-    use docstore_core::{parallel, Error};
+    use docstore_core::{runtime::parallel, Error};
     use errors::IntoPy;
     let n = args::int_arg("the number of threads", n)?;
     let max = parallel::MAX_THREADS;
@@ -39,7 +39,7 @@ fn set_num_threads(py: Python<'_>, n: &Bound<'_, PyAny>) -> PyResult<()> {
 /// The number of threads used for parallel work.
 #[pyfunction]
 fn get_num_threads() -> usize {
-    docstore_core::parallel::num_threads()
+    docstore_core::runtime::parallel::num_threads()
 }
 
 /// `text` with the credentials of every URL in it redacted (userinfo, query values, fragment).

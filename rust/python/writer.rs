@@ -660,7 +660,7 @@ impl Writer {
             path,
             state: Mutex::new(state),
             owner: AtomicUsize::new(0),
-            pid: docstore_core::process::instance(),
+            pid: docstore_core::runtime::process::instance(),
         })
     }
 

@@ -232,7 +232,7 @@ async fn serve(
         if method != "HEAD" {
             let at = body.len();
             body.resize(at + len as usize, 0);
-            docstore_core::platform::read_exact_at(&file, &mut body[at..], start)?;
+            docstore_core::runtime::platform::read_exact_at(&file, &mut body[at..], start)?;
             stats.bytes.fetch_add(len, Ordering::SeqCst);
         }
         write.write_all(&body).await?;

@@ -18,7 +18,8 @@ fn main() {
         .map_or(10, |r| r.parse().expect("ROUNDS is a number"));
     if let Ok(threads) = std::env::var("THREADS") {
         let threads = threads.parse().expect("THREADS is a number");
-        docstore_core::parallel::set_num_threads(threads).expect("a valid number of threads");
+        docstore_core::runtime::parallel::set_num_threads(threads)
+            .expect("a valid number of threads");
     }
     let store = Store::open(path).expect("cannot open the store");
     let raws: Vec<Vec<u8>> = (0..store.len())

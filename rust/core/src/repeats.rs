@@ -6,7 +6,7 @@
 //! `HashSet<&str>` (SipHash, a string compare per probe) took ~0.25 s of one core for a batch of
 //! 1M ids (of a 0.45-0.65 s check), while the compression pool waited for the batch.
 
-use crate::parallel;
+use crate::runtime::parallel;
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;

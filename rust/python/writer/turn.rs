@@ -44,7 +44,7 @@ impl Drop for Turn<'_> {
 
 impl Writer {
     pub(super) fn in_forked_child(&self) -> bool {
-        docstore_core::process::instance() != self.pid
+        docstore_core::runtime::process::instance() != self.pid
     }
 
     /// The writer's state, once no other thread is using it.

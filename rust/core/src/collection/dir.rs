@@ -130,8 +130,8 @@ impl CollectionDir {
     }
 
     pub(super) fn replaced(&self) -> bool {
-        let now = Self::open_dir(&self.path).and_then(|d| crate::platform::identity(&d));
-        match (crate::platform::identity(&self.fd), now) {
+        let now = Self::open_dir(&self.path).and_then(|d| crate::runtime::platform::identity(&d));
+        match (crate::runtime::platform::identity(&self.fd), now) {
             (Ok(held), Ok(now)) => held != now,
             _ => true,
         }
@@ -145,7 +145,7 @@ impl CollectionDir {
                 format!("{}: {e}", shown.display()),
             ))
         };
-        let file = crate::platform::no_follow(File::options().read(true), 0o644)
+        let file = crate::runtime::platform::no_follow(File::options().read(true), 0o644)
             .open(&shown)
             .map_err(named)?;
         let kind = file.metadata().map_err(named)?.file_type();

@@ -166,8 +166,8 @@ fn seal_held(
     for source in shards {
         let real = resolve(source)?;
         let meta = std::fs::metadata(&real).map_err(|e| named(Error::Io(e), source))?;
-        let identity =
-            crate::platform::identity_at(&real).map_err(|e| named(Error::Io(e), source))?;
+        let identity = crate::runtime::platform::identity_at(&real)
+            .map_err(|e| named(Error::Io(e), source))?;
         if meta.is_dir() {
             return Err(Error::InvalidArgument(format!(
                 "shard {} is a directory (a collection?), not a store file: give its shards \
@@ -261,7 +261,7 @@ fn seal_held(
     out.write_all(&manifest.to_json())?;
     out.sync_all()?;
     for d in [dir.join("shards"), dir.clone()] {
-        crate::platform::sync_dir(&d)?;
+        crate::runtime::platform::sync_dir(&d)?;
     }
     let lock = match lock {
         Some(lock) => lock,

@@ -9,7 +9,7 @@
 //! makes stores 3-4% smaller at the same lz4 HC level, on real news articles and on generated
 //! MS MARCO-like passages (`benches/levels.py`).
 
-use crate::prefetch::prefetch;
+use crate::runtime::prefetch::prefetch;
 use rayon::prelude::*;
 
 mod select;
@@ -139,7 +139,7 @@ const COUNT_PART: usize = 1 << 20;
 /// counted at once, each into its own table, then summed. A d-mer counts once per sample and a
 /// sample lies in one part, so the sums are the same however the samples are cut.
 fn sample_counts(dmers: &(impl Dmers + ?Sized), sizes: &[usize]) -> Vec<Bucket> {
-    let threads = crate::parallel::pool().current_num_threads();
+    let threads = crate::runtime::parallel::pool().current_num_threads();
     let part_bytes = dmers.len().div_ceil(threads.max(1)).max(COUNT_PART);
     sample_counts_in_parts(dmers, sizes, part_bytes)
 }
@@ -185,8 +185,8 @@ fn sample_counts_in_parts(
         }
         buckets
     };
-    let tables: Vec<Vec<Bucket>> =
-        crate::parallel::pool().install(|| (0..parts.len()).into_par_iter().map(count).collect());
+    let tables: Vec<Vec<Bucket>> = crate::runtime::parallel::pool()
+        .install(|| (0..parts.len()).into_par_iter().map(count).collect());
     let mut tables = tables.into_iter();
     let mut sum = tables.next().expect("at least one part");
     for table in tables {
@@ -250,7 +250,8 @@ pub fn train<'a>(samples: impl Iterator<Item = &'a [u8]> + Clone, size: usize) -
         dict[free..free + len].copy_from_slice(&data[first..first + len]);
         free > 0
     };
-    crate::parallel::pool().install(|| select::choose_segments(&dmers, &frequency, &epoch, choose));
+    crate::runtime::parallel::pool()
+        .install(|| select::choose_segments(&dmers, &frequency, &epoch, choose));
     dict.drain(..free);
     dict
 }

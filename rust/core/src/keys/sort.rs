@@ -4,7 +4,7 @@
 
 use super::merge::merge;
 use crate::error::{Error, Result};
-use crate::parallel;
+use crate::runtime::parallel;
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::PathBuf;

@@ -17,7 +17,7 @@
 //!   making the directory). Where the start of this process is not known (but on Linux), such a
 //!   directory is left alone, as the old sweep left it.
 
-use crate::platform;
+use crate::runtime::platform;
 use std::fs::File;
 use std::io::{ErrorKind, Read};
 use std::path::Path;

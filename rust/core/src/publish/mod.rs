@@ -35,7 +35,7 @@
 
 use crate::error::{Error, Result};
 use crate::format;
-use crate::platform;
+use crate::runtime::platform;
 use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
 use std::path::{Path, PathBuf};
@@ -439,7 +439,7 @@ impl Scratch {
         Ok(Scratch {
             lock: None,
             dir: dir.to_path_buf(),
-            owner: crate::process::instance(),
+            owner: crate::runtime::process::instance(),
             there: true,
             attached: true,
         })
@@ -461,7 +461,7 @@ impl Scratch {
                     return Ok(Scratch {
                         lock,
                         dir,
-                        owner: crate::process::instance(),
+                        owner: crate::runtime::process::instance(),
                         there: true,
                         attached: false,
                     })
@@ -525,7 +525,7 @@ impl Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        if !self.there || self.attached || crate::process::instance() != self.owner {
+        if !self.there || self.attached || crate::runtime::process::instance() != self.owner {
             return;
         }
         // Closed first: Windows cannot remove a directory that holds an open file. A sweeper

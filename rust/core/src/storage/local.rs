@@ -78,7 +78,7 @@ impl Local {
         // The bounds come from the mapped index, checked as for a mapped read; the bytes from
         // the file, never from the mapping.
         let fill = |buf: &mut [u8]| {
-            crate::platform::read_exact_at(file, buf, range.start).map_err(Error::from)
+            crate::runtime::platform::read_exact_at(file, buf, range.start).map_err(Error::from)
         };
         super::with_copy((range.end - range.start) as usize, fill, f)
     }
@@ -149,7 +149,7 @@ impl Local {
             };
             // One byte a page: the fault is what waits for the page and maps it.
             let mut sum = 0u8;
-            for at in (0..bytes.len()).step_by(crate::platform::hints::page_size()) {
+            for at in (0..bytes.len()).step_by(crate::runtime::platform::hints::page_size()) {
                 sum ^= bytes[at];
             }
             std::hint::black_box(sum);

@@ -310,11 +310,11 @@ pub(crate) fn prefetch_lines(bytes: &[u8], range: Range<u64>) {
     if start >= bytes.len() {
         return; // a corrupt offset, which the read that follows reports
     }
-    crate::prefetch::prefetch(bytes, start);
+    crate::runtime::prefetch::prefetch(bytes, start);
     let last = (range.end as usize).min(start + SPAN_LINES * LINE);
     let mut line = (start / LINE + 1) * LINE;
     while line < last {
-        crate::prefetch::prefetch(bytes, line);
+        crate::runtime::prefetch::prefetch(bytes, line);
         line += LINE;
     }
 }

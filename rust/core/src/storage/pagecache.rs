@@ -6,7 +6,7 @@
 //! so the device serves them in parallel. The hints cost a system call per range even when the
 //! pages are cached, so callers first check a sample with `mincore`.
 
-use crate::platform;
+use crate::runtime::platform;
 use std::fs::File;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -162,7 +162,7 @@ impl<B: Storage> Store<B> {
             Ok(round)
         };
         let claim = match pending.len() >= 2 * SEARCH_PART {
-            true => crate::parallel::claim(),
+            true => crate::runtime::parallel::claim(),
             false => None,
         };
         let Some(claim) = claim else {

@@ -162,7 +162,7 @@ fn map_store_file(path: &Path) -> Result<(File, Mmap)> {
             format!("{} is {what}", path.display()),
         )));
     }
-    let file = crate::platform::no_block(File::options().read(true)).open(path)?;
+    let file = crate::runtime::platform::no_block(File::options().read(true)).open(path)?;
     let mmap = map_opened(&file, path)?;
     Ok((file, mmap))
 }
@@ -189,7 +189,7 @@ fn map_opened(file: &File, path: &Path) -> Result<Mmap> {
     // reader is outside the contract (as with any mmapped file).
     let mmap = unsafe { Mmap::map(file)? };
     // Lookups touch one or two pages each: read-ahead would only evict useful pages.
-    crate::platform::hints::random_access(&mmap);
+    crate::runtime::platform::hints::random_access(&mmap);
     // Open reads the header, the schema and the whole dictionary: one read, not a fault per
     // page, when they are not cached.
     if let Ok(header) = Header::decode(&mmap, mmap.len() as u64) {

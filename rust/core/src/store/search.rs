@@ -8,7 +8,7 @@ use super::{Found, Store, GROUP};
 use crate::error::{Error, Result};
 use crate::format::key_entry::{key_prefix, KeyEntry};
 use crate::format::{u64_at, Section};
-use crate::prefetch::prefetch;
+use crate::runtime::prefetch::prefetch;
 use crate::storage::Storage;
 use std::cmp::Ordering;
 use std::ops::Range;

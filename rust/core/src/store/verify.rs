@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::format::key_entry::key_prefix;
 use crate::format::record;
 use crate::format::{u64_at, Section, HEADER_SIZE};
-use crate::parallel;
+use crate::runtime::parallel;
 use crate::storage::Storage;
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicU64, Ordering};

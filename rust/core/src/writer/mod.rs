@@ -142,14 +142,14 @@ impl Writer {
             ids: IdTable::with_limit(key_buffer_bytes / ID_TABLE_COST),
             sender: Some(sender),
             worker: Some(worker),
-            pid: crate::process::instance(),
+            pid: crate::runtime::process::instance(),
             scratch,
         })
     }
 
     /// Refuses work in a forked child: its compression thread exists only in the parent.
     fn check_process(&self) -> Result<()> {
-        if crate::process::instance() == self.pid {
+        if crate::runtime::process::instance() == self.pid {
             return Ok(());
         }
         Err(Error::Closed(format!(
@@ -400,7 +400,7 @@ impl Drop for Writer {
     /// An unfinished writer leaves nothing behind: the worker stops and the scratch dir goes.
     /// In a forked child both are the parent's, so they are left alone.
     fn drop(&mut self) {
-        if crate::process::instance() != self.pid {
+        if crate::runtime::process::instance() != self.pid {
             std::mem::forget(self.worker.take());
             return;
         }

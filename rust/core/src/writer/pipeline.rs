@@ -10,7 +10,7 @@ use crate::format::check;
 use crate::format::schema::Schema;
 use crate::format::sections::SectionWriter;
 use crate::format::{SectionEntry, HEADER_SIZE};
-use crate::parallel;
+use crate::runtime::parallel;
 use rayon::prelude::*;
 use std::fs::File;
 use std::io::{BufWriter, Write};

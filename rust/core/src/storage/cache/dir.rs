@@ -5,7 +5,7 @@
 use super::map::{map_len, BYTES_AT, FINGERPRINT_AT, MAGIC, MAP_HEADER, SEGMENT, UNIT};
 use super::{io, CacheFile};
 use crate::error::{Error, Result};
-use crate::platform;
+use crate::runtime::platform;
 use memmap2::MmapMut;
 use std::fs::File;
 use std::path::Path;

@@ -3,7 +3,7 @@
 //! protocol (`begin_write`, `account`, `clear_segment`) that the writer and the evictor share.
 
 use super::{now, CacheFile};
-use crate::platform;
+use crate::runtime::platform;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -53,7 +53,7 @@ mod map;
 pub use map::{SEGMENT, UNIT};
 
 use crate::error::{Error, Result};
-use crate::platform;
+use crate::runtime::platform;
 use dir::{check_dir, create_files, shared_usage, Sharing, Usage};
 use map::{EVICTING, GEN_MASK, LEASE_AT, MAP_HEADER, PINNED, UNITS_PER_SEGMENT};
 use memmap2::{Mmap, MmapMut};
@@ -135,7 +135,8 @@ impl CacheFile {
                 Err(_) => {
                     // Not an entry this process can trust (damaged, another layout, another
                     // object's, a link, another user's): set aside, never read.
-                    let aside = dir.join(format!(".stale-{name}-{}", crate::process::id()));
+                    let aside =
+                        dir.join(format!(".stale-{name}-{}", crate::runtime::process::id()));
                     match std::fs::rename(&target, &aside) {
                         Ok(()) => {
                             let _ = std::fs::remove_dir_all(&aside);
@@ -391,7 +392,7 @@ impl CacheFile {
     #[inline]
     pub fn prefetch_presence(&self, units: &Range<u64>) {
         let at = MAP_HEADER + self.segments * 8 + units.start / 64 * 8;
-        crate::prefetch::prefetch(&self.map[..], at as usize);
+        crate::runtime::prefetch::prefetch(&self.map[..], at as usize);
     }
 
     /// Whether every unit of `units` is present.

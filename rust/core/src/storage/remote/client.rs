@@ -10,7 +10,7 @@ use super::limit::{Limiter, Observed, Outcome};
 use super::options::{invalid, RemoteOptions};
 use super::whole::Whole;
 use crate::error::{Error, Result};
-use crate::process::PerProcess;
+use crate::runtime::process::PerProcess;
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path as ObjectPath;
@@ -343,7 +343,7 @@ impl Remote {
 
     fn build(&self, limiter: &Arc<Limiter>) -> Result<Arc<dyn ObjectStore>> {
         use object_store::{aws, azure, gcp, http, ClientConfigKey};
-        crate::platform::install_tls_provider();
+        crate::runtime::platform::install_tls_provider();
         let url = self.url.as_str();
         let shown = &self.shown;
         let options = &self.options.storage_options;

@@ -382,7 +382,7 @@ impl RemoteFile {
             .map(|i| i * step..((i + 1) * step).min(self.size))
             .collect();
         self.get(ranges, |range, bytes| {
-            crate::platform::write_all_at(&file, &bytes, range.start).map_err(Error::Io)
+            crate::runtime::platform::write_all_at(&file, &bytes, range.start).map_err(Error::Io)
         })?;
         // SAFETY: a private, unlinked file that nothing else can open or change.
         Ok(unsafe { Mmap::map(&file)? })

@@ -12,7 +12,7 @@
 //! while another thread may still be inside it.
 
 use crate::error::{Error, Result};
-use crate::process::PerProcess;
+use crate::runtime::process::PerProcess;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
