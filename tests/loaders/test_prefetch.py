@@ -282,8 +282,8 @@ def test_the_sampler_yields_the_wrapped_batches_and_loads_them_ahead(store_path)
     assert len(loaded) == len(set(loaded))  # each batch loaded once at most
     assert set(loaded) <= {i for b in expected for i in b}
     stats = sampler.stats
-    # Each batch drawn was loaded, or yielded before its turn, or left when the epoch ended.
-    assert stats["batches"] + stats["late"] + stats["cancelled"] == len(expected)
+    # Each batch drawn was loaded, or left when the epoch ended.
+    assert stats["batches"] + stats["cancelled"] == len(expected)
     assert stats["batches"] >= 4 and stats["bytes"] > 0 and stats["errors"] == 0
 
 
@@ -305,11 +305,11 @@ def test_no_more_is_loaded_while_the_loads_ahead_hold_max_bytes(store_path):
     loads.submit(0, [0])
     loads.submit(1, [1])
     assert loads.ready()
-    loads.loaded(1, 2, 600)  # batches 0 and 1 loaded: 600 bytes held until 1 is yielded
+    loads.ended_load([0, 1], 600)  # batches 0 and 1 loaded: 600 bytes held until 1 is yielded
     loads.queue.clear()
     loads.submit(2, [2])
     assert loads.ready()  # 600 < 1000
-    loads.loaded(2, 1, 600)
+    loads.ended_load([2], 600)
     loads.queue.clear()
     loads.submit(3, [3])
     assert not loads.ready()  # 1200 held
@@ -319,6 +319,43 @@ def test_no_more_is_loaded_while_the_loads_ahead_hold_max_bytes(store_path):
     assert loads.ready()  # the first load's 600 bytes are free
     loads.stop()
     assert loads.ready() and loads.stats["cancelled"] == 1  # stopping wakes the thread
+
+
+class Gated(Recorder):
+    """A Recorder whose loads wait for ``release``, and which logs when each load ends."""
+
+    def __init__(self, path, log, fails=False):
+        super().__init__(path)
+        self.release, self.log, self.fails = threading.Event(), log, fails
+
+    def prefetch(self, indices):
+        self.called.set()
+        assert self.release.wait(60)
+        loaded = super().prefetch(indices)
+        self.log.append(("loaded", [int(i) for i in indices]))
+        if self.fails:
+            raise OSError("injected")  # a failed load ends too: the read reports it
+        return loaded
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_batch_is_yielded_only_once_its_load_has_ended(store_path, fails):
+    # Without this, a worker would fetch a remote document that the load is still fetching.
+    log: list = []
+    dataset = Gated(store_path, log, fails)
+    it = iter(PrefetchSampler(CountingBatches(3), dataset, batches=2))
+    consumer = threading.Thread(target=lambda: log.extend(("yielded", b) for b in it))
+    consumer.start()
+    assert dataset.called.wait(60)  # the first load has started, and waits
+    consumer.join(0.5)  # the batch must not come before its load ends, however long this waits
+    dataset.release.set()
+    consumer.join(60)
+    assert not consumer.is_alive()
+    yielded = [entry[1] for entry in log if entry[0] == "yielded"]
+    assert yielded == [[0], [1], [2]]
+    for batch in yielded:
+        loaded_at = next(k for k, (what, got) in enumerate(log) if what == "loaded" and batch[0] in got)
+        assert loaded_at < log.index(("yielded", batch))
 
 
 def test_loading_stops_at_the_end_of_the_epoch_and_when_the_iterator_is_dropped(store_path):
