@@ -45,8 +45,9 @@ class DocStore(Reader):
         each with its requests at once: fetches of several files or threads under way together
         count once), retries, ``heals`` (reads and opens that found cached bytes damaged and
         passed once they were fetched again from the server), the peak of requests in flight,
-        and the bytes its cache and the whole cache directory hold; ``None`` for a local
-        store."""
+        the ``limit`` of requests in flight it has adapted to (docs/remote.md) and the
+        ``backoffs`` that cut it, and the bytes its cache and the whole cache directory hold;
+        ``None`` for a local store."""
         return self._remote_stats()
 
     def __enter__(self) -> DocStore:

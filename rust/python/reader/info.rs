@@ -88,6 +88,8 @@ impl Reader {
             "peak_in_flight",
             stats.peak_in_flight.load(Ordering::Relaxed),
         )?;
+        dict.set_item("limit", stats.limit.load(Ordering::Relaxed))?;
+        dict.set_item("backoffs", stats.backoffs.load(Ordering::Relaxed))?;
         dict.set_item("cache_bytes_held", held)?;
         dict.set_item("cache_dir_bytes", usage)?;
         Ok(Some(dict))
