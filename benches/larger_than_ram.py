@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import sys
@@ -50,8 +51,11 @@ class MemoryLimit:
     """A memory cgroup limited to ``limit`` bytes; ``enter()`` is a ``preexec_fn`` that moves the
     child process (and so its DataLoader workers) into it."""
 
+    made = itertools.count()
+
     def __init__(self, limit: int) -> None:
-        name = f"docstore-bench-{os.getpid()}"
+        # One group per system: the last one's may outlive it a moment (below).
+        name = f"docstore-bench-{os.getpid()}-{next(self.made)}"
         v2 = Path("/sys/fs/cgroup")
         controllers = v2 / "cgroup.controllers"
         if controllers.exists() and "memory" in controllers.read_text().split():
@@ -77,8 +81,14 @@ class MemoryLimit:
             (self.path / self.peak_file).write_text("0")
 
     def remove(self) -> None:
-        with contextlib.suppress(OSError):
-            self.path.rmdir()
+        """Removes the group once its processes are gone (a DataLoader's workers may still be
+        exiting when the loader's process has returned), waiting at most a minute."""
+        for _ in range(600):
+            try:
+                self.path.rmdir()
+                return
+            except OSError:
+                time.sleep(0.1)
 
 
 @contextlib.contextmanager

@@ -147,10 +147,13 @@ def measure_peers(systems: list, port: int, local: str, n: int, batches: int) ->
     return out
 
 
+# remote_stats() values that are a state, not a count: reported as they are after (the cache's
+# bytes, a state too, are given as what the operation added).
+GAUGES = ("peak_in_flight", "limit")
+
+
 def stats_delta(after: dict, before: dict) -> dict:
-    return {k: after[k] - before.get(k, 0) for k in after if k != "peak_in_flight"} | {
-        "peak_in_flight": after["peak_in_flight"]
-    }
+    return {k: after[k] if k in GAUGES else after[k] - before.get(k, 0) for k in after}
 
 
 def measure(url: str, local: str, ids: list[str], latency: float, workers: int) -> dict:

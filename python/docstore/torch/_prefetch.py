@@ -46,11 +46,11 @@ class PrefetchSampler(Sampler[list[int]]):
     Loading stops when the epoch ends, when the iterator is dropped (a new epoch, a resumed
     state) or closed, and at interpreter exit.
 
-    **Order.** A batch is yielded once its load has ended, so that no worker reads a document
-    that a load is still fetching: a worker that did would fetch it a second time (measured: 1.4-1.6
-    requests a document from a remote store when batches did not wait, against 1.0). When the
-    loads fall behind the loader, the loader waits for them, and ``stats["waited"]`` counts
-    the batches it waited for.
+    **Order.** A batch is yielded once its load has ended, so that no worker reads a batch that
+    is still being fetched: a worker that did would fetch its documents a second time
+    (measured: 1.4-1.6 requests a document from a remote store when batches did not wait,
+    against 1.1). When the loads fall behind the loader, the loader waits for them, and
+    ``stats["waited"]`` counts the batches it waited for: the first of an epoch among them.
 
     **Resume.** The state (``state_dict()`` of the iterator, which torchdata's
     ``StatefulDataLoader`` saves) is the wrapped sampler's as of the last batch *yielded*, not
@@ -124,6 +124,8 @@ class _Loads:
         self.yielded = -1  # the ticket of the last batch yielded
         self.ahead: list[tuple[int, int]] = []  # (last ticket, bytes) of each load
         self.ended: set[int] = set()  # tickets whose load has ended, not yet yielded
+        self.running = 0  # loading threads alive: the last one out stops loading
+        self.first = True  # the first load takes one batch, so that it is ready soon
         self.stopped = False
 
     def submit(self, ticket: int, indices: list[int]) -> None:
@@ -166,20 +168,31 @@ class _Loads:
             self.lock.wait_for(self.ready)
             if self.stopped:
                 return None
-            return [self.queue.popleft() for _ in range(min(len(self.queue), CALL_BATCHES))]
+            take = 1 if self.first else CALL_BATCHES
+            self.first = False
+            return [self.queue.popleft() for _ in range(min(len(self.queue), take))]
 
     def run(self) -> None:
-        while (taken := self._next_load()) is not None:
-            loaded = None
-            try:
-                indices = np.concatenate([np.asarray(t, dtype=np.int64) for _, t in taken])
-                loaded = int(self.dataset.prefetch(indices))
-            except (DocstoreError, OSError, IndexError, ValueError) as e:
-                # The read of these batches reports it, as it would without a prefetch.
-                log.debug("docstore prefetch of %d batches failed: %s", len(taken), e)
-            finally:
-                # Whatever happened, the batches' turn may come: the iterator waits for this.
-                self.ended_load([ticket for ticket, _ in taken], loaded)
+        try:
+            while (taken := self._next_load()) is not None:
+                loaded = None
+                try:
+                    indices = np.concatenate([np.asarray(t, dtype=np.int64) for _, t in taken])
+                    loaded = int(self.dataset.prefetch(indices))
+                except Exception as e:
+                    # Whatever failed (the store, or a dataset's own prefetch), the read of these
+                    # batches reports it, as it would without a prefetch.
+                    level = logging.DEBUG if isinstance(e, (DocstoreError, OSError)) else logging.WARNING
+                    log.log(level, "docstore prefetch of %d batches failed: %r", len(taken), e)
+                finally:
+                    # Whatever happened, the batches' turn may come: the iterator waits for this.
+                    self.ended_load([ticket for ticket, _ in taken], loaded)
+        finally:
+            with self.lock:
+                self.running -= 1
+                last = self.running == 0
+            if last:  # no thread is left to load: the iterator must not wait for one
+                self.stop()
 
     def ended_load(self, tickets: list[int], loaded: int | None) -> None:
         """Marks the load of ``tickets`` ended, having brought ``loaded`` bytes (``None``: it
@@ -197,8 +210,8 @@ class _Loads:
 
 
 # Batches a load takes at most, and loads under way at once (a thread each): a load of a remote
-# store waits a few round trips whatever its size, so loads overlap; a small first load lets the
-# first batches be ready soon.
+# store waits a few round trips whatever its size, so loads overlap. The first load of an epoch
+# takes one batch (`_Loads.first`), which the loader waits for.
 CALL_BATCHES = 8
 THREADS = 4
 
@@ -272,6 +285,7 @@ class _PrefetchIterator(Iterator[list[int]]):
                 break
         self._loads = loads = _Loads(owner)
         _LIVE.add(loads)
+        loads.running = THREADS
         for _ in range(THREADS):
             threading.Thread(target=loads.run, name="docstore-prefetch", daemon=True).start()
         return inner
@@ -293,8 +307,8 @@ class _PrefetchIterator(Iterator[list[int]]):
         if not self._window:
             self.close()
             raise StopIteration
+        loads.wait_loaded(self._window[0][0])  # before taking it: an interrupted wait loses nothing
         ticket, batch, state = self._window.popleft()
-        loads.wait_loaded(ticket)
         self._yielded += 1
         self._state = state
         loads.yielding(ticket)  # after the count: a load it lets start sees this batch yielded
