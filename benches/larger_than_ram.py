@@ -24,6 +24,8 @@ import contextlib
 import itertools
 import json
 import os
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -76,13 +78,28 @@ class MemoryLimit:
         except (OSError, ValueError):
             return None
 
+    def oom_kills(self) -> int:
+        """Processes of the group its OOM killer killed (v2 ``memory.events``, v1
+        ``memory.oom_control``)."""
+        for name in ("memory.events", "memory.oom_control"):
+            with contextlib.suppress(OSError):
+                for line in (self.path / name).read_text().splitlines():
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+        return 0
+
     def reset_peak(self) -> None:
         with contextlib.suppress(OSError):
             (self.path / self.peak_file).write_text("0")
 
     def remove(self) -> None:
-        """Removes the group once its processes are gone (a DataLoader's workers may still be
-        exiting when the loader's process has returned), waiting at most a minute."""
+        """Kills what is left in the group (the workers of a loader that timed out), then
+        removes it once its processes are gone, waiting at most a minute."""
+        with contextlib.suppress(OSError, ValueError):
+            for pid in (self.path / "cgroup.procs").read_text().split():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
         for _ in range(600):
             try:
                 self.path.rmdir()
@@ -100,8 +117,8 @@ def memory_limit(limit: int) -> Iterator[MemoryLimit]:
         group.remove()
 
 
-def worker(args: list[str], group: MemoryLimit | None = None) -> dict:
-    return run_worker(args, timeout=7200, preexec_fn=group.enter if group is not None else None)
+def worker(args: list[str], group: MemoryLimit | None = None, timeout: float = 7200) -> dict:
+    return run_worker(args, timeout=timeout, preexec_fn=group.enter if group is not None else None)
 
 
 def store_dir(root: Path, system: str, docs: int) -> Path:
@@ -183,9 +200,12 @@ def run(args: argparse.Namespace) -> dict:
             try:
                 sizes = [str(args.docs), str(args.docs), str(path)]
                 loop = [str(args.workers), str(args.samples), str(args.batch)]
-                loaded = worker(["loader", system, CORPUS, *sizes, *loop], group)
-            except RuntimeError as e:  # killed by the limit, say: reported, the others go on
-                r["error"] = str(e)[-500:]
+                # A loader whose worker the limit killed may wait for it forever: bounded.
+                loaded = worker(["loader", system, CORPUS, *sizes, *loop], group, timeout=1800)
+            except (RuntimeError, subprocess.TimeoutExpired) as e:  # reported, the others go on
+                kills = group.oom_kills()
+                killed = f"{kills} processes killed by the cgroup's OOM killer"
+                r["error"] = killed if kills else str(e)[-500:]
                 print(f"{system}: {r['error']}", file=sys.stderr)
                 continue
             r.update(loaded, seconds_total=time.perf_counter() - t, cgroup_peak=group.peak())
@@ -209,7 +229,8 @@ def table(results: dict) -> str:
     ]
     for system, r in results["systems"].items():
         if "skipped" in r or "error" in r:
-            lines.append(f"| {system} | {r.get('skipped') or r.get('error', '')[:80]} | | | | | | |")
+            why = (r.get("skipped") or r.get("error", "")).splitlines()
+            lines.append(f"| {system} | {why[0][:80] if why else ''} | | | | | | |")
             continue
         rate = r["samples_per_s"]
         lines.append(
