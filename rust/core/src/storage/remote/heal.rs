@@ -1,5 +1,6 @@
-//! Healing: what a read made present, remembered per thread so that a read that finds damage
-//! drops it (`invalidate_read`) and reads again; what every read relies on unasked (the pinned
+//! Healing: what a read made present, remembered per thread (and what the pool's threads read
+//! for it, `POOL_READ`) so that a read that finds damage drops it (`invalidate_read`) and reads
+//! again; what every read relies on unasked (the pinned
 //! ranges) fetched again and checked (`refetch_pinned`, `heal_pinned`); cache files truncated
 //! under a reader made whole again (`guard`).
 
@@ -18,14 +19,34 @@ thread_local! {
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// What the pool's threads read for a batch (a batch's search and decoding run on them beside
+/// the calling thread, whose `READ` they cannot reach): the most recent `READ_MEMORY` ranges,
+/// evicted too by the calling thread's `invalidate_read`. Without them, damage that a pool
+/// thread met stayed in the cache, and every attempt met it again. Evicting another batch's
+/// ranges as well costs that batch a fetch, never a wrong byte (the cache's protocol).
+static POOL_READ: std::sync::Mutex<std::collections::VecDeque<(usize, Range<u64>)>> =
+    std::sync::Mutex::new(std::collections::VecDeque::new());
+
 /// Ranges a read remembers for `invalidate_read`, at most (past that, the rest is not evicted
 /// again: it is refetched only when its lease runs out).
 const READ_MEMORY: usize = 1 << 16;
 
 /// Remembers `ranges` of `file` as made present by this thread's current read (as many as
-/// `READ_MEMORY` allows).
+/// `READ_MEMORY` allows), or on a pool thread, by the batch it works for.
 pub(super) fn remember(file: &RemoteFile, ranges: &[Range<u64>]) {
     let me = file as *const RemoteFile as usize;
+    if rayon::current_thread_index().is_some() {
+        let mut pool = POOL_READ
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        for range in ranges.iter().take(READ_MEMORY) {
+            if pool.len() == READ_MEMORY {
+                pool.pop_front();
+            }
+            pool.push_back((me, range.clone()));
+        }
+        return;
+    }
     READ.with(|r| {
         let mut read = r.borrow_mut();
         let room = READ_MEMORY.saturating_sub(read.len());
@@ -45,7 +66,9 @@ pub fn invalidate_read<'a>(
     files: impl Iterator<Item = &'a RemoteFile> + Clone,
     pinned: bool,
 ) -> Result<()> {
-    let read = READ.with(|r| std::mem::take(&mut *r.borrow_mut()));
+    let mut read = READ.with(|r| std::mem::take(&mut *r.borrow_mut()));
+    let pool = std::mem::take(&mut *POOL_READ.lock().unwrap_or_else(|p| p.into_inner()));
+    read.extend(pool);
     for file in files.clone() {
         let me = file as *const RemoteFile as usize;
         let ranges: Vec<Range<u64>> = (read.iter())
