@@ -146,7 +146,9 @@ def paired(other_dir: str, sides: dict, ops: list[str], seconds: float) -> None:
     """``--paired``: both builds in one process per op, their rounds in turns (see the module doc)."""
     with tempfile.TemporaryDirectory() as tmp:
         shutil.copytree(Path(other_dir) / "docstore", Path(tmp) / "docstore_other")
-        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", PYTHONPATH=tmp)
+        # The other build beside whatever finds this checkout's package (an install or a path).
+        path = os.pathsep.join(filter(None, [tmp, os.environ.get("PYTHONPATH")]))
+        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", PYTHONPATH=path)
         spec = [
             [name, "docstore_other" if python_dir else "docstore", str(store)]
             for name, (python_dir, store, _) in sides.items()

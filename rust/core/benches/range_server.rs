@@ -18,6 +18,8 @@
 //! bytes sent, requests in flight (from the request's head read to its response written, the
 //! latency included) and their peak. `GET /__stats` answers them as JSON and is not counted;
 //! `GET /__stats?reset` answers them and sets them to zero (the peak to what is in flight).
+//! With `RANGE_SERVER_LOG=FILE`, each body sent is appended to FILE as `PATH START LEN`, to
+//! tell where a client's bytes went.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,6 +28,8 @@ use std::time::{Duration, UNIX_EPOCH};
 
 #[derive(Default)]
 struct Stats {
+    /// `RANGE_SERVER_LOG`'s file, if set.
+    log: Option<std::sync::Mutex<std::fs::File>>,
     requests: AtomicU64,
     bytes: AtomicU64,
     in_flight: AtomicU64,
@@ -92,7 +96,17 @@ fn main() {
         let listener = TcpListener::bind(("127.0.0.1", port)).await.expect("bind");
         println!("ready {}", listener.local_addr().expect("address").port());
         let root = Arc::new(root);
-        let stats = Arc::new(Stats::default());
+        let log = std::env::var_os("RANGE_SERVER_LOG").map(|path| {
+            let file = std::fs::File::options()
+                .create(true)
+                .append(true)
+                .open(path);
+            std::sync::Mutex::new(file.expect("RANGE_SERVER_LOG: a file to append to"))
+        });
+        let stats = Arc::new(Stats {
+            log,
+            ..Stats::default()
+        });
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 continue;
@@ -234,6 +248,11 @@ async fn serve(
             body.resize(at + len as usize, 0);
             docstore_core::runtime::platform::read_exact_at(&file, &mut body[at..], start)?;
             stats.bytes.fetch_add(len, Ordering::SeqCst);
+            if let Some(log) = &stats.log {
+                use std::io::Write;
+                let mut log = log.lock().unwrap_or_else(|e| e.into_inner());
+                let _ = writeln!(log, "{relative} {start} {len}");
+            }
         }
         write.write_all(&body).await?;
     }

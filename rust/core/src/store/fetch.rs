@@ -21,14 +21,6 @@ const SEARCH_ROUNDS: usize = 64;
 /// Keys per task of a round of `search_fetching` on the pool's threads.
 const SEARCH_PART: usize = 64;
 
-/// What a part of a round of `search_fetching` did: keys settled (index, rank), keys still
-/// pending, and what their searches lacked.
-struct Round {
-    settled: Vec<(usize, Option<u64>)>,
-    pending: Vec<usize>,
-    lack: Lack,
-}
-
 impl<B: Storage> Store<B> {
     /// Makes bytes `range` of section `s` readable before they are read: nothing to do for a
     /// local store; a remote one fetches what its cache lacks (see `storage`).
@@ -77,40 +69,33 @@ impl<B: Storage> Store<B> {
         present
     }
 
-    /// The ranks of `keys` in a remote store, misses not confirmed: the search (`find`) runs
-    /// over what the cache holds and notes what it lacks (`Lack`); what the whole batch lacks
-    /// is fetched in one round of concurrent requests, and the searches that stopped resume. So
-    /// a batch's search costs the rounds of one key's: one (its block, with the common prefix
-    /// after open), or for a long key a second (its run's keys, with their blobs), and one more
-    /// each time a run goes past the blocks fetched so far.
-    #[cold]
+    /// The ranks of `keys`, misses not confirmed, written to `out` (`None` where absent). The
+    /// search (`find`) runs over what the storage holds and notes what it lacks (`Lack`): over
+    /// a local store nothing, so it ends in its first round, which writes every rank in place;
+    /// over a remote store's cache, what the whole batch lacks is fetched in one round of
+    /// concurrent requests, and the searches that stopped resume. So a batch's search costs the
+    /// rounds of one key's: one (its block, with the common prefix after open), or for a long
+    /// key a second (its run's keys, with their blobs), and one more each time a run goes past
+    /// the blocks fetched so far.
     pub(super) fn search_fetching(&self, keys: &[&[u8]], out: &mut [Option<u64>]) -> Result<()> {
         if self.is_empty() {
             return Ok(());
         }
-        let mut pending: Vec<usize> = (0..keys.len()).collect();
-        for _ in 0..SEARCH_ROUNDS {
-            // Until the common prefix is fetched, keys are searched for as if they had it (a key
-            // without it fetches a block for nothing, once), and none is settled.
-            let prefix = self.prefix_present();
-            let mut lack = Lack(Vec::new());
-            if !prefix {
-                lack.0.push((Section::Keys, self.common_prefix.clone()));
-            }
-            let mut still = Vec::new();
-            for part in self.search_round(keys, &pending, prefix) {
-                let part = part?;
-                for (i, rank) in part.settled {
-                    out[i] = rank;
-                }
-                still.extend(part.pending);
-                lack.0.extend(part.lack.0);
-            }
-            pending = still;
+        let (mut pending, mut lack) = self.search_round(keys, out)?;
+        for _ in 1..SEARCH_ROUNDS {
             if pending.is_empty() {
                 return Ok(());
             }
             self.fetch(lack.0)?;
+            // The keys still pending, searched again as a batch of their own.
+            let again: Vec<&[u8]> = pending.iter().map(|&i| keys[i]).collect();
+            let mut found = vec![None; again.len()];
+            let (still, still_lacks) = self.search_round(&again, &mut found)?;
+            for (&i, rank) in pending.iter().zip(found) {
+                out[i] = rank;
+            }
+            pending = still.into_iter().map(|j| pending[j]).collect();
+            lack = still_lacks;
         }
         // A cache that evicts what a round fetched before the search reads it: the rest
         // searched fetching as they read.
@@ -123,53 +108,68 @@ impl<B: Storage> Store<B> {
         Ok(())
     }
 
-    /// One round of `search_fetching` over the keys `pending` (indexes into `keys`), in parts
-    /// in key order: what each settles, leaves pending and found lacking (a part stops at its
-    /// first error). A large round runs on the pool's threads (a warm batch is all search), its
-    /// parts in the order a single pass makes them, so that the round fetches the same.
-    fn search_round(&self, keys: &[&[u8]], pending: &[usize], prefix: bool) -> Vec<Result<Round>> {
-        let part = |indexes: &[usize]| -> Result<Round> {
-            let mut round = Round {
-                settled: Vec::new(),
-                pending: Vec::new(),
-                lack: Lack(Vec::new()),
-            };
-            if prefix {
-                // In lockstep groups, as a local search.
-                let mut found = [None; GROUP];
-                let mut group: [&[u8]; GROUP] = [&[]; GROUP];
-                for indexes in indexes.chunks(GROUP) {
-                    for (key, &i) in group.iter_mut().zip(indexes) {
-                        *key = keys[i];
+    /// One round of `search_fetching` over `keys`: each rank settled is written to `out` (as
+    /// long as `keys`); returns the indexes of the keys left pending and what their searches
+    /// lacked. Until the common prefix is fetched, keys are searched for as if they had it (a
+    /// key without it fetches a block for nothing, once) and none is settled. A large round
+    /// runs in parts on the pool's threads (a warm batch is all search), merged in the order a
+    /// single pass makes them, so that the round fetches the same; the first error wins.
+    fn search_round(&self, keys: &[&[u8]], out: &mut [Option<u64>]) -> Result<(Vec<usize>, Lack)> {
+        let prefix = self.prefix_present();
+        // The part of `keys` from index `base`, and its slice of `out`.
+        let part = |base: usize, keys: &[&[u8]], out: &mut [Option<u64>]| -> Result<_> {
+            let mut pending = Vec::new();
+            let mut lack = Lack(Vec::new());
+            if !prefix {
+                for (i, key) in keys.iter().enumerate() {
+                    if let Some(target) = self.guess(key) {
+                        self.find(key, target, &mut lack)?;
                     }
-                    self.find_group(&group[..indexes.len()], &mut round.lack, &mut found)?;
-                    for (&i, found) in indexes.iter().zip(found) {
-                        match found {
-                            Some(rank) => round.settled.push((i, rank)),
-                            None => round.pending.push(i),
-                        }
+                    pending.push(base + i);
+                }
+                return Ok((pending, lack));
+            }
+            // In lockstep groups (see `find_group`).
+            let mut found = [None; GROUP];
+            for (g, (keys, out)) in keys.chunks(GROUP).zip(out.chunks_mut(GROUP)).enumerate() {
+                self.find_group(keys, &mut lack, &mut found)?;
+                for (i, (out, found)) in out.iter_mut().zip(found).enumerate() {
+                    match found {
+                        Some(rank) => *out = rank,
+                        None => pending.push(base + g * GROUP + i),
                     }
                 }
-                return Ok(round);
             }
-            // Searched as if they had the prefix, to fetch their blocks with it; none settled.
-            for &i in indexes {
-                if let Some(target) = self.guess(keys[i]) {
-                    self.find(keys[i], target, &mut round.lack)?;
-                }
-                round.pending.push(i);
-            }
-            Ok(round)
+            Ok((pending, lack))
         };
-        let claim = match pending.len() >= 2 * SEARCH_PART {
+        let claim = match keys.len() >= 2 * SEARCH_PART {
             true => crate::runtime::parallel::claim(),
             false => None,
         };
-        let Some(claim) = claim else {
-            return vec![part(pending)];
+        let (pending, mut lack) = match claim {
+            None => part(0, keys, out)?,
+            Some(claim) => {
+                let mut parts: Vec<_> = keys
+                    .chunks(SEARCH_PART)
+                    .zip(out.chunks_mut(SEARCH_PART))
+                    .collect();
+                let done = claim.map(&mut parts, |k, (keys, out)| {
+                    part(k * SEARCH_PART, keys, out)
+                });
+                let (mut pending, mut lack) = (Vec::new(), Lack(Vec::new()));
+                for part in done {
+                    let (still, lacks) = part?;
+                    pending.extend(still);
+                    lack.0.extend(lacks.0);
+                }
+                (pending, lack)
+            }
         };
-        let mut parts: Vec<&[usize]> = pending.chunks(SEARCH_PART).collect();
-        claim.map(&mut parts, |_, indexes| part(indexes))
+        if !prefix {
+            lack.0
+                .insert(0, (Section::Keys, self.common_prefix.clone()));
+        }
+        Ok((pending, lack))
     }
 
     /// Fetches what reading `found` reads (with `keys`, the keys of their positions too, which

@@ -501,6 +501,7 @@ impl Lack {
 }
 
 impl Reach for Lack {
+    #[inline]
     fn ready<B: Storage>(&self, store: &Store<B>, block: u64, long: bool) -> bool {
         let span = store.block_span(block);
         let size = store.entry_size;
@@ -508,6 +509,7 @@ impl Reach for Lack {
             && (!long || store.has(Section::KeyOffsets, span.start * 8..span.end * 8 + 8))
     }
 
+    #[inline]
     fn block<B: Storage>(&mut self, store: &Store<B>, block: u64, long: bool) -> Result<bool> {
         let present = self.ready(store, block, long);
         if !present {
@@ -516,6 +518,7 @@ impl Reach for Lack {
         Ok(present)
     }
 
+    #[inline]
     fn entry<B: Storage>(&mut self, store: &Store<B>, rank: u64, long: bool) -> Result<bool> {
         let at = rank as usize * store.entry_size;
         let present = store.has(Section::KeyIndex, at..at + store.entry_size);
