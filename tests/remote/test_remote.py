@@ -656,6 +656,39 @@ def test_threads_share_a_remote_store(url, docs, tmp_path):
         assert all(pool.map(read, range(8)))
 
 
+def test_threads_that_start_together_fetch_each_byte_once(tmp_path):
+    # Threads that lack the same index pieces at once (a PrefetchSampler's loading threads) merge
+    # them into requests over most of each section: four of them fetched every section four
+    # times. A thread now waits for what another's requests are bringing (storage/remote/flight).
+    from concurrent.futures import ThreadPoolExecutor
+    from threading import Barrier
+
+    docs = make_docs(6000, seed=5)
+    write_store(tmp_path / "s.docstore", docs).close()
+    server = RangeHTTPServer(str(tmp_path), latency=0.05, etag="strong")  # rounds overlap
+    try:
+        store = open_remote(f"{server.url}/s.docstore", tmp_path / "cache")
+        rng = np.random.default_rng(4)
+        batches = [rng.choice(len(docs), 300, replace=False) for _ in range(4)]
+        together = Barrier(len(batches))
+
+        def load(positions) -> int:
+            together.wait()
+            return store.prefetch(positions)
+
+        with ThreadPoolExecutor(len(batches)) as pool:
+            assert all(n > 0 for n in pool.map(load, batches))
+        stats = store.remote_stats()
+        assert stats["bytes"] <= stats["cache_bytes_held"], stats  # nothing fetched twice
+        ids = list(docs)
+        before = stats["requests"]
+        for positions in batches:
+            assert [d.doc_id for d in store.take(positions)] == [ids[p] for p in positions]
+        assert store.remote_stats()["requests"] == before  # all of it was loaded
+    finally:
+        server.stop()
+
+
 def test_torch_dataset_pickles_a_remote_store(url, docs, tmp_path):
     pytest.importorskip("torch")
     from docstore.torch import DocDataset

@@ -50,6 +50,8 @@ pub struct RemoteFile {
     /// Its server ignores Range (`Remote::ignores_ranges`): what is missing comes whole
     /// (`fill`), in one GET of the object.
     pub(super) whole: bool,
+    /// What this process's threads are fetching (`flight`).
+    pub(super) flights: super::flight::Flights,
 }
 
 /// A purchase of whole index sections under way (`RemoteFile::ensure`), ended when dropped.
@@ -90,6 +92,7 @@ impl RemoteFile {
             documents: regions.documents.range.clone(),
             pin,
             rent: super::rent::Rent::new(regions.index.len()),
+            flights: Default::default(),
             regions,
             head,
             pinned: std::sync::Mutex::new(Vec::new()),
@@ -268,7 +271,36 @@ impl RemoteFile {
         }
         let unit = crate::storage::cache::UNIT;
         let options = self.remote.options();
-        let requests = requests::requests(missing, &self.documents, options, unit, self.size);
+        let to_requests =
+            |missing| requests::requests(missing, &self.documents, options, unit, self.size);
+        // What another thread's requests are fetching (the gaps they merge over included) is
+        // waited for, not asked for again (`flight`); what they did not bring (one failed) is
+        // fetched after them, here.
+        let units = |r: &Range<u64>| r.start / unit..r.end.div_ceil(unit);
+        let mut claim = (self.flights).claim(to_requests(missing).iter().map(units).collect());
+        if !claim.mine.is_empty() {
+            let bytes = |u: &Range<u64>| u.start * unit..(u.end * unit).min(self.size);
+            self.request(claim.mine.iter().map(bytes).collect())?;
+        }
+        let theirs = std::mem::take(&mut claim.theirs);
+        if theirs.is_empty() {
+            return Ok(());
+        }
+        claim.land_and_wait();
+        let mut missing = Vec::new();
+        for units in theirs {
+            self.cache.missing(units, &mut missing);
+        }
+        match missing.is_empty() {
+            true => Ok(()),
+            false => self.request(to_requests(missing)),
+        }
+    }
+
+    /// Fetches `requests` (byte ranges of whole cache units) into the cache, in one round of
+    /// concurrent requests (see the module note).
+    fn request(&self, requests: Vec<Range<u64>>) -> Result<()> {
+        let unit = crate::storage::cache::UNIT;
         // Bytes for documents: requests inside the data section (they merge only there).
         let data: u64 = (requests.iter())
             .filter(|r| self.documents.start <= r.start && r.end <= self.documents.end)

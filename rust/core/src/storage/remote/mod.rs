@@ -34,11 +34,13 @@
 //! One concept a file: `options` (parsing, defaults), `identity` (the version a file pins),
 //! `client` (the client per process, requests and their retries, errors, counters), `limit`
 //! (how many requests are in flight, adapted to the server), `whole`
-//! (servers that ignore Range), `file` (one object behind the cache), `requests` (missing
-//! units into requests), `rent` (rent or buy for the index), `heal` (damage found by a read).
+//! (servers that ignore Range), `file` (one object behind the cache), `flight` (fetches in
+//! flight, which other threads wait for rather than repeat), `requests` (missing units into
+//! requests), `rent` (rent or buy for the index), `heal` (damage found by a read).
 
 mod client;
 mod file;
+mod flight;
 mod heal;
 mod identity;
 mod limit;
