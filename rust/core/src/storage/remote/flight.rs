@@ -144,18 +144,23 @@ impl Drop for Claim<'_> {
 mod tests {
     use super::*;
 
+    /// A list of one run (clippy reads `vec![a..b]` as a mistake for `(a..b).collect()`).
+    fn one(run: Range<u64>) -> Vec<Range<u64>> {
+        vec![run]
+    }
+
     #[test]
     fn a_second_claim_takes_only_what_the_first_left() {
         let flights = Flights::default();
-        let first = flights.claim(vec![10..20, 30..40]);
+        let first = flights.claim([10..20, 30..40].to_vec());
         assert_eq!(first.mine, [10..20, 30..40]);
         assert!(first.theirs.is_empty());
-        let second = flights.claim(vec![35..50, 0..15, 12..14]);
+        let second = flights.claim([35..50, 0..15, 12..14].to_vec());
         assert_eq!(second.mine, [0..10, 40..50]);
         assert_eq!(second.theirs, [10..15, 35..40]);
         assert_eq!(second.waits.len(), 1);
         drop(first);
-        let third = flights.claim(vec![0..60]);
+        let third = flights.claim(one(0..60));
         assert_eq!(third.mine, [10..40, 50..60]);
         assert_eq!(third.theirs, [0..10, 40..50]);
     }
@@ -163,12 +168,12 @@ mod tests {
     #[test]
     fn a_waiter_wakes_when_the_flight_lands_or_is_dropped() {
         let flights = Flights::default();
-        let first = flights.claim(vec![0..8]);
+        let first = flights.claim(one(0..8));
         let (claimed, told) = std::sync::mpsc::channel();
         std::thread::scope(|s| {
             let waiter = s.spawn(|| {
-                let second = flights.claim(vec![4..12]);
-                assert_eq!((&second.mine, &second.theirs), (&vec![8..12], &vec![4..8]));
+                let second = flights.claim(one(4..12));
+                assert_eq!((&second.mine, &second.theirs), (&one(8..12), &one(4..8)));
                 claimed.send(()).unwrap();
                 second.land_and_wait();
             });
@@ -177,6 +182,6 @@ mod tests {
             waiter.join().unwrap();
         });
         // Nothing is left in flight.
-        assert_eq!(flights.claim(vec![0..12]).mine, [0..12]);
+        assert_eq!(flights.claim(one(0..12)).mine, one(0..12));
     }
 }
