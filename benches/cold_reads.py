@@ -18,14 +18,25 @@ apart, and the lookups after it should read one page each, as with ``--keep-inde
     python -m benches.cold_reads --docs 200000 --read pread
     python -m benches.cold_reads --keep-index
     python -m benches.cold_reads --load-index
+    python -m benches.cold_reads --keep-index --fio 5   # beside fio's QD1 reads of the same file
+    python -m benches.cold_reads --keep-index --paired 1000   # each lookup beside a raw read
+
+``--paired N`` times N single lookups each beside three raw reads of other cold pages of the
+same documents section, in the same loop (this virtual disk's latency drifts by 1.5x within
+minutes, so only reads timed side by side compare): with ``O_DIRECT`` (the device), with
+``pread`` through the page cache, and by a fault of a ``MADV_RANDOM`` map. And once more the same
+lookup, its document now cached, right after those reads: the lookup's own CPU on a core that
+has just waited for the device.
     python -m benches.cold_reads --format-version 2   # before blob locations in the key index
 """
 
 from __future__ import annotations
 
 import argparse
+import mmap
 import os
 import random
+import statistics
 import struct
 import time
 from pathlib import Path
@@ -33,7 +44,7 @@ from pathlib import Path
 import docstore
 
 from . import corpora
-from .compare import evict
+from .compare import evict, fio_randread
 
 
 def device_reads(path: Path) -> int:
@@ -59,6 +70,49 @@ def evict_documents(path: Path) -> None:
                 os.pread(fd, min(1 << 20, end - at), at)
 
 
+def paired_floors(path: Path, ids: list, read: str, pairs: int, rounds: int, rng) -> dict[str, float]:
+    """Median microseconds of a cold lookup and of the raw reads timed beside it (``--paired``)."""
+    with open(path, "rb") as f:
+        data_start, data_len = struct.unpack_from("<QQ", f.read(512), 64 + 24 * DATA_SECTION)
+    page = mmap.PAGESIZE
+    pages = range(-(-data_start // page), (data_start + data_len) // page)
+    direct = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    buffered = os.open(path, os.O_RDONLY)
+    os.posix_fadvise(buffered, 0, 0, os.POSIX_FADV_RANDOM)
+    aligned = mmap.mmap(-1, page)  # O_DIRECT reads into page-aligned memory
+    times: dict[str, list[float]] = {k: [] for k in ("lookup", "direct", "pread", "fault", "again")}
+    clock = time.perf_counter
+    try:
+        for _ in range(rounds):
+            sample = rng.sample(ids, pairs)
+            floor_pages = iter(rng.sample(pages, 3 * pairs))
+            evict_documents(path)
+            with open(path, "rb") as f, docstore.open(path, read=read) as s:
+                mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                mapped.madvise(mmap.MADV_RANDOM)
+                s[ids[0]].text  # noqa: B018
+                for doc_id in sample:
+                    t0 = clock()
+                    s[doc_id].text  # noqa: B018
+                    t1 = clock()
+                    os.preadv(direct, [aligned], next(floor_pages) * page)
+                    t2 = clock()
+                    os.pread(buffered, page, next(floor_pages) * page)
+                    t3 = clock()
+                    mapped[next(floor_pages) * page]
+                    t4 = clock()
+                    s[doc_id].text  # noqa: B018
+                    t5 = clock()
+                    for k, dt in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4)):
+                        times[k].append(dt)
+                mapped.close()
+    finally:
+        os.close(direct)
+        os.close(buffered)
+        aligned.close()
+    return {k: statistics.median(v) * 1e6 for k, v in times.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -73,6 +127,20 @@ def main() -> None:
         "--load-index", action="store_true", help="evict all, open with load_index=True (timed apart)"
     )
     parser.add_argument("--format-version", type=int, default=docstore.FORMAT_VERSION)
+    parser.add_argument(
+        "--fio",
+        type=int,
+        default=0,
+        metavar="SECONDS",
+        help="then fio's QD1 4 KiB random reads of the store file, evicted: O_DIRECT, pread, mmap",
+    )
+    parser.add_argument(
+        "--paired",
+        type=int,
+        default=0,
+        metavar="N",
+        help="then N single lookups a round, each beside raw reads of cold pages (O_DIRECT, pread, fault)",
+    )
     args = parser.parse_args()
     if args.keep_index and args.load_index:
         parser.error("--keep-index and --load-index are two ways to the same state: pick one")
@@ -108,6 +176,7 @@ def main() -> None:
     size = path.stat().st_size / 2**20
     what = f"format {args.format_version}, {size:.0f} MiB, read={args.read}"
     print(f"{args.docs:,} passages, {what}, {evicted}")
+    per_lookup = 0.0
     for n in (1, 10, 200):
         reads = seconds = 0.0
         for _ in range(args.rounds):
@@ -123,6 +192,7 @@ def main() -> None:
             f"  {n:4d} single lookups after open: {reads / args.rounds / n:5.2f} reads and "
             f"{seconds / args.rounds / n * 1e6:6.0f} us per lookup"
         )
+        per_lookup = seconds / args.rounds / n
     sample = rng.sample(ids, 1024)
     evict_store(path)
     r0, t0 = device_reads(path), time.perf_counter()
@@ -131,6 +201,28 @@ def main() -> None:
         seconds = time.perf_counter() - t0
         reads = device_reads(path) - r0
     print(f"  get_many of 1024 ids: {reads / 1024:.2f} reads per doc, {1024 / seconds:,.0f} docs/s")
+    if args.fio:
+        # The floors of one device read at queue depth 1, on the same file: the device's own
+        # (O_DIRECT), and each of the two ways a store reads through the page cache.
+        print(f"  fio, QD1 4 KiB random reads of the store file (evicted), {args.fio} s each:")
+        for engine, direct, what in (
+            ("psync", True, "O_DIRECT pread (the device)"),
+            ("psync", False, "pread through the page cache"),
+            ("mmap", False, "page faults of a mapping"),
+        ):
+            evict([path])
+            f = fio_randread(path.parent, 1, seconds=args.fio, engine=engine, direct=direct, file=path)
+            lat = 1e6 / f["iops"]
+            print(
+                f"    {what:31s} {f['iops']:8,.0f} IOPS, {lat:5.1f} us a read; "
+                f"docstore's 200 lookups: {lat / (per_lookup * 1e6):.2f} of its IOPS"
+            )
+    if args.paired:
+        med = paired_floors(path, ids, args.read, args.paired, args.rounds, rng)
+        print(f"  {args.paired} x {args.rounds} single lookups beside raw reads of cold pages (medians):")
+        print(f"    a lookup {med['lookup']:5.1f} us; again, its document cached: {med['again']:4.1f} us")
+        for k, what in (("direct", "O_DIRECT pread"), ("pread", "pread, page cache"), ("fault", "a fault")):
+            print(f"    {what:18s} {med[k]:5.1f} us: docstore at {med[k] / med['lookup']:.2f} of its IOPS")
     if opens:
         with docstore.open(path) as s:
             index = s.load_index()

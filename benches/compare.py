@@ -300,24 +300,46 @@ def resident_bytes(files: list[Path]) -> int | None:
 # -- fio -------------------------------------------------------------------------------------
 
 
-def fio_randread(directory: Path, iodepth: int, size: str = FIO_SIZE, seconds: int = FIO_SECONDS) -> dict:
-    """Random 4 KiB O_DIRECT reads of one file at ``iodepth`` (libaio): IOPS and mean latency."""
+def fio_randread(
+    directory: Path,
+    iodepth: int,
+    size: str = FIO_SIZE,
+    seconds: int = FIO_SECONDS,
+    *,
+    engine: str = "libaio",
+    direct: bool = True,
+    file: Path | None = None,
+) -> dict:
+    """Random 4 KiB reads of one file at ``iodepth``: IOPS and mean latency.
+
+    By default O_DIRECT through libaio on a test file fio writes in ``directory``: the device's
+    own rate. ``engine="psync", direct=False`` reads through the page cache with ``pread`` and
+    ``engine="mmap"`` faults the pages of a mapping in (``madvise(MADV_RANDOM)``, as a store's
+    map): what each of a store's read paths can reach. ``file`` reads an existing file instead,
+    read-only and whole (evict it first: fio reads each block once a pass, so a cold file stays
+    cold).
+    """
     exe = shutil.which("fio")
     if exe is None:
         raise FileNotFoundError("fio is not installed (apt-get install -y fio)")
-    directory.mkdir(parents=True, exist_ok=True)
+    if file is None:
+        directory.mkdir(parents=True, exist_ok=True)
+        target = [f"--filename={directory / 'fio.test'}", f"--size={size}"]
+    else:
+        # one pass at most (not time-based): a block read twice would come from the page cache
+        target = [f"--filename={file}", "--readonly"]
+        size = f"{file.stat().st_size}"
     cmd = [
         exe,
         "--name=randread",
-        f"--filename={directory / 'fio.test'}",
-        f"--size={size}",
+        *target,
         "--rw=randread",
         "--bs=4k",
-        "--direct=1",
-        "--ioengine=libaio",
+        f"--direct={int(direct)}",
+        f"--ioengine={engine}",
         f"--iodepth={iodepth}",
         "--numjobs=1",
-        "--time_based",
+        *(["--time_based"] if file is None else []),
         f"--runtime={seconds}",
         f"--ramp_time={0 if QUICK else 1}",
         "--group_reporting",
@@ -332,6 +354,8 @@ def fio_randread(directory: Path, iodepth: int, size: str = FIO_SIZE, seconds: i
         "lat_us": job["lat_ns"]["mean"] / 1000,
         "bw_bytes": job["bw_bytes"],
         "iodepth": iodepth,
+        "engine": engine,
+        "direct": direct,
         "size": size,
         "seconds": seconds,
     }
