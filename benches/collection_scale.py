@@ -4,6 +4,11 @@ documents: build time, the peak RSS of every process, open time, and lookups per
 
     python -m benches.collection_scale --docs 1e6,1e7,1e8 --shards 8 --dir /big/disk \
         --out docs/collection_scale.json
+    python -m benches.collection_scale --docs 1e8 --cold 2000 --dir /big/disk   # as root
+
+``--cold N`` then evicts every file of the collection from the page cache and makes N single
+lookups of ids not read before, counting the device's reads; evicts again and reads N more in
+batches of 1,000; and runs fio's random 4 KiB reads at depth 1 and 32 beside them (the floors).
 
 Not a pytest-benchmark (one build of 100M documents takes minutes): it prints a table and writes
 JSON for docs/collections.md.
@@ -24,6 +29,9 @@ import numpy as np
 import pyarrow as pa
 
 import docstore
+
+from .cold_reads import device_reads
+from .compare import evict, fio_randread
 
 WORDS = np.array([f"w{i:03d}" for i in range(1000)])
 
@@ -105,6 +113,32 @@ def run(n: int, shards: int, root: Path) -> dict:
     }
 
 
+def cold(n: int, root: Path, lookups: int) -> dict:
+    """Single lookups and batches of ids not read before, the collection evicted before each."""
+    work = root / f"scale-{n}"
+    files = sorted(work.glob("*.docstore"))
+    rng = np.random.default_rng(1)
+    out: dict = {"cold_lookups": lookups}
+    for kind in ("get", "get_many"):
+        ids = [f"doc{i}" for i in rng.integers(0, n, lookups)]
+        evict(files)
+        reads = device_reads(files[0])
+        t = time.perf_counter()
+        with docstore.open(work / "c.docstore") as store:
+            if kind == "get":
+                for i in ids:
+                    store[i]
+            else:
+                for k in range(0, len(ids), 1000):
+                    store.get_many(ids[k : k + 1000])
+        out[f"cold_{kind}_per_s"] = lookups / (time.perf_counter() - t)
+        out[f"cold_{kind}_reads_per_doc"] = (device_reads(files[0]) - reads) / lookups
+    for depth in (1, 32):
+        out[f"fio_qd{depth}_iops"] = fio_randread(root / "fio", depth, size="2G", seconds=10)["iops"]
+    (root / "fio" / "fio.test").unlink(missing_ok=True)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", default="1e6,1e7", help="comma-separated document counts")
@@ -114,10 +148,15 @@ def main() -> None:
     )
     parser.add_argument("--out", help="write the results as JSON here")
     parser.add_argument("--keep", action="store_true", help="keep the built collections")
+    parser.add_argument(
+        "--cold", type=int, default=0, metavar="N", help="then N lookups and N in batches, evicted (root)"
+    )
     args = parser.parse_args()
     results = []
     for n in (int(float(x)) for x in args.docs.split(",")):
         result = run(n, args.shards, Path(args.dir))
+        if args.cold:
+            result.update(cold(n, Path(args.dir), args.cold))
         results.append(result)
         print(json.dumps(result))
         if not args.keep:
@@ -126,6 +165,15 @@ def main() -> None:
     print(" ".join(f"{c:>16}" for c in (*columns, "get_many_docs_per_s")))
     for r in results:
         print(" ".join(f"{r[c]:>16,.2f}" for c in (*columns, "get_many_docs_per_s")))
+    for r in results:
+        if "cold_lookups" in r:
+            print(
+                f"{r['docs']:,} cold: {r['cold_get_per_s']:,.0f} lookups/s at "
+                f"{r['cold_get_reads_per_doc']:.2f} "
+                f"reads each, {r['cold_get_many_per_s']:,.0f} docs/s in batches of 1,000 at "
+                f"{r['cold_get_many_reads_per_doc']:.2f}; fio QD1 {r['fio_qd1_iops']:,.0f}/s, "
+                f"QD32 {r['fio_qd32_iops']:,.0f}/s"
+            )
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
 

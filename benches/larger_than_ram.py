@@ -1,7 +1,9 @@
 """A corpus several times larger than the memory its readers may use: a torch DataLoader's
 throughput and memory for docstore and the stores a user would pick instead, under a memory cgroup.
 
-Each system builds the same MS MARCO-like passages (``benches.worker build``, once, kept in
+Each system builds the same documents (``--corpus``: MS MARCO-like passages, or ``long_docs``, ~6 KB
+each, where a peer's per-process table of ids stays small beside its files; ``benches.worker
+build``, once, kept in
 ``--dir``). Then, for each, its files are evicted from the page cache and a DataLoader (``--workers``
 workers, batches of ``--batch``, random order; ``benches.worker loader``) reads ``--samples``
 documents inside a memory cgroup whose limit is ``--limit`` bytes (cgroup v2 ``memory.max``, or v1
@@ -14,6 +16,7 @@ in the same run (the floor: a document needs at least one read).
 
     python -m benches.larger_than_ram --docs 4000000 --limit 700M    # as root
     python -m benches.larger_than_ram --docs 100000 --limit 700M --samples 20000 --systems docstore,lmdb
+    python -m benches.larger_than_ram --corpus long_docs --docs 600000 --limit 1G
     python -m benches.larger_than_ram --json results.json --plot docs/img/larger_than_ram.png
 """
 
@@ -37,7 +40,7 @@ from .compare import evict, fio_randread, run_worker
 from .peers import COMPARE_PEERS
 
 SYSTEMS = ("docstore", "docstore:prefetch", "ir_datasets", "lmdb", "hf-datasets", "lance")
-CORPUS = "msmarco_like"
+CORPORA = {"msmarco_like": "MS MARCO-like passages", "long_docs": "~6 KB documents"}
 
 
 def size(text: str) -> int:
@@ -121,15 +124,16 @@ def worker(args: list[str], group: MemoryLimit | None = None, timeout: float = 7
     return run_worker(args, timeout=timeout, preexec_fn=group.enter if group is not None else None)
 
 
-def store_dir(root: Path, system: str, docs: int) -> Path:
+def store_dir(root: Path, system: str, corpus: str, docs: int) -> Path:
     base = "docstore" if system.startswith("docstore") else system
-    return root / f"{base}-{docs}"
+    return root / (f"{base}-{docs}" if corpus == "msmarco_like" else f"{base}-{corpus}-{docs}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--corpus", choices=list(CORPORA), default="msmarco_like")
     parser.add_argument("--docs", type=int, default=4_000_000)
     parser.add_argument("--limit", type=size, default=size("700M"), help="the cgroup's memory limit")
     parser.add_argument("--systems", default=",".join(SYSTEMS))
@@ -158,6 +162,7 @@ def run(args: argparse.Namespace) -> dict:
     root.mkdir(parents=True, exist_ok=True)
     systems = args.systems.split(",")
     results: dict = {
+        "corpus": args.corpus,
         "docs": args.docs,
         "limit": args.limit,
         "workers": args.workers,
@@ -175,10 +180,10 @@ def run(args: argparse.Namespace) -> dict:
                 results["systems"][system] = {"skipped": str(e)}
                 print(f"{system}: skipped ({e})", file=sys.stderr)
                 continue
-        path = store_dir(root, system, args.docs)
+        path = store_dir(root, system, args.corpus, args.docs)
         if not (path / ".built").exists():
             path.mkdir(parents=True, exist_ok=True)
-            built = worker(["build", base, CORPUS, str(args.docs), str(path)])
+            built = worker(["build", base, args.corpus, str(args.docs), str(path)])
             (path / ".built").write_text(json.dumps(built))
         built = json.loads((path / ".built").read_text())
         results["systems"][system] = {"bytes": built["size_bytes"], "build_s": built["build_s"]}
@@ -191,7 +196,7 @@ def run(args: argparse.Namespace) -> dict:
         if "skipped" in r:
             continue
         base = "docstore" if system.startswith("docstore") else system
-        path = store_dir(root, system, args.docs)
+        path = store_dir(root, system, args.corpus, args.docs)
         files = COMPARE_PEERS[base].files(path)
         evict(files)
         reads = device_reads(files[0])
@@ -201,7 +206,7 @@ def run(args: argparse.Namespace) -> dict:
                 sizes = [str(args.docs), str(args.docs), str(path)]
                 loop = [str(args.workers), str(args.samples), str(args.batch)]
                 # A loader whose worker the limit killed may wait for it forever: bounded.
-                loaded = worker(["loader", system, CORPUS, *sizes, *loop], group, timeout=1800)
+                loaded = worker(["loader", system, args.corpus, *sizes, *loop], group, timeout=1800)
             except (RuntimeError, subprocess.TimeoutExpired) as e:  # reported, the others go on
                 kills = group.oom_kills()
                 killed = f"{kills} processes killed by the cgroup's OOM killer"
@@ -217,8 +222,9 @@ def run(args: argparse.Namespace) -> dict:
 def table(results: dict) -> str:
     fio = {int(k): v["iops"] for k, v in results["fio"].items()}
     peak = max(fio.values()) if fio else float("nan")
+    corpus = CORPORA[results.get("corpus", "msmarco_like")]
     lines = [
-        f"{results['docs']:,} MS MARCO-like passages, a DataLoader of {results['workers']} workers, "
+        f"{results['docs']:,} {corpus}, a DataLoader of {results['workers']} workers, "
         f"batches of {results['batch']} in random order, its processes limited to "
         f"{results['limit'] / 2**20:,.0f} MiB (page cache included); fio 4 KiB random reads: "
         + ", ".join(f"QD{d} {iops:,.0f}/s" for d, iops in sorted(fio.items())),
