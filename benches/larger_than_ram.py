@@ -2,17 +2,17 @@
 throughput and memory for docstore and the stores a user would pick instead, under a memory cgroup.
 
 Each system builds the same documents (``--corpus``: MS MARCO-like passages, or ``long_docs``, ~6 KB
-each, where a peer's per-process table of ids stays small beside its files; ``benches.worker
-build``, once, kept in
-``--dir``). Then, for each, its files are evicted from the page cache and a DataLoader (``--workers``
-workers, batches of ``--batch``, random order; ``benches.worker loader``) reads ``--samples``
-documents inside a memory cgroup whose limit is ``--limit`` bytes (cgroup v2 ``memory.max``, or v1
-``memory.limit_in_bytes``; you must be root). The page cache the readers fill counts against the
-limit, so a corpus larger than the limit is read as one larger than RAM would be: whatever the
-process's memory does not hold comes from the device. Reported per system: documents/s after the
-first batch, the processes' total PSS at its peak, the cgroup's peak usage, and the device reads
-per document; beside them, fio's random 4 KiB reads at depth 1, 32 and 128 on the same file system,
-in the same run (the floor: a document needs at least one read).
+each, so that each peer's per-process table of ids is small next to the documents it reads;
+``benches.worker build``, once, kept in ``--dir``). Then, for each, its files are evicted from the
+page cache and a DataLoader (``--workers`` workers, batches of ``--batch``, random order;
+``benches.worker loader``) reads ``--samples`` documents inside a memory cgroup whose limit is
+``--limit`` bytes (cgroup v2 ``memory.max``, or v1 ``memory.limit_in_bytes``; you must be root). The
+page cache the readers fill counts against the limit, so a corpus larger than the limit is read as
+one larger than RAM would be: whatever the process's memory does not hold comes from the device.
+Reported per system: documents/s after the first batch, the processes' total PSS at its peak, the
+cgroup's peak usage, and the device reads per document; beside them, fio's random 4 KiB reads at
+depth 1, 32 and 128 on the same file system, in the same run (the floor: a document needs at least
+one read).
 
     python -m benches.larger_than_ram --docs 4000000 --limit 700M    # as root
     python -m benches.larger_than_ram --docs 100000 --limit 700M --samples 20000 --systems docstore,lmdb
