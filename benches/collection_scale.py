@@ -117,7 +117,8 @@ def run(n: int, shards: int, root: Path) -> dict:
 def cold(n: int, root: Path, lookups: int) -> dict:
     """Single lookups and batches of random ids, the whole collection evicted before each."""
     work = root / f"scale-{n}"
-    files = sorted(work.glob("*.docstore"))
+    # the sealed collection's own files (its index and its copies of the shards), not the parts
+    files = sorted(f for f in (work / "c.docstore").rglob("*") if f.is_file())
     rng = np.random.default_rng(1)
     out: dict = {"cold_lookups": lookups}
     for kind in ("get", "get_many"):
