@@ -58,12 +58,17 @@ def device_reads(path: Path) -> int:
 DATA_SECTION = 2  # docs/format.md: the section table at byte 64, 24 bytes per section
 
 
+def data_section(path: Path) -> tuple[int, int]:
+    """Where the documents lie in the store file: (offset, length), from its section table."""
+    with open(path, "rb") as f:
+        return struct.unpack_from("<QQ", f.read(512), 64 + 24 * DATA_SECTION)
+
+
 def evict_documents(path: Path) -> None:
     """Evicts the whole store, then reads everything but the documents back into the page cache."""
     evict([path])
+    data_start, data_len = data_section(path)
     with open(path, "rb") as f:
-        header = f.read(512)
-        data_start, data_len = struct.unpack_from("<QQ", header, 64 + 24 * DATA_SECTION)
         fd = f.fileno()
         size = os.fstat(fd).st_size
         for start, end in ((0, data_start), (data_start + data_len, size)):
@@ -73,8 +78,7 @@ def evict_documents(path: Path) -> None:
 
 def paired_floors(path: Path, ids: list, read: str, pairs: int, rounds: int, rng) -> dict[str, float]:
     """Median microseconds of a cold lookup and of the raw reads timed beside it (``--paired``)."""
-    with open(path, "rb") as f:
-        data_start, data_len = struct.unpack_from("<QQ", f.read(512), 64 + 24 * DATA_SECTION)
+    data_start, data_len = data_section(path)
     page = mmap.PAGESIZE
     pages = range(-(-data_start // page), (data_start + data_len) // page)
     direct = os.open(path, os.O_RDONLY | os.O_DIRECT)
