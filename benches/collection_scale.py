@@ -65,8 +65,12 @@ def build_shard(path: str, start: int, stop: int) -> dict:
     }
 
 
-def run(n: int, shards: int, root: Path) -> dict:
+def run(n: int, shards: int, root: Path, reuse: bool = False) -> dict:
+    """Builds and seals a collection of `n` documents and times it; with `reuse`, one an earlier
+    run kept there is used as it is (and not timed)."""
     work = root / f"scale-{n}"
+    if reuse and (work / "c.docstore").exists():
+        return {"docs": n, "shards": shards, "reused": str(work)}
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     bounds = [n * k // shards for k in range(shards + 1)]
@@ -151,22 +155,28 @@ def main() -> None:
     parser.add_argument("--out", help="write the results as JSON here")
     parser.add_argument("--keep", action="store_true", help="keep the built collections")
     parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="use a collection an earlier --keep run left in --dir (then only --cold runs; it is kept)",
+    )
+    parser.add_argument(
         "--cold", type=int, default=0, metavar="N", help="then N lookups and N in batches, evicted"
     )
     args = parser.parse_args()
     results = []
     for n in (int(float(x)) for x in args.docs.split(",")):
-        result = run(n, args.shards, Path(args.dir))
+        result = run(n, args.shards, Path(args.dir), args.reuse)
         if args.cold:
             result.update(cold(n, Path(args.dir), args.cold))
         results.append(result)
         print(json.dumps(result))
-        if not args.keep:
+        if not (args.keep or args.reuse):
             shutil.rmtree(Path(args.dir) / f"scale-{n}", ignore_errors=True)
     columns = ("docs", "build_s", "seal_s", "peak_rss_per_shard_process", "open_ms_median", "get_per_s")
     print(" ".join(f"{c:>16}" for c in (*columns, "get_many_docs_per_s")))
     for r in results:
-        print(" ".join(f"{r[c]:>16,.2f}" for c in (*columns, "get_many_docs_per_s")))
+        if "reused" not in r:
+            print(" ".join(f"{r[c]:>16,.2f}" for c in (*columns, "get_many_docs_per_s")))
     for r in results:
         if "cold_lookups" in r:
             print(

@@ -46,9 +46,7 @@ mod verify;
 use crate::error::{Error, Result};
 use crate::format::schema::Schema;
 use crate::format::{Header, Section, HEADER_SIZE};
-use crate::storage::{
-    pagecache, remote::RemoteFile, Fingerprint, Region, Regions, Storage, StoreFile,
-};
+use crate::storage::{remote::RemoteFile, Fingerprint, Region, Regions, Storage, StoreFile};
 use memmap2::Mmap;
 use std::fs::File;
 use std::ops::Range;
@@ -107,7 +105,8 @@ pub struct Store<B> {
 
 impl Store<StoreFile> {
     /// Maps the file read-only. Costs the same for any store size: nothing is read but the header,
-    /// the schema and the dictionary.
+    /// the schema and the dictionary (the key fences, 1/512 of the key index, are asked for in
+    /// the background).
     pub fn open(path: impl AsRef<Path>) -> Result<Store<StoreFile>> {
         Store::open_with(path, DataAccess::Mmap)
     }
@@ -188,14 +187,10 @@ fn map_opened(file: &File, path: &Path) -> Result<Mmap> {
     // SAFETY: stores are immutable once renamed into place; a store changed underneath a
     // reader is outside the contract (as with any mmapped file).
     let mmap = unsafe { Mmap::map(file)? };
-    // Lookups touch one or two pages each: read-ahead would only evict useful pages.
+    // Lookups touch one or two pages each: read-ahead would only evict useful pages. What
+    // open reads whole (the schema, the dictionary, the key fences) it asks for whole
+    // (`Storage::open` of a local file).
     crate::runtime::platform::hints::random_access(&mmap);
-    // Open reads the header, the schema and the whole dictionary: one read, not a fault per
-    // page, when they are not cached.
-    if let Ok(header) = Header::decode(&mmap, mmap.len() as u64) {
-        let dictionary = header.section(Section::Dictionary);
-        pagecache::will_need(&mmap, 0..(dictionary.offset + dictionary.len) as usize);
-    }
     Ok(mmap)
 }
 
