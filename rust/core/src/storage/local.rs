@@ -127,11 +127,22 @@ impl Local {
         len >= PREFETCH_MIN
     }
 
-    /// When the batch looks uncached (by a sample), asks for all its pages at once, round by
+    /// When the batch looks uncached (`looks_cold`), asks for all its pages at once, round by
     /// round (a round's places are read from the pages the round before asked for).
     pub fn advise(&self, plan: &dyn Plan) {
-        if plan.reads() < PREFETCH_MIN {
+        if !self.looks_cold(plan) {
             return;
+        }
+        for round in 0..plan.rounds() {
+            plan.each(round, &mut |range| self.will_need(range));
+        }
+    }
+
+    /// Whether a batch of `plan` looks uncached, by a sample of its pages (only some batches
+    /// sample while the cache looks warm: `ColdCache`). Short batches never do.
+    pub fn looks_cold(&self, plan: &dyn Plan) -> bool {
+        if plan.reads() < PREFETCH_MIN {
+            return false;
         }
         let map = &self.map[..];
         // The pinned regions first: finding the sample may read them (an index plan's sample is
@@ -142,12 +153,7 @@ impl Local {
                     r.start >= map.len() as u64 || pagecache::resident(map, r.start as usize)
                 })
         };
-        if !self.cold.is_cold(cached) {
-            return;
-        }
-        for round in 0..plan.rounds() {
-            plan.each(round, &mut |range| self.will_need(range));
-        }
+        self.cold.is_cold(cached)
     }
 
     /// Asks the page cache for every range of `plan`, round by round, whether the file looks
@@ -228,20 +234,42 @@ mod tests {
 
     const PAGE: usize = 4096;
 
-    /// A batch of 8 reads whose pages it leaves to the regions (no rounds, no sample).
-    struct Batch;
+    /// A batch of `reads` reads whose first lies at `sample` (no rounds: nothing to ask for).
+    struct Batch {
+        reads: usize,
+        sample: Option<Range<u64>>,
+    }
+
+    /// A batch that leaves its pages to the regions.
+    const BATCH: Batch = Batch {
+        reads: PREFETCH_MIN,
+        sample: None,
+    };
 
     impl Plan for Batch {
         fn reads(&self) -> usize {
-            PREFETCH_MIN
+            self.reads
         }
         fn rounds(&self) -> usize {
             0
         }
         fn each(&self, _round: usize, _each: &mut dyn FnMut(Range<u64>)) {}
         fn sample(&self) -> Option<Range<u64>> {
-            None
+            self.sample.clone()
         }
+    }
+
+    fn written(pages: usize) -> std::fs::File {
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(&vec![7u8; pages * PAGE]).unwrap();
+        file.sync_all().unwrap(); // clean pages, which the kernel can drop
+        file
+    }
+
+    fn evict(file: &std::fs::File) {
+        // SAFETY: a plain system call on an open descriptor.
+        let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        assert_eq!(rc, 0);
     }
 
     fn resident_pages(local: &Local, range: Range<usize>) -> usize {
@@ -267,16 +295,8 @@ mod tests {
 
     #[test]
     fn the_pinned_regions_are_asked_for_whole_at_open_and_again_when_a_batch_finds_them_lost() {
-        let mut file = tempfile::tempfile().unwrap();
-        file.write_all(&vec![7u8; 64 * PAGE]).unwrap();
-        file.sync_all().unwrap(); // clean pages, which the kernel can drop
-        let evict = || {
-            // SAFETY: a plain system call on an open descriptor.
-            let rc =
-                unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-            assert_eq!(rc, 0);
-        };
-        evict();
+        let file = written(64);
+        evict(&file);
         // SAFETY: a private temporary file nothing else changes.
         let map = unsafe { Mmap::map(&file).unwrap() };
         let local = Local::new(map, None);
@@ -296,9 +316,28 @@ mod tests {
         assert!(all_resident(&local, fences.clone()), "asked for at open");
         assert_eq!(resident_pages(&local, documents), 0, "only what is pinned");
 
-        evict(); // nothing maps them: the page cache drops them all
+        evict(&file); // nothing maps them: the page cache drops them all
         assert_eq!(resident_pages(&local, fences.clone()), 0);
-        local.advise(&Batch);
+        local.advise(&BATCH);
         assert!(all_resident(&local, fences), "asked for again, whole");
+    }
+
+    #[test]
+    fn a_batch_looks_cold_when_its_sample_is_uncached_and_never_when_short() {
+        let file = written(16);
+        evict(&file);
+        // SAFETY: a private temporary file nothing else changes.
+        let local = Local::new(unsafe { Mmap::map(&file).unwrap() }, None);
+        let batch = |reads| Batch {
+            reads,
+            sample: Some(4 * PAGE as u64..5 * PAGE as u64),
+        };
+        assert!(
+            !local.looks_cold(&batch(PREFETCH_MIN - 1)),
+            "too short to sample"
+        );
+        assert!(local.looks_cold(&batch(PREFETCH_MIN)));
+        assert_eq!(local.bytes()[4 * PAGE], 7); // read, so cached
+        assert!(!local.looks_cold(&batch(PREFETCH_MIN)));
     }
 }

@@ -209,6 +209,13 @@ pub trait Storage: AsRef<[u8]> + Sync {
     /// looks cold asks for their pages; a tier that fetches only what it is asked ignores it.
     fn advise(&self, _plan: &dyn Plan) {}
 
+    /// Whether `plan`'s reads look uncached here (a map samples the page cache), so that its
+    /// batch is better searched whole, its reads asked for at once, than chunk by chunk, each
+    /// chunk waiting on its own few reads. A tier that fetches says so with `lacks`.
+    fn looks_cold(&self, _plan: &dyn Plan) -> bool {
+        false
+    }
+
     /// Loads what `plan` reads before it is asked for, whatever this storage guesses is warm
     /// (the caller knows the reads will come: a training loader's next batches): a cache
     /// fetches what it lacks; a map asks the page cache for every range at once. Returns the

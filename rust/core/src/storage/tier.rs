@@ -221,6 +221,13 @@ impl Storage for StoreFile {
         }
     }
 
+    fn looks_cold(&self, plan: &dyn Plan) -> bool {
+        match self {
+            StoreFile::Local(l) => l.looks_cold(plan),
+            StoreFile::Cached(_) => false,
+        }
+    }
+
     fn lacks(&self, plan: &dyn Plan) -> bool {
         match self {
             StoreFile::Local(_) => false,

@@ -34,6 +34,13 @@ impl<B: Storage> Store<B> {
         self.buf.advise(&IndexPlan { store: self, keys });
     }
 
+    /// Whether the key index blocks that the searches of `keys` start in look uncached
+    /// (`Storage::looks_cold`): then the batch is best searched whole, its blocks asked for at
+    /// once, rather than chunk by chunk.
+    pub(crate) fn index_looks_cold(&self, keys: &[&[u8]]) -> bool {
+        self.buf.looks_cold(&IndexPlan { store: self, keys })
+    }
+
     /// Whether `prepare_batch` has anything to do for a batch of `len` records.
     #[inline]
     pub(crate) fn prepares_batch(&self, len: usize) -> bool {
