@@ -74,20 +74,18 @@ impl Local {
     }
 
     /// Asks again, whole, for each pinned region the page cache has lost (by the page in its
-    /// middle, where a binary search over it starts); returns whether one was lost. Before a
-    /// cold batch computes where its keys' blocks lie: that search over the key fences would
-    /// otherwise fault them in a page at a time, one wait per key (at 100M keys the fences are
-    /// 6.25 MB, and a batch of 1,000 keys touches most of their pages).
-    fn keep_pinned(&self) -> bool {
-        let mut lost = false;
+    /// middle, where a binary search over it starts). Before a cold batch computes where its
+    /// keys' blocks lie: that search over the key fences would otherwise fault them in a page
+    /// at a time, one wait per key (at 100M keys the fences are 6.25 MB, and a batch of 1,000
+    /// keys touches most of their pages). Whether the batch is cold is its sample's to say: a
+    /// region open read once (the schema) may be lost while the index stays warm.
+    fn keep_pinned(&self) {
         for range in self.pinned() {
             let (start, end) = (range.start as usize, range.end as usize);
             if start < end && !pagecache::resident(&self.map, start + (end - start) / 2) {
                 pagecache::will_need(&self.map, start..end);
-                lost = true;
             }
         }
-        lost
     }
 
     /// The file to `pread` `range` from, when it is documents read that way.
@@ -148,10 +146,10 @@ impl Local {
         // The pinned regions first: finding the sample may read them (an index plan's sample is
         // where the search of its first key leads).
         let cached = || {
-            !self.keep_pinned()
-                && plan.sample().is_none_or(|r| {
-                    r.start >= map.len() as u64 || pagecache::resident(map, r.start as usize)
-                })
+            self.keep_pinned();
+            plan.sample().is_none_or(|r| {
+                r.start >= map.len() as u64 || pagecache::resident(map, r.start as usize)
+            })
         };
         self.cold.is_cold(cached)
     }
