@@ -17,7 +17,12 @@ one read).
     python -m benches.larger_than_ram --docs 4000000 --limit 700M    # as root
     python -m benches.larger_than_ram --docs 100000 --limit 700M --samples 20000 --systems docstore,lmdb
     python -m benches.larger_than_ram --corpus long_docs --docs 600000 --limit 1G
+    python -m benches.larger_than_ram --corpus long_docs --docs 600000 --warm    # the loader's own ceiling
     python -m benches.larger_than_ram --json results.json --plot docs/img/larger_than_ram.png
+
+``--warm`` reads each system's files into the page cache instead of evicting them and runs the loader
+with no limit: what the same loader reads when the device costs nothing, its own (CPU) ceiling, the
+reference that says whether a cold run is bound by the device or by the loader.
 """
 
 from __future__ import annotations
@@ -112,7 +117,11 @@ class MemoryLimit:
 
 
 @contextlib.contextmanager
-def memory_limit(limit: int) -> Iterator[MemoryLimit]:
+def memory_limit(limit: int | None) -> Iterator[MemoryLimit | None]:
+    """A cgroup of ``limit`` bytes for the loader's processes; none for ``None``."""
+    if limit is None:
+        yield None
+        return
     group = MemoryLimit(limit)
     try:
         yield group
@@ -122,6 +131,14 @@ def memory_limit(limit: int) -> Iterator[MemoryLimit]:
 
 def worker(args: list[str], group: MemoryLimit | None = None, timeout: float = 7200) -> dict:
     return run_worker(args, timeout=timeout, preexec_fn=group.enter if group is not None else None)
+
+
+def cache(files: list[Path]) -> None:
+    """Read the files whole, so that the loader finds every page cached."""
+    for f in files:
+        with open(f, "rb") as fh:
+            while fh.read(1 << 24):
+                pass
 
 
 def store_dir(root: Path, system: str, corpus: str, docs: int) -> Path:
@@ -142,6 +159,9 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=100_000, help="documents each loader reads")
     parser.add_argument("--dir", default=None, help="where the stores are built and kept")
     parser.add_argument("--fio-seconds", type=int, default=10)
+    parser.add_argument(
+        "--warm", action="store_true", help="files cached, no limit: the loader's own ceiling"
+    )
     parser.add_argument("--out", default=None)
     parser.add_argument("--json", default=None, help="tabulate (and --plot) an earlier --out instead")
     parser.add_argument("--plot", default=None)
@@ -164,7 +184,7 @@ def run(args: argparse.Namespace) -> dict:
     results: dict = {
         "corpus": args.corpus,
         "docs": args.docs,
-        "limit": args.limit,
+        "limit": None if args.warm else args.limit,
         "workers": args.workers,
         "batch": args.batch,
         "fio": {},
@@ -198,9 +218,12 @@ def run(args: argparse.Namespace) -> dict:
         base = "docstore" if system.startswith("docstore") else system
         path = store_dir(root, system, args.corpus, args.docs)
         files = COMPARE_PEERS[base].files(path)
-        evict(files)
+        if args.warm:
+            cache(files)
+        else:
+            evict(files)
         reads = device_reads(files[0])
-        with memory_limit(args.limit) as group:
+        with memory_limit(None if args.warm else args.limit) as group:
             t = time.perf_counter()
             try:
                 sizes = [str(args.docs), str(args.docs), str(path)]
@@ -208,12 +231,13 @@ def run(args: argparse.Namespace) -> dict:
                 # A loader whose worker the limit killed may wait for it forever: bounded.
                 loaded = worker(["loader", system, args.corpus, *sizes, *loop], group, timeout=1800)
             except (RuntimeError, subprocess.TimeoutExpired) as e:  # reported, the others go on
-                kills = group.oom_kills()
+                kills = group.oom_kills() if group else 0
                 killed = f"{kills} processes killed by the cgroup's OOM killer"
                 r["error"] = killed if kills else str(e)[-500:]
                 print(f"{system}: {r['error']}", file=sys.stderr)
                 continue
-            r.update(loaded, seconds_total=time.perf_counter() - t, cgroup_peak=group.peak())
+            peak = group.peak() if group else None
+            r.update(loaded, seconds_total=time.perf_counter() - t, cgroup_peak=peak)
         r["reads_per_doc"] = (device_reads(files[0]) - reads) / max(1, loaded["samples"])
         print(system, json.dumps({k: v for k, v in r.items() if k != "how"}), file=sys.stderr)
     return results
@@ -223,10 +247,15 @@ def table(results: dict) -> str:
     fio = {int(k): v["iops"] for k, v in results["fio"].items()}
     peak = max(fio.values()) if fio else float("nan")
     corpus = CORPORA[results.get("corpus", "msmarco_like")]
+    limit = results["limit"]
+    where = (
+        "its files cached and no limit (the loader's own ceiling)"
+        if limit is None
+        else f"its processes limited to {limit / 2**20:,.0f} MiB (page cache included)"
+    )
     lines = [
         f"{results['docs']:,} {corpus}, a DataLoader of {results['workers']} workers, "
-        f"batches of {results['batch']} in random order, its processes limited to "
-        f"{results['limit'] / 2**20:,.0f} MiB (page cache included); fio 4 KiB random reads: "
+        f"batches of {results['batch']} in random order, {where}; fio 4 KiB random reads: "
         + ", ".join(f"QD{d} {iops:,.0f}/s" for d, iops in sorted(fio.items())),
         "",
         "| system | on disk | x the limit | docs/s | of fio's peak | device reads/doc "
@@ -239,10 +268,12 @@ def table(results: dict) -> str:
             lines.append(f"| {system} | {why[0][:80] if why else ''} | | | | | | |")
             continue
         rate = r["samples_per_s"]
+        times = f"{r['bytes'] / limit:.1f}" if limit else "-"
+        cgroup = f"{r['cgroup_peak'] / 2**20:,.0f} MiB" if r["cgroup_peak"] else "-"
         lines.append(
-            f"| {system} | {r['bytes'] / 2**20:,.0f} MiB | {r['bytes'] / results['limit']:.1f} | {rate:,.0f} "
+            f"| {system} | {r['bytes'] / 2**20:,.0f} MiB | {times} | {rate:,.0f} "
             f"| {rate / peak:.2f} | {r['reads_per_doc']:.2f} | {r['pss_total'] / 2**20:,.0f} MiB "
-            f"| {(r['cgroup_peak'] or 0) / 2**20:,.0f} MiB |"
+            f"| {cgroup} |"
         )
     return "\n".join(lines)
 
@@ -263,7 +294,8 @@ def plot(results: dict, path: str) -> None:
     left.set(xlabel="documents / s", title="DataLoader throughput")
     left.legend(loc="lower right")
     right.barh(names, [results["systems"][s]["pss_total"] / 2**20 for s in names], color="tab:orange")
-    right.axvline(results["limit"] / 2**20, color="grey", linestyle="--", label="the limit")
+    if results["limit"]:
+        right.axvline(results["limit"] / 2**20, color="grey", linestyle="--", label="the limit")
     right.set(xlabel="MiB", title="PSS of the loader's processes")
     right.legend(loc="lower right")
     right.set_yticklabels([])

@@ -283,6 +283,13 @@ def main() -> None:
         help=f"systems read over S3 from the same server, counted by it ({' '.join(PEERS)}; none: skip)",
     )
     parser.add_argument("--loader-batches", type=int, default=100, help="batches of 64 per DataLoader run")
+    parser.add_argument(
+        "--docstore-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a storage option of the peers' docstore opens, e.g. max_in_flight=1024 (repeatable)",
+    )
     parser.add_argument("--no-docstore-http", action="store_true", help="only the peers' comparison")
     parser.add_argument("--json", default=None, help="plot and tabulate an earlier --out instead of running")
     parser.add_argument("--plot", default=None, help="write a PNG of the figures (needs matplotlib)")
@@ -298,6 +305,8 @@ def main() -> None:
         if args.plot_peers:
             plot_peers(results, args.plot_peers)
         return
+    options = dict(o.split("=", 1) for o in args.docstore_option)
+    os.environ["BENCH_DOCSTORE_OPTIONS"] = json.dumps(options)
     directory = args.dir or tempfile.mkdtemp(prefix="docstore-bench-")
     # The server's root: the bucket is a directory of it (s3://bench/... and http://host/bench/...).
     os.makedirs(os.path.join(directory, BUCKET), exist_ok=True)

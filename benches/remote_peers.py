@@ -13,6 +13,7 @@ Documents are ``{"id": "%08d" % i, "text": ..., "label": i % 7}`` in the order o
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -84,6 +85,12 @@ def _collate(batch: list) -> list:
 # -- docstore ------------------------------------------------------------------------------------
 
 
+def _docstore_options() -> dict:
+    """``benches.remote --docstore-option KEY=VALUE``: storage options of docstore's opens (its
+    loaders' workers inherit them through the environment)."""
+    return json.loads(os.environ.get("BENCH_DOCSTORE_OPTIONS", "{}"))
+
+
 class Docstore:
     name = "docstore"
 
@@ -95,7 +102,7 @@ class Docstore:
     def open(self, cache: str) -> Any:
         import docstore
 
-        return docstore.open(self.url, cache_dir=cache)
+        return docstore.open(self.url, cache_dir=cache, storage_options=_docstore_options())
 
     def take(self, handle: Any, idx: list[int]) -> list[str]:
         ids = [f"{i:08d}" for i in idx]
@@ -104,10 +111,9 @@ class Docstore:
 
     def loader(self, cache: str, batches: int) -> dict:
 
-        import docstore
         from docstore.torch import DocDataset
 
-        ds = DocDataset(docstore.open(self.url, cache_dir=cache), field="text")
+        ds = DocDataset(self.open(cache), field="text")
 
         return time_loader(lambda: _shuffled_batches(ds, "fork"), batches)
 
@@ -119,10 +125,9 @@ class DocstorePrefetch(Docstore):
     name = "docstore-prefetch"
 
     def loader(self, cache: str, batches: int) -> dict:
-        import docstore
         from docstore.torch import DocDataset
 
-        ds = DocDataset(docstore.open(self.url, cache_dir=cache), field="text")
+        ds = DocDataset(self.open(cache), field="text")
         return time_loader(lambda: _shuffled_batches(ds, "fork", prefetch=32), batches)
 
 
