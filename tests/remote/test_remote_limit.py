@@ -55,8 +55,11 @@ def test_the_limit_grows_to_the_allowed_depth_while_the_server_keeps_up(served, 
 
 def test_a_server_that_slows_with_its_load_is_not_swamped(served, tmp_path):
     root, docs = served
-    # Four workers, 10 ms a request: the latency grows with the requests waiting for them.
-    server = LoadedServer(str(root), latency=0.01, workers=4)
+    # Four workers, 50 ms a request: the latency grows with the requests waiting for them. They
+    # answer 80 a second, far fewer than a client sends even on a loaded machine, so that a
+    # fixed 256 queues past 100 there (at 10 ms a request, 400 a second, a loaded machine's
+    # client and server threads kept the queue at 62-92).
+    server = LoadedServer(str(root), latency=0.05, workers=4)
     try:
         read_batch(f"{server.url}/corpus.docstore", tmp_path / "a", docs)
         adaptive = server.load.peak

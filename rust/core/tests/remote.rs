@@ -419,5 +419,13 @@ fn a_server_that_refuses_past_its_capacity_is_backed_off_from() {
         "backoffs {backoffs}, limit {limit}"
     );
     assert!(seen <= 48, "{seen}");
-    assert!(refused * 10 <= requests, "refused {refused} of {requests}");
+    // Refused: the first round's (16 of the first 32, and retries of them sent before the cut
+    // was felt: more on a loaded machine, where answers and refusals interleave otherwise), then
+    // a few per probe past the capacity. The bound of tests/remote/test_remote_limit.py; a
+    // fixed 256 has 240 of its first round refused. (A tenth of the requests alone failed one
+    // run in six while the whole suite ran beside it: 76 refused of 650.)
+    assert!(
+        refused <= 64 + requests / 10,
+        "refused {refused} of {requests}"
+    );
 }
