@@ -305,6 +305,8 @@ def main() -> None:
         if args.plot_peers:
             plot_peers(results, args.plot_peers)
         return
+    if bad := [o for o in args.docstore_option if "=" not in o]:
+        parser.error(f"--docstore-option takes KEY=VALUE, got {bad[0]!r}")
     options = dict(o.split("=", 1) for o in args.docstore_option)
     os.environ["BENCH_DOCSTORE_OPTIONS"] = json.dumps(options)
     directory = args.dir or tempfile.mkdtemp(prefix="docstore-bench-")

@@ -110,11 +110,9 @@ class Docstore:
         return [found[i]["text"] for i in ids]
 
     def loader(self, cache: str, batches: int) -> dict:
-
         from docstore.torch import DocDataset
 
         ds = DocDataset(self.open(cache), field="text")
-
         return time_loader(lambda: _shuffled_batches(ds, "fork"), batches)
 
 
